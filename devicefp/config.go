@@ -1,0 +1,217 @@
+package devicefp
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+)
+
+// Config is the `plugin "nomad-device-gpu" { config { … } }` block. Its tags
+// are the schema the agent validates against (package wire/schema).
+type Config struct {
+	// Backend is "nvml" (the real library) or "sim" (simulated DGX node).
+	Backend string `hcl:"backend" default:"nvml"`
+	// FingerprintPeriod is how often devices are re-enumerated; health
+	// changes from XID events are sent at once regardless.
+	FingerprintPeriod time.Duration `hcl:"fingerprint_period" default:"1m"`
+	// IgnoredGPUIDs hides GPUs (by index or GPU- UUID, with their slices) or
+	// single MIG instances (by MIG- UUID) from Nomad.
+	IgnoredGPUIDs []string `hcl:"ignored_gpu_ids"`
+	// MPSPipeRoot holds one directory per shared GPU (<root>/<GPU-UUID>),
+	// where that GPU's MPS control daemon puts its pipes.
+	MPSPipeRoot string      `hcl:"mps_pipe_root" default:"/run/nomad-gpu/mps"`
+	MPS         []MPSConfig `hcl:"mps,blocks"`
+	Health      HealthConfig `hcl:"health,block"`
+	Sim         SimConfig    `hcl:"sim,block"`
+}
+
+// MPSConfig offers the listed GPUs as MPS shares instead of whole GPUs.
+type MPSConfig struct {
+	// GPUs are indexes or GPU- UUIDs; "all" means every GPU not in MIG mode.
+	GPUs   []string `hcl:"gpus"`
+	Shares int      `hcl:"shares" default:"2"`
+}
+
+// HealthConfig says which NVML XID events make a device unhealthy.
+type HealthConfig struct {
+	// Enabled false turns XID watching off (devices stay healthy unless NVML
+	// itself fails).
+	Enabled bool `hcl:"enabled" default:"true"`
+	// IgnoredXIDs are application-caused XIDs that say nothing about the
+	// device; the default is the list NVIDIA's Kubernetes plugin ignores.
+	IgnoredXIDs []uint64 `hcl:"ignored_xids" default:"[13, 31, 43, 45, 68, 109]"`
+	// CriticalXIDs, when set, is the only list that counts.
+	CriticalXIDs []uint64 `hcl:"critical_xids"`
+}
+
+type SimConfig struct {
+	System      string         `hcl:"system" default:"dgxh100"`
+	Seed        string         `hcl:"seed"`
+	ControlFile string         `hcl:"control_file"`
+	MIG         []SimMIGConfig `hcl:"mig,blocks"`
+}
+
+type SimMIGConfig struct {
+	GPUs     []int    `hcl:"gpus"`
+	Profiles []string `hcl:"profiles"`
+}
+
+const (
+	minFingerprintPeriod = time.Second
+	maxShares            = 48 // MPS allows at most 48 clients per GPU (Volta+)
+)
+
+// Validate checks everything that can be checked without a GPU, with errors
+// that name the key and what is allowed.
+func (c *Config) Validate() error {
+	switch c.Backend {
+	case "nvml", "sim":
+	default:
+		return fmt.Errorf("backend: %q is not a backend; allowed: \"nvml\", \"sim\"", c.Backend)
+	}
+	if c.FingerprintPeriod < minFingerprintPeriod {
+		return fmt.Errorf("fingerprint_period: %s is too short; use at least %s", c.FingerprintPeriod, minFingerprintPeriod)
+	}
+	for i, id := range c.IgnoredGPUIDs {
+		if _, err := parseGPURef(id); err != nil {
+			return fmt.Errorf("ignored_gpu_ids[%d]: %v", i, err)
+		}
+	}
+	if c.MPSPipeRoot == "" || !strings.HasPrefix(c.MPSPipeRoot, "/") {
+		return fmt.Errorf("mps_pipe_root: %q must be an absolute path", c.MPSPipeRoot)
+	}
+	seen := map[string]int{}
+	for i, m := range c.MPS {
+		if m.Shares < 2 || m.Shares > maxShares {
+			return fmt.Errorf("mps[%d].shares: %d is out of range; allowed: 2 to %d", i, m.Shares, maxShares)
+		}
+		if len(m.GPUs) == 0 {
+			return fmt.Errorf("mps[%d].gpus: list the GPUs to share (indexes, GPU- UUIDs or \"all\")", i)
+		}
+		for j, g := range m.GPUs {
+			ref, err := parseGPURef(g)
+			if err != nil {
+				return fmt.Errorf("mps[%d].gpus[%d]: %v", i, j, err)
+			}
+			if ref.mig {
+				return fmt.Errorf("mps[%d].gpus[%d]: %q is a MIG instance; MPS shares whole GPUs", i, j, g)
+			}
+			if prev, dup := seen[ref.key()]; dup {
+				return fmt.Errorf("mps[%d].gpus[%d]: GPU %q is already shared by mps[%d]", i, j, g, prev)
+			}
+			seen[ref.key()] = i
+		}
+	}
+	if _, all := seen["all"]; all && len(seen) > 1 {
+		return fmt.Errorf("mps: \"all\" cannot be combined with other GPUs in mps blocks")
+	}
+	for i, x := range c.Health.CriticalXIDs {
+		if x == 0 {
+			return fmt.Errorf("health.critical_xids[%d]: XID 0 does not exist", i)
+		}
+	}
+	if c.Backend == "sim" {
+		if err := c.gpuConfig().Validate(); err != nil {
+			return err
+		}
+	} else if c.Sim.ControlFile != "" || len(c.Sim.MIG) > 0 || c.Sim.Seed != "" {
+		return fmt.Errorf("sim: only used with backend = \"sim\" (backend is %q)", c.Backend)
+	}
+	return nil
+}
+
+func (c *Config) gpuConfig() gpu.Config {
+	cfg := gpu.Config{Backend: c.Backend}
+	if c.Backend == "sim" {
+		cfg.Sim = gpu.SimConfig{System: c.Sim.System, Seed: c.Sim.Seed, ControlFile: c.Sim.ControlFile}
+		for _, m := range c.Sim.MIG {
+			cfg.Sim.MIG = append(cfg.Sim.MIG, gpu.MIGLayout{GPUs: m.GPUs, Profiles: m.Profiles})
+		}
+	}
+	return cfg
+}
+
+// gpuRef names a GPU or MIG instance as operators write it in config.
+type gpuRef struct {
+	all   bool
+	index int
+	uuid  string
+	mig   bool
+}
+
+func (r gpuRef) key() string {
+	switch {
+	case r.all:
+		return "all"
+	case r.uuid != "":
+		return r.uuid
+	}
+	return strconv.Itoa(r.index)
+}
+
+func (r gpuRef) matches(index int, uuid string) bool {
+	if r.all {
+		return true
+	}
+	if r.uuid != "" {
+		return r.uuid == uuid
+	}
+	return r.index == index
+}
+
+func parseGPURef(s string) (gpuRef, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "all":
+		return gpuRef{all: true}, nil
+	case strings.HasPrefix(s, "GPU-"):
+		return gpuRef{uuid: s}, nil
+	case strings.HasPrefix(s, "MIG-"):
+		return gpuRef{uuid: s, mig: true}, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return gpuRef{}, fmt.Errorf("%q is not a GPU; use an index (0, 1, …), a GPU- or MIG- UUID, or \"all\"", s)
+	}
+	return gpuRef{index: n}, nil
+}
+
+// xidPolicy decides whether an XID marks a device unhealthy.
+type xidPolicy struct {
+	critical map[uint64]bool
+	ignored  map[uint64]bool
+}
+
+func newXIDPolicy(h HealthConfig) xidPolicy {
+	p := xidPolicy{ignored: map[uint64]bool{}}
+	for _, x := range h.IgnoredXIDs {
+		p.ignored[x] = true
+	}
+	if len(h.CriticalXIDs) > 0 {
+		p.critical = map[uint64]bool{}
+		for _, x := range h.CriticalXIDs {
+			p.critical[x] = true
+		}
+	}
+	return p
+}
+
+func (p xidPolicy) counts(xid uint64) bool {
+	if p.critical != nil {
+		return p.critical[xid]
+	}
+	return !p.ignored[xid]
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,162 @@
+package devicefp
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nomad-gpu/nomad-gpu/wire/device"
+)
+
+// Environment a reservation hands to the task (the contract in README.md).
+const (
+	EnvCUDAVisibleDevices   = "CUDA_VISIBLE_DEVICES"
+	EnvNvidiaVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	EnvMPSPipeDirectory     = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSThreadPercentage  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSPinnedMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvDeviceIDs and EnvSliceType tell the gpu task driver which Nomad
+	// devices the task holds: the client never passes device IDs to drivers.
+	EnvDeviceIDs = "NOMAD_GPU_DEVICE_IDS"
+	EnvSliceType = "NOMAD_GPU_SLICE_TYPE"
+)
+
+// devRoot and procCapsFile are variables so tests can point them elsewhere.
+var (
+	devRoot      = "/dev"
+	procCapsFile = "/proc/driver/nvidia-caps/mig-minors"
+)
+
+// reserve builds the container reservation for a set of device IDs of one
+// group (the client reserves per device request).
+func (m *model) reserve(ids []string, mpsPipeRoot string) (*device.Reservation, error) {
+	var slices []*slice
+	seen := map[string]bool{}
+	for _, id := range ids {
+		s, ok := m.byID[id]
+		if !ok {
+			return nil, fmt.Errorf("unknown device ID %q: this node has no such GPU, MIG instance or MPS share (it may have been removed or ignored since the task was placed)", id)
+		}
+		if !seen[id] {
+			seen[id] = true
+			slices = append(slices, s)
+		}
+	}
+	typ := slices[0].typ
+	for _, s := range slices[1:] {
+		if s.typ != typ {
+			return nil, fmt.Errorf("device IDs %q and %q are of different types (%s, %s); reserve each device request separately", slices[0].id, s.id, typ, s.typ)
+		}
+	}
+
+	// Visible devices in GPU index order so ordinals are predictable.
+	sort.SliceStable(slices, func(a, b int) bool {
+		if slices[a].gpuIndex != slices[b].gpuIndex {
+			return slices[a].gpuIndex < slices[b].gpuIndex
+		}
+		return slices[a].id < slices[b].id
+	})
+	var visible []string
+	ordinal := map[string]int{}
+	threads := map[string]int{}
+	memMiB := map[string]uint64{}
+	for _, s := range slices {
+		u := s.visibleUUID()
+		if _, ok := ordinal[u]; !ok {
+			ordinal[u] = len(visible)
+			visible = append(visible, u)
+		}
+		threads[u] += s.threadPercent
+		memMiB[u] += s.memLimitMiB
+	}
+	idList := make([]string, len(slices))
+	for i, s := range slices {
+		idList[i] = s.id
+	}
+	env := map[string]string{
+		EnvCUDAVisibleDevices:   strings.Join(visible, ","),
+		EnvNvidiaVisibleDevices: strings.Join(visible, ","),
+		EnvDeviceIDs:            strings.Join(idList, ","),
+		EnvSliceType:            typ,
+	}
+	if typ == TypeMPS {
+		// One MPS control daemon serves each GPU; the task talks to the
+		// daemon of its first GPU. Thread percentage is one number for the
+		// whole client, so a task spanning GPUs gets its smallest sum.
+		env[EnvMPSPipeDirectory] = filepath.Join(mpsPipeRoot, visible[0])
+		minThreads := 100
+		limits := make([]string, 0, len(visible))
+		for _, u := range visible {
+			if t := threads[u]; t < minThreads {
+				minThreads = t
+			}
+			limits = append(limits, fmt.Sprintf("%d=%dM", ordinal[u], memMiB[u]))
+		}
+		env[EnvMPSThreadPercentage] = strconv.Itoa(minThreads)
+		env[EnvMPSPinnedMemLimit] = strings.Join(limits, ",")
+	}
+	return &device.Reservation{Envs: env, Devices: deviceNodes(slices)}, nil
+}
+
+// deviceNodes lists the /dev entries a container needs for these slices,
+// keeping only the ones that exist on this host.
+func deviceNodes(slices []*slice) []device.DeviceSpec {
+	paths := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+	seenGPU := map[int]bool{}
+	var caps map[string]int
+	for _, s := range slices {
+		if !seenGPU[s.gpuIndex] {
+			seenGPU[s.gpuIndex] = true
+			// NVML's minor number equals the index on every system we know
+			// of; a missing node is simply left out.
+			paths = append(paths, fmt.Sprintf("nvidia%d", s.gpuIndex))
+		}
+		if s.migUUID != "" {
+			if caps == nil {
+				caps = readMIGMinors(procCapsFile)
+			}
+			for _, key := range []string{
+				fmt.Sprintf("gpu%d/gi%d/access", s.gpuIndex, s.giID),
+				fmt.Sprintf("gpu%d/gi%d/ci%d/access", s.gpuIndex, s.giID, s.ciID),
+			} {
+				if minor, ok := caps[key]; ok {
+					paths = append(paths, fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor))
+				}
+			}
+		}
+	}
+	var out []device.DeviceSpec
+	for _, p := range paths {
+		host := filepath.Join(devRoot, p)
+		if _, err := os.Stat(host); err != nil {
+			continue
+		}
+		out = append(out, device.DeviceSpec{TaskPath: filepath.Join("/dev", p), HostPath: host, Permissions: "rw"})
+	}
+	return out
+}
+
+// readMIGMinors parses the driver's "gpu0/gi1/ci0/access 42" table.
+func readMIGMinors(path string) map[string]int {
+	out := map[string]int{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 2 {
+			continue
+		}
+		if n, err := strconv.Atoi(fields[1]); err == nil {
+			out[fields[0]] = n
+		}
+	}
+	return out
+}

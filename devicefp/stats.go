@@ -1,0 +1,113 @@
+package devicefp
+
+import (
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/wire/device"
+	"github.com/nomad-gpu/nomad-gpu/wire/schema"
+	"github.com/nomad-gpu/nomad-gpu/wire/structs"
+)
+
+func schemaDefaults(cfg *Config) error { return schema.Decode(nil, cfg) }
+
+// Stat names as `nomad node status -stats` and `nomad alloc status -stats` show them.
+const (
+	statGPUUtil      = "GPU utilization"
+	statMemUtil      = "Memory utilization"
+	statMemUsed      = "Memory used"
+	statTemperature  = "Temperature"
+	statPower        = "Power"
+	statECCCorrected = "ECC errors corrected"
+	statECCUncorr    = "ECC errors uncorrected"
+	statSMClock      = "SM clock"
+	statMemClock     = "Memory clock"
+	statShareThreads = "MPS thread percentage"
+	statShareMemory  = "MPS memory limit"
+)
+
+func (p *Plugin) collectStats(now time.Time) *device.Stats {
+	m := p.model()
+	inv, err := p.inventory()
+	out := &device.Stats{}
+	if err != nil {
+		return out
+	}
+	// MPS shares of one GPU read the same telemetry: ask NVML once per GPU.
+	cache := map[string]*gpu.Telemetry{}
+	read := func(uuid string) *gpu.Telemetry {
+		if t, ok := cache[uuid]; ok {
+			return t
+		}
+		t, err := inv.Telemetry(uuid)
+		if err != nil {
+			p.logger.Debug("telemetry unavailable", "device", uuid, "error", err)
+			cache[uuid] = nil
+			return nil
+		}
+		cache[uuid] = &t
+		return &t
+	}
+	for _, g := range m.groups {
+		gs := &device.GroupStats{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Instances: make(map[string]*device.DeviceStats, len(g.Devices))}
+		for _, d := range g.Devices {
+			s := m.byID[d.ID]
+			t := read(s.visibleUUID())
+			if t == nil {
+				continue
+			}
+			gs.Instances[d.ID] = deviceStats(s, t, now)
+		}
+		out.Groups = append(out.Groups, gs)
+	}
+	return out
+}
+
+func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats {
+	attrs := map[string]*structs.StatValue{}
+	used, total := int64(t.MemoryUsedMiB), int64(t.MemoryTotalMiB)
+	memUsed := &structs.StatValue{IntNumerator: &used, Unit: "MiB", Desc: "GPU memory used"}
+	if total > 0 {
+		memUsed.IntDenominator = &total
+	}
+	attrs[statMemUsed] = memUsed
+	percent := func(name string, v *uint32, desc string) {
+		if v != nil {
+			f := float64(*v)
+			attrs[name] = &structs.StatValue{FloatNumerator: &f, Unit: "%", Desc: desc}
+		}
+	}
+	percent(statGPUUtil, t.GPUUtilPercent, "share of time a kernel ran")
+	percent(statMemUtil, t.MemUtilPercent, "share of time device memory was read or written")
+	intStat := func(name string, v *uint32, unit, desc string) {
+		if v != nil {
+			i := int64(*v)
+			attrs[name] = &structs.StatValue{IntNumerator: &i, Unit: unit, Desc: desc}
+		}
+	}
+	intStat(statTemperature, t.TemperatureC, "C", "GPU temperature")
+	intStat(statSMClock, t.SMClockMHz, "MHz", "SM clock")
+	intStat(statMemClock, t.MemClockMHz, "MHz", "memory clock")
+	if t.PowerMilliW != nil {
+		w := float64(*t.PowerMilliW) / 1000
+		attrs[statPower] = &structs.StatValue{FloatNumerator: &w, Unit: "W", Desc: "power draw"}
+	}
+	for name, v := range map[string]*uint64{statECCCorrected: t.ECCCorrected, statECCUncorr: t.ECCUncorrected} {
+		if v != nil {
+			i := int64(*v)
+			attrs[name] = &structs.StatValue{IntNumerator: &i, Desc: "volatile ECC error count"}
+		}
+	}
+	summary := memUsed
+	if s.typ == TypeMPS {
+		th := int64(s.threadPercent)
+		lim := int64(s.memLimitMiB)
+		attrs[statShareThreads] = &structs.StatValue{IntNumerator: &th, Unit: "%", Desc: "SM share of this MPS share"}
+		attrs[statShareMemory] = &structs.StatValue{IntNumerator: &lim, Unit: "MiB", Desc: "pinned memory limit of this MPS share"}
+	}
+	return &device.DeviceStats{
+		Summary:   summary,
+		Stats:     &structs.StatObject{Attributes: attrs},
+		Timestamp: now,
+	}
+}

@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// NomadBinary returns the nomad binary to run: $NOMAD_BINARY if set, else
+// `nomad` found on PATH. If there is none it skips the test with one line.
+// A NOMAD_BINARY that is set but not executable fails the test, since that is
+// a configuration mistake rather than an absent tool.
+func NomadBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("NOMAD_BINARY"); p != "" {
+		abs, err := exec.LookPath(p)
+		if err != nil {
+			t.Fatalf("e2e: NOMAD_BINARY=%q is not an executable: %v", p, err)
+		}
+		if abs, err = filepath.Abs(abs); err != nil {
+			t.Fatalf("e2e: NOMAD_BINARY=%q: %v", p, err)
+		}
+		return abs
+	}
+	p, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("e2e: no nomad binary (set NOMAD_BINARY or put nomad on PATH); skipping")
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatalf("e2e: nomad binary %q: %v", p, err)
+	}
+	return abs
+}
+
+// RepoRoot returns the root of this repository (the directory holding
+// go.mod), found by walking up from the test's working directory.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("e2e: getwd: %v", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("e2e: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// BinDir returns the repository's bin/ directory, where `make build` puts the
+// plugin binaries; pass it as ClientOptions.PluginDir. It does not check
+// that any binary is there: use RequirePlugin for that.
+func BinDir(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(RepoRoot(t), "bin")
+}
+
+// RequirePlugin returns the path of the executable plugin binary name in
+// BinDir, and fails the test (it does not skip: e2e runs after `make
+// build`) when it is missing.
+func RequirePlugin(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(BinDir(t), name)
+	fi, err := os.Stat(p)
+	if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		t.Fatalf("e2e: plugin binary %s is missing or not executable; run `make build` first", p)
+	}
+	return p
+}

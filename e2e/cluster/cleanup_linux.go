@@ -1,0 +1,265 @@
+//go:build linux
+
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		// Own process group, so cleanup can kill the agent and the plugins
+		// it launched in one go.
+		Setpgid: true,
+		// Kill the agent if the test binary dies without running its
+		// cleanups (e.g. `go test -timeout`). Pdeathsig fires when the
+		// spawning thread exits, hence spawn's dedicated locked thread.
+		Pdeathsig: syscall.SIGKILL,
+	}
+}
+
+// markerEnv is set in every agent's environment; executors, tasks and plugins
+// inherit it. Its value is "<test pid>:<test start time>:<cluster dir>".
+const markerEnv = "E2E_NOMAD_GPU_OWNER"
+
+func newMarker(dir string) string {
+	pid := os.Getpid()
+	return strconv.Itoa(pid) + ":" + procStartTime(pid) + ":" + dir
+}
+
+// procStartTime returns field 22 of /proc/<pid>/stat (start time in clock
+// ticks), which with the pid identifies a process across pid reuse.
+func procStartTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+type procInfo struct {
+	pid    int
+	marker string // value of markerEnv, "" if absent or unreadable
+	cwd    string
+	exe    string
+}
+
+func listProcs() []procInfo {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []procInfo
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self || pid == 1 {
+			continue
+		}
+		base := "/proc/" + e.Name()
+		p := procInfo{pid: pid}
+		if b, err := os.ReadFile(base + "/environ"); err == nil {
+			for _, kv := range strings.Split(string(b), "\x00") {
+				if v, ok := strings.CutPrefix(kv, markerEnv+"="); ok {
+					p.marker = v
+					break
+				}
+			}
+		}
+		p.cwd, _ = os.Readlink(base + "/cwd")
+		p.exe, _ = os.Readlink(base + "/exe")
+		out = append(out, p)
+	}
+	return out
+}
+
+func under(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// killLeftovers SIGKILLs every process that carries marker, or runs from or
+// in dir, until none is left or d has passed. It returns the pids left.
+func killLeftovers(marker, dir string, d time.Duration) []int {
+	deadline := time.Now().Add(d)
+	for {
+		var pids []int
+		for _, p := range listProcs() {
+			if p.marker == marker || under(p.cwd, dir) || under(p.exe, dir) {
+				if isZombie(p.pid) {
+					continue
+				}
+				pids = append(pids, p.pid)
+			}
+		}
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func isZombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
+}
+
+// mountsUnder lists the mount points under dir in this mount namespace,
+// deepest first.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if under(mp, dir) {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for space, ...).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmountUnder unmounts everything mounted under dir (lazily if a plain
+// unmount fails), until nothing is left or d has passed. It returns what is
+// left.
+func unmountUnder(dir string, d time.Duration) []string {
+	deadline := time.Now().Add(d)
+	for {
+		mps := mountsUnder(dir)
+		if len(mps) == 0 || time.Now().After(deadline) {
+			return mps
+		}
+		for _, mp := range mps {
+			if err := syscall.Unmount(mp, 0); err != nil {
+				_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// removeAllocCgroups removes (empty) cgroups Nomad made for the given
+// allocations: <root>/nomad.slice/... (v2) and <root>/<ctrl>/nomad/... (v1),
+// whose names start with the allocation ID. Best effort.
+func removeAllocCgroups(allocIDs []string) {
+	if len(allocIDs) == 0 {
+		return
+	}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/nomad*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/*/nomad*")
+	roots = append(roots, more...)
+	var dirs []string
+	for _, root := range roots {
+		depth0 := strings.Count(root, "/")
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if strings.Count(p, "/")-depth0 > 3 {
+				return filepath.SkipDir
+			}
+			for _, id := range allocIDs {
+				if strings.HasPrefix(d.Name(), id) {
+					dirs = append(dirs, p)
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		})
+	}
+	for _, d := range dirs {
+		removeCgroupTree(d)
+	}
+}
+
+func removeCgroupTree(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			removeCgroupTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	_ = syscall.Rmdir(dir)
+}
+
+// sweepStale kills what clusters of test binaries that died without cleaning
+// up (e.g. killed by `go test -timeout`) left behind, unmounts their mounts
+// and removes their directories when they are ours (nge2e-*).
+func sweepStale(t testing.TB) {
+	stale := map[string]bool{}
+	for _, p := range listProcs() {
+		if p.marker == "" {
+			continue
+		}
+		parts := strings.SplitN(p.marker, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[0])
+		if err != nil {
+			continue
+		}
+		if pid == os.Getpid() || procStartTime(pid) == parts[1] {
+			continue // owner alive
+		}
+		stale[p.marker] = true
+	}
+	for marker := range stale {
+		dir := strings.SplitN(marker, ":", 3)[2]
+		t.Logf("e2e: cleaning up after a dead test run: %s", dir)
+		killLeftovers(marker, dir, 10*time.Second)
+		unmountUnder(dir, 10*time.Second)
+		if strings.HasPrefix(filepath.Base(dir), "nge2e-") {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}

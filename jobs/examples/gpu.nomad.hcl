@@ -1,0 +1,31 @@
+# One whole GPU. Run: nomad job run jobs/examples/gpu.nomad.hcl
+job "gpu-example" {
+  type = "batch"
+
+  group "train" {
+    task "show-gpu" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "env | grep -E '^(CUDA|NVIDIA|NOMAD_GPU)_' | sort; sleep 5"]
+      }
+
+      resources {
+        cpu    = 100
+        memory = 64
+
+        device "nvidia/gpu" {
+          count = 1
+
+          # Attributes carry units, so constraints compare real quantities.
+          constraint {
+            attribute = "${device.attr.memory}"
+            operator  = ">="
+            value     = "40 GiB"
+          }
+        }
+      }
+    }
+  }
+}

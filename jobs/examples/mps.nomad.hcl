@@ -1,0 +1,25 @@
+# Two MPS shares of one GPU: the thread percentage and pinned memory limit
+# are summed over the shares. Run: nomad job run jobs/examples/mps.nomad.hcl
+job "mps-example" {
+  type = "batch"
+
+  group "infer" {
+    task "show-mps" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "env | grep -E '^(CUDA|NVIDIA|NOMAD_GPU)_' | sort; sleep 5"]
+      }
+
+      resources {
+        cpu    = 100
+        memory = 64
+
+        device "nvidia/mps" {
+          count = 2
+        }
+      }
+    }
+  }
+}
