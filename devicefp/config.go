@@ -23,8 +23,8 @@ type Config struct {
 	IgnoredGPUIDs []string `hcl:"ignored_gpu_ids"`
 	// MPSPipeRoot holds one directory per shared GPU (<root>/<GPU-UUID>),
 	// where that GPU's MPS control daemon puts its pipes.
-	MPSPipeRoot string      `hcl:"mps_pipe_root" default:"/run/nomad-gpu/mps"`
-	MPS         []MPSConfig `hcl:"mps,blocks"`
+	MPSPipeRoot string       `hcl:"mps_pipe_root" default:"/run/nomad-gpu/mps"`
+	MPS         []MPSConfig  `hcl:"mps,blocks"`
 	Health      HealthConfig `hcl:"health,block"`
 	Sim         SimConfig    `hcl:"sim,block"`
 }

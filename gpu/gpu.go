@@ -16,7 +16,6 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -93,15 +92,7 @@ func Open(cfg Config, logger hclog.Logger) (*Inventory, error) {
 		}
 		return newInventory(lib, BackendNVML, logger)
 	default:
-		sc := cfg.Sim
-		if sc.Seed == "" {
-			h, err := os.Hostname()
-			if err != nil {
-				return nil, fmt.Errorf("gpu: sim.seed is empty and the host name is unknown: %w", err)
-			}
-			sc.Seed = h
-		}
-		srv, err := sim.New(sc, logger.Named("sim"))
+		srv, err := sim.New(cfg.Sim, logger.Named("sim"))
 		if err != nil {
 			return nil, fmt.Errorf("gpu: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -306,20 +307,63 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// On a machine without the NVIDIA driver (like CI), the nvml backend fails
-// at Open with an error that says NVML, and does not panic.
-func TestOpenNVMLWithoutDriver(t *testing.T) {
+// The nvml backend: on a machine without the NVIDIA driver (like CI) Open
+// fails with an error that says NVML, and does not panic; where a driver is
+// present the same inventory reads the real GPUs.
+func TestNVMLBackend(t *testing.T) {
 	for _, backend := range []string{"", BackendNVML} {
 		t.Run("backend="+backend, func(t *testing.T) {
 			inv, err := Open(Config{Backend: backend}, nil)
-			if err == nil {
-				inv.Close()
-				t.Skip("NVML is present on this machine")
+			if err != nil {
+				if !strings.Contains(err.Error(), "NVML") {
+					t.Errorf("error %q does not mention NVML", err)
+				}
+				return
 			}
-			if !strings.Contains(err.Error(), "NVML") {
-				t.Errorf("error %q does not mention NVML", err)
-			}
+			defer inv.Close()
+			checkRealGPUs(t, inv)
 		})
+	}
+}
+
+var sysfsBusID = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+func checkRealGPUs(t *testing.T, inv *Inventory) {
+	s := snapshot(t, inv)
+	t.Logf("driver %s, CUDA %s", s.DriverVersion, s.CUDAVersion)
+	if s.DriverVersion == "" {
+		t.Error("no driver version")
+	}
+	for _, g := range s.GPUs {
+		t.Logf("GPU %+v", g)
+		if g.Err != nil || !strings.HasPrefix(g.UUID, "GPU-") || g.Name == "" || g.MemoryMiB == 0 || !sysfsBusID.MatchString(g.PCIBusID) {
+			t.Errorf("GPU %d: %+v", g.Index, g)
+		}
+		if _, err := os.Stat("/sys/bus/pci/devices/" + g.PCIBusID); err != nil {
+			t.Errorf("GPU %d: bus id %s is not in sysfs: %v", g.Index, g.PCIBusID, err)
+		}
+		uuids := []string{g.UUID}
+		for _, m := range g.MIG {
+			uuids = append(uuids, m.UUID)
+		}
+		for _, u := range uuids {
+			tm, err := inv.Telemetry(u)
+			t.Logf("%s: %s, %v", u, fmtTelemetry(tm), err)
+			if err != nil || tm.MemoryTotalMiB == 0 {
+				t.Errorf("Telemetry(%s) = %s, %v", u, fmtTelemetry(tm), err)
+			}
+			if _, err := inv.Processes(u); err != nil {
+				t.Errorf("Processes(%s): %v", u, err)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := inv.Events(ctx)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	cancel()
+	for range ch {
 	}
 }
 
@@ -595,6 +639,12 @@ func TestLostGPU(t *testing.T) {
 	inv := openSim(t, SimConfig{System: "dgxh100", Seed: "lost", ControlFile: ctlPath, ControlPoll: 5 * time.Millisecond,
 		MIG: []MIGLayout{{GPUs: []int{4}, Profiles: []string{"3g.40gb", "3g.40gb"}}}})
 	before := snapshot(t, inv)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, err := inv.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctl := OpenControl(ctlPath)
 	for _, idx := range []int{2, 4} {
 		if err := ctl.SetGPULost(before.GPUs[idx].UUID, true); err != nil {
@@ -636,6 +686,13 @@ func TestLostGPU(t *testing.T) {
 	}
 	if _, err := inv.Telemetry(before.GPUs[4].MIG[1].UUID); err == nil {
 		t.Error("Telemetry of a MIG instance on a lost GPU succeeded")
+	}
+	// An XID on an instance of the lost GPU still names the instance.
+	if err := ctl.InjectXID(before.GPUs[4].MIG[1].UUID, 79); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvEvents(t, events, 1)[0]; got.UUID != before.GPUs[4].MIG[1].UUID || got.XID != 79 {
+		t.Errorf("event %+v, want XID 79 on %s", got, before.GPUs[4].MIG[1].UUID)
 	}
 
 	if err := ctl.SetGPULost(before.GPUs[2].UUID, false); err != nil {

@@ -252,9 +252,14 @@ func (i *Inventory) fromCache(g GPU, uuid string, err error) GPU {
 		g.MIGEnabled = true
 		g.MIG = slices.Clone(f.lastMIG)
 		for k := range g.MIG {
-			g.MIG[k].ParentIndex = idx
-			if mf := i.migs[g.MIG[k].UUID]; mf != nil {
+			m := &g.MIG[k]
+			m.ParentIndex = idx
+			if mf := i.migs[m.UUID]; mf != nil {
 				mf.gen = i.gen
+			}
+			// Keep attributing XIDs to the instances of a failing GPU.
+			if m.Err == nil {
+				i.setMIGKey(migKey{g.UUID, uint32(m.GPUInstanceID), uint32(m.ComputeInstanceID)}, m.UUID)
 			}
 		}
 	}

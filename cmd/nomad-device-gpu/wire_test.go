@@ -52,7 +52,7 @@ type conn struct {
 	device devicepb.DevicePluginClient
 }
 
-func launch(t *testing.T) *conn {
+func launch(t testing.TB) *conn {
 	t.Helper()
 	ctx := context.Background()
 	c, err := base.Launch(ctx, pluginBinary, nil, device.PluginSet(nil, nil), nil)
@@ -75,7 +75,7 @@ func launch(t *testing.T) *conn {
 	return &conn{client: c, base: b.(basepb.BasePluginClient), device: d.(devicepb.DevicePluginClient)}
 }
 
-func (c *conn) setConfig(t *testing.T, cfg map[string]any, runtime bool) error {
+func (c *conn) setConfig(t testing.TB, cfg map[string]any, runtime bool) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,14 +34,14 @@ type Agent struct {
 	http    int
 	rpc     int
 	serf    int
-	render  func() string // the agent's config file
+	render  func() string // the agent's config file; called with mu held
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when the current process has exited
 	exitErr error
-	starts  int
-	logOff  int64 // size of the log when the current process started
+	starts  atomic.Int64 // how many times the agent was started
+	logOff  int64        // size of the log when the current process started
 }
 
 // Name is the agent's node name (also its Nomad node name for clients).
@@ -53,10 +54,10 @@ func (a *Agent) DataDir() string { return a.dataDir }
 // restarts).
 func (a *Agent) LogPath() string { return a.logPath }
 
-// HTTPAddr is the agent's HTTP API address, e.g. "http://127.0.0.1:24567".
+// HTTPAddr is the agent's HTTP API address, e.g. "http://127.0.0.1:12345".
 func (a *Agent) HTTPAddr() string { return fmt.Sprintf("http://127.0.0.1:%d", a.http) }
 
-// RPCAddr is the agent's RPC address, e.g. "127.0.0.1:24568".
+// RPCAddr is the agent's RPC address, e.g. "127.0.0.1:12346".
 func (a *Agent) RPCAddr() string { return fmt.Sprintf("127.0.0.1:%d", a.rpc) }
 
 // PID returns the pid of the running agent process, or 0.
@@ -105,15 +106,19 @@ func (a *Agent) start() error {
 	if a.cmd != nil && !a.exited() {
 		return fmt.Errorf("agent %s is already running", a.name)
 	}
+	a.starts.Add(1)
+	// render may read a.starts (clients put it in their node meta).
+	if err := os.WriteFile(a.cfgPath, []byte(a.render()), 0o644); err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	a.starts++
 	if fi, err := logf.Stat(); err == nil {
 		a.logOff = fi.Size()
 	}
-	fmt.Fprintf(logf, "==== e2e: start #%d of %s at %s ====\n", a.starts, a.name, time.Now().Format(time.RFC3339Nano))
+	fmt.Fprintf(logf, "==== e2e: start #%d of %s at %s ====\n", a.starts.Load(), a.name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(a.bin, "agent", "-config", a.cfgPath)
 	cmd.Dir = a.dataDir
 	cmd.Env = a.env
@@ -304,15 +309,12 @@ func (a *Agent) selfIs(hc *http.Client, url string) error {
 	return nil
 }
 
-// launch writes the agent's config and starts it, waiting until it serves
+// launch starts the agent (start writes its config), waiting until it serves
 // its API. If it lost a race for one of its ports it tries again on new ones
 // (allowed only for a first launch: clients know the server's rpc port).
 func (a *Agent) launch(timeout time.Duration, repick bool) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		if err = os.WriteFile(a.cfgPath, []byte(a.render()), 0o644); err != nil {
-			return err
-		}
 		if err = a.start(); err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,10 +56,13 @@ type ClientOptions struct {
 	// default (<data_dir>/plugins).
 	PluginDir string
 	// ClientHCL is extra HCL placed inside the `client { }` block, e.g.
-	// `node_class = "gpu"` or `meta { rack = "r1" }`.
+	// `node_class = "gpu"` or `node_pool = "gpu"`. It must not hold `options`
+	// or `meta` blocks: use Options and Meta.
 	ClientHCL string
 	// Options are merged over DefaultClientOptions into `client { options }`.
 	Options map[string]string
+	// Meta is the node's `client { meta }`; the harness adds StartMeta.
+	Meta map[string]string
 	// ExtraHCL is extra top-level agent HCL, e.g. the
 	// `plugin "nomad-device-gpu" { config { … } }` block.
 	ExtraHCL string
@@ -349,11 +353,6 @@ func (c *Cluster) clientHCL(a *Agent, o ClientOptions) string {
 	for k, v := range o.Options {
 		opts[k] = v
 	}
-	keys := make([]string, 0, len(opts))
-	for k := range opts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	fmt.Fprintf(&b, `
 client {
   enabled           = true
@@ -362,9 +361,15 @@ client {
 
   options {
 `, hclString(c.server.RPCAddr()))
-	for _, k := range keys {
-		fmt.Fprintf(&b, "    %s = %s\n", hclString(k), hclString(opts[k]))
+	writeMap(&b, opts)
+	b.WriteString("  }\n\n  meta {\n")
+	meta := map[string]string{StartMeta: a.startID()}
+	for k, v := range o.Meta {
+		if k != StartMeta {
+			meta[k] = v
+		}
 	}
+	writeMap(&b, meta)
 	fmt.Fprintf(&b, "  }\n%s\n}\n", indent(o.ClientHCL))
 	b.WriteString(`
 plugin "raw_exec" {
@@ -377,6 +382,26 @@ plugin "raw_exec" {
 		b.WriteString("\n" + o.ExtraHCL + "\n")
 	}
 	return b.String()
+}
+
+// StartMeta is the node meta key in which each client records which start
+// of its agent registered the node, so waits after a Restart see the new
+// process's node, not the old one the server still holds.
+const StartMeta = "e2e_start"
+
+// startID identifies the current (or next) start of the agent; called from
+// render with mu held, or by waiters.
+func (a *Agent) startID() string { return strconv.FormatInt(a.starts.Load(), 10) }
+
+func writeMap(b *strings.Builder, m map[string]string) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(b, "    %s = %s\n", hclString(k), hclString(m[k]))
+	}
 }
 
 func indent(s string) string {

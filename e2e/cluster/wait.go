@@ -19,8 +19,9 @@ const (
 
 const pollInterval = 250 * time.Millisecond
 
-// WaitForNode waits until the node named name is ready and cond (nil: any)
-// holds for it, and returns it. It fails the test at timeout with a summary
+// WaitForNode waits until the node named name is ready, registered by the
+// client's current process (so it is safe right after Restart), and cond
+// (nil: any) holds for it, and returns it. It fails the test at timeout with a summary
 // of the node's last state, or as soon as that client's agent process exits.
 func (c *Cluster) WaitForNode(t testing.TB, name string, cond func(*api.Node) bool, timeout time.Duration) *api.Node {
 	t.Helper()
@@ -60,7 +61,10 @@ func (c *Cluster) waitNodeInto(name, status string, cond func(*api.Node) bool, t
 			lastErr = err
 		case n != nil:
 			last = n
-			if n.Status == status && (cond == nil || cond(n)) {
+			// For ready, the node must come from the running process (after
+			// a Restart the server still shows the old one for a while).
+			fresh := status != NodeReady || agent == nil || n.Meta[StartMeta] == agent.startID()
+			if n.Status == status && fresh && (cond == nil || cond(n)) {
 				*out = n
 				return nil
 			}

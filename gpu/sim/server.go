@@ -52,11 +52,18 @@ type Server struct {
 
 var _ nvml.Interface = (*Server)(nil)
 
-// New builds a simulated node. The config must be valid (see
-// Config.Validate); Seed must already be resolved. logger may be nil.
+// New builds a simulated node from a valid config (see Config.Validate).
+// logger may be nil.
 func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Seed == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("sim: seed is empty and the host name is unknown: %w", err)
+		}
+		cfg.Seed = h
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()

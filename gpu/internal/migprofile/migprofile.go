@@ -9,8 +9,8 @@ package migprofile
 import (
 	"math"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	nvdevice "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // Name returns the profile name of a MIG instance. giProfileID may be -1 when
