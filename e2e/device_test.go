@@ -171,10 +171,13 @@ func TestDevicePlugin(t *testing.T) {
 		check       func(t *testing.T, ids []string, env map[string]string)
 	}{
 		{"whole-gpu", "nvidia/gpu", 2, func(t *testing.T, ids []string, env map[string]string) {
+			// The plugin lists devices in GPU index order, not ID order.
 			wantEnv(t, env, map[string]string{
-				"CUDA_VISIBLE_DEVICES": strings.Join(ids, ","), "NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ","),
-				"NOMAD_GPU_SLICE_TYPE": "gpu",
+				"NVIDIA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"], "NOMAD_GPU_SLICE_TYPE": "gpu",
 			})
+			if got := env["CUDA_VISIBLE_DEVICES"]; !sameSet(strings.Split(got, ","), ids) {
+				t.Errorf("CUDA_VISIBLE_DEVICES=%q, allocated %v", got, ids)
+			}
 		}},
 		{"mig", "nvidia/mig/1g.10gb", 1, func(t *testing.T, ids []string, env map[string]string) {
 			wantEnv(t, env, map[string]string{
@@ -193,9 +196,14 @@ func TestDevicePlugin(t *testing.T) {
 			for u := range gpus {
 				uuids = append(uuids, u)
 			}
-			sort.Strings(uuids)
-			want := map[string]string{"CUDA_VISIBLE_DEVICES": strings.Join(uuids, ","), "NOMAD_GPU_SLICE_TYPE": "mps",
-				"CUDA_MPS_PIPE_DIRECTORY": "/run/nomad-gpu/mps/" + uuids[0]}
+			// GPUs are listed in GPU index order; the pipe directory is that
+			// of the first (ordinal 0).
+			visible := strings.Split(env["CUDA_VISIBLE_DEVICES"], ",")
+			if !sameSet(visible, uuids) {
+				t.Errorf("CUDA_VISIBLE_DEVICES=%q, want GPUs %v", env["CUDA_VISIBLE_DEVICES"], uuids)
+			}
+			want := map[string]string{"NOMAD_GPU_SLICE_TYPE": "mps",
+				"CUDA_MPS_PIPE_DIRECTORY": "/run/nomad-gpu/mps/" + visible[0]}
 			if len(uuids) == 1 { // two shares of one GPU: limits summed
 				want["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "50"
 				want["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=40960M"

@@ -46,7 +46,7 @@ unmount_dev() {
 
 mkdir -p "$DEV"
 unmount_dev
-rm -rf "$DEV/data"
+rm -rf "$DEV/data" "$DEV/alloc_mounts" # alloc_mounts: the client's, next to data
 mkdir -p "$DEV/data"
 
 cat >"$DEV/agent.hcl" <<HCL
@@ -94,14 +94,15 @@ cat <<MSG
     plugins: $BIN
     config:  $DEV/agent.hcl   data: $DEV/data
 
-    UI:  $ADDR/ui          API: $ADDR  (export NOMAD_ADDR=$ADDR)
+    UI:  $ADDR/ui    API: $ADDR
 
     Try it (in another terminal):
-      nomad node status -verbose \$(nomad node status -quiet)   # GPUs, MIG and MPS devices and their IDs
-      nomad job run jobs/examples/gpu.nomad.hcl                 # a whole GPU
-      nomad job run jobs/examples/mig.nomad.hcl                 # a MIG slice
-      nomad job run jobs/examples/mps.nomad.hcl                 # an MPS share
-      nomad alloc logs <alloc-id>
+      export NOMAD_ADDR=$ADDR
+      nomad node status -self -verbose             # GPUs, MIG slices, MPS shares and their IDs
+      nomad job run jobs/examples/gpu.nomad.hcl    # a whole GPU
+      nomad job run jobs/examples/mig.nomad.hcl    # a MIG slice
+      nomad job run jobs/examples/mps.nomad.hcl    # an MPS share
+      nomad job status <job>; nomad alloc logs <alloc-id>
 
     Inject a GPU fault (XID 79, "fallen off the bus") into the simulator;
     the device turns unhealthy on the node within a fingerprint period (5s):
@@ -111,8 +112,13 @@ cat <<MSG
 
 MSG
 
+# Job control puts the agent in its own process group, so a Ctrl-C in the
+# terminal reaches only this script, which forwards exactly one SIGINT (a
+# second one mid-shutdown could kill the agent before it cleans up).
+set -m
 "$NOMAD" agent -dev -config "$DEV/agent.hcl" &
 pid=$!
+set +m
 
 stopping=0
 stop() {

@@ -358,9 +358,10 @@ client {
   enabled           = true
   servers           = [%s]
   network_interface = "lo"
+  alloc_mounts_dir  = %s
 
   options {
-`, hclString(c.server.RPCAddr()))
+`, hclString(c.server.RPCAddr()), hclString(filepath.Join(a.dataDir, "alloc_mounts")))
 	writeMap(&b, opts)
 	b.WriteString("  }\n\n  meta {\n")
 	meta := map[string]string{StartMeta: a.startID()}
