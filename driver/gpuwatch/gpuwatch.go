@@ -1,0 +1,341 @@
+// Package gpuwatch measures the GPU memory each task uses, through NVML's
+// per-process accounting, and acts on a task that goes over its slice's
+// memory.
+//
+// Neither MPS nor a whole process tree is bounded by the hardware: an MPS
+// client's pinned-memory limit lives in its own environment and MIG
+// instances cap memory per instance, not per task. The watchdog is the
+// backstop that sees what was actually allocated. A task's processes are the
+// host pids the driver gives it; NVML also reports host pids, so the two
+// meet without translation.
+package gpuwatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+)
+
+// DefaultInterval is the watchdog's period when New is given none.
+const DefaultInterval = 5 * time.Second
+
+// Source lists the processes holding memory on a device;
+// *gpu.Inventory is one.
+type Source interface {
+	Processes(uuid string) ([]gpu.Process, error)
+}
+
+// Mode says what happens to a task over its limit.
+type Mode string
+
+const (
+	// ModeKill reports the violation every round it lasts; the callback
+	// kills the task (repeats let a kill that did not take be retried;
+	// Violation.Repeat tells them apart).
+	ModeKill Mode = "kill"
+	// ModeWarn reports it once per episode: again only after usage has
+	// come back within the limit and gone over once more.
+	ModeWarn Mode = "warn"
+	// ModeOff only measures.
+	ModeOff Mode = "off"
+)
+
+// DefaultMode is what an empty mode means.
+const DefaultMode = ModeKill
+
+// ParseMode checks a configured mode; "" is DefaultMode.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case "":
+		return DefaultMode, nil
+	case ModeKill, ModeWarn, ModeOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("gpu memory watchdog mode %q: allowed: kill, warn, off", s)
+}
+
+// DeviceLimit is one device a task uses and its memory limit there. UUID is
+// what NVML reports the task's processes on: the GPU- UUID for a whole GPU
+// or an MPS share, the MIG- UUID for a MIG instance. LimitMiB 0 means
+// measured only (a whole GPU is bounded by the hardware).
+type DeviceLimit struct {
+	UUID     string
+	LimitMiB uint64
+}
+
+// Task is a task under watch.
+type Task struct {
+	ID      string
+	Devices []DeviceLimit
+	// Pids returns the task's host pids (its whole process tree); asked
+	// once per round.
+	Pids func() ([]int, error)
+	Mode Mode
+}
+
+// Violation is a task over its limit on one device.
+type Violation struct {
+	TaskID   string
+	UUID     string
+	UsedMiB  uint64
+	LimitMiB uint64
+	Pids     []int // the task's pids holding memory on the device, sorted
+	Mode     Mode
+	// Repeat is set when the task was already over the limit on this
+	// device in the previous round (kill mode reports every round).
+	Repeat bool
+}
+
+// Watchdog measures tasks' GPU memory every interval. Its methods are safe
+// for concurrent use.
+type Watchdog struct {
+	src         Source
+	interval    time.Duration
+	log         hclog.Logger
+	onViolation func(Violation)
+
+	round sync.Mutex // one round at a time, so episodes are judged in order
+
+	mu      sync.Mutex
+	tasks   map[string]*watched
+	gen     uint64
+	devErrs map[string]string // last Processes error per device, to log changes only
+}
+
+type watched struct {
+	t     Task
+	gen   uint64 // tells a re-added task from the one a round started with
+	usage map[string]uint64
+	over  map[string]bool
+}
+
+// New returns a watchdog over src. onViolation is called outside the
+// watchdog's locks (it may call Remove) and may be nil. logger may be nil.
+func New(src Source, interval time.Duration, logger hclog.Logger, onViolation func(Violation)) *Watchdog {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if onViolation == nil {
+		onViolation = func(Violation) {}
+	}
+	return &Watchdog{
+		src: src, interval: interval, log: logger, onViolation: onViolation,
+		tasks: map[string]*watched{}, devErrs: map[string]string{},
+	}
+}
+
+// Add starts watching a task, replacing any task with the same ID (and
+// forgetting its figures). An empty Mode is DefaultMode; an unknown one
+// warns and is logged.
+func (w *Watchdog) Add(t Task) {
+	if t.Mode == "" {
+		t.Mode = DefaultMode
+	}
+	if _, err := ParseMode(string(t.Mode)); err != nil {
+		w.log.Error("unknown watchdog mode; treating it as warn", "task", t.ID, "error", err)
+		t.Mode = ModeWarn
+	}
+	t.Devices = slices.Clone(t.Devices)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gen++
+	w.tasks[t.ID] = &watched{t: t, gen: w.gen, usage: map[string]uint64{}, over: map[string]bool{}}
+}
+
+// Remove stops watching a task.
+func (w *Watchdog) Remove(taskID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.tasks, taskID)
+}
+
+// Usage returns the task's last measured MiB per device UUID (0 for a
+// device it holds no memory on), or nil before its first measurement.
+func (w *Watchdog) Usage(taskID string) map[string]uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.tasks[taskID]
+	if t == nil || len(t.usage) == 0 {
+		return nil
+	}
+	out := make(map[string]uint64, len(t.usage))
+	for k, v := range t.usage {
+		out[k] = v
+	}
+	return out
+}
+
+// Run checks every interval until ctx is done.
+func (w *Watchdog) Run(ctx context.Context) {
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.Check()
+		}
+	}
+}
+
+// Check runs one round: one Processes call per device any task uses, then
+// each task's sum over its own pids, then the callbacks.
+func (w *Watchdog) Check() {
+	w.round.Lock()
+	defer w.round.Unlock()
+
+	type snap struct {
+		t   Task
+		gen uint64
+	}
+	w.mu.Lock()
+	tasks := make([]snap, 0, len(w.tasks))
+	for _, t := range w.tasks {
+		tasks = append(tasks, snap{t.t, t.gen})
+	}
+	w.mu.Unlock()
+	slices.SortFunc(tasks, func(a, b snap) int {
+		switch {
+		case a.t.ID < b.t.ID:
+			return -1
+		case a.t.ID > b.t.ID:
+			return 1
+		}
+		return 0
+	})
+
+	// NVML calls and the pid walks run without the lock: they can be slow
+	// and Add/Remove must not wait on them.
+	var devices []string
+	for _, s := range tasks {
+		for _, d := range s.t.Devices {
+			if !slices.Contains(devices, d.UUID) {
+				devices = append(devices, d.UUID)
+			}
+		}
+	}
+	procs := make(map[string]map[int]uint64, len(devices))
+	for _, uuid := range devices {
+		ps, err := w.src.Processes(uuid)
+		w.noteDeviceError(uuid, err)
+		if err != nil {
+			continue
+		}
+		m := make(map[int]uint64, len(ps))
+		for _, p := range ps {
+			m[int(p.PID)] += p.UsedMiB
+		}
+		procs[uuid] = m
+	}
+
+	type measured struct {
+		used map[string]uint64
+		pids map[string][]int
+	}
+	results := make([]*measured, len(tasks))
+	for i, s := range tasks {
+		var pids []int
+		if s.t.Pids != nil {
+			var err error
+			if pids, err = s.t.Pids(); err != nil {
+				// The task may be exiting; its figures stay as they were.
+				w.log.Debug("listing task pids", "task", s.t.ID, "error", err)
+				continue
+			}
+		}
+		own := make(map[int]bool, len(pids))
+		for _, p := range pids {
+			own[p] = true
+		}
+		r := &measured{used: map[string]uint64{}, pids: map[string][]int{}}
+		for _, d := range s.t.Devices {
+			m, ok := procs[d.UUID]
+			if !ok {
+				continue
+			}
+			var used uint64
+			var on []int
+			for pid, mib := range m {
+				if own[pid] {
+					used += mib
+					on = append(on, pid)
+				}
+			}
+			slices.Sort(on)
+			r.used[d.UUID] = used
+			r.pids[d.UUID] = on
+		}
+		results[i] = r
+	}
+
+	var fire []Violation
+	w.mu.Lock()
+	for i, s := range tasks {
+		r := results[i]
+		cur := w.tasks[s.t.ID]
+		if r == nil || cur == nil || cur.gen != s.gen {
+			continue
+		}
+		for _, d := range s.t.Devices {
+			used, ok := r.used[d.UUID]
+			if !ok {
+				continue
+			}
+			cur.usage[d.UUID] = used
+			over := d.LimitMiB > 0 && used > d.LimitMiB
+			was := cur.over[d.UUID]
+			cur.over[d.UUID] = over
+			if !over {
+				continue
+			}
+			v := Violation{
+				TaskID: s.t.ID, UUID: d.UUID, UsedMiB: used, LimitMiB: d.LimitMiB,
+				Pids: r.pids[d.UUID], Mode: s.t.Mode, Repeat: was,
+			}
+			switch {
+			case s.t.Mode == ModeKill:
+				fire = append(fire, v)
+			case s.t.Mode == ModeWarn && !was:
+				fire = append(fire, v)
+			}
+		}
+	}
+	w.mu.Unlock()
+
+	for _, v := range fire {
+		w.log.Warn("task over its GPU memory limit", "task", v.TaskID, "device", v.UUID,
+			"used_mib", v.UsedMiB, "limit_mib", v.LimitMiB, "pids", v.Pids, "mode", v.Mode)
+		w.onViolation(v)
+	}
+}
+
+func (w *Watchdog) noteDeviceError(uuid string, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	w.mu.Lock()
+	prev := w.devErrs[uuid]
+	if msg == "" {
+		delete(w.devErrs, uuid)
+	} else {
+		w.devErrs[uuid] = msg
+	}
+	w.mu.Unlock()
+	switch {
+	case msg != "" && msg != prev:
+		w.log.Warn("cannot list GPU processes; tasks on this device are not measured", "device", uuid, "error", err)
+	case msg == "" && prev != "":
+		w.log.Info("GPU processes readable again", "device", uuid)
+	}
+}
