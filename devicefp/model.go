@@ -153,7 +153,10 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 			shares := mpsShares(cfg, g)
 			thread := 100 / shares
 			mem := g.MemoryMiB / uint64(shares)
-			grp := group(TypeMPS, g.Name, func() map[string]structs.Attribute {
+			// One group per GPU: Nomad fills a device request from a single
+			// group, so a task's shares always sit on one GPU and so behind
+			// one MPS daemon.
+			grp := group(TypeMPS, g.UUID, func() map[string]structs.Attribute {
 				a := common(g)
 				a["memory"] = structs.NewInt(int64(mem), "MiB")
 				if g.Multiprocessors > 0 {
@@ -164,11 +167,12 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 				a["mps_memory_limit"] = structs.NewInt(int64(mem), "MiB")
 				a["parent_product"] = structs.NewString(g.Name)
 				a["parent_memory"] = structs.NewInt(int64(g.MemoryMiB), "MiB")
+				a["parent_index"] = structs.NewInt(int64(g.Index), "")
 				return a
 			})
 			for k := 0; k < shares; k++ {
 				add(grp, &slice{
-					id: mpsShareID(g.UUID, k), typ: TypeMPS, groupName: g.Name,
+					id: mpsShareID(g.UUID, k), typ: TypeMPS, groupName: g.UUID,
 					gpuIndex: g.Index, gpuUUID: g.UUID, pciBusID: g.PCIBusID,
 					threadPercent: thread, memLimitMiB: mem,
 				}, gpuReason)

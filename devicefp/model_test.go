@@ -87,7 +87,7 @@ func TestBuildModel(t *testing.T) {
 			name: "MPS shares replace the whole GPU",
 			snap: fixture(3, 2),
 			edit: func(c *Config) { c.MPS = []MPSConfig{{GPUs: []string{"all"}, Shares: 4}} },
-			want: map[string]int{"mps/NVIDIA H100 80GB HBM3": 8, "mig/3g.40gb": 1, "mig/1g.10gb": 1},
+			want: map[string]int{"mps/GPU-a": 4, "mps/GPU-b": 4, "mig/3g.40gb": 1, "mig/1g.10gb": 1},
 			check: func(t *testing.T, m *model) {
 				s := m.byID["GPU-a-mps-3"]
 				if s == nil || s.threadPercent != 25 || s.memLimitMiB != 81559/4 {

@@ -101,13 +101,25 @@ func TestDevicePlugin(t *testing.T) {
 		Clients: 1,
 		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: devicePluginHCL(control)},
 	})
-	node := c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(deviceGroups(n)) == 5 }, 2*time.Minute)
+	node := c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(deviceGroups(n)) == 6 }, 2*time.Minute)
 
 	const h100 = "NVIDIA H100 80GB HBM3"
 	groups := deviceGroups(node)
 	wantCounts := map[string]int{
-		"nvidia/gpu/" + h100: 4, "nvidia/mps/" + h100: 8,
+		"nvidia/gpu/" + h100: 4,
 		"nvidia/mig/3g.40gb": 2, "nvidia/mig/2g.20gb": 2, "nvidia/mig/1g.10gb": 4,
+	}
+	// MPS shares come in one group per shared GPU, named by its UUID, so a
+	// task's shares always sit on one GPU (behind one MPS daemon).
+	var mpsGroup string
+	for k, g := range groups {
+		if g.Type == "mps" {
+			wantCounts[k] = 4
+			mpsGroup = k
+		}
+	}
+	if len(wantCounts) != 6 {
+		t.Fatalf("want two MPS groups; node: %s", cluster.NodeSummary(node))
 	}
 	for k, n := range wantCounts {
 		if g := groups[k]; g == nil || len(g.Instances) != n {
@@ -126,7 +138,7 @@ func TestDevicePlugin(t *testing.T) {
 		"nvidia/gpu/" + h100: {"memory": "81920 MiB", "compute_capability": "9.0", "architecture": "hopper",
 			"driver_version": "550.54.15", "cuda_version": "12.4", "multiprocessors": "132"},
 		"nvidia/mig/1g.10gb": {"memory": "10240 MiB", "mig_profile": "1g.10gb", "parent_product": h100, "parent_memory": "81920 MiB"},
-		"nvidia/mps/" + h100: {"memory": "20480 MiB", "mps_shares": "4", "mps_thread_percentage": "25", "mps_memory_limit": "20480 MiB"},
+		mpsGroup:             {"memory": "20480 MiB", "mps_shares": "4", "mps_thread_percentage": "25", "mps_memory_limit": "20480 MiB", "parent_product": h100},
 	} {
 		for name, v := range want {
 			if got := attr(group, name); got != v {
@@ -150,9 +162,9 @@ func TestDevicePlugin(t *testing.T) {
 		for _, want := range []string{
 			"Device Group = nvidia/gpu/" + h100,
 			"Device Group = nvidia/mig/1g.10gb",
-			"Device Group = nvidia/mps/" + h100,
+			"Device Group = " + mpsGroup,
 			"nvidia/mig/3g.40gb[MIG-",
-			"nvidia/mps/" + h100 + "[GPU-",
+			mpsGroup + "[GPU-",
 			"mps_thread_percentage = 25",
 			"mig_profile = 1g.10gb",
 			"compute_capability = 9.0",
@@ -196,19 +208,16 @@ func TestDevicePlugin(t *testing.T) {
 			for u := range gpus {
 				uuids = append(uuids, u)
 			}
-			// GPUs are listed in GPU index order; the pipe directory is that
-			// of the first (ordinal 0).
-			visible := strings.Split(env["CUDA_VISIBLE_DEVICES"], ",")
-			if !sameSet(visible, uuids) {
-				t.Errorf("CUDA_VISIBLE_DEVICES=%q, want GPUs %v", env["CUDA_VISIBLE_DEVICES"], uuids)
+			if len(uuids) != 1 {
+				t.Fatalf("shares %v span GPUs; they must come from one GPU", ids)
 			}
-			want := map[string]string{"NOMAD_GPU_SLICE_TYPE": "mps",
-				"CUDA_MPS_PIPE_DIRECTORY": "/run/nomad-gpu/mps/" + visible[0]}
-			if len(uuids) == 1 { // two shares of one GPU: limits summed
-				want["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "50"
-				want["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=40960M"
-			}
-			wantEnv(t, env, want)
+			// Two shares of one GPU: the limits are summed.
+			wantEnv(t, env, map[string]string{
+				"CUDA_VISIBLE_DEVICES": uuids[0], "NVIDIA_VISIBLE_DEVICES": uuids[0], "NOMAD_GPU_SLICE_TYPE": "mps",
+				"CUDA_MPS_PIPE_DIRECTORY":           "/run/nomad-gpu/mps/" + uuids[0],
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+				"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "0=40960M",
+			})
 		}},
 	}
 	allocs := map[string]string{}
@@ -346,7 +355,7 @@ func TestDevicePluginConfigAndRestart(t *testing.T) {
 			sort.Strings(out)
 			return out
 		}
-		first := c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(deviceGroups(n)) == 5 }, 2*time.Minute)
+		first := c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(deviceGroups(n)) == 6 }, 2*time.Minute)
 		before := ids(first)
 		client := c.Client(t, "client-1")
 		client.Kill(t)
@@ -354,7 +363,7 @@ func TestDevicePluginConfigAndRestart(t *testing.T) {
 		// The restarted client registers its node again: wait for that
 		// registration, not the server's copy from before the crash.
 		after := ids(c.WaitForNode(t, "client-1", func(n *api.Node) bool {
-			return n.ModifyIndex > first.ModifyIndex && len(deviceGroups(n)) == 5
+			return n.ModifyIndex > first.ModifyIndex && len(deviceGroups(n)) == 6
 		}, 2*time.Minute))
 		if len(before) != 20 || !sameSet(before, after) {
 			t.Fatalf("device IDs changed across a restart:\nbefore (%d) %v\nafter  (%d) %v", len(before), before, len(after), after)

@@ -237,13 +237,23 @@ func TestFingerprintStatsReserve(t *testing.T) {
 	groups := groupsByKey(fp)
 	want := map[string]int{
 		"nvidia/gpu/NVIDIA H100 80GB HBM3": 4, // 0-3 whole; 4,5 shared; 6,7 MIG
-		"nvidia/mps/NVIDIA H100 80GB HBM3": 8,
 		"nvidia/mig/3g.40gb":               2,
 		"nvidia/mig/2g.20gb":               2,
 		"nvidia/mig/1g.10gb":               4,
 	}
-	if len(groups) != len(want) {
-		t.Errorf("got groups %v, want %v", keys(groups), want)
+	// MPS shares are grouped per GPU, named by its UUID.
+	var mpsGroup string
+	for k, g := range groups {
+		if g.GetDeviceType() == "mps" {
+			if !strings.HasPrefix(g.GetDeviceName(), "GPU-") {
+				t.Errorf("MPS group %s is not named by its GPU's UUID", k)
+			}
+			want[k] = 4
+			mpsGroup = k
+		}
+	}
+	if len(groups) != 6 || len(want) != 6 {
+		t.Errorf("got groups %v, want %v and two MPS groups", keys(groups), want)
 	}
 	ids := map[string]string{} // device type → one ID
 	for k, n := range want {
@@ -275,7 +285,7 @@ func TestFingerprintStatsReserve(t *testing.T) {
 	if a := groups["nvidia/mig/1g.10gb"].GetAttributes(); a["mig_profile"].GetStringVal() != "1g.10gb" || a["parent_product"].GetStringVal() != "NVIDIA H100 80GB HBM3" {
 		t.Errorf("mig attributes %v", a)
 	}
-	if a := groups["nvidia/mps/NVIDIA H100 80GB HBM3"].GetAttributes(); a["mps_thread_percentage"].GetIntVal() != 25 || a["mps_shares"].GetIntVal() != 4 {
+	if a := groups[mpsGroup].GetAttributes(); a["mps_thread_percentage"].GetIntVal() != 25 || a["mps_shares"].GetIntVal() != 4 || a["parent_product"].GetStringVal() != "NVIDIA H100 80GB HBM3" {
 		t.Errorf("mps attributes %v", a)
 	}
 
