@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
 
 // The targets: one fingerprint and one stats cycle under 1 ms of CPU
@@ -33,7 +35,7 @@ var benchLayouts = []struct {
 	edit func(*Config)
 }{
 	{"MIG56", func(c *Config) {
-		c.Sim.MIG = []SimMIGConfig{{GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, Profiles: []string{"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}}}
+		c.Sim.MIG = []gpu.MIGLayout{{GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, Profiles: []string{"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}}}
 	}},
 	{"MPS8x8", func(c *Config) { c.MPS = []MPSConfig{{GPUs: []string{"all"}, Shares: 8}} }},
 }

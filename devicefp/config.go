@@ -23,10 +23,10 @@ type Config struct {
 	IgnoredGPUIDs []string `hcl:"ignored_gpu_ids"`
 	// MPSPipeRoot holds one directory per shared GPU (<root>/<GPU-UUID>),
 	// where that GPU's MPS control daemon puts its pipes.
-	MPSPipeRoot string       `hcl:"mps_pipe_root" default:"/run/nomad-gpu/mps"`
-	MPS         []MPSConfig  `hcl:"mps,blocks"`
-	Health      HealthConfig `hcl:"health,block"`
-	Sim         SimConfig    `hcl:"sim,block"`
+	MPSPipeRoot string        `hcl:"mps_pipe_root" default:"/run/nomad-gpu/mps"`
+	MPS         []MPSConfig   `hcl:"mps,blocks"`
+	Health      HealthConfig  `hcl:"health,block"`
+	Sim         gpu.SimConfig `hcl:"sim,block"`
 }
 
 // MPSConfig offers the listed GPUs as MPS shares instead of whole GPUs.
@@ -46,18 +46,6 @@ type HealthConfig struct {
 	IgnoredXIDs []uint64 `hcl:"ignored_xids" default:"[13, 31, 43, 45, 68, 109]"`
 	// CriticalXIDs, when set, is the only list that counts.
 	CriticalXIDs []uint64 `hcl:"critical_xids"`
-}
-
-type SimConfig struct {
-	System      string         `hcl:"system" default:"dgxh100"`
-	Seed        string         `hcl:"seed"`
-	ControlFile string         `hcl:"control_file"`
-	MIG         []SimMIGConfig `hcl:"mig,blocks"`
-}
-
-type SimMIGConfig struct {
-	GPUs     []int    `hcl:"gpus"`
-	Profiles []string `hcl:"profiles"`
 }
 
 const (
@@ -127,10 +115,7 @@ func (c *Config) Validate() error {
 func (c *Config) gpuConfig() gpu.Config {
 	cfg := gpu.Config{Backend: c.Backend}
 	if c.Backend == "sim" {
-		cfg.Sim = gpu.SimConfig{System: c.Sim.System, Seed: c.Sim.Seed, ControlFile: c.Sim.ControlFile}
-		for _, m := range c.Sim.MIG {
-			cfg.Sim.MIG = append(cfg.Sim.MIG, gpu.MIGLayout{GPUs: m.GPUs, Profiles: m.Profiles})
-		}
+		cfg.Sim = c.Sim
 	}
 	return cfg
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-gpu/nomad-gpu/devicefp"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 	"github.com/nomad-gpu/nomad-gpu/wire/schema"
 )
@@ -69,7 +70,7 @@ func runInventory(args []string, stdout, stderr io.Writer) int {
 				}
 				gpus = append(gpus, n)
 			}
-			cfg.Sim.MIG = []devicefp.SimMIGConfig{{GPUs: gpus, Profiles: splitList(*migProfiles)}}
+			cfg.Sim.MIG = []gpu.MIGLayout{{GPUs: gpus, Profiles: splitList(*migProfiles)}}
 		}
 	}
 	if *mpsGPUs != "" {

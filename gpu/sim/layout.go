@@ -11,20 +11,23 @@ import (
 )
 
 // Config describes a simulated node.
+//
+// The hcl tags make this struct the `sim { }` block of the device plugin's
+// and the driver's config (package wire/schema reads them).
 type Config struct {
 	// System is the simulated machine: "dgxa100", "dgxh100", "dgxh200" or
 	// "dgxb200" (eight GPUs each).
-	System string
+	System string `hcl:"system" default:"dgxh100"`
 	// Seed is the node's identity: GPU and MIG UUIDs derive from (System,
 	// Seed, GPU index, MIG placement), so the same seed gives the same UUIDs
 	// across restarts and different seeds give different nodes. Empty means
 	// the host name.
-	Seed string
+	Seed string `hcl:"seed"`
 	// MIG lists the GPUs that run in MIG mode and the instances on them.
-	MIG []MIGLayout
+	MIG []MIGLayout `hcl:"mig,blocks"`
 	// ControlFile is the path of the sim control file (see ControlState);
 	// empty means the node cannot be driven from outside.
-	ControlFile string
+	ControlFile string `hcl:"control_file"`
 	// ControlPoll is how often the control file is checked for changes;
 	// 0 means 250ms.
 	ControlPoll time.Duration
@@ -33,10 +36,10 @@ type Config struct {
 // MIGLayout enables MIG on some GPUs and creates instances on each of them.
 type MIGLayout struct {
 	// GPUs are the indexes of the GPUs this layout applies to.
-	GPUs []int
+	GPUs []int `hcl:"gpus"`
 	// Profiles are the GPU instance profiles to create, e.g. "1g.10gb" or
 	// "3g.40gb"; each gets one compute instance spanning all its slices.
-	Profiles []string
+	Profiles []string `hcl:"profiles"`
 }
 
 // Validate checks the config without building anything. Each problem is one
