@@ -1,0 +1,109 @@
+package driver
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+)
+
+// Config is the `plugin "nomad-driver-gpu" { config { … } }` block.
+type Config struct {
+	// StateDir keeps each task's supervisor state and the MPS bookkeeping;
+	// it must survive plugin and client restarts.
+	StateDir string `hcl:"state_dir" default:"/var/lib/nomad-gpu/driver"`
+	// DefaultUser runs tasks whose jobspec sets no `user`.
+	DefaultUser string `hcl:"default_user" default:"nobody"`
+	// AllowRoot lets tasks run as root (uid 0).
+	AllowRoot bool `hcl:"allow_root" default:"false"`
+	// CgroupRoot is the parent cgroup of every task's cgroup.
+	CgroupRoot string `hcl:"cgroup_root" default:"nomad-gpu"`
+	// GPUMemoryWatchdog acts on a task over its slice's GPU memory:
+	// "kill", "warn" or "off".
+	GPUMemoryWatchdog string        `hcl:"gpu_memory_watchdog" default:"kill"`
+	WatchdogInterval  time.Duration `hcl:"watchdog_interval" default:"5s"`
+	MPS               MPSConfig     `hcl:"mps,block"`
+	GPU               GPUConfig     `hcl:"gpu,block"`
+}
+
+type MPSConfig struct {
+	ControlBinary string `hcl:"control_binary" default:"nvidia-cuda-mps-control"`
+	// PipeRoot must equal the device plugin's mps_pipe_root.
+	PipeRoot string `hcl:"pipe_root" default:"/run/nomad-gpu/mps"`
+	LogRoot  string `hcl:"log_root" default:"/var/log/nomad-gpu/mps"`
+}
+
+// GPUConfig says where NVML's per-process accounting comes from; it must
+// match the device plugin's backend (and sim block, on a simulated node).
+type GPUConfig struct {
+	Backend string        `hcl:"backend" default:"nvml"`
+	Sim     gpu.SimConfig `hcl:"sim,block"`
+}
+
+func (c *Config) Validate() error {
+	for key, p := range map[string]string{"state_dir": c.StateDir, "mps.pipe_root": c.MPS.PipeRoot, "mps.log_root": c.MPS.LogRoot} {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("%s: %q must be an absolute path", key, p)
+		}
+	}
+	if c.DefaultUser == "" {
+		return fmt.Errorf("default_user: must name a user (e.g. \"nobody\")")
+	}
+	if c.CgroupRoot == "" || filepath.IsAbs(c.CgroupRoot) || filepath.Clean(c.CgroupRoot) != c.CgroupRoot {
+		return fmt.Errorf("cgroup_root: %q must be a relative cgroup name such as \"nomad-gpu\"", c.CgroupRoot)
+	}
+	if _, err := gpuwatch.ParseMode(c.GPUMemoryWatchdog); err != nil {
+		return fmt.Errorf("gpu_memory_watchdog: %q is not a mode; allowed: \"kill\", \"warn\", \"off\"", c.GPUMemoryWatchdog)
+	}
+	if c.WatchdogInterval < 100*time.Millisecond {
+		return fmt.Errorf("watchdog_interval: %s is too short; use at least 100ms", c.WatchdogInterval)
+	}
+	switch c.GPU.Backend {
+	case "nvml":
+	case "sim":
+		if err := c.gpuConfig().Validate(); err != nil {
+			return fmt.Errorf("gpu.%v", err)
+		}
+	default:
+		return fmt.Errorf("gpu.backend: %q is not a backend; allowed: \"nvml\", \"sim\"", c.GPU.Backend)
+	}
+	return nil
+}
+
+func (c *Config) gpuConfig() gpu.Config {
+	cfg := gpu.Config{Backend: c.GPU.Backend}
+	if c.GPU.Backend == "sim" {
+		cfg.Sim = c.GPU.Sim
+	}
+	return cfg
+}
+
+// TaskConfig is a task's `config { }` block in the jobspec.
+type TaskConfig struct {
+	Command string   `hcl:"command,required"`
+	Args    []string `hcl:"args"`
+	// WorkDir defaults to the task directory.
+	WorkDir   string `hcl:"work_dir"`
+	PidsLimit int64  `hcl:"pids_limit"`
+	// OOMScoreAdj makes the kernel pick this task earlier (>0) or later
+	// (<0) when the host runs out of memory.
+	OOMScoreAdj int `hcl:"oom_score_adj"`
+}
+
+func (t *TaskConfig) validate() error {
+	if t.Command == "" {
+		return fmt.Errorf("config.command: must not be empty")
+	}
+	if t.WorkDir != "" && !filepath.IsAbs(t.WorkDir) {
+		return fmt.Errorf("config.work_dir: %q must be an absolute path", t.WorkDir)
+	}
+	if t.PidsLimit < 0 {
+		return fmt.Errorf("config.pids_limit: %d must not be negative", t.PidsLimit)
+	}
+	if t.OOMScoreAdj < -1000 || t.OOMScoreAdj > 1000 {
+		return fmt.Errorf("config.oom_score_adj: %d is out of range; allowed: -1000 to 1000", t.OOMScoreAdj)
+	}
+	return nil
+}

@@ -1,0 +1,330 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
+)
+
+// The test binary is also the supervisor and shim, as the plugin binary is.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "supervise":
+			os.Exit(supervisor.RunSupervisor(os.Args[2:]))
+		case "shim":
+			os.Exit(supervisor.RunShim(os.Args[2:]))
+		case "exec-shim":
+			os.Exit(RunExecShim(os.Args[2:]))
+		}
+	}
+	os.Exit(m.Run())
+}
+
+type env struct {
+	t       *testing.T
+	dir     string
+	control string
+	cfg     *Config
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("driver tests need root (users, cgroups)")
+	}
+	dir, err := os.MkdirTemp("", "ngd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e := &env{t: t, dir: dir, control: filepath.Join(dir, "sim.json")}
+	cfg := &Config{}
+	if err := decodeDefaults(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.CgroupRoot = "nomad-gpu-test"
+	cfg.WatchdogInterval = 200 * time.Millisecond
+	cfg.MPS.ControlBinary, _ = filepath.Abs("mps/testdata/fake-nvidia-cuda-mps-control")
+	cfg.MPS.PipeRoot = filepath.Join(dir, "mps")
+	cfg.MPS.LogRoot = filepath.Join(dir, "mpslog")
+	cfg.GPU.Backend = "sim"
+	cfg.GPU.Sim = gpu.SimConfig{System: "dgxh100", Seed: "driver-test", ControlFile: e.control}
+	e.cfg = cfg
+	return e
+}
+
+// plugin is one plugin process's worth of driver; a test makes a second one
+// to play a plugin restart.
+func (e *env) plugin() *Driver {
+	d := New(hclog.NewNullLogger())
+	exe, err := os.Executable()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	d.SetExecutable(exe)
+	if err := d.SetConfig(e.cfg, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { d.Shutdown() })
+	return d
+}
+
+var taskSeq int
+
+func (e *env) taskConfig(tc *TaskConfig, deviceEnv map[string]string) *drivers.TaskConfig {
+	taskSeq++
+	alloc := fmt.Sprintf("alloc%04d-%d", taskSeq, os.Getpid())
+	envm := map[string]string{"PATH": "/usr/bin:/bin", "MARKER": "ngd-" + alloc}
+	for k, v := range deviceEnv {
+		envm[k] = v
+	}
+	return &drivers.TaskConfig{
+		ID: alloc + "/t/abcd", Name: "t", AllocID: alloc, DriverConfig: tc,
+		Env: envm, DeviceEnv: deviceEnv,
+		Resources: &drivers.Resources{CPUShares: 100, MemoryMB: 64, Linux: &drivers.LinuxResources{MemoryLimitBytes: 64 << 20}},
+	}
+}
+
+func wait(t *testing.T, d *Driver, id string, within time.Duration) *drivers.ExitResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	ch, err := d.WaitTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, ok := <-ch
+	if !ok || res == nil {
+		t.Fatalf("task %s did not exit within %s", id, within)
+	}
+	return res
+}
+
+func TestStartWaitExitCodes(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	cases := []struct {
+		name   string
+		script string
+		code   int
+		signal int
+	}{
+		{"success", "exit 0", 0, 0},
+		{"failure", "exit 7", 7, 0},
+		{"killed by signal", "kill -TERM $$", 128 + 15, int(syscall.SIGTERM)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", c.script}}, nil)
+			h, _, err := d.StartTask(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Version < 1 || len(h.DriverState) == 0 {
+				t.Fatalf("handle %+v", h)
+			}
+			res := wait(t, d, cfg.ID, 30*time.Second)
+			if res.ExitCode != c.code || res.Signal != c.signal {
+				t.Fatalf("exit %+v, want code %d signal %d", res, c.code, c.signal)
+			}
+			// WaitTask after exit answers at once, as often as asked.
+			if again := wait(t, d, cfg.ID, time.Second); again.ExitCode != res.ExitCode {
+				t.Fatalf("second wait %+v", again)
+			}
+			if err := d.DestroyTask(cfg.ID, true); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestStartRejectsBadInput(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	cases := []struct {
+		name string
+		tc   *TaskConfig
+		user string
+		want string
+	}{
+		{"missing command", &TaskConfig{}, "", "config.command: must not be empty"},
+		{"command not found", &TaskConfig{Command: "/no/such/binary"}, "", "/no/such/binary"},
+		{"unknown user", &TaskConfig{Command: "/bin/true"}, "nosuchuser-ngd", `user "nosuchuser-ngd" does not exist`},
+		{"root refused", &TaskConfig{Command: "/bin/true"}, "root", "allow_root"},
+		{"relative work_dir", &TaskConfig{Command: "/bin/true", WorkDir: "tmp"}, "", "config.work_dir"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := e.taskConfig(c.tc, nil)
+			cfg.User = c.user
+			_, _, err := d.StartTask(cfg)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+			var rerr *drivers.RecoverableError
+			if !asRecoverable(err, &rerr) || rerr.Recoverable {
+				t.Fatalf("error %v should be unrecoverable", err)
+			}
+		})
+	}
+}
+
+func asRecoverable(err error, out **drivers.RecoverableError) bool {
+	r, ok := err.(*drivers.RecoverableError)
+	if ok {
+		*out = r
+	}
+	return ok
+}
+
+// A new plugin process recovers a task from its handle alone, including one
+// that exited while no plugin was watching.
+func TestRecoverAfterPluginRestart(t *testing.T) {
+	e := newEnv(t)
+	first := e.plugin()
+	running := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", "sleep 1; exit 3"}}, nil)
+	h, _, err := first.StartTask(running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Shutdown() // the plugin dies; the task does not
+
+	second := e.plugin()
+	handle := &drivers.TaskHandle{Version: h.Version, Config: &drivers.TaskConfig{ID: running.ID, Name: "t", AllocID: running.AllocID}, DriverState: h.DriverState}
+	if err := second.RecoverTask(handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.RecoverTask(handle); err != nil {
+		t.Fatalf("recover is not idempotent: %v", err)
+	}
+	if res := wait(t, second, running.ID, 30*time.Second); res.ExitCode != 3 {
+		t.Fatalf("exit %+v, want code 3", res)
+	}
+	second.DestroyTask(running.ID, true)
+}
+
+func TestStopKillsTree(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", "trap '' TERM INT; sleep 300 & sleep 300"}}, nil)
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	tk := d.getTask(cfg.ID)
+	pids, _ := tk.pids()
+	if len(pids) < 2 {
+		t.Fatalf("task tree %v", pids)
+	}
+	if err := d.StopTask(cfg.ID, 500*time.Millisecond, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	res := wait(t, d, cfg.ID, 30*time.Second)
+	if res.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("exit %+v: want killed after the grace period", res)
+	}
+	if err := d.DestroyTask(cfg.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		if alive(p) {
+			t.Errorf("pid %d survived", p)
+		}
+	}
+}
+
+func TestMPSWatchdogKillsOnlyTheOffender(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	inv, err := gpu.Open(e.cfg.gpuConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := inv.Snapshot()
+	inv.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuUUID := snap.GPUs[3].UUID
+	share := func() map[string]string {
+		return map[string]string{
+			"CUDA_VISIBLE_DEVICES": gpuUUID, "NOMAD_GPU_SLICE_TYPE": "mps",
+			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M",
+			"CUDA_MPS_PIPE_DIRECTORY": filepath.Join(e.cfg.MPS.PipeRoot, gpuUUID),
+		}
+	}
+	events, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(events)
+
+	var ids []string
+	var pids []int
+	for i := 0; i < 2; i++ {
+		cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", "sleep 300"}}, share())
+		if _, _, err := d.StartTask(cfg); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, cfg.ID)
+		pids = append(pids, d.getTask(cfg.ID).proc.TaskPID())
+	}
+	if st := d.mps.Status()[gpuUUID]; len(st.Clients) != 2 {
+		t.Fatalf("MPS daemon clients %+v, want both tasks", st)
+	}
+	ctl := gpu.OpenControl(e.control)
+	if err := ctl.SetProcessMemory(uint32(pids[0]), gpuUUID, 30000); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.SetProcessMemory(uint32(pids[1]), gpuUUID, 1000); err != nil {
+		t.Fatal(err)
+	}
+	res := wait(t, d, ids[0], 30*time.Second)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "GPU memory limit exceeded") {
+		t.Fatalf("offender exit %+v", res)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-evs:
+			if ev.TaskID == ids[0] && strings.Contains(ev.Message, "using 30000 MiB, limit 20480 MiB") && strings.Contains(ev.Message, gpuUUID) {
+				goto neighbour
+			}
+		case <-deadline:
+			t.Fatal("no task event naming the limit, the usage and the device")
+		}
+	}
+neighbour:
+	if d.getTask(ids[1]).exited() {
+		t.Fatal("the neighbour on the same GPU was killed too")
+	}
+	for _, id := range ids {
+		d.StopTask(id, time.Second, "")
+		d.DestroyTask(id, true)
+	}
+	if st, ok := d.mps.Status()[gpuUUID]; ok && len(st.Clients) > 0 {
+		t.Fatalf("MPS daemon still has clients after both tasks left: %+v", st)
+	}
+}
+
+// alive treats zombies as dead: nothing reaps orphans in some containers.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndex(s, ")")
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}

@@ -1,0 +1,137 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
+	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
+)
+
+// execCommand prepares cmd to run like the task: its user, environment,
+// working directory and cgroups.
+func (d *Driver) execCommand(ctx context.Context, t *task, argv []string) (*exec.Cmd, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("exec: no command given")
+	}
+	if t.exited() {
+		return nil, fmt.Errorf("exec: task %s has exited", t.id)
+	}
+	spec := t.proc.Spec()
+	// The shim joins the task's cgroups and drops to its user before exec,
+	// exactly as for the task itself.
+	cmd := exec.CommandContext(ctx, d.executable, append([]string{"exec-shim", spec.StateDir, "--"}, argv...)...)
+	cmd.Env = spec.Env
+	cmd.Dir = spec.Dir
+	return cmd, nil
+}
+
+func (d *Driver) ExecTask(id string, argv []string, timeout time.Duration) (*drivers.ExecTaskResult, error) {
+	t := d.getTask(id)
+	if t == nil {
+		return nil, fmt.Errorf("task %s: %w", id, drivers.ErrTaskNotFound)
+	}
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd, err := d.execCommand(ctx, t, argv)
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	res := &drivers.ExecTaskResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitResult: exitResultOf(cmd, err)}
+	if ctx.Err() != nil {
+		res.ExitResult.Err = fmt.Errorf("exec timed out after %s", timeout)
+	}
+	return res, nil
+}
+
+func (d *Driver) ExecTaskStreaming(ctx context.Context, id string, opts *drivers.ExecOptions) (*drivers.ExitResult, error) {
+	t := d.getTask(id)
+	if t == nil {
+		return nil, fmt.Errorf("task %s: %w", id, drivers.ErrTaskNotFound)
+	}
+	cmd, err := d.execCommand(ctx, t, opts.Command)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.Tty {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
+		err := cmd.Run()
+		return exitResultOf(cmd, err), nil
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	defer tty.Close()
+	go func() {
+		for sz := range opts.ResizeCh {
+			_ = pty.Setsize(tty, &pty.Winsize{Rows: uint16(sz.Height), Cols: uint16(sz.Width)})
+		}
+	}()
+	go func() { _, _ = io.Copy(tty, opts.Stdin) }()
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(opts.Stdout, tty)
+		close(copied)
+	}()
+	err = cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(time.Second):
+	}
+	return exitResultOf(cmd, err), nil
+}
+
+func exitResultOf(cmd *exec.Cmd, err error) *drivers.ExitResult {
+	res := &drivers.ExitResult{}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signal = int(ws.Signal())
+			res.ExitCode = 128 + int(ws.Signal())
+		} else {
+			res.ExitCode = ee.ExitCode()
+		}
+	default:
+		res.ExitCode = 127
+		res.Err = err
+	}
+	return res
+}
+
+// RunExecShim is the `exec-shim <statedir> -- argv…` sub-command: it puts
+// the current process where the task runs (cgroups, user) and execs argv.
+func RunExecShim(args []string) int {
+	if len(args) < 3 || args[1] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: exec-shim <statedir> -- command [args…]")
+		return 2
+	}
+	h, err := supervisor.Recover(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "exec: %v\n", err)
+		return 127
+	}
+	if err := supervisor.Enter(h.Spec(), args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "exec: %v\n", err)
+		return 127
+	}
+	return 0 // not reached: Enter execs
+}

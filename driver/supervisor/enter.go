@@ -1,0 +1,45 @@
+package supervisor
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// Enter turns the calling process into one more process of the task: it
+// joins the task's cgroups, drops to the task's user and execs argv with the
+// task's environment and working directory. `nomad alloc exec` runs through
+// it, so an exec'd shell is confined and accounted like the task. It returns
+// only on failure.
+func Enter(spec Spec, argv []string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("no command given")
+	}
+	pid := []byte(strconv.Itoa(syscall.Getpid()))
+	for _, procs := range spec.CgroupProcsFiles {
+		if err := writeExisting(procs, pid); err != nil {
+			return fmt.Errorf("join cgroup %s: %v", filepath.Dir(procs), err)
+		}
+	}
+	if spec.SetUser {
+		if err := dropPrivileges(spec.UID, spec.GID, spec.Groups); err != nil {
+			return err
+		}
+	}
+	if spec.Dir != "" {
+		if err := syscall.Chdir(spec.Dir); err != nil {
+			return fmt.Errorf("working directory %q: %v", spec.Dir, errText(err))
+		}
+	}
+	path, err := lookPath(argv[0], envValue(spec.Env, "PATH"))
+	if err != nil {
+		return err
+	}
+	env := spec.Env
+	if env == nil {
+		env = []string{}
+	}
+	err = syscall.Exec(path, argv, env)
+	return fmt.Errorf("command %q: %v", argv[0], errText(err))
+}

@@ -1,0 +1,182 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type procStat struct {
+	state      byte
+	ppid       int
+	pgrp       int
+	session    int
+	startTicks uint64
+}
+
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	// comm (field 2) may contain spaces and ')' itself; only the last ')' is reliable.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 20 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	var s procStat
+	s.state = f[0][0]
+	s.ppid, _ = strconv.Atoi(f[1])
+	s.pgrp, _ = strconv.Atoi(f[2])
+	s.session, _ = strconv.Atoi(f[3])
+	if s.startTicks, err = strconv.ParseUint(f[19], 10, 64); err != nil {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return s, nil
+}
+
+func procStartTicks(pid int) (uint64, error) {
+	s, err := readProcStat(pid)
+	return s.startTicks, err
+}
+
+// isDead: a zombie has finished running; whoever its parent is will reap it,
+// and it can neither be signalled usefully nor hold resources.
+func (s procStat) isDead() bool { return s.state == 'Z' || s.state == 'X' }
+
+// alive reports whether pid is still the process that started at startTicks
+// and has not exited.
+func alive(pid int, startTicks uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	s, err := readProcStat(pid)
+	return err == nil && s.startTicks == startTicks && !s.isDead()
+}
+
+// pidReused: /proc shows a different process under that number, so any
+// process group or session of the old one is certainly gone (the kernel does
+// not hand out a pid while it is still in use as a pgid or sid).
+func pidReused(pid int, startTicks uint64) bool {
+	s, err := readProcStat(pid)
+	return err == nil && s.startTicks != startTicks
+}
+
+const procPollInterval = 200 * time.Millisecond
+
+// waitGone blocks until the process (pid, startTicks) has exited, whether or
+// not it is our child. A pidfd on the Go netpoller costs no thread per
+// waiter; where pidfd_open is unavailable (old kernel, seccomp) it falls back
+// to polling /proc.
+func waitGone(ctx context.Context, pid int, startTicks uint64) error {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return pollGone(ctx, pid, startTicks)
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	// Checked after opening: from here on the pidfd pins this exact process.
+	if !alive(pid, startTicks) {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return pollGone(ctx, pid, startTicks)
+	}
+	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	err = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, perr := unix.Poll(pfd, 0)
+		return n > 0 || (perr != nil && perr != unix.EINTR)
+	})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// Not pollable through the netpoller on this kernel/runtime.
+	return pollGone(ctx, pid, startTicks)
+}
+
+func pollGone(ctx context.Context, pid int, startTicks uint64) error {
+	t := time.NewTicker(procPollInterval)
+	defer t.Stop()
+	for alive(pid, startTicks) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// sessionMembers lists live processes whose session id is sid.
+func sessionMembers(sid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		s, err := readProcStat(pid)
+		if err != nil || s.isDead() || s.session != sid {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// cgroupMembers lists the live processes of a cgroup.procs file; a cgroup
+// that no longer exists has none.
+func cgroupMembers(procsFile string) ([]int, error) {
+	b, err := os.ReadFile(procsFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, l := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(l)
+		if err != nil {
+			continue
+		}
+		if s, err := readProcStat(pid); err != nil || s.isDead() {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+func killIgnoringGone(pid int, sig syscall.Signal) error {
+	err := syscall.Kill(pid, sig)
+	if err == syscall.ESRCH {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,194 @@
+// Package supervisor runs a task under its own supervisor process so that the
+// task outlives the driver plugin and the Nomad client, and its exit status is
+// never lost (protocol-facts §6.3 "Task processes and plugin death",
+// driver-anchors §2.3).
+//
+// The plugin binary is its own supervisor: main dispatches "supervise" to
+// RunSupervisor and "shim" to RunShim. Process tree of one task:
+//
+//	plugin ──(Start, detached, own session)──▶ supervisor (subreaper)
+//	                                              └─▶ shim ─exec─▶ task (own session)
+//
+// Everything needed to re-attach lives in the state dir, so Recover works
+// from a fresh plugin process with nothing but the dir's path:
+//
+//	<StateDir>/            0700
+//	  spec.json            Spec, written by Start
+//	  supervisor.json      supervisor pid + /proc start ticks, written by the supervisor
+//	  task.json            task pid + start ticks + start time, written once the task exec'd
+//	  exit.json            exit code/signal/finished_at, written when the task exited
+//	  supervisor.log       supervisor's own log (also its stderr, so runtime crashes land there)
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Spec is everything the supervisor needs to run one task. It is written to
+// spec.json so that the supervisor and a restarted plugin both see it.
+type Spec struct {
+	TaskID string `json:"task_id"`
+	// StateDir holds spec.json, pid files, exit.json and supervisor.log;
+	// the plugin chooses it and must keep it unique per task attempt.
+	StateDir string `json:"state_dir"`
+	// Executable implements the "supervise" and "shim" sub-commands
+	// (the plugin passes os.Executable()).
+	Executable string   `json:"executable"`
+	Command    string   `json:"command"`
+	Args       []string `json:"args,omitempty"`
+	// Env is the complete task environment (KEY=VALUE); nothing of the
+	// plugin's or supervisor's environment leaks into the task.
+	Env    []string `json:"env,omitempty"`
+	Dir    string   `json:"dir,omitempty"`
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
+	// SetUser false keeps the supervisor's uid (root).
+	SetUser    bool   `json:"set_user"`
+	StdoutPath string `json:"stdout_path,omitempty"`
+	StderrPath string `json:"stderr_path,omitempty"`
+	// CgroupProcsFiles are cgroup.procs files the task joins before exec.
+	CgroupProcsFiles []string `json:"cgroup_procs_files,omitempty"`
+	OOMScoreAdj      *int     `json:"oom_score_adj,omitempty"`
+}
+
+// ExitStatus is how the task ended. Err is non-empty when the status is
+// unknown (supervisor lost) or the task never started; ExitCode is then -1.
+type ExitStatus struct {
+	ExitCode   int       `json:"exit_code"`
+	Signal     int       `json:"signal"`
+	FinishedAt time.Time `json:"finished_at"`
+	Err        string    `json:"err,omitempty"`
+}
+
+// Successful mirrors Nomad's ExitResult.Successful.
+func (e ExitStatus) Successful() bool { return e.ExitCode == 0 && e.Signal == 0 && e.Err == "" }
+
+const (
+	specFile       = "spec.json"
+	supervisorFile = "supervisor.json"
+	taskFile       = "task.json"
+	exitFile       = "exit.json"
+	logFile        = "supervisor.log"
+)
+
+// procRecord identifies a process safely against pid reuse: the start time in
+// clock ticks since boot (field 22 of /proc/<pid>/stat) is fixed for the
+// lifetime of a pid, including across exec.
+type procRecord struct {
+	PID        int       `json:"pid"`
+	StartTicks uint64    `json:"start_ticks"`
+	StartedAt  time.Time `json:"started_at"`
+}
+
+// exitRecord is exit.json. OOMKilled is always false here: the plugin knows
+// the cgroup and fills it in from memory.events / memory.oom_control.
+type exitRecord struct {
+	ExitStatus
+	OOMKilled bool `json:"oom_killed"`
+}
+
+// startReport is the one line the supervisor sends Start through its notify
+// pipe: either the task is running or why it is not.
+type startReport struct {
+	Task  *procRecord `json:"task,omitempty"`
+	Error string      `json:"error,omitempty"`
+}
+
+// writeJSONAtomic replaces path with v's JSON so readers never see a partial
+// file, even if the writer is killed mid-way.
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		// exit.json is the only record of an exit code once the task is gone.
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func readSpec(dir string) (Spec, error) {
+	var s Spec
+	if err := readJSON(filepath.Join(dir, specFile), &s); err != nil {
+		return Spec{}, fmt.Errorf("read task spec: %w", err)
+	}
+	return s, nil
+}
+
+// readExit returns ok=false when exit.json does not exist.
+func readExit(dir string) (ExitStatus, bool, error) {
+	var r exitRecord
+	err := readJSON(filepath.Join(dir, exitFile), &r)
+	if errors.Is(err, os.ErrNotExist) {
+		return ExitStatus{}, false, nil
+	}
+	if err != nil {
+		return ExitStatus{}, false, err
+	}
+	return r.ExitStatus, true, nil
+}
+
+// capWriter keeps the supervisor log bounded: a task that lives for months
+// must not grow it without limit. It keeps the beginning, which holds the
+// start-up story, and drops the rest.
+type capWriter struct {
+	w       io.Writer
+	left    int
+	dropped bool
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if c.left <= 0 {
+		if !c.dropped {
+			c.dropped = true
+			c.w.Write([]byte("... supervisor log size limit reached, further lines dropped\n"))
+		}
+		return len(p), nil
+	}
+	n := len(p)
+	if n > c.left {
+		p = p[:c.left]
+	}
+	c.left -= len(p)
+	if _, err := c.w.Write(p); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
