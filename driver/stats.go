@@ -53,8 +53,8 @@ func (d *Driver) TaskStats(ctx context.Context, id string, interval time.Duratio
 }
 
 type cpuSample struct {
-	at                 time.Time
-	total, user, sys   uint64 // ns
+	at               time.Time
+	total, user, sys uint64 // ns
 }
 
 // usage builds one sample; CPU percentages need the previous sample.
