@@ -102,7 +102,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 		dir, c.ownDir = d, true
 	}
+	// Traversable, as a production data_dir's parents are: tasks run as
+	// unprivileged users must reach their task directories.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
 	resolved, err := filepath.EvalSymlinks(dir)
