@@ -67,10 +67,16 @@ plugin "raw_exec" {
   }
 }
 
+telemetry {
+  publish_allocation_metrics = true # task stats for \`nomad alloc status -stats\`
+  collection_interval        = "1s"
+}
+
 plugin "nomad-device-gpu" {
   config {
     backend            = "sim"
     fingerprint_period = "5s"
+    mps_pipe_root      = "$DEV/mps"
     sim {
       system       = "dgxh100"
       seed         = "dev-node"
@@ -83,6 +89,32 @@ plugin "nomad-device-gpu" {
     mps {
       gpus   = ["4", "5"]
       shares = 4
+    }
+  }
+}
+
+plugin "nomad-driver-gpu" {
+  config {
+    state_dir         = "$DEV/driver"
+    watchdog_interval = "1s"
+    mps {
+      # The simulated node has no CUDA MPS binaries: a stand-in plays the
+      # control daemon. Production uses the real nvidia-cuda-mps-control.
+      control_binary = "$ROOT/driver/mps/testdata/fake-nvidia-cuda-mps-control"
+      pipe_root      = "$DEV/mps"
+      log_root       = "$DEV/mpslog"
+    }
+    gpu {
+      backend = "sim"
+      sim {
+        system       = "dgxh100"
+        seed         = "dev-node"
+        control_file = "$DEV/sim-control.json"
+        mig {
+          gpus     = [6, 7]
+          profiles = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+        }
+      }
     }
   }
 }
@@ -101,8 +133,11 @@ cat <<MSG
       nomad node status -self -verbose             # GPUs, MIG slices, MPS shares and their IDs
       nomad job run jobs/examples/gpu.nomad.hcl    # a whole GPU
       nomad job run jobs/examples/mig.nomad.hcl    # a MIG slice
-      nomad job run jobs/examples/mps.nomad.hcl    # an MPS share
-      nomad job status <job>; nomad alloc logs <alloc-id>
+      nomad job run jobs/examples/mps.nomad.hcl    # two MPS shares of one GPU
+      nomad job status <job>; nomad alloc logs <alloc-id>; nomad alloc status -stats <alloc-id>
+
+    Make an MPS task use more GPU memory than its share (the driver kills it):
+      bin/nomad-device-gpu sim --control-file .dev/sim-control.json proc --device <GPU-UUID> --pid <task pid> --mib 30000
 
     Inject a GPU fault (XID 79, "fallen off the bus") into the simulator;
     the device turns unhealthy on the node within a fingerprint period (5s):

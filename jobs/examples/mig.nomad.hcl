@@ -4,11 +4,11 @@ job "mig-example" {
 
   group "infer" {
     task "show-mig" {
-      driver = "raw_exec"
+      driver = "gpu"
 
       config {
         command = "/bin/sh"
-        args    = ["-c", "env | grep -E '^(CUDA|NVIDIA|NOMAD_GPU)_' | sort; sleep 5"]
+        args    = ["-c", "id -un; env | grep -E '^(CUDA|NVIDIA|NOMAD_GPU)_' | sort; sleep 30"]
       }
 
       resources {

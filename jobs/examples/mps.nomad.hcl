@@ -5,11 +5,11 @@ job "mps-example" {
 
   group "infer" {
     task "show-mps" {
-      driver = "raw_exec"
+      driver = "gpu"
 
       config {
         command = "/bin/sh"
-        args    = ["-c", "env | grep -E '^(CUDA|NVIDIA|NOMAD_GPU)_' | sort; sleep 5"]
+        args    = ["-c", "id -un; env | grep -E '^(CUDA|NVIDIA|NOMAD_GPU)_' | sort; sleep 30"]
       }
 
       resources {

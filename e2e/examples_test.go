@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+)
+
+// The jobspecs in jobs/examples are what README tells people to run: each
+// must place and run on a simulated GPU node and print its GPU environment.
+func TestExampleJobs(t *testing.T) {
+	cluster.RequirePlugin(t, "nomad-device-gpu")
+	cluster.RequirePlugin(t, "nomad-driver-gpu")
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+	}
+	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "*.nomad.hcl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example jobs: %v", err)
+	}
+	node := newGPUNode(t)
+	c := cluster.Start(t, cluster.Options{
+		Clients: 1,
+		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: node.hcl(t)},
+	})
+	c.WaitForNode(t, "client-1", func(n *api.Node) bool { return n.Drivers["gpu"] != nil && n.Drivers["gpu"].Healthy }, 2*time.Minute)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := c.RunJob(t, string(src))
+			n := 1
+			if g := job.TaskGroups[0]; g.Count != nil && *g.Count > 0 {
+				n = *g.Count
+			}
+			for _, a := range c.WaitForAllocs(t, *job.ID, n, time.Minute) {
+				c.WaitForAllocStatus(t, a.ID, "running", time.Minute)
+				task := job.TaskGroups[0].Tasks[0].Name
+				out := c.WaitForAllocLogs(t, a.ID, task, "stdout", "-", 30*time.Second)
+				if !strings.Contains(out, "GPU-") && !strings.Contains(out, "MIG-") {
+					t.Errorf("%s: output has no GPU: %q", a.ID, out)
+				}
+			}
+			c.StopJob(t, *job.ID, true)
+		})
+	}
+}
