@@ -22,3 +22,30 @@ plugin "nomad-device-gpu" {
     }
   }
 }
+
+# The task driver: jobspecs say driver = "gpu". Every key with its default.
+plugin "nomad-driver-gpu" {
+  config {
+    state_dir           = "/var/lib/nomad-gpu/driver" # must survive restarts
+    default_user        = "nobody"  # tasks without a `user`
+    allow_root          = false     # tasks may not run as root
+    cgroup_root         = "nomad-gpu"
+    gpu_memory_watchdog = "kill"    # or "warn", "off"
+    watchdog_interval   = "5s"
+
+    mps {
+      control_binary = "nvidia-cuda-mps-control"
+      pipe_root      = "/run/nomad-gpu/mps" # = the device plugin's mps_pipe_root
+      log_root       = "/var/log/nomad-gpu/mps"
+    }
+
+    gpu {
+      backend = "nvml" # = the device plugin's backend
+    }
+  }
+}
+
+# Task stats (`nomad alloc status -stats`) need allocation metrics on.
+telemetry {
+  publish_allocation_metrics = true
+}
