@@ -100,6 +100,13 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err := d.setupMPS(t); err != nil {
 		return nil, nil, err
 	}
+	if uid != 0 {
+		grants, err := grantMIGCaps(cfg.Devices, uid, gid)
+		if err != nil {
+			return nil, nil, drivers.NewRecoverableError(err, true)
+		}
+		st.MIGCaps = grants
+	}
 
 	dir := tc.WorkDir
 	if dir == "" {
@@ -393,6 +400,7 @@ func (d *Driver) releaseTask(t *task) {
 			d.logger.Warn("removing task cgroup", "task", t.id, "error", err)
 		}
 	}
+	revokeMIGCaps(t.state.MIGCaps)
 	if d.mps != nil {
 		for _, uuid := range t.state.MPSGPUs {
 			if err := d.mps.Release(uuid, t.id); err != nil {

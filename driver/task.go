@@ -28,6 +28,8 @@ type driverState struct {
 	// DeviceEnv is the device plugin's reservation, for the watchdog.
 	DeviceEnv map[string]string `json:"device_env,omitempty"`
 	User      string            `json:"user"`
+	// MIGCaps are capability nodes given to the task's user, to take back.
+	MIGCaps []capGrant `json:"mig_caps,omitempty"`
 }
 
 func (s *driverState) encode() []byte {
