@@ -24,7 +24,11 @@ const (
 	statMemClock     = "Memory clock"
 	statShareThreads = "MPS thread percentage"
 	statShareMemory  = "MPS memory limit"
+	statShareUsed    = "MPS memory used"
 )
+
+// shareUsageMaxAge drops figures the driver stopped publishing (no task).
+const shareUsageMaxAge = time.Minute
 
 func (p *Plugin) collectStats(now time.Time) *device.Stats {
 	m := p.model()
@@ -48,6 +52,19 @@ func (p *Plugin) collectStats(now time.Time) *device.Stats {
 		cache[uuid] = &t
 		return &t
 	}
+	pipeRoot := p.config().MPSPipeRoot
+	shareUsage := map[string]map[string]uint64{} // GPU UUID → share ID → MiB
+	readShares := func(gpuUUID string) map[string]uint64 {
+		if u, ok := shareUsage[gpuUUID]; ok {
+			return u
+		}
+		u, err := gpu.ReadShareUsage(gpu.ShareUsagePath(pipeRoot, gpuUUID))
+		if err != nil || now.Sub(u.UpdatedAt) > shareUsageMaxAge {
+			u.Shares = nil
+		}
+		shareUsage[gpuUUID] = u.Shares
+		return u.Shares
+	}
 	for _, g := range m.groups {
 		gs := &device.GroupStats{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Instances: make(map[string]*device.DeviceStats, len(g.Devices))}
 		for _, d := range g.Devices {
@@ -56,7 +73,11 @@ func (p *Plugin) collectStats(now time.Time) *device.Stats {
 			if t == nil {
 				continue
 			}
-			gs.Instances[d.ID] = deviceStats(s, t, now)
+			ds := deviceStats(s, t, now)
+			if s.typ == TypeMPS {
+				addShareUsage(ds, s, readShares(s.gpuUUID))
+			}
+			gs.Instances[d.ID] = ds
 		}
 		out.Groups = append(out.Groups, gs)
 	}
@@ -110,4 +131,14 @@ func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats 
 		Stats:     &structs.StatObject{Attributes: attrs},
 		Timestamp: now,
 	}
+}
+
+// addShareUsage makes an MPS share's summary what its task uses of the
+// share, as the gpu driver measured it; without a task the share uses 0.
+func addShareUsage(ds *device.DeviceStats, s *slice, shares map[string]uint64) {
+	used := int64(shares[s.id])
+	limit := int64(s.memLimitMiB)
+	v := &structs.StatValue{IntNumerator: &used, IntDenominator: &limit, Unit: "MiB", Desc: "GPU memory used by this share's task, per share"}
+	ds.Stats.Attributes[statShareUsed] = v
+	ds.Summary = v
 }

@@ -154,6 +154,7 @@ func (d *Driver) runtime() error {
 		})
 		d.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)
 		go d.watch.Run(d.ctx)
+		go d.publishShareUsage()
 	})
 	return d.initErr
 }

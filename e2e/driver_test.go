@@ -30,7 +30,7 @@ type gpuNode struct {
 	dir, control string
 }
 
-func newGPUNode(t *testing.T) gpuNode {
+func newGPUNode(t testing.TB) gpuNode {
 	// Short: MPS pipes are unix sockets under the pipe root.
 	dir, err := os.MkdirTemp("", "nge2e-gpu")
 	if err != nil {
@@ -40,7 +40,7 @@ func newGPUNode(t *testing.T) gpuNode {
 	return gpuNode{dir: dir, control: filepath.Join(dir, "sim.json")}
 }
 
-func (n gpuNode) hcl(t *testing.T) string {
+func (n gpuNode) hcl(t testing.TB) string {
 	fake := filepath.Join(cluster.RepoRoot(t), "driver/mps/testdata/fake-nvidia-cuda-mps-control")
 	sim := fmt.Sprintf(`
       system       = "dgxh100"
@@ -193,6 +193,21 @@ func TestDriver(t *testing.T) {
 		}
 	})
 
+	t.Run("alloc restart", func(t *testing.T) {
+		nomadCLI(t, c, "alloc", "restart", allocs["whole"], "t")
+		deadline := time.Now().Add(time.Minute)
+		for {
+			a, _, err := c.API().Allocations().Info(allocs["whole"], nil)
+			if err == nil && a.TaskStates["t"] != nil && a.TaskStates["t"].Restarts == 1 && a.TaskStates["t"].State == "running" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task not restarted and running: %v", cluster.AllocSummary(a))
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	})
+
 	t.Run("client SIGKILL and restart: tasks keep running and are reattached", func(t *testing.T) {
 		before := taskPIDs(t, node)
 		if len(before) != 4 {
@@ -257,6 +272,28 @@ func TestDriver(t *testing.T) {
 		b, _, err := c.API().Allocations().Info(allocs["mps-b"], nil)
 		if err != nil || b.ClientStatus != "running" {
 			t.Fatalf("neighbour: %v %v", b.ClientStatus, err)
+		}
+		// The neighbour's own use of its share shows in its device stats.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var used int64 = -1
+			st, err := c.API().Allocations().Stats(b, nil)
+			if err == nil && st.Tasks["t"] != nil {
+				for _, g := range st.Tasks["t"].ResourceUsage.DeviceStats {
+					for _, inst := range g.InstanceStats {
+						if inst.Summary != nil && inst.Summary.IntNumeratorVal != nil {
+							used = *inst.Summary.IntNumeratorVal
+						}
+					}
+				}
+			}
+			if used == 1000 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("neighbour's share shows %d MiB used, want 1000 (stats %+v, %v)", used, st, err)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
 	})
 
