@@ -2,6 +2,7 @@ package driver
 
 import (
 	"os"
+	"strings"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -65,4 +66,21 @@ func TestOOMKillIsReported(t *testing.T) {
 		t.Fatalf("exit %+v: want an OOM kill", res)
 	}
 	d.DestroyTask(cfg.ID, true)
+}
+
+func TestMPSTaskWithoutMPSBinariesFailsClearly(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MPS.ControlBinary = "/nonexistent/nvidia-cuda-mps-control"
+	d := e.plugin()
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/true"}, map[string]string{
+		"CUDA_VISIBLE_DEVICES": "GPU-x", "NOMAD_GPU_SLICE_TYPE": "mps",
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1024M",
+	})
+	_, _, err := d.StartTask(cfg)
+	if err == nil || !strings.Contains(err.Error(), "MPS") || !strings.Contains(err.Error(), "/nonexistent/nvidia-cuda-mps-control") {
+		t.Fatalf("error %v: want one naming MPS and the missing binary", err)
+	}
+	if fp := d.fingerprint(); fp.Attributes["driver.gpu.mps"].Text() != "false" || !strings.Contains(fp.HealthDescription, "MPS") {
+		t.Fatalf("fingerprint does not say MPS is unavailable: %+v", fp)
+	}
 }
