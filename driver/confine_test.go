@@ -2,8 +2,8 @@ package driver
 
 import (
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		case "shim":
 			os.Exit(supervisor.RunShim(os.Args[2:]))
 		case "exec-shim":
-			os.Exit(RunExecShim(os.Args[2:]))
+			os.Exit(supervisor.RunExecShim(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"syscall"
 	"time"
 
 	"github.com/creack/pty"
 
-	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -115,23 +113,4 @@ func exitResultOf(cmd *exec.Cmd, err error) *drivers.ExitResult {
 		res.Err = err
 	}
 	return res
-}
-
-// RunExecShim is the `exec-shim <statedir> -- argv…` sub-command: it puts
-// the current process where the task runs (cgroups, user) and execs argv.
-func RunExecShim(args []string) int {
-	if len(args) < 3 || args[1] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: exec-shim <statedir> -- command [args…]")
-		return 2
-	}
-	h, err := supervisor.Recover(args[0])
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "exec: %v\n", err)
-		return 127
-	}
-	if err := supervisor.Enter(h.Spec(), args[2:]); err != nil {
-		fmt.Fprintf(os.Stderr, "exec: %v\n", err)
-		return 127
-	}
-	return 0 // not reached: Enter execs
 }

@@ -67,11 +67,10 @@ func New(logger hclog.Logger) *Driver {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	exe, _ := os.Executable()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Driver{
 		logger:     logger,
-		executable: exe,
+		executable: supervisorExecutable(),
 		tasks:      map[string]*task{},
 		ctx:        ctx,
 		cancel:     cancel,
@@ -80,6 +79,22 @@ func New(logger hclog.Logger) *Driver {
 			return gpu.Open(c, l)
 		},
 	}
+}
+
+// SupervisorBinary is the small per-task supervisor installed next to the
+// plugin; without it the plugin binary supervises tasks itself.
+const SupervisorBinary = "nomad-driver-gpu-supervisor"
+
+func supervisorExecutable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	small := filepath.Join(filepath.Dir(exe), SupervisorBinary)
+	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return small
+	}
+	return exe
 }
 
 // SetExecutable points the supervisor at another binary (tests).

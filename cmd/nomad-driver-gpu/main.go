@@ -21,7 +21,7 @@ func main() {
 		case "shim":
 			os.Exit(supervisor.RunShim(os.Args[2:]))
 		case "exec-shim":
-			os.Exit(driver.RunExecShim(os.Args[2:]))
+			os.Exit(supervisor.RunExecShim(os.Args[2:]))
 		case "version", "--version", "-v":
 			fmt.Printf("%s %s\n", driver.BinaryName, driver.Version)
 			return

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -42,4 +43,21 @@ func Enter(spec Spec, argv []string) error {
 	}
 	err = syscall.Exec(path, argv, env)
 	return fmt.Errorf("command %q: %v", argv[0], errText(err))
+}
+
+// RunExecShim is the "exec-shim <statedir> -- argv…" sub-command behind
+// `nomad alloc exec`: it becomes one more process of the task (Enter).
+func RunExecShim(args []string) int {
+	if len(args) < 3 || args[1] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: exec-shim <statedir> -- command [args…]")
+		return 2
+	}
+	spec, err := readSpec(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "exec: %v\n", err)
+		return 127
+	}
+	err = Enter(spec, args[2:])
+	fmt.Fprintf(os.Stderr, "exec: %v\n", err)
+	return 127
 }
