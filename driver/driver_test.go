@@ -19,15 +19,8 @@ import (
 
 // The test binary is also the supervisor and shim, as the plugin binary is.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "supervise":
-			os.Exit(supervisor.RunSupervisor(os.Args[2:]))
-		case "shim":
-			os.Exit(supervisor.RunShim(os.Args[2:]))
-		case "exec-shim":
-			os.Exit(supervisor.RunExecShim(os.Args[2:]))
-		}
+	if code, ok := supervisor.Dispatch(os.Args); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }

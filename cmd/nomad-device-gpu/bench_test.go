@@ -50,7 +50,7 @@ func BenchmarkPluginResidentMemory(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	rss, err := residentMiB(c.client.ReattachConfig().Pid)
+	rss, err := residentMiB(c.pid)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,13 +7,11 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-version"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,39 +29,25 @@ import (
 var pluginBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "nomad-device-gpu-wire")
+	path, cleanup, err := wiretest.BuildBinary("nomad-device-gpu")
 	if err != nil {
-		panic(err)
-	}
-	pluginBinary = filepath.Join(dir, "nomad-device-gpu")
-	build := exec.Command("go", "build", "-o", pluginBinary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
 		panic("building the plugin: " + err.Error())
 	}
+	pluginBinary = path
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
 type conn struct {
-	client *plugin.Client
 	base   basepb.BasePluginClient
 	device devicepb.DevicePluginClient
+	pid    int
 }
 
 func launch(t testing.TB) *conn {
 	t.Helper()
-	ctx := context.Background()
-	c, err := base.Launch(ctx, pluginBinary, nil, device.PluginSet(nil, nil), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Kill)
-	rpc, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, rpc := wiretest.Start(t, pluginBinary, device.PluginSet(nil, nil))
 	b, err := rpc.Dispense("base")
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +56,7 @@ func launch(t testing.TB) *conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &conn{client: c, base: b.(basepb.BasePluginClient), device: d.(devicepb.DevicePluginClient)}
+	return &conn{base: b.(basepb.BasePluginClient), device: d.(devicepb.DevicePluginClient), pid: client.ReattachConfig().Pid}
 }
 
 func (c *conn) setConfig(t testing.TB, cfg map[string]any, runtime bool) error {

@@ -13,15 +13,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "supervise":
-			os.Exit(supervisor.RunSupervisor(os.Args[2:]))
-		case "shim":
-			os.Exit(supervisor.RunShim(os.Args[2:]))
-		case "exec-shim":
-			os.Exit(supervisor.RunExecShim(os.Args[2:]))
-		}
+	if code, ok := supervisor.Dispatch(os.Args); ok {
+		os.Exit(code)
 	}
 	fmt.Fprintln(os.Stderr, "nomad-driver-gpu-supervisor is run by the nomad-driver-gpu task driver, not by hand")
 	os.Exit(2)

@@ -14,18 +14,12 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "supervise":
-			os.Exit(supervisor.RunSupervisor(os.Args[2:]))
-		case "shim":
-			os.Exit(supervisor.RunShim(os.Args[2:]))
-		case "exec-shim":
-			os.Exit(supervisor.RunExecShim(os.Args[2:]))
-		case "version", "--version", "-v":
-			fmt.Printf("%s %s\n", driver.BinaryName, driver.Version)
-			return
-		}
+	if code, ok := supervisor.Dispatch(os.Args); ok {
+		os.Exit(code)
+	}
+	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "--version") {
+		fmt.Printf("%s %s\n", driver.BinaryName, driver.Version)
+		return
 	}
 	if os.Getenv(base.Handshake.MagicCookieKey) != base.Handshake.MagicCookieValue {
 		fmt.Fprintf(os.Stderr, "%s is a Nomad task driver plugin (driver = %q): put it in the client's plugin_dir\n"+

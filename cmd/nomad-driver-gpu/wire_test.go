@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,32 +25,19 @@ import (
 var pluginBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "nomad-driver-gpu-wire")
+	path, cleanup, err := wiretest.BuildBinary("nomad-driver-gpu")
 	if err != nil {
-		panic(err)
-	}
-	pluginBinary = filepath.Join(dir, "nomad-driver-gpu")
-	build := exec.Command("go", "build", "-o", pluginBinary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
 		panic("building the plugin: " + err.Error())
 	}
+	pluginBinary = path
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
 func launch(t *testing.T) (basepb.BasePluginClient, driverspb.DriverClient) {
 	t.Helper()
-	c, err := base.Launch(context.Background(), pluginBinary, nil, drivers.PluginSet(nil, nil), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Kill)
-	rpc, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rpc := wiretest.Start(t, pluginBinary, drivers.PluginSet(nil, nil))
 	b, err := rpc.Dispense("base")
 	if err != nil {
 		t.Fatal(err)

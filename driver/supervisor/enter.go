@@ -61,3 +61,21 @@ func RunExecShim(args []string) int {
 	fmt.Fprintf(os.Stderr, "exec: %v\n", err)
 	return 127
 }
+
+// Dispatch runs the sub-command a driver binary was started for, if it is
+// one of the supervisor's ("supervise", "shim", "exec-shim"); every binary
+// that can supervise tasks calls it first thing in main.
+func Dispatch(args []string) (code int, handled bool) {
+	if len(args) < 2 {
+		return 0, false
+	}
+	switch args[1] {
+	case "supervise":
+		return RunSupervisor(args[2:]), true
+	case "shim":
+		return RunShim(args[2:]), true
+	case "exec-shim":
+		return RunExecShim(args[2:]), true
+	}
+	return 0, false
+}
