@@ -198,10 +198,10 @@ func TestKernelLimits(t *testing.T) {
 		v1, v2 map[string]string // file -> expected content; "<parent>" is the parent's value
 	}{
 		{"full", Limits{CPUShares: 500, MemoryLimitBytes: 64 << 20, MemorySoftBytes: 32 << 20, CpusetCpus: "0", PidsMax: 100},
-			map[string]string{"cpu.shares": "500", "memory.limit_in_bytes": "67108864", "memory.soft_limit_in_bytes": "33554432", "cpuset.cpus": "0", "pids.max": "100"},
+			map[string]string{"cpu.shares": "500", "memory.limit_in_bytes": "67108864", "memory.soft_limit_in_bytes": "33554432", "memory.swappiness": "0", "cpuset.cpus": "0", "pids.max": "100"},
 			map[string]string{"cpu.weight": "19", "memory.max": "67108864", "memory.low": "33554432", "cpuset.cpus": "0", "pids.max": "100"}},
 		{"reused with no limits", Limits{},
-			map[string]string{"cpu.shares": "1024", "memory.limit_in_bytes": unlimitedV1, "memory.soft_limit_in_bytes": unlimitedV1, "cpuset.cpus": "<parent>", "pids.max": "max"},
+			map[string]string{"cpu.shares": "1024", "memory.limit_in_bytes": unlimitedV1, "memory.soft_limit_in_bytes": unlimitedV1, "memory.swappiness": "60", "cpuset.cpus": "<parent>", "pids.max": "max"},
 			map[string]string{"cpu.weight": "100", "memory.max": "max", "memory.low": "0", "cpuset.cpus": "", "pids.max": "max"}},
 		{"shares clamped", Limits{CPUShares: 1, MemoryLimitBytes: 1 << 30},
 			map[string]string{"cpu.shares": "2", "memory.limit_in_bytes": "1073741824"},

@@ -135,5 +135,12 @@ func (g *Group) setV1(limits Limits) error {
 			return err
 		}
 	}
+	// A memory limit means the task is OOM-killed at it, not swapped past
+	// it. Best effort: the file is absent on kernels without swap control.
+	swappiness := "60"
+	if limits.MemoryLimitBytes > 0 {
+		swappiness = "0"
+	}
+	_ = writeFile(filepath.Join(g.dir("memory"), "memory.swappiness"), swappiness)
 	return nil
 }

@@ -140,5 +140,12 @@ func (g *Group) setV2(limits Limits) error {
 			return err
 		}
 	}
+	// A memory limit means the task is OOM-killed at it, not swapped past
+	// it. Best effort: memory.swap.max is absent without swap accounting.
+	swap := "max"
+	if limits.MemoryLimitBytes > 0 {
+		swap = "0"
+	}
+	_ = writeFile(filepath.Join(dir, "memory.swap.max"), swap)
 	return nil
 }
