@@ -66,9 +66,9 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	t := &task{id: cfg.ID, cfg: cfg, state: st, done: make(chan struct{})}
 
 	// Undo whatever was set up when a later step fails.
-	ok = false
+	started := false
 	defer func() {
-		if !ok {
+		if !started {
 			d.releaseTask(t)
 		}
 	}()
@@ -140,7 +140,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}
 	t.proc = proc
 	st.StartedAt = proc.StartedAt()
-	ok = true
+	started = true
 
 	d.track(t)
 	handle := &drivers.TaskHandle{Version: 1, Config: cfg, State: drivers.TaskStateRunning, DriverState: st.encode()}

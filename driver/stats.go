@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,7 +114,8 @@ var (
 	coreMHzVal  float64
 )
 
-// coreMHz is one core's clock as /proc/cpuinfo reports it (the average).
+// coreMHz is one core's clock as /proc/cpuinfo reports it (the average);
+// 1000 where it reports none (some virtual machines and arm64).
 func coreMHz() float64 {
 	coreMHzOnce.Do(func() {
 		coreMHzVal = 1000
@@ -139,8 +139,6 @@ func coreMHz() float64 {
 		}
 		if n > 0 {
 			coreMHzVal = sum / float64(n)
-		} else if c := runtime.NumCPU(); c > 0 {
-			coreMHzVal = 1000
 		}
 	})
 	return coreMHzVal

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -145,11 +146,12 @@ func NewLogger(name string) hclog.Logger {
 // Launch starts a plugin binary the way the Nomad client does (handshake,
 // gRPC only, host environment plus the magic cookie) and returns the client;
 // wire tests and tools use it to talk to a built binary.
-func Launch(ctx context.Context, path string, args []string, plugins map[string]plugin.Plugin, logger hclog.Logger) (*plugin.Client, error) {
+func Launch(path string, args []string, plugins map[string]plugin.Plugin, logger hclog.Logger) (*plugin.Client, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	cmd := commandContext(ctx, path, args...)
+	// Not bound to a context: go-plugin owns the process lifetime (Kill).
+	cmd := exec.Command(path, args...)
 	c := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugins,

@@ -1,20 +1,12 @@
 package base
 
 import (
-	"context"
-	"os/exec"
 	"os/signal"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 )
-
-func commandContext(_ context.Context, path string, args ...string) *exec.Cmd {
-	// go-plugin owns the process lifetime (Kill); a context-bound command
-	// would race with its graceful shutdown.
-	return exec.Command(path, args...)
-}
 
 // Serve runs the plugin set until the agent shuts it down. Nothing may be
 // written to stdout before this: the handshake line must come first.

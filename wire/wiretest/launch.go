@@ -1,7 +1,6 @@
 package wiretest
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +34,7 @@ func BuildBinary(name string) (path string, cleanup func(), err error) {
 // plugin is killed when the test ends.
 func Start(t testing.TB, binary string, set map[string]plugin.Plugin) (*plugin.Client, plugin.ClientProtocol) {
 	t.Helper()
-	c, err := base.Launch(context.Background(), binary, nil, set, nil)
+	c, err := base.Launch(binary, nil, set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
