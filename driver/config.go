@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
@@ -48,6 +49,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: %q must be an absolute path", key, p)
 		}
 	}
+	if b := c.MPS.ControlBinary; b == "" || (strings.Contains(b, "/") && !filepath.IsAbs(b)) {
+		return fmt.Errorf("mps.control_binary: %q must be a command name found in PATH or an absolute path", b)
+	}
 	if c.DefaultUser == "" {
 		return fmt.Errorf("default_user: must name a user (e.g. \"nobody\")")
 	}
@@ -87,8 +91,8 @@ type TaskConfig struct {
 	// WorkDir defaults to the task directory.
 	WorkDir   string `hcl:"work_dir"`
 	PidsLimit int64  `hcl:"pids_limit"`
-	// OOMScoreAdj makes the kernel pick this task earlier (>0) or later
-	// (<0) when the host runs out of memory.
+	// OOMScoreAdj makes the kernel pick this task earlier when the host
+	// runs out of memory (0 to 1000).
 	OOMScoreAdj int `hcl:"oom_score_adj"`
 }
 
@@ -102,8 +106,10 @@ func (t *TaskConfig) validate() error {
 	if t.PidsLimit < 0 {
 		return fmt.Errorf("config.pids_limit: %d must not be negative", t.PidsLimit)
 	}
-	if t.OOMScoreAdj < -1000 || t.OOMScoreAdj > 1000 {
-		return fmt.Errorf("config.oom_score_adj: %d is out of range; allowed: -1000 to 1000", t.OOMScoreAdj)
+	// Negative values would shield the task from the OOM killer at the
+	// expense of the node: that is the operator's call, not a job's.
+	if t.OOMScoreAdj < 0 || t.OOMScoreAdj > 1000 {
+		return fmt.Errorf("config.oom_score_adj: %d is out of range; allowed: 0 to 1000", t.OOMScoreAdj)
 	}
 	return nil
 }

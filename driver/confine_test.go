@@ -84,3 +84,73 @@ func TestMPSTaskWithoutMPSBinariesFailsClearly(t *testing.T) {
 		t.Fatalf("fingerprint does not say MPS is unavailable: %+v", fp)
 	}
 }
+
+func TestTaskWithoutGPUsSeesNone(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", `test "${CUDA_VISIBLE_DEVICES-unset}" = "" && test "$NVIDIA_VISIBLE_DEVICES" = void`}}, nil)
+	cfg.Env["CUDA_VISIBLE_DEVICES"] = "0,1"
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if res := wait(t, d, cfg.ID, 30*time.Second); res.ExitCode != 0 {
+		t.Fatalf("a task without a GPU reservation saw GPUs: %+v", res)
+	}
+	d.DestroyTask(cfg.ID, true)
+}
+
+// Exec runs as the task (user, environment, directory) while the root shim
+// in between gets nothing of the task's environment.
+func TestExecRunsAsTheTask(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}, WorkDir: "/tmp"}, nil)
+	cfg.Env["TASK_MARK"] = "from-task"
+	cfg.Env["LD_PRELOAD"] = "/nonexistent-ngd-test.so"
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyTask(cfg.ID, true)
+	res, err := d.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "id -un; pwd; echo $TASK_MARK; exit 4"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Stdout); got != "nobody\n/tmp\nfrom-task\n" || res.ExitResult.ExitCode != 4 {
+		t.Fatalf("exec: stdout %q stderr %q exit %+v", got, res.Stderr, res.ExitResult)
+	}
+	// The loader complains about LD_PRELOAD only where the task's env is
+	// used: once, in the command itself, never before it in the shim.
+	if n := strings.Count(string(res.Stderr), "nonexistent-ngd-test.so"); n > 2 {
+		t.Fatalf("the root exec shim ran with the task's LD_PRELOAD: %q", res.Stderr)
+	}
+	// A forked child that keeps stdout open does not hold exec past its end.
+	start := time.Now()
+	res, err = d.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "sleep 60 & exit 0"}, 30*time.Second)
+	if err != nil || res.ExitResult.ExitCode != 0 || time.Since(start) > 15*time.Second {
+		t.Fatalf("exec with a lingering child: %+v, %v after %s", res, err, time.Since(start))
+	}
+}
+
+func TestRecoveryKeepsMPSCeiling(t *testing.T) {
+	e := newEnv(t)
+	first := e.plugin()
+	env := map[string]string{
+		"CUDA_VISIBLE_DEVICES": "GPU-recover", "NOMAD_GPU_SLICE_TYPE": "mps",
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40960M",
+	}
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, env)
+	h, _, err := first.StartTask(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Shutdown()
+	second := e.plugin()
+	if err := second.RecoverTask(&drivers.TaskHandle{Version: 1, Config: &drivers.TaskConfig{ID: cfg.ID, Name: "t", AllocID: cfg.AllocID}, DriverState: h.DriverState}); err != nil {
+		t.Fatal(err)
+	}
+	if c := second.mps.Status()["GPU-recover"].Ceiling; c.ThreadPercentage != 50 || c.PinnedMemMiB != 40960 {
+		t.Fatalf("ceiling after recovery %+v, want the task's 50%% / 40960 MiB", c)
+	}
+	second.StopTask(cfg.ID, time.Second, "")
+	second.DestroyTask(cfg.ID, true)
+}

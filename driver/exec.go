@@ -3,7 +3,6 @@ package driver
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -28,8 +27,16 @@ func (d *Driver) execCommand(ctx context.Context, t *task, argv []string) (*exec
 	// The shim joins the task's cgroups and drops to its user before exec,
 	// exactly as for the task itself.
 	cmd := exec.CommandContext(ctx, d.executable, append([]string{"exec-shim", spec.StateDir, "--"}, argv...)...)
-	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
+	// The shim runs as root until it drops to the task's user: it must not
+	// see the task's environment (LD_PRELOAD…) or start in its directory.
+	// Enter hands both to the command from the task's spec.
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	// Kill the whole exec'd tree on timeout or cancel, and stop waiting for
+	// output pipes that a forked child keeps open.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
 	return cmd, nil
 }
 
@@ -67,9 +74,21 @@ func (d *Driver) ExecTaskStreaming(ctx context.Context, id string, opts *drivers
 		return nil, err
 	}
 	if !opts.Tty {
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
-		err := cmd.Run()
-		return exitResultOf(cmd, err), nil
+		cmd.Stdout, cmd.Stderr = opts.Stdout, opts.Stderr
+		// Our own stdin copier: with cmd.Stdin set to a reader, Wait would
+		// also wait for the client to close stdin, after the command exited.
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		go func() {
+			_, _ = io.Copy(stdin, opts.Stdin)
+			stdin.Close()
+		}()
+		return exitResultOf(cmd, cmd.Wait()), nil
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	tty, err := pty.Start(cmd)
@@ -98,17 +117,18 @@ func (d *Driver) ExecTaskStreaming(ctx context.Context, id string, opts *drivers
 
 func exitResultOf(cmd *exec.Cmd, err error) *drivers.ExitResult {
 	res := &drivers.ExitResult{}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	// The process state is the truth when the command ran, even when Wait
+	// also reports a pipe a forked child kept open (exec.ErrWaitDelay).
+	if ps := cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			res.Signal = int(ws.Signal())
 			res.ExitCode = 128 + int(ws.Signal())
 		} else {
-			res.ExitCode = ee.ExitCode()
+			res.ExitCode = ps.ExitCode()
 		}
-	default:
+		return res
+	}
+	if err != nil {
 		res.ExitCode = 127
 		res.Err = err
 	}

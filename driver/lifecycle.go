@@ -112,13 +112,24 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if dir == "" {
 		dir = cfg.Env["NOMAD_TASK_DIR"]
 	}
+	env := cfg.Env
+	if cfg.DeviceEnv[gpuwatch.EnvVisibleDevices] == "" {
+		// A task without a GPU reservation must not see the node's GPUs:
+		// CUDA and container runtimes default to all of them.
+		env = make(map[string]string, len(cfg.Env)+2)
+		for k, v := range cfg.Env {
+			env[k] = v
+		}
+		env[gpuwatch.EnvVisibleDevices] = ""
+		env["NVIDIA_VISIBLE_DEVICES"] = "void"
+	}
 	spec := supervisor.Spec{
 		TaskID:     cfg.ID,
 		StateDir:   st.StateDir,
 		Executable: d.executable,
 		Command:    tc.Command,
 		Args:       tc.Args,
-		Env:        envList(cfg.Env),
+		Env:        envList(env),
 		Dir:        dir,
 		UID:        uid,
 		GID:        gid,
@@ -136,7 +147,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}
 	proc, err := supervisor.Start(spec)
 	if err != nil {
-		return nil, nil, unrecoverable("%v", err)
+		return nil, nil, classifyStartError(err)
 	}
 	t.proc = proc
 	st.StartedAt = proc.StartedAt()
@@ -147,28 +158,43 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	return handle, nil, nil
 }
 
+// mpsShares reads the MPS limits a task holds on each of its GPUs from the
+// device plugin's reservation.
+func mpsShares(env map[string]string) (map[string]mps.Limits, error) {
+	if env[gpuwatch.EnvSliceType] != gpuwatch.SliceMPS {
+		return nil, nil
+	}
+	mem, err := gpuwatch.ParsePinnedMemLimit(env[gpuwatch.EnvPinnedMemLimit])
+	if err != nil {
+		return nil, err
+	}
+	threads, _ := strconv.Atoi(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
+	out := map[string]mps.Limits{}
+	for i, uuid := range strings.Split(env[gpuwatch.EnvVisibleDevices], ",") {
+		if uuid != "" {
+			out[uuid] = mps.Limits{ThreadPercentage: threads, PinnedMemMiB: mem[i]}
+		}
+	}
+	return out, nil
+}
+
 // setupMPS makes each GPU whose shares the task holds run its MPS daemon,
 // with a ceiling at least as high as this task's limits.
 func (d *Driver) setupMPS(t *task) error {
-	env := t.cfg.DeviceEnv
-	if env[gpuwatch.EnvSliceType] != gpuwatch.SliceMPS {
+	shares, err := mpsShares(t.cfg.DeviceEnv)
+	if err != nil {
+		return unrecoverable("%v", err)
+	}
+	if len(shares) == 0 {
 		return nil
 	}
 	if ok, why := d.mps.Available(); !ok {
 		return unrecoverable("MPS: the task holds MPS shares but %s", why)
 	}
-	limits, err := gpuwatch.ParsePinnedMemLimit(env[gpuwatch.EnvPinnedMemLimit])
-	if err != nil {
-		return unrecoverable("%v", err)
-	}
-	threads, _ := strconv.Atoi(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	for i, uuid := range strings.Split(env[gpuwatch.EnvVisibleDevices], ",") {
-		if uuid == "" {
-			continue
-		}
-		if err := d.mps.Acquire(ctx, uuid, t.id, mps.Limits{ThreadPercentage: threads, PinnedMemMiB: limits[i]}); err != nil {
+	for _, uuid := range sortedKeys(shares) {
+		if err := d.mps.Acquire(ctx, uuid, t.id, shares[uuid]); err != nil {
 			return drivers.NewRecoverableError(fmt.Errorf("MPS daemon for %s: %w", uuid, err), true)
 		}
 		t.state.MPSGPUs = append(t.state.MPSGPUs, uuid)
@@ -302,11 +328,13 @@ func (d *Driver) RecoverTask(h *drivers.TaskHandle) error {
 			d.logger.Warn("task cgroup not found on recovery; stats and tree kill fall back to the session", "task", t.id, "error", err)
 		}
 	}
-	// Re-register as an MPS client: idempotent, and it restarts a daemon
-	// that died while nobody watched.
+	// Re-register as an MPS client with the task's own limits (they set the
+	// daemon's ceiling): idempotent, and it restarts a daemon that died
+	// while nobody watched.
+	shares, _ := mpsShares(st.DeviceEnv)
 	for _, uuid := range st.MPSGPUs {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		err := d.mps.Acquire(ctx, uuid, t.id, mps.Limits{})
+		err := d.mps.Acquire(ctx, uuid, t.id, shares[uuid])
 		cancel()
 		if err != nil {
 			d.logger.Warn("MPS daemon not re-acquired on recovery", "task", t.id, "gpu", uuid, "error", err)
@@ -371,6 +399,13 @@ func (d *Driver) StopTask(id string, timeout time.Duration, signal string) error
 func (d *Driver) DestroyTask(id string, force bool) error {
 	t := d.getTask(id)
 	if t == nil {
+		// A task whose recovery failed is unknown here, yet may still be an
+		// MPS client on disk: release it so its daemon can stop.
+		if d.mps != nil {
+			if err := d.mps.ReleaseTask(id); err != nil {
+				d.logger.Warn("releasing MPS daemons of an unknown task", "task", id, "error", err)
+			}
+		}
 		return nil
 	}
 	if !t.exited() && !force {
@@ -443,6 +478,28 @@ func envList(env map[string]string) []string {
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// classifyStartError: a missing command, a user or directory the task cannot
+// use will fail again on restart; anything else (a slow log reader, fork
+// limits) may not, so the restart policy decides.
+func classifyStartError(err error) error {
+	msg := err.Error()
+	for _, permanent := range []string{"command ", "working directory ", "user "} {
+		if strings.HasPrefix(msg, permanent) {
+			return unrecoverable("%v", err)
+		}
+	}
+	return drivers.NewRecoverableError(err, true)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out

@@ -47,8 +47,8 @@ type Driver struct {
 	cfg   *Config
 	tasks map[string]*task
 
-	initOnce sync.Once
-	initErr  error
+	initMu   sync.Mutex
+	initDone bool
 	ctx      context.Context
 	cancel   context.CancelFunc
 	mps      *mps.Manager
@@ -145,33 +145,37 @@ func (d *Driver) Capabilities() *drivers.Capabilities {
 // runtime starts what only a running plugin needs (not the agent's
 // validation launches): state dirs, the MPS manager, the watchdog.
 func (d *Driver) runtime() error {
-	d.initOnce.Do(func() {
-		cfg := d.config()
-		if err := os.MkdirAll(filepath.Join(cfg.StateDir, "tasks"), 0o700); err != nil {
-			d.initErr = fmt.Errorf("state_dir: %w", err)
-			return
+	d.initMu.Lock()
+	defer d.initMu.Unlock()
+	if d.initDone {
+		return nil
+	}
+	// A failure (say, a state_dir not yet mounted) is retried on the next
+	// call rather than remembered for the plugin's lifetime.
+	cfg := d.config()
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "tasks"), 0o700); err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	m, err := mps.NewManager(mps.Config{
+		ControlBinary: cfg.MPS.ControlBinary,
+		PipeRoot:      cfg.MPS.PipeRoot,
+		LogRoot:       cfg.MPS.LogRoot,
+		StateDir:      filepath.Join(cfg.StateDir, "mps"),
+	}, d.logger.Named("mps"))
+	if err != nil {
+		return fmt.Errorf("MPS: %w", err)
+	}
+	d.mps = m
+	go m.Run(d.ctx, func(gpuUUID, msg string) {
+		for _, t := range d.tasksUsingMPS(gpuUUID) {
+			d.emit(t, msg, map[string]string{"gpu": gpuUUID})
 		}
-		m, err := mps.NewManager(mps.Config{
-			ControlBinary: cfg.MPS.ControlBinary,
-			PipeRoot:      cfg.MPS.PipeRoot,
-			LogRoot:       cfg.MPS.LogRoot,
-			StateDir:      filepath.Join(cfg.StateDir, "mps"),
-		}, d.logger.Named("mps"))
-		if err != nil {
-			d.initErr = fmt.Errorf("MPS: %w", err)
-			return
-		}
-		d.mps = m
-		go m.Run(d.ctx, func(gpuUUID, msg string) {
-			for _, t := range d.tasksUsingMPS(gpuUUID) {
-				d.emit(t, msg, map[string]string{"gpu": gpuUUID})
-			}
-		})
-		d.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)
-		go d.watch.Run(d.ctx)
-		go d.publishShareUsage()
 	})
-	return d.initErr
+	d.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)
+	go d.watch.Run(d.ctx)
+	go d.publishShareUsage()
+	d.initDone = true
+	return nil
 }
 
 // inventory opens NVML (or the sim) once; failure is retried later and

@@ -209,8 +209,20 @@ func openLogSink(path string, deadline time.Time) (*os.File, error) {
 		path = os.DevNull
 	}
 	for {
-		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
+		// The log directory is writable by tasks: never follow a link or
+		// create a file there (as root, that would write wherever a task
+		// points), and accept only a FIFO or a character device.
+		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err == nil {
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				unix.Close(fd)
+				return nil, err
+			}
+			if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFCHR {
+				unix.Close(fd)
+				return nil, fmt.Errorf("log sink %s is not a FIFO", path)
+			}
 			if err := unix.SetNonblock(fd, false); err != nil {
 				unix.Close(fd)
 				return nil, err

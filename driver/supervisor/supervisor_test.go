@@ -246,28 +246,32 @@ func TestConcurrentWait(t *testing.T) {
 	}
 }
 
+// fifoReader makes a log FIFO at p, as Nomad's logmon does, and collects
+// what is written to it until the writer closes.
+func fifoReader(t *testing.T, p string) <-chan string {
+	t.Helper()
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 1)
+	go func() {
+		f, err := os.Open(p) // blocks until the supervisor opens the write end
+		if err != nil {
+			ch <- err.Error()
+			return
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(f)
+		ch <- string(b)
+	}()
+	return ch
+}
+
 func TestLogFIFOs(t *testing.T) {
 	s := newSpec(t, `echo to-stdout; echo to-stderr >&2`)
 	dir := t.TempDir()
 	s.StdoutPath, s.StderrPath = filepath.Join(dir, "stdout.fifo"), filepath.Join(dir, "stderr.fifo")
-	read := func(p string) <-chan string {
-		if err := syscall.Mkfifo(p, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ch := make(chan string, 1)
-		go func() {
-			f, err := os.Open(p) // blocks until the supervisor opens the write end
-			if err != nil {
-				ch <- err.Error()
-				return
-			}
-			defer f.Close()
-			b, _ := io.ReadAll(f)
-			ch <- string(b)
-		}()
-		return ch
-	}
-	out, errc := read(s.StdoutPath), read(s.StderrPath)
+	out, errc := fifoReader(t, s.StdoutPath), fifoReader(t, s.StderrPath)
 	h := start(t, s)
 	if st := wait(t, h); st.ExitCode != 0 {
 		t.Fatalf("exit: %+v", st)
@@ -353,10 +357,10 @@ func TestTaskSees(t *testing.T) {
 			}
 			s.StdoutPath = filepath.Join(t.TempDir(), "stdout")
 			s.StderrPath = filepath.Join(t.TempDir(), "stderr")
+			outc, errc := fifoReader(t, s.StdoutPath), fifoReader(t, s.StderrPath)
 			h := start(t, s)
 			st := wait(t, h)
-			out, _ := os.ReadFile(s.StdoutPath)
-			errOut, _ := os.ReadFile(s.StderrPath)
+			out, errOut := <-outc, <-errc
 			if st.ExitCode != 0 {
 				t.Fatalf("exit %+v, stderr %q", st, errOut)
 			}
@@ -859,4 +863,28 @@ func mustTicks(t *testing.T, pid int) uint64 {
 		t.Fatal(err)
 	}
 	return ticks
+}
+
+// The log directory is writable by tasks: a link planted in place of the FIFO
+// must not make the root supervisor write where it points.
+func TestLogSinkRefusesLinksAndFiles(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.fifo")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, target, filepath.Join(dir, "missing.fifo")} {
+		f, err := openLogSink(p, time.Now().Add(time.Second))
+		if err == nil {
+			f.Close()
+			t.Errorf("%s accepted as a log sink", p)
+		}
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("target changed: %q", b)
+	}
 }
