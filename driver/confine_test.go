@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,4 +154,57 @@ func TestRecoveryKeepsMPSCeiling(t *testing.T) {
 	}
 	second.StopTask(cfg.ID, time.Second, "")
 	second.DestroyTask(cfg.ID, true)
+}
+
+// The devices cgroup fences a task off the GPUs it did not reserve: opening
+// another GPU's node fails with EPERM, its own gets past the cgroup (and
+// then fails with ENXIO, as there is no driver behind these test nodes).
+func TestDeviceFence(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	dir := filepath.Join(e.dir, "dev")
+	os.MkdirAll(filepath.Join(dir, "nvidia-caps"), 0o755)
+	os.Chmod(e.dir, 0o755)
+	mk := func(name string, major, minor uint32) string {
+		p := filepath.Join(dir, name)
+		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(unixMkdev(major, minor))); err != nil {
+			t.Skipf("mknod: %v", err)
+		}
+		os.Chmod(p, 0o666)
+		return p
+	}
+	mine, other := mk("nvidia1", 195, 1), mk("nvidia0", 195, 0)
+	otherCap := mk("nvidia-caps/nvidia-cap21", 240, 21)
+	old := devDir
+	devDir = dir
+	t.Cleanup(func() { devDir = old })
+
+	out := filepath.Join(e.dir, "fence.out")
+	script := fmt.Sprintf(`for f in %s %s %s; do (exec 3<"$f") 2>>%s || true; done`, mine, other, otherCap, out)
+	os.WriteFile(out, nil, 0o666)
+	os.Chmod(out, 0o666)
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}}, nil)
+	cfg.Devices = []drivers.DeviceConfig{{TaskPath: "/dev/nvidia1", HostPath: mine, Permissions: "rw"}}
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, d, cfg.ID, 30*time.Second)
+	d.DestroyTask(cfg.ID, true)
+	b, _ := os.ReadFile(out)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("output %q", b)
+	}
+	if strings.Contains(lines[0], "not permitted") {
+		t.Errorf("own GPU node fenced: %s", lines[0])
+	}
+	for _, l := range lines[1:] {
+		if !strings.Contains(l, "not permitted") {
+			t.Errorf("another GPU's node not fenced: %s", l)
+		}
+	}
+}
+
+func unixMkdev(major, minor uint32) uint64 {
+	return uint64(major&0xfff)<<8 | uint64(minor&0xff) | uint64(minor&^0xff)<<12 | uint64(major&^0xfff)<<32
 }

@@ -50,6 +50,11 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 
 	cgv, cgDesc := cgroups.Describe()
 	attrs["driver.gpu.cgroups"] = structs.NewString(cgv.String())
+	fenced := cgv != cgroups.None && cgroups.CanFenceDevices()
+	attrs["driver.gpu.device_fence"] = structs.NewBool(fenced)
+	if !fenced {
+		notes = append(notes, "GPU device nodes are not fenced per task (needs the cgroups v1 devices controller); confinement is by visibility")
+	}
 
 	nvml := "unavailable"
 	if inv, err := d.inventory(); err != nil {

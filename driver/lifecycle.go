@@ -74,7 +74,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}()
 
 	if v := cgroups.Detect(); v != cgroups.None {
-		limits := cgroups.Limits{PidsMax: tc.PidsLimit}
+		limits := cgroups.Limits{PidsMax: tc.PidsLimit, DeviceDeny: gpuDeviceDeny(cfg.Devices)}
 		if r := cfg.Resources; r != nil {
 			limits.CPUShares = r.CPUShares
 			if r.Linux != nil {

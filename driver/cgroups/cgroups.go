@@ -67,7 +67,7 @@ var ErrFreezerUnavailable = errors.New("cgroups: freezer not available")
 
 // Controllers the package uses, in the order Describe lists them.
 var (
-	v1Controllers = []string{"cpu", "cpuacct", "memory", "pids", "freezer", "cpuset"}
+	v1Controllers = []string{"cpu", "cpuacct", "memory", "pids", "freezer", "cpuset", "devices"}
 	v2Controllers = []string{"cpu", "memory", "pids", "cpuset"}
 )
 
@@ -78,6 +78,10 @@ type Limits struct {
 	// CPUShares are Nomad's MHz shares: v1 cpu.shares (clamped to 2..262144),
 	// v2 cpu.weight via sharesToWeight. 0 leaves the kernel default.
 	CPUShares int64
+	// DeviceDeny lists device rules the task may not use, in the v1
+	// devices.deny form "c 195:3 rwm" (type major:minor access). Only v1
+	// enforces them (see FencesDevices); v2 needs an eBPF program.
+	DeviceDeny []string
 	// MemoryLimitBytes is the hard limit: v1 memory.limit_in_bytes, v2 memory.max.
 	MemoryLimitBytes int64
 	// MemorySoftBytes is the reservation: v1 memory.soft_limit_in_bytes, v2 memory.low.
@@ -411,4 +415,15 @@ func mkdir(dir string) error {
 		return fsErr("mkdir", dir, err)
 	}
 	return nil
+}
+
+// FencesDevices says whether DeviceDeny rules are enforced for this group.
+func (g *Group) FencesDevices() bool { return g.version == V1 && g.dir("devices") != "" }
+
+// CanFenceDevices says whether task groups will enforce DeviceDeny here:
+// cgroups v1 with the devices controller (v2 would need an eBPF program).
+func CanFenceDevices() bool {
+	l := probe()
+	_, ok := l.mounts["devices"]
+	return l.version == V1 && ok
 }

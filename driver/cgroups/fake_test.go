@@ -161,7 +161,7 @@ func TestDescribe(t *testing.T) {
 		{"v1 co-mounted", v1Tree(nil), V1, "cgroups v1: cpu, cpuacct, memory, pids, freezer, cpuset"},
 		{"v1 separate mounts", map[string]string{
 			"cpu/cgroup.procs": "", "cpuacct/cgroup.procs": "", "memory/cgroup.procs": "",
-		}, V1, "cgroups v1: cpu, cpuacct, memory (missing: pids, freezer, cpuset)"},
+		}, V1, "cgroups v1: cpu, cpuacct, memory (missing: pids, freezer, cpuset, devices)"},
 		{"v1 without memory", map[string]string{"cpu/cgroup.procs": "", "pids/cgroup.procs": ""}, None, "lacks the memory controller"},
 		{"v1 dirs that are not cgroups", map[string]string{"cpu/": "", "memory/": ""}, None, "no cgroup filesystem mounted"},
 	} {

@@ -135,6 +135,20 @@ func (g *Group) setV1(limits Limits) error {
 			return err
 		}
 	}
+	if d := g.dir("devices"); d != "" {
+		// Start from "everything allowed" (the parent's default, which a
+		// reused group may have narrowed), then take away exactly the
+		// listed devices: a default-deny list would also cut off devices
+		// (InfiniBand, FUSE…) that plain processes legitimately use.
+		if err := writeFile(filepath.Join(d, "devices.allow"), "a *:* rwm"); err != nil {
+			return err
+		}
+		for _, rule := range limits.DeviceDeny {
+			if err := writeFile(filepath.Join(d, "devices.deny"), rule); err != nil {
+				return fmt.Errorf("cgroups: device rule %q: %w", rule, err)
+			}
+		}
+	}
 	// A memory limit means the task is OOM-killed at it, not swapped past
 	// it. Best effort: the file is absent on kernels without swap control.
 	swappiness := "60"
