@@ -41,7 +41,8 @@ func TestExampleJobs(t *testing.T) {
 			if g := job.TaskGroups[0]; g.Count != nil && *g.Count > 0 {
 				n = *g.Count
 			}
-			for _, a := range c.WaitForAllocs(t, *job.ID, n, time.Minute) {
+			allocs := c.WaitForAllocs(t, *job.ID, n, time.Minute)
+			for _, a := range allocs {
 				c.WaitForAllocStatus(t, a.ID, "running", time.Minute)
 				task := job.TaskGroups[0].Tasks[0].Name
 				out := c.WaitForAllocLogs(t, a.ID, task, "stdout", "-", 30*time.Second)
@@ -49,7 +50,12 @@ func TestExampleJobs(t *testing.T) {
 					t.Errorf("%s: output has no GPU: %q", a.ID, out)
 				}
 			}
-			c.StopJob(t, *job.ID, true)
+			// Stopped, not purged, and waited for: the driver then frees each
+			// task's cgroup before the next job or the cluster's teardown.
+			c.StopJob(t, *job.ID, false)
+			for _, a := range allocs {
+				c.WaitForAllocStatus(t, a.ID, "complete", time.Minute)
+			}
 		})
 	}
 }
