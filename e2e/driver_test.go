@@ -120,7 +120,11 @@ job %q {
 }`, id, userLine, device, count)
 }
 
-func TestDriver(t *testing.T) {
+// startGPUCluster starts one server and one simulated GPU client running
+// both plugins, and waits until the gpu driver is healthy and the node has
+// its 5 device groups (whole GPUs, three MIG profiles, MPS shares of GPU 4).
+func startGPUCluster(t *testing.T) (*cluster.Cluster, gpuNode) {
+	t.Helper()
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
@@ -135,6 +139,11 @@ func TestDriver(t *testing.T) {
 		d := n.Drivers["gpu"]
 		return d != nil && d.Healthy && len(deviceGroups(n)) == 5
 	}, 2*time.Minute)
+	return c, node
+}
+
+func TestDriver(t *testing.T) {
+	c, node := startGPUCluster(t)
 
 	jobs := []struct{ id, device string }{
 		{"whole", "nvidia/gpu"}, {"mig", "nvidia/mig/1g.10gb"}, {"mps-a", "nvidia/mps"}, {"mps-b", "nvidia/mps"},
@@ -322,17 +331,7 @@ func TestDriver(t *testing.T) {
 }
 
 func TestDriverBadInput(t *testing.T) {
-	cluster.RequirePlugin(t, "nomad-device-gpu")
-	cluster.RequirePlugin(t, "nomad-driver-gpu")
-	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
-	}
-	node := newGPUNode(t)
-	c := cluster.Start(t, cluster.Options{
-		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: node.hcl(t)},
-	})
-	c.WaitForNode(t, "client-1", func(n *api.Node) bool { return n.Drivers["gpu"] != nil && n.Drivers["gpu"].Healthy }, 2*time.Minute)
+	c, _ := startGPUCluster(t)
 	cases := []struct {
 		name, job, want string
 	}{

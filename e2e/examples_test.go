@@ -7,29 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
 // The jobspecs in jobs/examples are what README tells people to run: each
 // must place and run on a simulated GPU node and print its GPU environment.
 func TestExampleJobs(t *testing.T) {
-	cluster.RequirePlugin(t, "nomad-device-gpu")
-	cluster.RequirePlugin(t, "nomad-driver-gpu")
-	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
-	}
 	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "*.nomad.hcl"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no example jobs: %v", err)
 	}
-	node := newGPUNode(t)
-	c := cluster.Start(t, cluster.Options{
-		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: node.hcl(t)},
-	})
-	c.WaitForNode(t, "client-1", func(n *api.Node) bool { return n.Drivers["gpu"] != nil && n.Drivers["gpu"].Healthy }, 2*time.Minute)
+	c, _ := startGPUCluster(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			src, err := os.ReadFile(f)
