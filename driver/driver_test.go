@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -313,11 +314,6 @@ neighbour:
 
 // alive treats zombies as dead: nothing reaps orphans in some containers.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndex(s, ")")
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+	s, err := procfs.ReadStat(pid)
+	return err == nil && !s.Dead()
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
@@ -397,11 +398,8 @@ func taskPIDs(t *testing.T, n gpuNode) []string {
 		if err != nil {
 			continue
 		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			s := string(stat)
-			if i := strings.LastIndex(s, ")"); i > 0 && i+2 < len(s) && s[i+2] != 'Z' {
-				out = append(out, fmt.Sprint(pid))
-			}
+		if st, err := procfs.ReadStat(pid); err == nil && !st.Dead() {
+			out = append(out, fmt.Sprint(pid))
 		}
 	}
 	return out

@@ -1,10 +1,8 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -12,66 +10,25 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
-type procStat struct {
-	state      byte
-	ppid       int
-	pgrp       int
-	session    int
-	startTicks uint64
-}
-
-func readProcStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	// comm (field 2) may contain spaces and ')' itself; only the last ')' is reliable.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 20 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	var s procStat
-	s.state = f[0][0]
-	s.ppid, _ = strconv.Atoi(f[1])
-	s.pgrp, _ = strconv.Atoi(f[2])
-	s.session, _ = strconv.Atoi(f[3])
-	if s.startTicks, err = strconv.ParseUint(f[19], 10, 64); err != nil {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
-	}
-	return s, nil
-}
-
 func procStartTicks(pid int) (uint64, error) {
-	s, err := readProcStat(pid)
-	return s.startTicks, err
+	s, err := procfs.ReadStat(pid)
+	return s.StartTicks, err
 }
-
-// isDead: a zombie has finished running; whoever its parent is will reap it,
-// and it can neither be signalled usefully nor hold resources.
-func (s procStat) isDead() bool { return s.state == 'Z' || s.state == 'X' }
 
 // alive reports whether pid is still the process that started at startTicks
 // and has not exited.
-func alive(pid int, startTicks uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	s, err := readProcStat(pid)
-	return err == nil && s.startTicks == startTicks && !s.isDead()
-}
+func alive(pid int, startTicks uint64) bool { return procfs.Alive(pid, startTicks) }
 
 // pidReused: /proc shows a different process under that number, so any
 // process group or session of the old one is certainly gone (the kernel does
 // not hand out a pid while it is still in use as a pgid or sid).
 func pidReused(pid int, startTicks uint64) bool {
-	s, err := readProcStat(pid)
-	return err == nil && s.startTicks != startTicks
+	s, err := procfs.ReadStat(pid)
+	return err == nil && s.StartTicks != startTicks
 }
 
 const procPollInterval = 200 * time.Millisecond
@@ -140,8 +97,8 @@ func sessionMembers(sid int) []int {
 		if err != nil {
 			continue
 		}
-		s, err := readProcStat(pid)
-		if err != nil || s.isDead() || s.session != sid {
+		s, err := procfs.ReadStat(pid)
+		if err != nil || s.Dead() || s.Session != sid {
 			continue
 		}
 		pids = append(pids, pid)
@@ -165,7 +122,7 @@ func cgroupMembers(procsFile string) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		if s, err := readProcStat(pid); err != nil || s.isDead() {
+		if s, err := procfs.ReadStat(pid); err != nil || s.Dead() {
 			continue
 		}
 		pids = append(pids, pid)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"io"
 	"os"
 	"os/exec"
@@ -528,11 +529,11 @@ func TestSurvivesStarterDeath(t *testing.T) {
 	if want := strings.TrimSpace(string(out)); strconv.Itoa(h.TaskPID()) != want {
 		t.Fatalf("task pid %d, helper said %s", h.TaskPID(), want)
 	}
-	st, err := readProcStat(h.SupervisorPID())
+	st, err := procfs.ReadStat(h.SupervisorPID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.ppid == os.Getpid() {
+	if st.PPID == os.Getpid() {
 		t.Fatal("supervisor is our child; the test proves nothing")
 	}
 	if !h.Running() {
@@ -673,7 +674,7 @@ func TestKillTree(t *testing.T) {
 				eventually(t, "a process outside the task's session", func() bool {
 					pids, _ := h.Pids()
 					for _, p := range pids {
-						if st, err := readProcStat(p); err == nil && st.session != h.TaskPID() {
+						if st, err := procfs.ReadStat(p); err == nil && st.Session != h.TaskPID() {
 							return true
 						}
 					}
@@ -836,7 +837,7 @@ func TestOrphansReaped(t *testing.T) {
 	eventually(t, "orphan re-parented to the supervisor", func() bool {
 		pids, _ := h.Pids()
 		for _, p := range pids {
-			if st, err := readProcStat(p); err == nil && st.ppid == h.SupervisorPID() && p != h.TaskPID() {
+			if st, err := procfs.ReadStat(p); err == nil && st.PPID == h.SupervisorPID() && p != h.TaskPID() {
 				orphan = p
 				return true
 			}
