@@ -2,7 +2,6 @@ package devicefp
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -190,13 +189,4 @@ func (p xidPolicy) counts(xid uint64) bool {
 		return p.critical[xid]
 	}
 	return !p.ignored[xid]
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -1,23 +1,16 @@
 package devicefp
 
 import (
-	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 	"github.com/nomad-gpu/nomad-gpu/wire/structs"
-)
-
-// Device types and vendor of the user-facing naming contract (DESIGN.md):
-// device "nvidia/gpu", "nvidia/mig/<profile>", "nvidia/mps".
-const (
-	Vendor  = "nvidia"
-	TypeGPU = "gpu"
-	TypeMIG = "mig"
-	TypeMPS = "mps"
 )
 
 // slice is one device as Nomad schedules it: a whole GPU, a MIG instance or
@@ -54,11 +47,6 @@ type model struct {
 	signature string
 }
 
-// mpsShareID is stable for a GPU across restarts: GPU UUIDs are.
-func mpsShareID(gpuUUID string, share int) string {
-	return fmt.Sprintf("%s-mps-%d", gpuUUID, share)
-}
-
 // buildModel turns an NVML snapshot, the config and the current health
 // verdicts into device groups. unhealthy maps a GPU- or MIG- UUID to the
 // reason it is unhealthy; a GPU's reason also covers its slices.
@@ -82,16 +70,16 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 	common := func(g *gpu.GPU) map[string]structs.Attribute {
 		a := map[string]structs.Attribute{}
 		if g.ComputeCapability != "" {
-			a["compute_capability"] = structs.NewString(g.ComputeCapability)
+			a[contract.AttrComputeCapability] = structs.NewString(g.ComputeCapability)
 		}
 		if g.Architecture != "" {
-			a["architecture"] = structs.NewString(g.Architecture)
+			a[contract.AttrArchitecture] = structs.NewString(g.Architecture)
 		}
 		if snap.DriverVersion != "" {
-			a["driver_version"] = structs.NewString(snap.DriverVersion)
+			a[contract.AttrDriverVersion] = structs.NewString(snap.DriverVersion)
 		}
 		if snap.CUDAVersion != "" {
-			a["cuda_version"] = structs.NewString(snap.CUDAVersion)
+			a[contract.AttrCUDAVersion] = structs.NewString(snap.CUDAVersion)
 		}
 		return a
 	}
@@ -99,7 +87,7 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 		key := typ + "/" + name
 		g, ok := groups[key]
 		if !ok {
-			g = &device.Group{Vendor: Vendor, Type: typ, Name: name, Attributes: attrs()}
+			g = &device.Group{Vendor: contract.Vendor, Type: typ, Name: name, Attributes: attrs()}
 			groups[key] = g
 		}
 		return g
@@ -132,19 +120,19 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 				if mi.UUID == "" || isIgnored(g.Index, mi.UUID, true) {
 					continue
 				}
-				grp := group(TypeMIG, mi.Profile, func() map[string]structs.Attribute {
+				grp := group(contract.SliceMIG, mi.Profile, func() map[string]structs.Attribute {
 					a := common(g)
-					a["memory"] = structs.NewInt(int64(mi.MemoryMiB), "MiB")
+					a[contract.AttrMemory] = structs.NewInt(int64(mi.MemoryMiB), "MiB")
 					if mi.Multiprocessors > 0 {
-						a["multiprocessors"] = structs.NewInt(int64(mi.Multiprocessors), "")
+						a[contract.AttrMultiprocessors] = structs.NewInt(int64(mi.Multiprocessors), "")
 					}
-					a["mig_profile"] = structs.NewString(mi.Profile)
-					a["parent_product"] = structs.NewString(g.Name)
-					a["parent_memory"] = structs.NewInt(int64(g.MemoryMiB), "MiB")
+					a[contract.AttrMIGProfile] = structs.NewString(mi.Profile)
+					a[contract.AttrParentProduct] = structs.NewString(g.Name)
+					a[contract.AttrParentMemory] = structs.NewInt(int64(g.MemoryMiB), "MiB")
 					return a
 				})
 				add(grp, &slice{
-					id: mi.UUID, typ: TypeMIG, groupName: mi.Profile,
+					id: mi.UUID, typ: contract.SliceMIG, groupName: mi.Profile,
 					gpuIndex: g.Index, gpuUUID: g.UUID, migUUID: mi.UUID, pciBusID: g.PCIBusID,
 					giID: mi.GPUInstanceID, ciID: mi.ComputeInstanceID,
 				}, gpuReason, unhealthy[mi.UUID])
@@ -156,44 +144,44 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 			// One group per GPU: Nomad fills a device request from a single
 			// group, so a task's shares always sit on one GPU and so behind
 			// one MPS daemon.
-			grp := group(TypeMPS, g.UUID, func() map[string]structs.Attribute {
+			grp := group(contract.SliceMPS, g.UUID, func() map[string]structs.Attribute {
 				a := common(g)
-				a["memory"] = structs.NewInt(int64(mem), "MiB")
+				a[contract.AttrMemory] = structs.NewInt(int64(mem), "MiB")
 				if g.Multiprocessors > 0 {
-					a["multiprocessors"] = structs.NewInt(int64(g.Multiprocessors), "")
+					a[contract.AttrMultiprocessors] = structs.NewInt(int64(g.Multiprocessors), "")
 				}
-				a["mps_shares"] = structs.NewInt(int64(shares), "")
-				a["mps_thread_percentage"] = structs.NewInt(int64(thread), "")
-				a["mps_memory_limit"] = structs.NewInt(int64(mem), "MiB")
-				a["parent_product"] = structs.NewString(g.Name)
-				a["parent_memory"] = structs.NewInt(int64(g.MemoryMiB), "MiB")
-				a["parent_index"] = structs.NewInt(int64(g.Index), "")
+				a[contract.AttrMPSShares] = structs.NewInt(int64(shares), "")
+				a[contract.AttrMPSThreadPercent] = structs.NewInt(int64(thread), "")
+				a[contract.AttrMPSMemoryLimit] = structs.NewInt(int64(mem), "MiB")
+				a[contract.AttrParentProduct] = structs.NewString(g.Name)
+				a[contract.AttrParentMemory] = structs.NewInt(int64(g.MemoryMiB), "MiB")
+				a[contract.AttrParentIndex] = structs.NewInt(int64(g.Index), "")
 				return a
 			})
 			for k := 0; k < shares; k++ {
 				add(grp, &slice{
-					id: mpsShareID(g.UUID, k), typ: TypeMPS, groupName: g.UUID,
+					id: contract.ShareID(g.UUID, k), typ: contract.SliceMPS, groupName: g.UUID,
 					gpuIndex: g.Index, gpuUUID: g.UUID, pciBusID: g.PCIBusID,
 					threadPercent: thread, memLimitMiB: mem,
 				}, gpuReason)
 			}
 		default:
-			grp := group(TypeGPU, g.Name, func() map[string]structs.Attribute {
+			grp := group(contract.SliceGPU, g.Name, func() map[string]structs.Attribute {
 				a := common(g)
-				a["memory"] = structs.NewInt(int64(g.MemoryMiB), "MiB")
+				a[contract.AttrMemory] = structs.NewInt(int64(g.MemoryMiB), "MiB")
 				if g.Multiprocessors > 0 {
-					a["multiprocessors"] = structs.NewInt(int64(g.Multiprocessors), "")
+					a[contract.AttrMultiprocessors] = structs.NewInt(int64(g.Multiprocessors), "")
 				}
 				return a
 			})
 			add(grp, &slice{
-				id: g.UUID, typ: TypeGPU, groupName: g.Name,
+				id: g.UUID, typ: contract.SliceGPU, groupName: g.Name,
 				gpuIndex: g.Index, gpuUUID: g.UUID, pciBusID: g.PCIBusID,
 			}, gpuReason)
 		}
 	}
 
-	keys := sortedKeys(groups)
+	keys := slices.Sorted(maps.Keys(groups))
 	var sig strings.Builder
 	for _, k := range keys {
 		g := groups[k]
@@ -203,7 +191,7 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 		for _, d := range g.Devices {
 			sig.WriteString("|" + d.ID + "=" + strconv.FormatBool(d.Healthy) + ":" + d.HealthDescription)
 		}
-		for _, ak := range sortedKeys(g.Attributes) {
+		for _, ak := range slices.Sorted(maps.Keys(g.Attributes)) {
 			sig.WriteString(";" + ak + "=" + g.Attributes[ak].Text())
 		}
 		sig.WriteString("\n")

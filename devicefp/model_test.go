@@ -109,7 +109,7 @@ func TestBuildModel(t *testing.T) {
 			check: func(t *testing.T, m *model) {
 				for _, g := range m.groups {
 					for _, d := range g.Devices {
-						wantHealthy := g.Type == TypeGPU
+						wantHealthy := g.Type == "gpu"
 						if d.Healthy != wantHealthy {
 							t.Errorf("%s healthy=%v (%s)", d.ID, d.Healthy, d.HealthDescription)
 						}
@@ -192,14 +192,14 @@ func TestReserve(t *testing.T) {
 	}{
 		{name: "whole GPU", ids: []string{"GPU-c"}, err: "unknown device ID"},
 		{name: "MIG", ids: []string{"MIG-c1", "MIG-c0"}, want: map[string]string{
-			EnvCUDAVisibleDevices: "MIG-c0,MIG-c1", EnvNvidiaVisibleDevices: "MIG-c0,MIG-c1", EnvSliceType: "mig",
+			"CUDA_VISIBLE_DEVICES": "MIG-c0,MIG-c1", "NVIDIA_VISIBLE_DEVICES": "MIG-c0,MIG-c1", "NOMAD_GPU_SLICE_TYPE": "mig",
 		}},
 		{name: "two shares of one GPU are summed", ids: []string{"GPU-a-mps-0", "GPU-a-mps-1"}, want: map[string]string{
-			EnvCUDAVisibleDevices: "GPU-a", EnvMPSThreadPercentage: "50", EnvMPSPinnedMemLimit: "0=40778M",
-			EnvMPSPipeDirectory: "/run/nomad-gpu/mps/GPU-a", EnvDeviceIDs: "GPU-a-mps-0,GPU-a-mps-1", EnvSliceType: "mps",
+			"CUDA_VISIBLE_DEVICES": "GPU-a", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40778M",
+			"CUDA_MPS_PIPE_DIRECTORY": "/run/nomad-gpu/mps/GPU-a", "NOMAD_GPU_DEVICE_IDS": "GPU-a-mps-0,GPU-a-mps-1", "NOMAD_GPU_SLICE_TYPE": "mps",
 		}},
 		{name: "shares on two GPUs", ids: []string{"GPU-b-mps-0", "GPU-a-mps-2", "GPU-b-mps-1"}, want: map[string]string{
-			EnvCUDAVisibleDevices: "GPU-a,GPU-b", EnvMPSThreadPercentage: "25", EnvMPSPinnedMemLimit: "0=20389M,1=40778M",
+			"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20389M,1=40778M",
 		}},
 		{name: "unknown", ids: []string{"GPU-zz"}, err: `unknown device ID "GPU-zz"`},
 		{name: "mixed types", ids: []string{"MIG-c0", "GPU-a-mps-0"}, err: "different types"},

@@ -9,20 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
-)
-
-// Environment a reservation hands to the task (the contract in README.md).
-const (
-	EnvCUDAVisibleDevices   = "CUDA_VISIBLE_DEVICES"
-	EnvNvidiaVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
-	EnvMPSPipeDirectory     = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSThreadPercentage  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSPinnedMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-	// EnvDeviceIDs and EnvSliceType tell the gpu task driver which Nomad
-	// devices the task holds: the client never passes device IDs to drivers.
-	EnvDeviceIDs = "NOMAD_GPU_DEVICE_IDS"
-	EnvSliceType = "NOMAD_GPU_SLICE_TYPE"
 )
 
 // devRoot and procCapsFile are variables so tests can point them elsewhere.
@@ -77,27 +65,30 @@ func (m *model) reserve(ids []string, mpsPipeRoot string) (*device.Reservation, 
 	for i, s := range slices {
 		idList[i] = s.id
 	}
+	// The environment is the contract with the gpu task driver (package
+	// contract): EnvDeviceIDs and EnvSliceType tell it which Nomad devices
+	// the task holds, as the client never passes device IDs to drivers.
 	env := map[string]string{
-		EnvCUDAVisibleDevices:   strings.Join(visible, ","),
-		EnvNvidiaVisibleDevices: strings.Join(visible, ","),
-		EnvDeviceIDs:            strings.Join(idList, ","),
-		EnvSliceType:            typ,
+		contract.EnvCUDAVisibleDevices:   contract.JoinList(visible),
+		contract.EnvNvidiaVisibleDevices: contract.JoinList(visible),
+		contract.EnvDeviceIDs:            contract.JoinList(idList),
+		contract.EnvSliceType:            typ,
 	}
-	if typ == TypeMPS {
+	if typ == contract.SliceMPS {
 		// One MPS control daemon serves each GPU; the task talks to the
 		// daemon of its first GPU. Thread percentage is one number for the
 		// whole client, so a task spanning GPUs gets its smallest sum.
-		env[EnvMPSPipeDirectory] = filepath.Join(mpsPipeRoot, visible[0])
+		env[contract.EnvMPSPipeDirectory] = contract.MPSPipeDir(mpsPipeRoot, visible[0])
 		minThreads := 100
-		limits := make([]string, 0, len(visible))
+		limits := make(map[int]uint64, len(visible))
 		for _, u := range visible {
 			if t := threads[u]; t < minThreads {
 				minThreads = t
 			}
-			limits = append(limits, fmt.Sprintf("%d=%dM", ordinal[u], memMiB[u]))
+			limits[ordinal[u]] = memMiB[u]
 		}
-		env[EnvMPSThreadPercentage] = strconv.Itoa(minThreads)
-		env[EnvMPSPinnedMemLimit] = strings.Join(limits, ",")
+		env[contract.EnvMPSThreadPercentage] = strconv.Itoa(minThreads)
+		env[contract.EnvMPSPinnedMemLimit] = contract.FormatPinnedMemLimit(limits)
 	}
 	return &device.Reservation{Envs: env, Devices: deviceNodes(slices)}, nil
 }

@@ -3,6 +3,7 @@ package devicefp
 import (
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 	"github.com/nomad-gpu/nomad-gpu/wire/schema"
@@ -74,7 +75,7 @@ func (p *Plugin) collectStats(now time.Time) *device.Stats {
 				continue
 			}
 			ds := deviceStats(s, t, now)
-			if s.typ == TypeMPS {
+			if s.typ == contract.SliceMPS {
 				addShareUsage(ds, s, readShares(s.gpuUUID))
 			}
 			gs.Instances[d.ID] = ds
@@ -120,7 +121,7 @@ func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats 
 		}
 	}
 	summary := memUsed
-	if s.typ == TypeMPS {
+	if s.typ == contract.SliceMPS {
 		th := int64(s.threadPercent)
 		lim := int64(s.memLimitMiB)
 		attrs[statShareThreads] = &structs.StatValue{IntNumerator: &th, Unit: "%", Desc: "SM share of this MPS share"}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
+	"github.com/nomad-gpu/nomad-gpu/driver/landlock"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
 
@@ -17,17 +18,48 @@ type Config struct {
 	StateDir string `hcl:"state_dir" default:"/var/lib/nomad-gpu/driver"`
 	// DefaultUser runs tasks whose jobspec sets no `user`.
 	DefaultUser string `hcl:"default_user" default:"nobody"`
-	// AllowRoot lets tasks run as root (uid 0).
-	AllowRoot bool `hcl:"allow_root" default:"false"`
+	// DeniedHostUIDs and DeniedHostGIDs are users a task may not run as and
+	// groups it may not have, primary or supplementary ("0,10-20"); "" denies
+	// none. Root is denied by default, as by Nomad's exec and raw_exec.
+	DeniedHostUIDs string `hcl:"denied_host_uids" default:"0"`
+	DeniedHostGIDs string `hcl:"denied_host_gids" default:"0"`
 	// CgroupRoot is the parent cgroup of every task's cgroup.
 	CgroupRoot string `hcl:"cgroup_root" default:"nomad-gpu"`
 	// GPUMemoryWatchdog acts on a task over its slice's GPU memory:
 	// "kill", "warn" or "off".
-	GPUMemoryWatchdog string        `hcl:"gpu_memory_watchdog" default:"kill"`
-	WatchdogInterval  time.Duration `hcl:"watchdog_interval" default:"5s"`
-	MPS               MPSConfig     `hcl:"mps,block"`
-	GPU               GPUConfig     `hcl:"gpu,block"`
+	GPUMemoryWatchdog string          `hcl:"gpu_memory_watchdog" default:"kill"`
+	WatchdogInterval  time.Duration   `hcl:"watchdog_interval" default:"5s"`
+	MPS               MPSConfig       `hcl:"mps,block"`
+	GPU               GPUConfig       `hcl:"gpu,block"`
+	Isolation         IsolationConfig `hcl:"isolation,block"`
 }
+
+// IsolationConfig is how tasks are fenced off each other. Each guard is on
+// by default and can be relaxed only here, never by a jobspec.
+type IsolationConfig struct {
+	// PIDMode is the default for tasks that set no pid_mode: "private" (a
+	// PID namespace of their own) or "host".
+	PIDMode string `hcl:"pid_mode" default:"private"`
+	// AllowHostPID lets a jobspec ask for pid_mode = "host".
+	AllowHostPID bool `hcl:"allow_host_pid" default:"false"`
+	// Landlock is "required" (where the kernel cannot confine a task, the
+	// task does not start), "best_effort" (it starts unconfined there, and
+	// says so in a task event) or "off".
+	Landlock string `hcl:"landlock" default:"required"`
+	// UnveilByTask lets a jobspec add paths with config.unveil.
+	UnveilByTask bool `hcl:"unveil_by_task" default:"false"`
+	// UnveilPaths are extra paths every task may use ("r:/data/models").
+	UnveilPaths []string `hcl:"unveil_paths"`
+}
+
+const (
+	PIDModePrivate = "private"
+	PIDModeHost    = "host"
+
+	LandlockRequired   = "required"
+	LandlockBestEffort = "best_effort"
+	LandlockOff        = "off"
+)
 
 type MPSConfig struct {
 	ControlBinary string `hcl:"control_binary" default:"nvidia-cuda-mps-control"`
@@ -55,6 +87,15 @@ func (c *Config) Validate() error {
 	if c.DefaultUser == "" {
 		return fmt.Errorf("default_user: must name a user (e.g. \"nobody\")")
 	}
+	if _, err := parseIDRanges(c.DeniedHostUIDs); err != nil {
+		return fmt.Errorf("denied_host_uids: %v", err)
+	}
+	if _, err := parseIDRanges(c.DeniedHostGIDs); err != nil {
+		return fmt.Errorf("denied_host_gids: %v", err)
+	}
+	if err := c.Isolation.validate(); err != nil {
+		return err
+	}
 	if c.CgroupRoot == "" || filepath.IsAbs(c.CgroupRoot) || filepath.Clean(c.CgroupRoot) != c.CgroupRoot {
 		return fmt.Errorf("cgroup_root: %q must be a relative cgroup name such as \"nomad-gpu\"", c.CgroupRoot)
 	}
@@ -72,6 +113,25 @@ func (c *Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("gpu.backend: %q is not a backend; allowed: \"nvml\", \"sim\"", c.GPU.Backend)
+	}
+	return nil
+}
+
+func (c IsolationConfig) validate() error {
+	switch c.PIDMode {
+	case PIDModePrivate, PIDModeHost:
+	default:
+		return fmt.Errorf("isolation.pid_mode: %q is not a mode; allowed: %q, %q", c.PIDMode, PIDModePrivate, PIDModeHost)
+	}
+	switch c.Landlock {
+	case LandlockRequired, LandlockBestEffort, LandlockOff:
+	default:
+		return fmt.Errorf("isolation.landlock: %q is not a setting; allowed: %q, %q, %q", c.Landlock, LandlockRequired, LandlockBestEffort, LandlockOff)
+	}
+	for i, u := range c.UnveilPaths {
+		if _, err := landlock.ParseRule(u); err != nil {
+			return fmt.Errorf("isolation.unveil_paths[%d]: %v", i, err)
+		}
 	}
 	return nil
 }
@@ -94,6 +154,11 @@ type TaskConfig struct {
 	// OOMScoreAdj makes the kernel pick this task earlier when the host
 	// runs out of memory (0 to 1000).
 	OOMScoreAdj int `hcl:"oom_score_adj"`
+	// PIDMode is "private" or "host"; unset takes the plugin's isolation.pid_mode.
+	PIDMode string `hcl:"pid_mode"`
+	// Unveil lists extra paths the task may use ("rw:/scratch"), where the
+	// plugin config sets isolation.unveil_by_task.
+	Unveil []string `hcl:"unveil"`
 }
 
 func (t *TaskConfig) validate() error {
@@ -110,6 +175,16 @@ func (t *TaskConfig) validate() error {
 	// expense of the node: that is the operator's call, not a job's.
 	if t.OOMScoreAdj < 0 || t.OOMScoreAdj > 1000 {
 		return fmt.Errorf("config.oom_score_adj: %d is out of range; allowed: 0 to 1000", t.OOMScoreAdj)
+	}
+	switch t.PIDMode {
+	case "", PIDModePrivate, PIDModeHost:
+	default:
+		return fmt.Errorf("config.pid_mode: %q is not a mode; allowed: %q, %q", t.PIDMode, PIDModePrivate, PIDModeHost)
+	}
+	for i, u := range t.Unveil {
+		if _, err := landlock.ParseRule(u); err != nil {
+			return fmt.Errorf("config.unveil[%d]: %v", i, err)
+		}
 	}
 	return nil
 }

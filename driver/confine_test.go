@@ -9,45 +9,53 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
+// A non-root task is given its MIG instance's capability nodes for its
+// lifetime; two tasks of one user share a node, and the original owner
+// comes back only when the last one goes.
 func TestMIGCapsGrantedAndRevoked(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown")
-	}
+	e := newEnv(t)
 	dir := t.TempDir()
 	old := capsDir
 	capsDir = dir
 	t.Cleanup(func() { capsDir = old })
 	private := filepath.Join(dir, "nvidia-cap21")
-	public := filepath.Join(dir, "nvidia-cap22")
-	for p, mode := range map[string]os.FileMode{private: 0o400, public: 0o444} {
-		if err := os.WriteFile(p, nil, mode); err != nil {
+	if err := unix.Mknod(private, unix.S_IFCHR|0o400, int(unix.Mkdev(1, 3))); err != nil {
+		t.Skipf("cannot make a device node here: %v", err)
+	}
+	os.Chmod(private, 0o400)
+	d := e.plugin()
+	owner := func() (uint32, uint32) {
+		var st syscall.Stat_t
+		syscall.Stat(private, &st)
+		return st.Uid, st.Mode & 0o777
+	}
+	var ids []string
+	for i := 0; i < 2; i++ {
+		cfg := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"100"}}, nil)
+		cfg.Devices = []drivers.DeviceConfig{{HostPath: private}, {HostPath: "/dev/nvidiactl"}}
+		if _, _, err := d.StartTask(cfg); err != nil {
 			t.Fatal(err)
 		}
-		os.Chmod(p, mode)
+		ids = append(ids, cfg.ID)
+		if uid, mode := owner(); uid != 65534 || mode&0o400 == 0 {
+			t.Fatalf("task %d running: node owned by %d, mode %o", i, uid, mode)
+		}
 	}
-	devs := []drivers.DeviceConfig{{HostPath: private}, {HostPath: public}, {HostPath: "/dev/nvidiactl"}}
-	grants, err := grantMIGCaps(devs, 65534, 65534)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(grants) != 1 || grants[0].Path != private {
-		t.Fatalf("grants %+v: want only the node the user cannot read", grants)
-	}
-	var st syscall.Stat_t
-	syscall.Stat(private, &st)
-	if st.Uid != 65534 || st.Mode&0o400 == 0 {
-		t.Fatalf("after grant: uid %d mode %o", st.Uid, st.Mode&0o777)
-	}
-	revokeMIGCaps(grants)
-	syscall.Stat(private, &st)
-	if st.Uid != 0 || st.Mode&0o777 != 0o400 {
-		t.Fatalf("after revoke: uid %d mode %o", st.Uid, st.Mode&0o777)
-	}
-	if _, err := grantMIGCaps([]drivers.DeviceConfig{{HostPath: filepath.Join(dir, "missing")}}, 65534, 65534); err == nil {
-		t.Fatal("a missing capability node must fail the start")
+	for i, id := range ids {
+		if err := d.DestroyTask(id, true); err != nil {
+			t.Fatal(err)
+		}
+		uid, mode := owner()
+		if last := i == len(ids)-1; last && (uid != 0 || mode != 0o400) {
+			t.Fatalf("after the last task: uid %d mode %o, want 0 400", uid, mode)
+		} else if !last && uid != 65534 {
+			t.Fatalf("the first task's exit took the node from the second (uid %d)", uid)
+		}
 	}
 }
 
@@ -105,7 +113,8 @@ func TestTaskWithoutGPUsSeesNone(t *testing.T) {
 func TestExecRunsAsTheTask(t *testing.T) {
 	e := newEnv(t)
 	d := e.plugin()
-	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}, WorkDir: "/tmp"}, nil)
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, nil)
+	cfg.DriverConfig.(*TaskConfig).WorkDir = cfg.Env["NOMAD_TASK_DIR"]
 	cfg.Env["TASK_MARK"] = "from-task"
 	cfg.Env["LD_PRELOAD"] = "/nonexistent-ngd-test.so"
 	if _, _, err := d.StartTask(cfg); err != nil {
@@ -116,7 +125,7 @@ func TestExecRunsAsTheTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(res.Stdout); got != "nobody\n/tmp\nfrom-task\n" || res.ExitResult.ExitCode != 4 {
+	if got, want := string(res.Stdout), "nobody\n"+cfg.Env["NOMAD_TASK_DIR"]+"\nfrom-task\n"; got != want || res.ExitResult.ExitCode != 4 {
 		t.Fatalf("exec: stdout %q stderr %q exit %+v", got, res.Stderr, res.ExitResult)
 	}
 	// The loader complains about LD_PRELOAD only where the task's env is
@@ -149,7 +158,7 @@ func TestRecoveryKeepsMPSCeiling(t *testing.T) {
 	if err := second.RecoverTask(&drivers.TaskHandle{Version: 1, Config: &drivers.TaskConfig{ID: cfg.ID, Name: "t", AllocID: cfg.AllocID}, DriverState: h.DriverState}); err != nil {
 		t.Fatal(err)
 	}
-	if c := second.mps.Status()["GPU-recover"].Ceiling; c.ThreadPercentage != 50 || c.PinnedMemMiB != 40960 {
+	if c := second.rt.Load().mps.Status()["GPU-recover"].Ceiling; c.ThreadPercentage != 50 || c.PinnedMemMiB != 40960 {
 		t.Fatalf("ceiling after recovery %+v, want the task's 50%% / 40960 MiB", c)
 	}
 	second.StopTask(cfg.ID, time.Second, "")
@@ -161,6 +170,9 @@ func TestRecoveryKeepsMPSCeiling(t *testing.T) {
 // then fails with ENXIO, as there is no driver behind these test nodes).
 func TestDeviceFence(t *testing.T) {
 	e := newEnv(t)
+	// Landlock would refuse the other nodes first (EACCES): this is the
+	// cgroup's fence alone.
+	e.cfg.Isolation.Landlock = LandlockOff
 	d := e.plugin()
 	dir := filepath.Join(e.dir, "dev")
 	os.MkdirAll(filepath.Join(dir, "nvidia-caps"), 0o755)

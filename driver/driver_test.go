@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,9 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Tasks run as nobody and must reach their alloc dirs below it, as
+	// under a Nomad data_dir made 0755.
+	os.Chmod(dir, 0o755)
 	e := &env{t: t, dir: dir, control: filepath.Join(dir, "sim.json")}
 	cfg := &Config{}
 	if err := decodeDefaults(cfg); err != nil {
@@ -76,20 +80,50 @@ func (e *env) plugin() *Driver {
 	return d
 }
 
-var taskSeq int
+var taskSeq atomic.Int64
 
 func (e *env) taskConfig(tc *TaskConfig, deviceEnv map[string]string) *drivers.TaskConfig {
-	taskSeq++
-	alloc := fmt.Sprintf("alloc%04d-%d", taskSeq, os.Getpid())
-	envm := map[string]string{"PATH": "/usr/bin:/bin", "MARKER": "ngd-" + alloc}
+	alloc := fmt.Sprintf("alloc%04d-%d", taskSeq.Add(1), os.Getpid())
+	allocDir := e.allocDir(alloc, "t")
+	envm := map[string]string{
+		"PATH": "/usr/bin:/bin", "MARKER": "ngd-" + alloc,
+		"NOMAD_TASK_DIR":    filepath.Join(allocDir, "t", "local"),
+		"NOMAD_SECRETS_DIR": filepath.Join(allocDir, "t", "secrets"),
+		"NOMAD_ALLOC_DIR":   filepath.Join(allocDir, "alloc"),
+	}
 	for k, v := range deviceEnv {
 		envm[k] = v
 	}
 	return &drivers.TaskConfig{
-		ID: alloc + "/t/abcd", Name: "t", AllocID: alloc, DriverConfig: tc,
+		ID: alloc + "/t/abcd", Name: "t", AllocID: alloc, AllocDir: allocDir, DriverConfig: tc,
 		Env: envm, DeviceEnv: deviceEnv,
 		Resources: &drivers.Resources{CPUShares: 100, MemoryMB: 64, Linux: &drivers.LinuxResources{MemoryLimitBytes: 64 << 20}},
 	}
+}
+
+// allocDir lays out an allocation's directories as the Nomad client does
+// (<data_dir>/alloc/<id>/{alloc,<task>/{local,secrets,tmp}}, world-writable).
+func (e *env) allocDir(alloc string, tasks ...string) string {
+	root := filepath.Join(e.dir, "data", "alloc", alloc)
+	dirs := []string{filepath.Join(root, "alloc")}
+	for _, task := range tasks {
+		for _, sub := range []string{"local", "secrets", "tmp"} {
+			dirs = append(dirs, filepath.Join(root, task, sub))
+		}
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for p := root; p != e.dir; p = filepath.Dir(p) {
+		os.Chmod(p, 0o755)
+	}
+	for _, d := range dirs {
+		os.Chmod(d, 0o777)
+		os.Chmod(filepath.Dir(d), 0o777)
+	}
+	return root
 }
 
 func wait(t *testing.T, d *Driver, id string, within time.Duration) *drivers.ExitResult {
@@ -157,7 +191,7 @@ func TestStartRejectsBadInput(t *testing.T) {
 		{"missing command", &TaskConfig{}, "", "config.command: must not be empty"},
 		{"command not found", &TaskConfig{Command: "/no/such/binary"}, "", "/no/such/binary"},
 		{"unknown user", &TaskConfig{Command: "/bin/true"}, "nosuchuser-ngd", `user "nosuchuser-ngd" does not exist`},
-		{"root refused", &TaskConfig{Command: "/bin/true"}, "root", "allow_root"},
+		{"root refused", &TaskConfig{Command: "/bin/true"}, "root", `user: "root" (uid 0) is denied by the plugin config (denied_host_uids = "0")`},
 		{"relative work_dir", &TaskConfig{Command: "/bin/true", WorkDir: "tmp"}, "", "config.work_dir"},
 	}
 	for _, c := range cases {
@@ -218,7 +252,7 @@ func TestStopKillsTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	tk := d.getTask(cfg.ID)
+	tk := d.store.get(cfg.ID)
 	pids, _ := tk.pids()
 	if len(pids) < 2 {
 		t.Fatalf("task tree %v", pids)
@@ -272,9 +306,9 @@ func TestMPSWatchdogKillsOnlyTheOffender(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids = append(ids, cfg.ID)
-		pids = append(pids, d.getTask(cfg.ID).proc.TaskPID())
+		pids = append(pids, d.store.get(cfg.ID).proc.TaskPID())
 	}
-	if st := d.mps.Status()[gpuUUID]; len(st.Clients) != 2 {
+	if st := d.rt.Load().mps.Status()[gpuUUID]; len(st.Clients) != 2 {
 		t.Fatalf("MPS daemon clients %+v, want both tasks", st)
 	}
 	ctl := gpu.OpenControl(e.control)
@@ -300,14 +334,14 @@ func TestMPSWatchdogKillsOnlyTheOffender(t *testing.T) {
 		}
 	}
 neighbour:
-	if d.getTask(ids[1]).exited() {
+	if d.store.get(ids[1]).exited() {
 		t.Fatal("the neighbour on the same GPU was killed too")
 	}
 	for _, id := range ids {
 		d.StopTask(id, time.Second, "")
 		d.DestroyTask(id, true)
 	}
-	if st, ok := d.mps.Status()[gpuUUID]; ok && len(st.Clients) > 0 {
+	if st, ok := d.rt.Load().mps.Status()[gpuUUID]; ok && len(st.Clients) > 0 {
 		t.Fatalf("MPS daemon still has clients after both tasks left: %+v", st)
 	}
 }

@@ -41,7 +41,7 @@ func (d *Driver) execCommand(ctx context.Context, t *task, argv []string) (*exec
 }
 
 func (d *Driver) ExecTask(id string, argv []string, timeout time.Duration) (*drivers.ExecTaskResult, error) {
-	t := d.getTask(id)
+	t := d.store.get(id)
 	if t == nil {
 		return nil, fmt.Errorf("task %s: %w", id, drivers.ErrTaskNotFound)
 	}
@@ -65,7 +65,7 @@ func (d *Driver) ExecTask(id string, argv []string, timeout time.Duration) (*dri
 }
 
 func (d *Driver) ExecTaskStreaming(ctx context.Context, id string, opts *drivers.ExecOptions) (*drivers.ExitResult, error) {
-	t := d.getTask(id)
+	t := d.store.get(id)
 	if t == nil {
 		return nil, fmt.Errorf("task %s: %w", id, drivers.ErrTaskNotFound)
 	}

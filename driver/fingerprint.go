@@ -69,16 +69,22 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 	}
 	attrs["driver.gpu.nvml"] = structs.NewString(nvml)
 
-	mpsOK := false
-	if err := d.runtime(); err != nil {
+	rt, err := d.runtime()
+	if err != nil {
 		return &drivers.Fingerprint{Attributes: attrs, Health: drivers.HealthUnhealthy, HealthDescription: err.Error()}
 	}
-	if ok, why := d.mps.Available(); ok {
-		mpsOK = true
-	} else {
+	mpsOK, why := rt.mps.Available()
+	if !mpsOK {
 		notes = append(notes, "tasks holding MPS shares cannot start: "+why)
 	}
 	attrs["driver.gpu.mps"] = structs.NewBool(mpsOK)
+
+	problem := d.fingerprintIsolation(attrs, &notes)
+	if dataDir := d.nomadDataDir(); dataDir != "" {
+		if st, err := os.Stat(dataDir); err == nil && st.Mode().Perm()&0o001 == 0 {
+			notes = append(notes, fmt.Sprintf("the Nomad data_dir %s is mode %04o: tasks with a non-root user cannot reach their task directories; chmod 0755 %s", dataDir, st.Mode().Perm(), dataDir))
+		}
+	}
 
 	fp := &drivers.Fingerprint{Attributes: attrs, Health: drivers.HealthHealthy, HealthDescription: "Healthy"}
 	switch {
@@ -86,8 +92,62 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 		fp.Health, fp.HealthDescription = drivers.HealthUnhealthy, "nomad-driver-gpu must run as root to run tasks as their users and manage cgroups"
 	case cgv == cgroups.None:
 		fp.Health, fp.HealthDescription = drivers.HealthUnhealthy, fmt.Sprintf("CPU and memory limits cannot be enforced: %s", cgDesc)
+	case problem != "":
+		fp.Health, fp.HealthDescription = drivers.HealthUnhealthy, problem
 	case len(notes) > 0:
 		fp.HealthDescription = "Healthy; " + strings.Join(notes, "; ")
 	}
 	return fp
+}
+
+// fingerprintIsolation publishes the isolation in force for a task that
+// asks for nothing special, and returns why tasks cannot start as the plugin
+// config demands, if they cannot.
+func (d *Driver) fingerprintIsolation(attrs map[string]structs.Attribute, notes *[]string) string {
+	icfg, cfg := d.config().Isolation, d.config()
+	p := d.isolation()
+	var problem string
+	pidPrivate := icfg.PIDMode == PIDModePrivate && p.PIDNamespace
+	if icfg.PIDMode == PIDModePrivate && !p.PIDNamespace {
+		problem = "tasks cannot get a private PID namespace on this node (" + p.PIDNamespaceError + "); set isolation.pid_mode = \"host\" to run them anyway"
+	}
+	attrs["driver.gpu.pid_namespace"] = structs.NewBool(pidPrivate)
+	attrs["driver.gpu.allow_host_pid"] = structs.NewBool(icfg.AllowHostPID || icfg.PIDMode == PIDModeHost)
+	landlockOn := icfg.Landlock != LandlockOff && p.LandlockABI > 0
+	attrs["driver.gpu.landlock"] = structs.NewBool(landlockOn)
+	attrs["driver.gpu.landlock_abi"] = structs.NewInt(int64(p.LandlockABI), "")
+	switch {
+	case icfg.Landlock == LandlockOff:
+		*notes = append(*notes, "Landlock is off: task filesystem access is not confined")
+	case p.LandlockABI == 0 && icfg.Landlock == LandlockRequired && problem == "":
+		problem = "Landlock is not available (" + p.LandlockError + ") and isolation.landlock = \"required\"; set \"best_effort\" to run tasks unconfined"
+	case p.LandlockABI == 0:
+		*notes = append(*notes, "Landlock is not available ("+p.LandlockError+"): tasks run without filesystem confinement")
+	}
+	attrs["driver.gpu.unveil_by_task"] = structs.NewBool(icfg.UnveilByTask)
+	attrs["driver.gpu.mps_pipes_masked"] = structs.NewBool(pidPrivate)
+	attrs["driver.gpu.denied_host_uids"] = structs.NewString(cfg.DeniedHostUIDs)
+	attrs["driver.gpu.denied_host_gids"] = structs.NewString(cfg.DeniedHostGIDs)
+	if icfg.PIDMode == PIDModeHost {
+		*notes = append(*notes, "pid_mode = \"host\" by default: tasks of the same user can see and signal each other")
+	}
+	return problem
+}
+
+// noteDataDir remembers the Nomad data_dir a task directory lives under,
+// so the fingerprint can check it long after that task.
+func (d *Driver) noteDataDir(taskDir string) {
+	if dir := nomadDataDirOf(taskDir); dir != "" {
+		d.dataDirMu.Lock()
+		d.dataDir = dir
+		d.dataDirMu.Unlock()
+	}
+}
+
+// nomadDataDir is the Nomad data_dir as seen from the tasks this plugin
+// ran, or "" before it has run any.
+func (d *Driver) nomadDataDir() string {
+	d.dataDirMu.Lock()
+	defer d.dataDirMu.Unlock()
+	return d.dataDir
 }

@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
+	"github.com/nomad-gpu/nomad-gpu/driver/migcaps"
 	"github.com/nomad-gpu/nomad-gpu/driver/mps"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
@@ -38,27 +40,53 @@ type Inventory interface {
 	Close() error
 }
 
+// Driver is the plugin. Locking, so that no field is read without the lock
+// that guards its writes:
+//   - cfgMu guards cfg (SetConfig may come at any time);
+//   - store has its own lock and holds every task;
+//   - rt is written once, under initMu, by runtime(), and read lock-free
+//     through the atomic pointer: nil until the plugin runs tasks;
+//   - invMu guards the NVML inventory, opened on first use;
+//   - probeMu guards the cached isolation probe, dataDirMu the data_dir seen;
+//   - a task's mutable fields are guarded by the task's own mutex.
 type Driver struct {
 	logger hclog.Logger
 	// executable runs the supervisor and shim sub-commands.
 	executable string
 
-	mu    sync.Mutex
+	cfgMu sync.Mutex
 	cfg   *Config
-	tasks map[string]*task
 
-	initMu   sync.Mutex
-	initDone bool
-	ctx      context.Context
-	cancel   context.CancelFunc
-	mps      *mps.Manager
-	watch    *gpuwatch.Watchdog
-	invMu    sync.Mutex
-	inv      Inventory
-	invErr   error
-	openInv  func(gpu.Config, hclog.Logger) (Inventory, error)
+	store *taskStore
+
+	initMu sync.Mutex
+	rt     atomic.Pointer[runtimeState]
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	invMu   sync.Mutex
+	inv     Inventory
+	invErr  error
+	openInv func(gpu.Config, hclog.Logger) (Inventory, error)
+
+	probeMu sync.Mutex
+	probe   *isolationProbe
+
+	dataDirMu sync.Mutex
+	dataDir   string // the Nomad data_dir, once a task has shown it
 
 	events *broadcaster
+
+	// faults, in tests only, fails or abandons StartTask at a named step.
+	faults func(step string) error
+}
+
+// runtimeState is what only a running plugin needs (not the agent's
+// validation launches); it never changes once made.
+type runtimeState struct {
+	mps   *mps.Manager
+	watch *gpuwatch.Watchdog
+	caps  *migcaps.Registry
 }
 
 var _ drivers.Plugin = (*Driver)(nil)
@@ -71,7 +99,7 @@ func New(logger hclog.Logger) *Driver {
 	return &Driver{
 		logger:     logger,
 		executable: supervisorExecutable(),
-		tasks:      map[string]*task{},
+		store:      newTaskStore(),
 		ctx:        ctx,
 		cancel:     cancel,
 		events:     newBroadcaster(),
@@ -115,15 +143,15 @@ func (d *Driver) SetConfig(c any, _ *base.AgentConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
 	d.cfg = cfg
 	return nil
 }
 
 func (d *Driver) config() *Config {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
 	if d.cfg == nil {
 		cfg := &Config{}
 		_ = decodeDefaults(cfg)
@@ -142,19 +170,23 @@ func (d *Driver) Capabilities() *drivers.Capabilities {
 	}
 }
 
-// runtime starts what only a running plugin needs (not the agent's
-// validation launches): state dirs, the MPS manager, the watchdog.
-func (d *Driver) runtime() error {
+// runtime starts what only a running plugin needs: state dirs, the MPS
+// manager, the MIG grant registry, the watchdog; and, once, reconciles the
+// state a previous plugin process left.
+func (d *Driver) runtime() (*runtimeState, error) {
+	if rt := d.rt.Load(); rt != nil {
+		return rt, nil
+	}
 	d.initMu.Lock()
 	defer d.initMu.Unlock()
-	if d.initDone {
-		return nil
+	if rt := d.rt.Load(); rt != nil {
+		return rt, nil
 	}
 	// A failure (say, a state_dir not yet mounted) is retried on the next
 	// call rather than remembered for the plugin's lifetime.
 	cfg := d.config()
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "tasks"), 0o700); err != nil {
-		return fmt.Errorf("state_dir: %w", err)
+		return nil, fmt.Errorf("state_dir: %w", err)
 	}
 	m, err := mps.NewManager(mps.Config{
 		ControlBinary: cfg.MPS.ControlBinary,
@@ -163,19 +195,24 @@ func (d *Driver) runtime() error {
 		StateDir:      filepath.Join(cfg.StateDir, "mps"),
 	}, d.logger.Named("mps"))
 	if err != nil {
-		return fmt.Errorf("MPS: %w", err)
+		return nil, fmt.Errorf("MPS: %w", err)
 	}
-	d.mps = m
+	caps, err := migcaps.Open(filepath.Join(cfg.StateDir, "migcaps.json"), capsDir)
+	if err != nil {
+		return nil, fmt.Errorf("MIG capability grants: %w", err)
+	}
+	rt := &runtimeState{mps: m, caps: caps}
+	rt.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)
+	d.reconcile(rt)
 	go m.Run(d.ctx, func(gpuUUID, msg string) {
-		for _, t := range d.tasksUsingMPS(gpuUUID) {
+		for _, t := range d.store.usingMPS(gpuUUID) {
 			d.emit(t, msg, map[string]string{"gpu": gpuUUID})
 		}
 	})
-	d.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)
-	go d.watch.Run(d.ctx)
-	go d.publishShareUsage()
-	d.initDone = true
-	return nil
+	go rt.watch.Run(d.ctx)
+	d.rt.Store(rt)
+	go d.publishShareUsage(rt)
+	return rt, nil
 }
 
 // inventory opens NVML (or the sim) once; failure is retried later and
@@ -205,26 +242,6 @@ func (s inventorySource) Processes(uuid string) ([]gpu.Process, error) {
 	return inv.Processes(uuid)
 }
 
-func (d *Driver) getTask(id string) *task {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.tasks[id]
-}
-
-func (d *Driver) tasksUsingMPS(gpuUUID string) []*task {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []*task
-	for _, t := range d.tasks {
-		for _, g := range t.state.MPSGPUs {
-			if g == gpuUUID {
-				out = append(out, t)
-			}
-		}
-	}
-	return out
-}
-
 // Shutdown stops the plugin's own loops; tasks keep running under their
 // supervisors and are recovered by the next plugin process.
 func (d *Driver) Shutdown() error {
@@ -242,6 +259,10 @@ func (d *Driver) Shutdown() error {
 func cgroupName(cfg *drivers.TaskConfig) string {
 	return cfg.AllocID + "." + cfg.Name
 }
+
+// capsDir holds the MIG capability device nodes (/dev/nvidia-caps/nvidia-capN)
+// that gate access to a GPU and compute instance; a variable for tests.
+var capsDir = "/dev/nvidia-caps"
 
 // waitTimeout bounds operations that must not hang an RPC.
 const waitTimeout = 30 * time.Second

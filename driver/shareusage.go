@@ -2,16 +2,15 @@ package driver
 
 import (
 	"os"
-	"strings"
 	"time"
 
-	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
 
 // publishShareUsage hands the device plugin, every watchdog interval, what
 // each MPS share's task uses of the GPU (see gpu.ShareUsage).
-func (d *Driver) publishShareUsage() {
+func (d *Driver) publishShareUsage(rt *runtimeState) {
 	t := time.NewTicker(d.config().WatchdogInterval)
 	defer t.Stop()
 	for {
@@ -19,31 +18,25 @@ func (d *Driver) publishShareUsage() {
 		case <-d.ctx.Done():
 			return
 		case <-t.C:
-			d.writeShareUsage(time.Now())
+			d.writeShareUsage(rt, time.Now())
 		}
 	}
 }
 
-func (d *Driver) writeShareUsage(now time.Time) {
+func (d *Driver) writeShareUsage(rt *runtimeState, now time.Time) {
 	perGPU := map[string]map[string]uint64{}
-	for gpuUUID := range d.mps.Status() {
+	for gpuUUID := range rt.mps.Status() {
 		perGPU[gpuUUID] = map[string]uint64{}
 	}
-	d.mu.Lock()
-	tasks := make([]*task, 0, len(d.tasks))
-	for _, t := range d.tasks {
-		tasks = append(tasks, t)
-	}
-	d.mu.Unlock()
-	for _, t := range tasks {
-		if t.state.DeviceEnv[gpuwatch.EnvSliceType] != gpuwatch.SliceMPS {
+	for _, t := range d.store.all() {
+		if t.cfg.DeviceEnv[contract.EnvSliceType] != contract.SliceMPS {
 			continue
 		}
-		usage := d.watch.Usage(t.id)
-		for _, gpuUUID := range t.state.MPSGPUs {
+		usage := rt.watch.Usage(t.id)
+		for _, gpuUUID := range t.mpsGPUs {
 			var shares []string
-			for _, id := range strings.Split(t.state.DeviceEnv["NOMAD_GPU_DEVICE_IDS"], ",") {
-				if strings.HasPrefix(id, gpuUUID+"-mps-") {
+			for _, id := range contract.SplitList(t.cfg.DeviceEnv[contract.EnvDeviceIDs]) {
+				if g, _, ok := contract.ParseShareID(id); ok && g == gpuUUID {
 					shares = append(shares, id)
 				}
 			}
@@ -58,7 +51,7 @@ func (d *Driver) writeShareUsage(now time.Time) {
 	root := d.config().MPS.PipeRoot
 	for gpuUUID, shares := range perGPU {
 		path := gpu.ShareUsagePath(root, gpuUUID)
-		if _, err := os.Stat(path[:len(path)-len(gpu.ShareUsageFile)]); err != nil {
+		if _, err := os.Stat(contract.MPSPipeDir(root, gpuUUID)); err != nil {
 			continue // no daemon directory: nothing to report against
 		}
 		if err := gpu.WriteShareUsage(path, gpu.ShareUsage{UpdatedAt: now, Shares: shares}); err != nil {

@@ -16,7 +16,7 @@ import (
 
 // TaskStats samples the task's cgroup once per interval until it exits.
 func (d *Driver) TaskStats(ctx context.Context, id string, interval time.Duration) (<-chan *drivers.TaskResourceUsage, error) {
-	t := d.getTask(id)
+	t := d.store.get(id)
 	if t == nil {
 		return nil, fmt.Errorf("task %s: %w", id, drivers.ErrTaskNotFound)
 	}

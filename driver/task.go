@@ -2,7 +2,10 @@ package driver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -14,22 +17,26 @@ import (
 
 // taskStateVersion is the layout of driverState; bump it when the layout
 // changes incompatibly and keep reading the old one.
-const taskStateVersion = 1
+//
+//	1: state dir, cgroup paths, MPS GPUs, device env and MIG grants, all
+//	   trusted as recorded.
+//	2: only what cannot be derived; everything else is derived again from
+//	   the task's config and the plugin's, so a tampered or corrupt record
+//	   cannot point the plugin at paths outside its own.
+const taskStateVersion = 2
 
-// driverState is what the client persists for us in the task handle: all
-// RecoverTask needs when the plugin comes back with nothing but this.
+// driverState is what the client persists for us in the task handle.
 type driverState struct {
-	Version     int       `json:"version"`
-	StateDir    string    `json:"state_dir"`
-	CgroupPaths []string  `json:"cgroup_paths,omitempty"`
-	StartedAt   time.Time `json:"started_at"`
-	// MPSGPUs are the GPUs whose MPS daemon this task is a client of.
-	MPSGPUs []string `json:"mps_gpus,omitempty"`
-	// DeviceEnv is the device plugin's reservation, for the watchdog.
-	DeviceEnv map[string]string `json:"device_env,omitempty"`
-	User      string            `json:"user"`
-	// MIGCaps are capability nodes given to the task's user, to take back.
-	MIGCaps []capGrant `json:"mig_caps,omitempty"`
+	Version   int       `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	User      string    `json:"user"`
+
+	// Version 1 only.
+	StateDir    string            `json:"state_dir,omitempty"`
+	CgroupPaths []string          `json:"cgroup_paths,omitempty"`
+	MPSGPUs     []string          `json:"mps_gpus,omitempty"`
+	DeviceEnv   map[string]string `json:"device_env,omitempty"`
+	MIGCaps     []capGrant        `json:"mig_caps,omitempty"`
 }
 
 func (s *driverState) encode() []byte {
@@ -37,26 +44,134 @@ func (s *driverState) encode() []byte {
 	return b
 }
 
+// maxStateBytes bounds what decodeState reads: a real state is a few
+// hundred bytes.
+const maxStateBytes = 1 << 20
+
 func decodeState(b []byte) (*driverState, error) {
+	if len(b) > maxStateBytes {
+		return nil, fmt.Errorf("driver state is %d bytes; a real one is under %d", len(b), maxStateBytes)
+	}
 	var s driverState
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("driver state is not readable: %w", err)
 	}
-	if s.Version != taskStateVersion || s.StateDir == "" {
-		return nil, fmt.Errorf("driver state version %d (state dir %q) is not one this driver knows", s.Version, s.StateDir)
+	switch s.Version {
+	case 1:
+		if s.StateDir == "" {
+			return nil, errors.New("driver state version 1 names no state dir")
+		}
+	case taskStateVersion:
+	default:
+		return nil, fmt.Errorf("driver state version %d is not one this driver knows (1 to %d)", s.Version, taskStateVersion)
 	}
 	return &s, nil
 }
 
-// task is one running (or exited, not yet destroyed) task attempt.
-type task struct {
-	id    string
-	cfg   *drivers.TaskConfig
-	state *driverState
-	proc  *supervisor.Handle
-	group *cgroups.Group // nil without cgroups
+// capGrant is a version 1 record of a MIG capability node handed to a
+// task's user, restored when that task goes.
+type capGrant struct {
+	Path string `json:"path"`
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Mode uint32 `json:"mode"`
+}
 
-	done chan struct{} // closed once result is set
+// journal is the plugin's own record of a task, <task dir>/driver.json. It
+// is written before the task takes anything and marked committed just before
+// StartTask hands Nomad the handle, so a plugin that starts after a crash
+// knows which tasks no handle can exist for.
+type journal struct {
+	Version    int    `json:"version"`
+	TaskID     string `json:"task_id"`
+	AllocID    string `json:"alloc_id"`
+	TaskName   string `json:"task_name"`
+	AllocDir   string `json:"alloc_dir,omitempty"`
+	CgroupRoot string `json:"cgroup_root"`
+	CgroupName string `json:"cgroup_name"`
+	Committed  bool   `json:"committed"`
+}
+
+const (
+	journalFile    = "driver.json"
+	supervisorDir  = "supervisor"
+	journalVersion = 1
+)
+
+func readJournal(taskDir string) (*journal, error) {
+	b, err := os.ReadFile(filepath.Join(taskDir, journalFile))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxStateBytes {
+		return nil, fmt.Errorf("%s: %d bytes is not a journal", journalFile, len(b))
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("%s: %w", journalFile, err)
+	}
+	if j.Version != journalVersion {
+		return nil, fmt.Errorf("%s: version %d is not one this driver knows", journalFile, j.Version)
+	}
+	if stateDirName(j.TaskID) != filepath.Base(taskDir) {
+		return nil, fmt.Errorf("%s: names task %q, not this directory's", journalFile, j.TaskID)
+	}
+	if !validName(j.CgroupRoot) || !validName(j.CgroupName) {
+		return nil, fmt.Errorf("%s: cgroup %q/%q is not a cgroup name", journalFile, j.CgroupRoot, j.CgroupName)
+	}
+	return &j, nil
+}
+
+func (j *journal) write(taskDir string) error {
+	b, _ := json.Marshal(j)
+	return writeFileAtomic(filepath.Join(taskDir, journalFile), b)
+}
+
+// writeFileAtomic replaces path so that readers and a crash see the old
+// content or the new, never part of either.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// validName: one path component, usable as a cgroup or directory name.
+func validName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
+}
+
+// task is one running (or exited, not yet destroyed) task attempt. Fields
+// above mu are set before the task is stored and never change.
+type task struct {
+	id        string
+	cfg       *drivers.TaskConfig
+	dir       string // the task's state dir: journal and supervisor dir
+	user      string
+	startedAt time.Time
+	// mpsGPUs are the GPUs whose MPS daemon the task is a client of.
+	mpsGPUs []string
+	// legacyCaps are version 1 MIG grants, restored when the task goes.
+	legacyCaps []capGrant
+	proc       *supervisor.Handle
+	group      *cgroups.Group // nil without cgroups
+
+	done chan struct{} // closed once res is set
 	mu   sync.Mutex
 	res  *drivers.ExitResult
 	// killReason explains a kill the driver itself decided (watchdog).
@@ -88,7 +203,8 @@ func (t *task) setKillReason(r string) {
 }
 
 // pids is the task's process tree: the cgroup when there is one (it also
-// holds processes that left the session), else the supervisor's view.
+// holds processes that left the session), else the supervisor's view. Both
+// give host pids, which is what NVML's process accounting reports.
 func (t *task) pids() ([]int, error) {
 	if t.group != nil {
 		return t.group.Pids()
@@ -99,4 +215,10 @@ func (t *task) pids() ([]int, error) {
 // stateDirName makes a task ID ("<alloc>/<task>/<random>") a directory name.
 func stateDirName(id string) string {
 	return strings.NewReplacer("/", ".", "\x00", "").Replace(id)
+}
+
+// taskDir is where a task's journal and supervisor state live: derived from
+// its ID alone, so cleaning up never needs a record that may be lost.
+func (d *Driver) taskDir(id string) string {
+	return filepath.Join(d.config().StateDir, "tasks", stateDirName(id))
 }

@@ -338,7 +338,7 @@ func TestDriverBadInput(t *testing.T) {
 	}{
 		{"missing command", strings.Replace(gpuJob("no-command", "nvidia/gpu", 1, ""), `command = "/bin/sh"`, "", 1), "command"},
 		{"unknown user", gpuJob("bad-user", "nvidia/gpu", 1, "no-such-user-e2e"), `user "no-such-user-e2e" does not exist`},
-		{"root not allowed", gpuJob("root", "nvidia/gpu", 1, "root"), "allow_root"},
+		{"root not allowed", gpuJob("root", "nvidia/gpu", 1, "root"), "denied_host_uids"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -392,7 +392,7 @@ func nodeID(t *testing.T, c *cluster.Cluster) string {
 func taskPIDs(t *testing.T, n gpuNode) []string {
 	t.Helper()
 	var out []string
-	files, _ := filepath.Glob(filepath.Join(n.dir, "state", "tasks", "*", "task.json"))
+	files, _ := filepath.Glob(filepath.Join(n.dir, "state", "tasks", "*", "supervisor", "task.json"))
 	for _, f := range files {
 		pid, err := pidFromTaskJSON(f)
 		if err != nil {
@@ -422,7 +422,7 @@ func pidFromTaskJSON(path string) (int, error) {
 // allocTaskPID reads the task's pid from the supervisor's task.json.
 func allocTaskPID(t *testing.T, c *cluster.Cluster, n gpuNode, allocID string) int {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(n.dir, "state", "tasks", allocID+".t.*", "task.json"))
+	files, _ := filepath.Glob(filepath.Join(n.dir, "state", "tasks", allocID+".t.*", "supervisor", "task.json"))
 	if len(files) != 1 {
 		t.Fatalf("task state for %s: %v", allocID, files)
 	}

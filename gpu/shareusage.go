@@ -2,10 +2,15 @@ package gpu
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
 )
 
 // The task driver knows which processes belong to which MPS share (the
@@ -14,8 +19,13 @@ import (
 // which both plugins already share, so `nomad alloc status -stats` shows
 // what a task really uses of its share.
 
-// ShareUsageFile is the file name inside <mps pipe root>/<GPU-UUID>/.
-const ShareUsageFile = "nomad-gpu-share-usage.json"
+// ShareUsageFile is the file name inside <mps pipe root>/<GPU-UUID>/
+// (contract.ShareUsageFile).
+const ShareUsageFile = contract.ShareUsageFile
+
+// maxShareUsageSize bounds what ReadShareUsage reads: 48 shares' figures
+// take a few KiB.
+const maxShareUsageSize = 1 << 20
 
 // ShareUsage maps Nomad device IDs of MPS shares to the GPU memory (MiB)
 // their task's processes use, split evenly over the task's shares.
@@ -25,7 +35,7 @@ type ShareUsage struct {
 }
 
 func ShareUsagePath(pipeRoot, gpuUUID string) string {
-	return filepath.Join(pipeRoot, gpuUUID, ShareUsageFile)
+	return filepath.Join(contract.MPSPipeDir(pipeRoot, gpuUUID), ShareUsageFile)
 }
 
 // WriteShareUsage replaces the file atomically, so a reader never sees half of it.
@@ -57,12 +67,36 @@ func WriteShareUsage(path string, u ShareUsage) error {
 }
 
 // ReadShareUsage reads the file; a missing file is no usage, not an error.
+//
+// The pipe directory belongs to the user whose tasks hold the GPU's MPS
+// shares, so what lies there is not trusted: only a regular file owned by
+// the reader's own user (the driver and the device plugin both run as root)
+// and of sane size is read. A symlink, a FIFO (which would block the
+// reader), a file the tasks' user put there or replaced is an error.
 func ReadShareUsage(path string) (ShareUsage, error) {
 	var u ShareUsage
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
+	f, err := openNoFollow(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return u, nil
 	}
+	if err != nil {
+		return u, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return u, err
+	}
+	if !fi.Mode().IsRegular() {
+		return u, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		return u, fmt.Errorf("%s: owned by uid %d, not by this process's uid %d; not written by the driver", path, uid, os.Geteuid())
+	}
+	if fi.Size() > maxShareUsageSize {
+		return u, fmt.Errorf("%s: %d bytes is too large for share usage", path, fi.Size())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxShareUsageSize+1))
 	if err != nil {
 		return u, err
 	}

@@ -427,3 +427,67 @@ func CanFenceDevices() bool {
 	_, ok := l.mounts["devices"]
 	return l.version == V1 && ok
 }
+
+// Find opens what exists of the group Create makes for root/name, so that a
+// group can be cleaned up from its name alone (after a crash, or from a
+// record that no longer says where it lives); false when nothing exists.
+func Find(root, name string) (*Group, bool) {
+	var paths []string
+	for _, d := range createdDirs(probe(), root, name) {
+		if _, err := os.Stat(d); err == nil {
+			paths = append(paths, d)
+		}
+	}
+	if len(paths) == 0 {
+		return nil, false
+	}
+	g, err := Open(paths)
+	if err != nil {
+		return nil, false
+	}
+	return g, true
+}
+
+// Dirs lists the directories Create makes for root/name on this host.
+func Dirs(root, name string) []string { return createdDirs(probe(), root, name) }
+
+// Names lists the groups under root, by the name Create was given, in every
+// hierarchy of this host.
+func Names(root string) []string {
+	l := probe()
+	var parents []string
+	switch l.version {
+	case V2:
+		if !strings.HasSuffix(root, ".slice") {
+			root += ".slice"
+		}
+		parents = []string{filepath.Join(fsRoot, root)}
+	case V1:
+		for _, c := range v1Controllers {
+			if m, ok := l.mounts[c]; ok {
+				parents = append(parents, filepath.Join(m, root))
+			}
+		}
+	}
+	var names []string
+	for _, p := range parents {
+		entries, _ := os.ReadDir(p)
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			n := e.Name()
+			if l.version == V2 {
+				var ok bool
+				if n, ok = strings.CutSuffix(n, ".scope"); !ok {
+					continue
+				}
+			}
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
 
@@ -382,7 +383,7 @@ func TestSimBackend(t *testing.T) {
 	w := New(inv, time.Hour, nil, rec.record)
 	// An MPS task with a 20480 MiB share of GPU 0 and its neighbour.
 	mpsLimits, err := DeviceLimits(map[string]string{
-		EnvVisibleDevices: gpu0, EnvSliceType: SliceMPS, EnvPinnedMemLimit: "0=20480M",
+		contract.EnvCUDAVisibleDevices: gpu0, contract.EnvSliceType: contract.SliceMPS, contract.EnvMPSPinnedMemLimit: "0=20480M",
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +396,7 @@ func TestSimBackend(t *testing.T) {
 		}
 		return 0
 	}
-	migLimits, err := DeviceLimits(map[string]string{EnvVisibleDevices: mig.UUID, EnvSliceType: SliceMIG}, migMem)
+	migLimits, err := DeviceLimits(map[string]string{contract.EnvCUDAVisibleDevices: mig.UUID, contract.EnvSliceType: contract.SliceMIG}, migMem)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,21 @@
 // set in its own environment, so a task can raise them before cuInit; MPS
 // only lets a client tighten the daemon's defaults, never exceed them.
 //
+// MPS runs one user's clients at a time on a GPU: the control daemon starts
+// one MPS server per user, and a client of another user waits in cuInit
+// until the first user's clients are all gone. So a GPU's clients are all
+// of one user (Acquire refuses another at once, ErrUserConflict), and its
+// pipe directory belongs to that user, mode 0700: no other user can reach
+// the daemon, or read what lies there.
+//
+// The daemons and their control commands run with a scrubbed environment
+// (controlEnv), never the plugin's own, which may carry Nomad, Consul or
+// Vault tokens.
+//
 // The driver plugin may restart while its tasks keep running, so the
-// bookkeeping (which tasks use which GPU's daemon, and the daemon's pid and
-// start time) lives in one JSON file per GPU under Config.StateDir and a new
-// Manager re-adopts the daemons it finds alive.
+// bookkeeping (which tasks, of which user, use which GPU's daemon, and the
+// daemon's pid, start time and boot) lives in one JSON file per GPU under
+// Config.StateDir and a new Manager re-adopts the daemons it finds alive.
 package mps
 
 import (
@@ -19,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +42,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
 // Defaults for Config's empty fields. DefaultPipeRoot equals the device
@@ -37,7 +52,7 @@ import (
 // <mps_pipe_root>/<GPU-UUID> as CUDA_MPS_PIPE_DIRECTORY, so the two must agree.
 const (
 	DefaultControlBinary  = "nvidia-cuda-mps-control"
-	DefaultPipeRoot       = "/run/nomad-gpu/mps"
+	DefaultPipeRoot       = contract.DefaultMPSPipeRoot
 	DefaultLogRoot        = "/var/log/nomad-gpu/mps"
 	DefaultCommandTimeout = 10 * time.Second
 	DefaultStartTimeout   = 10 * time.Second
@@ -48,6 +63,18 @@ const (
 // pidFileName is where the control daemon writes its pid, in its pipe
 // directory (NVIDIA MPS guide, "Utilities and Daemons").
 const pidFileName = "nvidia-cuda-mps-control.pid"
+
+// envMPSLogDirectory is where the control daemon writes its logs; the
+// driver alone sets it (the task only needs the pipe directory).
+const envMPSLogDirectory = "CUDA_MPS_LOG_DIRECTORY"
+
+// Modes of the pipe directories: the root is traversable but not listable;
+// a GPU's directory is its clients' user's alone (root, the daemon, ignores
+// modes).
+const (
+	pipeRootMode = 0o711
+	pipeDirMode  = 0o700
+)
 
 // maxSocketPath is the longest unix socket path Linux accepts (sun_path less
 // its NUL); the daemon's longest socket name in its pipe directory is
@@ -62,6 +89,60 @@ const (
 // binary cannot be run: a task asking for an MPS share then fails to start
 // rather than silently running unshared and unlimited.
 var ErrUnavailable = errors.New("MPS is not available on this node")
+
+// ErrUserConflict is returned (wrapped, in a *UserConflictError) by Acquire
+// when tasks of another user already hold the GPU's MPS server: MPS runs
+// one user's clients at a time, so the task would hang in CUDA init.
+var ErrUserConflict = errors.New("MPS on this GPU is held by another user")
+
+// UserConflictError says who holds the GPU and who asked. It unwraps to
+// ErrUserConflict.
+type UserConflictError struct {
+	GPU string
+	// HolderUID and HolderUser are the user whose tasks hold the GPU, and
+	// HolderTasks those tasks, sorted.
+	HolderUID   uint32
+	HolderUser  string
+	HolderTasks []string
+	// UID, User and TaskID are the refused client's.
+	UID    uint32
+	User   string
+	TaskID string
+}
+
+func (e *UserConflictError) Unwrap() error { return ErrUserConflict }
+
+func (e *UserConflictError) Error() string {
+	holder, asker := userName(e.HolderUser, e.HolderUID), userName(e.User, e.UID)
+	const show = 3
+	tasks := "task "
+	if len(e.HolderTasks) > 1 {
+		tasks = "tasks "
+	}
+	tasks += strings.Join(e.HolderTasks[:min(show, len(e.HolderTasks))], ", ")
+	if n := len(e.HolderTasks) - show; n > 0 {
+		tasks += fmt.Sprintf(" and %d more", n)
+	}
+	return fmt.Sprintf("MPS on %s: %s (%s) holds this GPU's MPS server; MPS runs one user's clients at a time, "+
+		"so a task of %s would hang in CUDA init until %s's tasks end. "+
+		"Run the tasks that share this GPU's MPS shares as one user (jobspec user), or give them separate GPUs",
+		e.GPU, quoteUser(holder), tasks, quoteUser(asker), holder)
+}
+
+// userName is the name to show for a user: its name, else "uid N".
+func userName(name string, uid uint32) string {
+	if name != "" {
+		return name
+	}
+	return "uid " + strconv.FormatUint(uint64(uid), 10)
+}
+
+func quoteUser(n string) string {
+	if strings.HasPrefix(n, "uid ") {
+		return n
+	}
+	return "user " + strconv.Quote(n)
+}
 
 // Config configures a Manager.
 type Config struct {
@@ -90,10 +171,20 @@ type Limits struct {
 	PinnedMemMiB     uint64 `json:"pinned_mem_mib,omitempty"`
 }
 
+// Client is one task using a GPU's MPS daemon.
+type Client struct {
+	TaskID string
+	// UID is the user the task runs as; User its name, for messages.
+	UID    uint32
+	User   string
+	Limits Limits
+}
+
 // DaemonStatus is one GPU's daemon as the driver fingerprint shows it.
 type DaemonStatus struct {
 	PID      int      // 0 when not running
 	Clients  []string // task IDs, sorted
+	User     string   // the clients' user (name, else "uid N"); "" without clients of known user
 	Healthy  bool     // running, and its ceiling is in place
 	Ceiling  Limits   // as last set on the daemon
 	Restarts int      // times the driver restarted it after it died
@@ -117,9 +208,10 @@ type daemon struct {
 }
 
 // NewManager loads the bookkeeping under cfg.StateDir and re-adopts the
-// daemons still alive (same pid and start time). Dead daemons are forgotten;
-// their clients are kept, and Run starts a new daemon for them. A live
-// daemon left without clients (a Release cut short by a crash) is stopped.
+// daemons still alive (same pid, start time and boot). Dead daemons are
+// forgotten; their clients are kept, and Run starts a new daemon for them. A
+// live daemon left without clients (a Release cut short by a crash) is
+// stopped.
 func NewManager(cfg Config, logger hclog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -183,19 +275,22 @@ func NewManager(cfg Config, logger hclog.Logger) (*Manager, error) {
 // adopt reconciles one GPU's loaded bookkeeping with what runs now.
 func (m *Manager) adopt(d *daemon) {
 	log := m.log.With("gpu", d.st.GPU)
-	if d.st.PID > 0 && sameProcess(d.st.PID, d.st.StartTicks) {
+	if m.isDaemon(d.st.Identity, d.st.PipeDir) {
+		// A record from before boot IDs is of this boot: isDaemon checked
+		// the process is the one serving this pipe directory.
+		d.st.BootID = procfs.BootID()
 		log.Info("re-adopted MPS control daemon", "pid", d.st.PID, "clients", len(d.st.Clients))
 	} else {
 		if d.st.PID > 0 {
 			log.Warn("MPS control daemon from before the restart is gone", "pid", d.st.PID)
 		}
-		d.st.PID, d.st.StartTicks, d.st.Ceiling = 0, 0, nil
+		d.st.Identity, d.st.Ceiling = procfs.Identity{}, nil
 		// A daemon started just before a crash serves the pipe directory
 		// without being on record; a second one would refuse to start.
 		if d.st.PipeDir != "" {
-			if pid, start, ok := findDaemon(d.st.PipeDir); ok {
-				d.st.PID, d.st.StartTicks = pid, start
-				log.Info("adopted unrecorded MPS control daemon", "pid", pid)
+			if id, ok := m.findDaemon(d.st.PipeDir); ok {
+				d.st.Identity = id
+				log.Info("adopted unrecorded MPS control daemon", "pid", id.PID)
 			}
 		}
 	}
@@ -204,6 +299,12 @@ func (m *Manager) adopt(d *daemon) {
 			log.Error("stopping MPS control daemon without clients", "error", err)
 		}
 		return
+	}
+	if d.st.PipeDir != "" {
+		if err := m.ownPipeDirLocked(d); err != nil {
+			d.err = err.Error()
+			log.Error("giving the MPS pipe directory to its clients' user", "error", err)
+		}
 	}
 	if d.st.PID > 0 && d.st.Ceiling == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CommandTimeout)
@@ -245,17 +346,24 @@ func (m *Manager) binary() (string, string) {
 	return p, ""
 }
 
-// Acquire makes taskID a client of the GPU's daemon with limits l: it starts
-// the daemon if none runs and raises the daemon's ceiling to cover l. Call it
-// before the task starts, as clients read the ceiling at CUDA init. Calling
-// it again for the same GPU and task is harmless; new limits replace old.
-func (m *Manager) Acquire(ctx context.Context, gpuUUID, taskID string, l Limits) error {
+// Acquire makes c.TaskID a client of the GPU's daemon with c.Limits: it
+// starts the daemon if none runs, raises the daemon's ceiling to cover the
+// limits and gives the GPU's pipe directory to c.UID. Call it before the
+// task starts, as clients read the ceiling at CUDA init. Calling it again for
+// the same GPU and task is harmless (recovery does); new limits replace old.
+//
+// A client of a user other than the GPU's current clients' is refused at
+// once with a *UserConflictError (errors.Is ErrUserConflict): MPS would make
+// it wait in CUDA init until they are all gone.
+func (m *Manager) Acquire(ctx context.Context, gpuUUID string, c Client) error {
 	if err := validUUID(gpuUUID); err != nil {
 		return err
 	}
+	taskID := c.TaskID
 	if taskID == "" {
 		return errors.New("mps: empty task ID")
 	}
+	l := c.Limits
 	if l.ThreadPercentage < 0 || l.ThreadPercentage > 100 {
 		return fmt.Errorf("mps: thread percentage %d for task %s is outside 0-100", l.ThreadPercentage, taskID)
 	}
@@ -266,9 +374,14 @@ func (m *Manager) Acquire(ctx context.Context, gpuUUID, taskID string, l Limits)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
+	if err := d.userConflict(c); err != nil {
+		return err
+	}
+	uid := c.UID
+	want := clientState{Limits: l, UID: &uid, User: c.User}
 	prev, had := d.st.Clients[taskID]
-	alive := d.st.PID > 0 && sameProcess(d.st.PID, d.st.StartTicks)
-	if had && prev == l && alive && d.st.Ceiling != nil {
+	alive := d.st.Identity.Alive()
+	if had && prev.same(want) && alive && d.st.Ceiling != nil {
 		return nil
 	}
 	started := false
@@ -287,8 +400,11 @@ func (m *Manager) Acquire(ctx context.Context, gpuUUID, taskID string, l Limits)
 			m.log.Error("saving MPS bookkeeping", "gpu", gpuUUID, "error", err)
 		}
 	}
-	d.st.Clients[taskID] = l
-	err := m.applyCeilingLocked(ctx, d, started)
+	d.st.Clients[taskID] = want
+	err := m.ownPipeDirLocked(d)
+	if err == nil {
+		err = m.applyCeilingLocked(ctx, d, started)
+	}
 	if err == nil {
 		err = saveState(m.cfg.StateDir, &d.st)
 	}
@@ -302,14 +418,60 @@ func (m *Manager) Acquire(ctx context.Context, gpuUUID, taskID string, l Limits)
 			if serr := m.stopLocked(d); serr != nil {
 				m.log.Error("stopping MPS control daemon after failed acquire", "gpu", gpuUUID, "error", serr)
 			}
-		} else if serr := saveState(m.cfg.StateDir, &d.st); serr != nil {
-			m.log.Error("saving MPS bookkeeping", "gpu", gpuUUID, "error", serr)
+		} else {
+			if oerr := m.ownPipeDirLocked(d); oerr != nil {
+				m.log.Error("giving the MPS pipe directory back to its clients' user", "gpu", gpuUUID, "error", oerr)
+			}
+			if serr := saveState(m.cfg.StateDir, &d.st); serr != nil {
+				m.log.Error("saving MPS bookkeeping", "gpu", gpuUUID, "error", serr)
+			}
 		}
 		d.err = err.Error()
 		return fmt.Errorf("mps: task %s on %s: %w", taskID, gpuUUID, err)
 	}
 	d.err = ""
 	return nil
+}
+
+// userConflict refuses c when clients of another known user hold the GPU.
+// The task's own record does not count (it may be re-acquiring, with its
+// user now known), nor do clients of unknown user (version 1 records).
+func (d *daemon) userConflict(c Client) error {
+	var e *UserConflictError
+	for _, id := range clientIDs(d.st.Clients) {
+		cs := d.st.Clients[id]
+		if id == c.TaskID || cs.UID == nil || *cs.UID == c.UID {
+			continue
+		}
+		if e == nil {
+			e = &UserConflictError{GPU: d.st.GPU, HolderUID: *cs.UID, UID: c.UID, User: c.User, TaskID: c.TaskID}
+		}
+		if *cs.UID == e.HolderUID {
+			e.HolderTasks = append(e.HolderTasks, id)
+			if e.HolderUser == "" {
+				e.HolderUser = cs.User
+			}
+		}
+	}
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
+func (a clientState) same(b clientState) bool {
+	return a.Limits == b.Limits && a.User == b.User && (a.UID == nil) == (b.UID == nil) && (a.UID == nil || *a.UID == *b.UID)
+}
+
+// clientsUID is the user of the GPU's clients, ok false when none of them
+// is of known user. Acquire keeps them all of one.
+func (d *daemon) clientsUID() (uid uint32, user string, ok bool) {
+	for _, id := range clientIDs(d.st.Clients) {
+		if cs := d.st.Clients[id]; cs.UID != nil {
+			return *cs.UID, cs.User, true
+		}
+	}
+	return 0, "", false
 }
 
 // Release drops taskID from the GPU's clients. The last client's release
@@ -329,7 +491,7 @@ func (m *Manager) Release(gpuUUID, taskID string) error {
 	}
 	delete(d.st.Clients, taskID)
 	if len(d.st.Clients) > 0 {
-		if d.st.PID > 0 && sameProcess(d.st.PID, d.st.StartTicks) {
+		if d.st.Identity.Alive() {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CommandTimeout)
 			// Lowering the ceiling is housekeeping: the clients that remain
 			// are already within it, so a failure costs no isolation.
@@ -373,6 +535,28 @@ func (m *Manager) Clients(gpuUUID string) []string {
 	return clientIDs(d.st.Clients)
 }
 
+// Tasks lists every task that is a client of any GPU's daemon, sorted: the
+// driver reconciles them with the tasks it knows at start.
+func (m *Manager) Tasks() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, uuid := range m.uuids() {
+		m.mu.Lock()
+		d := m.gpus[uuid]
+		m.mu.Unlock()
+		d.mu.Lock()
+		for id := range d.st.Clients {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+		d.mu.Unlock()
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Status reports every GPU with a daemon or clients.
 func (m *Manager) Status() map[string]DaemonStatus {
 	out := map[string]DaemonStatus{}
@@ -385,9 +569,10 @@ func (m *Manager) Status() map[string]DaemonStatus {
 			d.mu.Unlock()
 			continue
 		}
-		alive := d.st.PID > 0 && sameProcess(d.st.PID, d.st.StartTicks)
+		alive := d.st.Identity.Alive()
 		s := DaemonStatus{
 			Clients:  clientIDs(d.st.Clients),
+			User:     d.userName(),
 			Healthy:  alive && d.err == "" && d.st.Ceiling != nil,
 			Restarts: d.st.Restarts,
 			Error:    d.err,
@@ -443,7 +628,7 @@ func (m *Manager) superviseOne(ctx context.Context, d *daemon) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	log := m.log.With("gpu", d.st.GPU)
-	alive := d.st.PID > 0 && sameProcess(d.st.PID, d.st.StartTicks)
+	alive := d.st.Identity.Alive()
 	switch {
 	case len(d.st.Clients) > 0 && !alive:
 		old := d.st.PID
@@ -499,7 +684,7 @@ func (m *Manager) entry(uuid string) *daemon {
 	defer m.mu.Unlock()
 	d := m.gpus[uuid]
 	if d == nil {
-		d = &daemon{st: daemonState{GPU: uuid, Clients: map[string]Limits{}}}
+		d = &daemon{st: daemonState{GPU: uuid, Clients: map[string]clientState{}}}
 		m.gpus[uuid] = d
 	}
 	return d
@@ -524,19 +709,27 @@ func (m *Manager) startLocked(ctx context.Context, d *daemon) error {
 		return fmt.Errorf("%w: %s", ErrUnavailable, reason)
 	}
 	uuid := d.st.GPU
-	pipeDir := filepath.Join(m.cfg.PipeRoot, uuid)
+	pipeDir := contract.MPSPipeDir(m.cfg.PipeRoot, uuid)
 	logDir := filepath.Join(m.cfg.LogRoot, uuid)
-	// Tasks, possibly not root, connect to sockets inside.
-	for _, dir := range []string{pipeDir, logDir} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("mps: %w", err)
-		}
+	if err := m.makePipeRoot(); err != nil {
+		return err
+	}
+	// The clients' user connects to sockets inside; ownPipeDirLocked gives
+	// it the directory.
+	if err := os.Mkdir(pipeDir, pipeDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("mps: %w", err)
+	}
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return fmt.Errorf("mps: %w", err)
 	}
 	d.st.PipeDir, d.st.LogDir = pipeDir, logDir
-	d.st.PID, d.st.StartTicks, d.st.Ceiling = 0, 0, nil
-	if pid, start, ok := findDaemon(pipeDir); ok {
-		d.st.PID, d.st.StartTicks = pid, start
-		m.log.Info("adopted running MPS control daemon", "gpu", uuid, "pid", pid)
+	if err := m.ownPipeDirLocked(d); err != nil {
+		return err
+	}
+	d.st.Identity, d.st.Ceiling = procfs.Identity{}, nil
+	if id, ok := m.findDaemon(pipeDir); ok {
+		d.st.Identity = id
+		m.log.Info("adopted running MPS control daemon", "gpu", uuid, "pid", id.PID)
 		return nil
 	}
 	// What a dead daemon left (pid file, sockets) must not be taken for a
@@ -562,9 +755,9 @@ func (m *Manager) startLocked(ctx context.Context, d *daemon) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if pid, start, ok := findDaemon(pipeDir); ok {
-			d.st.PID, d.st.StartTicks = pid, start
-			m.log.Info("started MPS control daemon", "gpu", uuid, "pid", pid, "pipe_dir", pipeDir, "log_dir", logDir)
+		if id, ok := m.findDaemon(pipeDir); ok {
+			d.st.Identity = id
+			m.log.Info("started MPS control daemon", "gpu", uuid, "pid", id.PID, "pipe_dir", pipeDir, "log_dir", logDir)
 			return nil
 		}
 		select {
@@ -576,42 +769,51 @@ func (m *Manager) startLocked(ctx context.Context, d *daemon) error {
 	}
 }
 
-// stopLocked quits the daemon, kills it if it will not go, empties its pipe
-// directory and removes the GPU's bookkeeping. Only a daemon still alive
-// afterwards is an error; its record is kept so Run tries again.
+// stopLocked quits the daemon, kills it if it will not go, gives its pipe
+// directory back to root and empties it, and removes the GPU's bookkeeping.
+// Only a daemon still alive afterwards is an error; its record is kept so Run
+// tries again. Callers stop a daemon only once it has no clients.
 func (m *Manager) stopLocked(d *daemon) error {
 	uuid := d.st.GPU
-	pid, start := d.st.PID, d.st.StartTicks
-	if pid > 0 && sameProcess(pid, start) {
+	id := d.st.Identity
+	pid := id.PID
+	var errs []error
+	if d.st.PipeDir != "" {
+		// Back to root first: no user has clients here any more, and none
+		// may meddle with what the stop reads or removes there.
+		if err := setPipeDirOwner(d.st.PipeDir, os.Geteuid()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if id.Alive() {
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CommandTimeout)
 		_, qerr := m.commandLocked(ctx, d, "quit")
 		cancel()
-		if !waitExit(pid, start, m.cfg.StopTimeout) {
+		if !waitExit(id, m.cfg.StopTimeout) {
 			// An unresponsive daemon would keep the GPU in MPS mode with no
 			// owner and block the next daemon on its pipe directory.
 			m.log.Warn("MPS control daemon did not exit on quit; killing it", "gpu", uuid, "pid", pid, "quit_error", qerr)
 			_ = syscall.Kill(pid, syscall.SIGTERM)
-			if !waitExit(pid, start, 2*time.Second) && sameProcess(pid, start) {
+			if !waitExit(id, 2*time.Second) && id.Alive() {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
-				if !waitExit(pid, start, 2*time.Second) {
+				if !waitExit(id, 2*time.Second) {
 					err := fmt.Errorf("mps: control daemon %d for %s survived quit, SIGTERM and SIGKILL", pid, uuid)
 					d.err = err.Error()
 					if serr := saveState(m.cfg.StateDir, &d.st); serr != nil {
 						m.log.Error("saving MPS bookkeeping", "gpu", uuid, "error", serr)
 					}
-					return err
+					return errors.Join(append(errs, err)...)
 				}
 			}
 		}
 		m.log.Info("stopped MPS control daemon", "gpu", uuid, "pid", pid)
 	}
-	var errs []error
 	if d.st.PipeDir != "" {
 		if err := emptyDir(d.st.PipeDir); err != nil {
 			errs = append(errs, fmt.Errorf("mps: clearing %s: %w", d.st.PipeDir, err))
 		}
 	}
-	d.st.PID, d.st.StartTicks, d.st.Ceiling = 0, 0, nil
+	d.st.Identity, d.st.Ceiling = procfs.Identity{}, nil
 	d.err = ""
 	if err := removeState(m.cfg.StateDir, uuid); err != nil {
 		errs = append(errs, err)
@@ -621,7 +823,7 @@ func (m *Manager) stopLocked(d *daemon) error {
 
 // ceiling is the largest share any client holds: MPS clients may only
 // tighten the daemon's defaults, so the defaults must admit the biggest.
-func ceiling(clients map[string]Limits) Limits {
+func ceiling(clients map[string]clientState) Limits {
 	var c Limits
 	for _, l := range clients {
 		c.ThreadPercentage = max(c.ThreadPercentage, l.ThreadPercentage)
@@ -702,49 +904,150 @@ func (m *Manager) commandLocked(ctx context.Context, d *daemon, line string) (st
 	return out.String(), nil
 }
 
-// controlEnv is the plugin's environment with the MPS variables replaced, so
-// a plugin started from a shell that uses MPS itself cannot misdirect them.
+// defaultPath is the daemon's PATH when the plugin has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// controlEnv is the environment of the control daemon and of every control
+// command: an allowlist, not the plugin's environment, which may carry
+// secrets (NOMAD_TOKEN, VAULT_TOKEN, CONSUL_HTTP_TOKEN…) the daemon has no
+// use for and, through the MPS servers it starts, could pass on. It has the
+// plugin's PATH (defaultPath without one), LD_LIBRARY_PATH where set (the
+// NVIDIA libraries may live there), HOME=/, and the MPS variables of this
+// GPU: pipe and log directory, and for the daemon (visible set) the GPU it
+// serves.
 func controlEnv(pipeDir, logDir, visible string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "CUDA_MPS_") || strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") {
-			continue
-		}
-		env = append(env, kv)
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = defaultPath
 	}
-	env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir, "CUDA_MPS_LOG_DIRECTORY="+logDir)
+	env := []string{"PATH=" + path, "HOME=/"}
+	if v := os.Getenv("LD_LIBRARY_PATH"); v != "" {
+		env = append(env, "LD_LIBRARY_PATH="+v)
+	}
+	env = append(env, contract.EnvMPSPipeDirectory+"="+pipeDir, envMPSLogDirectory+"="+logDir)
 	if visible != "" {
-		env = append(env, "CUDA_VISIBLE_DEVICES="+visible)
+		env = append(env, contract.EnvCUDAVisibleDevices+"="+visible)
 	}
 	return env
 }
 
 // findDaemon returns the live control daemon serving pipeDir, per its pid
-// file, checked against the process's own CUDA_MPS_PIPE_DIRECTORY so a stale
-// file naming a recycled pid is not believed.
-func findDaemon(pipeDir string) (int, uint64, bool) {
+// file. The pipe directory belongs to the clients' user, who could write
+// any pid there, so the process must also be this manager's user's (the
+// daemon is started by it) and have pipeDir as its own
+// CUDA_MPS_PIPE_DIRECTORY; a stale file naming a recycled pid fails the same
+// checks.
+func (m *Manager) findDaemon(pipeDir string) (procfs.Identity, bool) {
 	data, err := os.ReadFile(filepath.Join(pipeDir, pidFileName))
-	if err != nil {
-		return 0, 0, false
+	if err != nil || len(data) > 64 {
+		return procfs.Identity{}, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
 	if err != nil || pid <= 0 {
-		return 0, 0, false
+		return procfs.Identity{}, false
 	}
-	start, ok := procStart(pid)
-	if !ok {
-		return 0, 0, false
+	id, err := procfs.Identify(pid)
+	if err != nil || !id.Alive() {
+		return procfs.Identity{}, false
 	}
-	dir, ok := procEnv(pid, "CUDA_MPS_PIPE_DIRECTORY")
-	if !ok || filepath.Clean(dir) != filepath.Clean(pipeDir) {
-		return 0, 0, false
+	if uid, ok := procUID(pid); !ok || uid != os.Geteuid() {
+		return procfs.Identity{}, false
 	}
-	return pid, start, true
+	if !servesPipeDir(pid, pipeDir) {
+		return procfs.Identity{}, false
+	}
+	return id, true
 }
 
-func waitExit(pid int, start uint64, timeout time.Duration) bool {
+// isDaemon says whether id, as loaded from the bookkeeping, still is the
+// daemon serving pipeDir. A record from before boot IDs cannot rule out a
+// reboot (which brings pids and start ticks back), so the process must
+// also serve pipeDir.
+func (m *Manager) isDaemon(id procfs.Identity, pipeDir string) bool {
+	if !id.Alive() {
+		return false
+	}
+	return id.BootID != "" || servesPipeDir(id.PID, pipeDir)
+}
+
+func servesPipeDir(pid int, pipeDir string) bool {
+	dir, ok := procEnv(pid, contract.EnvMPSPipeDirectory)
+	return ok && pipeDir != "" && filepath.Clean(dir) == filepath.Clean(pipeDir)
+}
+
+// makePipeRoot creates the pipe root, mode 0711: clients reach their GPU's
+// directory by name but cannot list the others. An existing root gets that
+// mode too, unless it is shared (group- or world-writable, or sticky, like
+// /tmp), which is only warned about.
+func (m *Manager) makePipeRoot() error {
+	root := m.cfg.PipeRoot
+	if err := os.MkdirAll(root, pipeRootMode); err != nil {
+		return fmt.Errorf("mps: %w", err)
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("mps: %w", err)
+	}
+	mode := fi.Mode()
+	switch {
+	case mode.Perm() == pipeRootMode && mode&fs.ModeSticky == 0:
+	case mode.Perm()&0o022 != 0 || mode&fs.ModeSticky != 0:
+		m.log.Warn("mps_pipe_root is writable by others; give the MPS pipe directories a root of their own",
+			"mps_pipe_root", root, "mode", mode.String())
+	default:
+		if err := os.Chmod(root, pipeRootMode); err != nil {
+			return fmt.Errorf("mps: %w", err)
+		}
+	}
+	return nil
+}
+
+// ownPipeDirLocked gives the GPU's pipe directory, mode 0700, to its
+// clients' user, or to root (the manager's user) when it has none. A
+// directory whose clients are all of unknown user (version 1 records) is
+// left as it is: tightening it could lock out the tasks that use it.
+func (m *Manager) ownPipeDirLocked(d *daemon) error {
+	if d.st.PipeDir == "" {
+		return nil
+	}
+	owner := os.Geteuid()
+	if len(d.st.Clients) > 0 {
+		uid, _, ok := d.clientsUID()
+		if !ok {
+			return nil
+		}
+		owner = int(uid)
+	}
+	return setPipeDirOwner(d.st.PipeDir, owner)
+}
+
+func setPipeDirOwner(dir string, uid int) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mps: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("mps: %s is not a directory", dir)
+	}
+	if cur, ok := fileUID(fi); !ok || cur != uid {
+		if err := os.Lchown(dir, uid, -1); err != nil {
+			return fmt.Errorf("mps: giving %s to uid %d: %w", dir, uid, err)
+		}
+	}
+	if fi.Mode().Perm() != pipeDirMode || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		if err := os.Chmod(dir, pipeDirMode); err != nil {
+			return fmt.Errorf("mps: %w", err)
+		}
+	}
+	return nil
+}
+
+func waitExit(id procfs.Identity, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
-	for sameProcess(pid, start) {
+	for id.Alive() {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -772,6 +1075,15 @@ func emptyDir(dir string) error {
 	return errors.Join(errs...)
 }
 
+// userName is the clients' user as Status shows it.
+func (d *daemon) userName() string {
+	uid, user, ok := d.clientsUID()
+	if !ok {
+		return ""
+	}
+	return userName(user, uid)
+}
+
 func parsePids(out string) []int {
 	var pids []int
 	for _, f := range strings.Fields(out) {
@@ -782,7 +1094,7 @@ func parsePids(out string) []int {
 	return pids
 }
 
-func clientIDs(c map[string]Limits) []string {
+func clientIDs[V any](c map[string]V) []string {
 	ids := make([]string, 0, len(c))
 	for id := range c {
 		ids = append(ids, id)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
 const (
@@ -64,6 +66,17 @@ func testRoot(t *testing.T) string {
 	return root
 }
 
+// procStart returns a process's start time and whether it is running; a
+// zombie counts as gone (the daemon is not our child, so where nothing
+// reaps, a dead one lingers).
+func procStart(pid int) (uint64, bool) {
+	id, err := procfs.Identify(pid)
+	if err != nil || !id.Alive() {
+		return 0, false
+	}
+	return id.StartTicks, true
+}
+
 // processesUnder lists live processes whose CUDA_MPS_PIPE_DIRECTORY is under
 // root: the fake daemons and any client command still running.
 func processesUnder(root string) []int {
@@ -95,6 +108,11 @@ func daemons(pipeDir string) []int {
 		}
 	}
 	return out
+}
+
+// client is a task of the test's own user.
+func client(task string, l Limits) Client {
+	return Client{TaskID: task, UID: uint32(os.Getuid()), User: "tester", Limits: l}
 }
 
 func testConfig(t *testing.T, root string) Config {
@@ -154,7 +172,7 @@ func TestAcquireStartsOneDaemonPerGPU(t *testing.T) {
 	ctx := context.Background()
 
 	for _, c := range []struct{ gpu, task string }{{gpuA, "t1"}, {gpuB, "t2"}} {
-		if err := m.Acquire(ctx, c.gpu, c.task, Limits{ThreadPercentage: 50, PinnedMemMiB: 1024}); err != nil {
+		if err := m.Acquire(ctx, c.gpu, client(c.task, Limits{ThreadPercentage: 50, PinnedMemMiB: 1024})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -184,8 +202,22 @@ func TestAcquireStartsOneDaemonPerGPU(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(logd, "control.log")); err != nil {
 			t.Errorf("%s: daemon log: %v", c.gpu, err)
 		}
-		if _, err := os.Stat(filepath.Join(cfg.StateDir, c.gpu+".json")); err != nil {
-			t.Errorf("%s: state file: %v", c.gpu, err)
+		states, _ := loadStates(cfg.StateDir)
+		var st *daemonState
+		for _, x := range states {
+			if x.GPU == c.gpu {
+				st = x
+			}
+		}
+		if st == nil {
+			t.Fatalf("%s: no state file", c.gpu)
+		}
+		// The daemon by pid, start time and boot; the client with its user.
+		if st.Version != stateVersion || st.PID != ds[0] || st.StartTicks == 0 || st.BootID != procfs.BootID() {
+			t.Errorf("%s: recorded daemon %+v, want pid %d of this boot (%q)", c.gpu, st.Identity, ds[0], procfs.BootID())
+		}
+		if cs := st.Clients[c.task]; cs.UID == nil || *cs.UID != uint32(os.Getuid()) || cs.User != "tester" {
+			t.Errorf("%s: recorded client %+v", c.gpu, cs)
 		}
 	}
 }
@@ -260,7 +292,7 @@ func TestCeilingFollowsClients(t *testing.T) {
 					if err := m.Release(gpuA, s.task); err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}
-				} else if err := m.Acquire(context.Background(), gpuA, s.task, s.limits); err != nil {
+				} else if err := m.Acquire(context.Background(), gpuA, client(s.task, s.limits)); err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				if i == 0 && tc.servers != "" {
@@ -292,7 +324,7 @@ func TestReleaseOfLastClientQuitsDaemon(t *testing.T) {
 	ctx := context.Background()
 	pipe := filepath.Join(cfg.PipeRoot, gpuA)
 	for _, task := range []string{"a", "b"} {
-		if err := m.Acquire(ctx, gpuA, task, Limits{50, 1024}); err != nil {
+		if err := m.Acquire(ctx, gpuA, client(task, Limits{50, 1024})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -327,7 +359,7 @@ func TestReleaseOfLastClientQuitsDaemon(t *testing.T) {
 		}
 	}
 	// A new first client starts a new daemon.
-	if err := m.Acquire(ctx, gpuA, "c", Limits{50, 1024}); err != nil {
+	if err := m.Acquire(ctx, gpuA, client("c", Limits{50, 1024})); err != nil {
 		t.Fatal(err)
 	}
 	if ds := daemons(pipe); len(ds) != 1 {
@@ -346,7 +378,7 @@ func TestRunRestartsKilledDaemon(t *testing.T) {
 	cfg := testConfig(t, root)
 	m := newManager(t, cfg)
 	pipe := filepath.Join(cfg.PipeRoot, gpuA)
-	if err := m.Acquire(context.Background(), gpuA, "a", Limits{40, 2048}); err != nil {
+	if err := m.Acquire(context.Background(), gpuA, client("a", Limits{40, 2048})); err != nil {
 		t.Fatal(err)
 	}
 	old := m.Status()[gpuA].PID
@@ -402,7 +434,7 @@ func TestRunLeavesDaemonWithoutClientsDown(t *testing.T) {
 	root := testRoot(t)
 	cfg := testConfig(t, root)
 	m := newManager(t, cfg)
-	if err := m.Acquire(context.Background(), gpuA, "a", Limits{40, 2048}); err != nil {
+	if err := m.Acquire(context.Background(), gpuA, client("a", Limits{40, 2048})); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Release(gpuA, "a"); err != nil {
@@ -462,10 +494,10 @@ func TestNewManagerReadopts(t *testing.T) {
 			pipe := filepath.Join(cfg.PipeRoot, gpuA)
 			m1 := newManager(t, cfg)
 			ctx := context.Background()
-			if err := m1.Acquire(ctx, gpuA, "a", Limits{30, 1024}); err != nil {
+			if err := m1.Acquire(ctx, gpuA, client("a", Limits{30, 1024})); err != nil {
 				t.Fatal(err)
 			}
-			if err := m1.Acquire(ctx, gpuA, "b", Limits{60, 2048}); err != nil {
+			if err := m1.Acquire(ctx, gpuA, client("b", Limits{60, 2048})); err != nil {
 				t.Fatal(err)
 			}
 			pid := m1.Status()[gpuA].PID
@@ -498,7 +530,7 @@ func TestNewManagerReadopts(t *testing.T) {
 				t.Fatalf("daemons %v, want exactly one", ds)
 			}
 			// A client arriving through the new Manager joins the same daemon.
-			if err := m2.Acquire(ctx, gpuA, "c", Limits{30, 1024}); err != nil {
+			if err := m2.Acquire(ctx, gpuA, client("c", Limits{30, 1024})); err != nil {
 				t.Fatal(err)
 			}
 			if ds := daemons(pipe); len(ds) != 1 {
@@ -520,12 +552,12 @@ func TestNewManagerStopsDaemonWithoutClients(t *testing.T) {
 	root := testRoot(t)
 	cfg := testConfig(t, root)
 	m1 := newManager(t, cfg)
-	if err := m1.Acquire(context.Background(), gpuA, "a", Limits{30, 1024}); err != nil {
+	if err := m1.Acquire(context.Background(), gpuA, client("a", Limits{30, 1024})); err != nil {
 		t.Fatal(err)
 	}
 	// As if the plugin crashed inside Release, after saving.
 	st, _ := loadStates(cfg.StateDir)
-	st[0].Clients = map[string]Limits{}
+	st[0].Clients = map[string]clientState{}
 	if err := saveState(cfg.StateDir, st[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +600,7 @@ func TestUnavailableBinary(t *testing.T) {
 			if ok || reason != tc.want {
 				t.Errorf("Available() = %v, %q; want false, %q", ok, reason, tc.want)
 			}
-			err := m.Acquire(context.Background(), gpuA, "a", Limits{50, 1024})
+			err := m.Acquire(context.Background(), gpuA, client("a", Limits{50, 1024}))
 			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Acquire error %v; want ErrUnavailable saying %q", err, tc.want)
 			}
@@ -604,14 +636,14 @@ func TestCommandFailure(t *testing.T) {
 		m := newManager(t, cfg)
 		ctx := context.Background()
 		pipe := filepath.Join(cfg.PipeRoot, gpuA)
-		if err := m.Acquire(ctx, gpuA, "a", Limits{30, 1024}); err != nil {
+		if err := m.Acquire(ctx, gpuA, client("a", Limits{30, 1024})); err != nil {
 			t.Fatal(err)
 		}
 		pid := m.Status()[gpuA].PID
 		if err := os.WriteFile(filepath.Join(pipe, "fake-fail-commands"), []byte("set_default_device_pinned_mem_limit\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		err := m.Acquire(ctx, gpuA, "b", Limits{30, 4096})
+		err := m.Acquire(ctx, gpuA, client("b", Limits{30, 4096}))
 		for _, want := range []string{`"set_default_device_pinned_mem_limit 0 4096M"`, "fake: set_default_device_pinned_mem_limit refused", "task b"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("error %v; want it to contain %s", err, want)
@@ -648,7 +680,7 @@ func TestCommandFailure(t *testing.T) {
 		}
 		cfg.ControlBinary = wrapper
 		m := newManager(t, cfg)
-		err := m.Acquire(context.Background(), gpuA, "a", Limits{30, 1024})
+		err := m.Acquire(context.Background(), gpuA, client("a", Limits{30, 1024}))
 		if err == nil || !strings.Contains(err.Error(), "set_default_active_thread_percentage 30") {
 			t.Fatalf("error %v; want the failed command", err)
 		}
@@ -671,7 +703,7 @@ func TestConcurrentClients(t *testing.T) {
 	for i := range 16 {
 		wg.Go(func() {
 			gpu := []string{gpuA, gpuB}[i%2]
-			if err := m.Acquire(ctx, gpu, fmt.Sprintf("t%02d", i), Limits{ThreadPercentage: 10 + i, PinnedMemMiB: uint64(1024 * (i + 1))}); err != nil {
+			if err := m.Acquire(ctx, gpu, client(fmt.Sprintf("t%02d", i), Limits{ThreadPercentage: 10 + i, PinnedMemMiB: uint64(1024 * (i + 1))})); err != nil {
 				errs <- err
 			}
 		})
@@ -721,7 +753,7 @@ func TestInvalidInput(t *testing.T) {
 		{gpuA, "", Limits{}, "empty task ID"},
 		{gpuA, "a", Limits{ThreadPercentage: 101}, "outside 0-100"},
 	} {
-		if err := m.Acquire(ctx, c.gpu, c.task, c.l); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := m.Acquire(ctx, c.gpu, client(c.task, c.l)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Acquire(%q, %q, %+v) = %v; want %q", c.gpu, c.task, c.l, err, c.want)
 		}
 	}

@@ -1,23 +1,45 @@
 package mps
 
-import "github.com/nomad-gpu/nomad-gpu/driver/procfs"
+import (
+	"bufio"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 
-// procStart returns a process's start time and whether it is running. A
-// zombie counts as gone: the control daemon is not our child (it
-// daemonises), so where init does not reap, a dead daemon lingers.
-func procStart(pid int) (uint64, bool) {
-	if pid <= 0 {
-		return 0, false
-	}
-	s, err := procfs.ReadStat(pid)
-	if err != nil || s.Dead() {
-		return 0, false
-	}
-	return s.StartTicks, true
-}
-
-// sameProcess says whether pid still is the process that had start time
-// start, so a recycled pid is never mistaken for our daemon.
-func sameProcess(pid int, start uint64) bool { return procfs.Alive(pid, start) }
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
+)
 
 func procEnv(pid int, name string) (string, bool) { return procfs.Env(pid, name) }
+
+// procUID is a process's effective uid, from /proc/<pid>/status.
+func procUID(pid int) (int, bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "Uid:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest) // real, effective, saved, filesystem
+		if len(f) < 2 {
+			return 0, false
+		}
+		uid, err := strconv.Atoi(f[1])
+		return uid, err == nil
+	}
+	return 0, false
+}
+
+func fileUID(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}

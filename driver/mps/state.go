@@ -8,10 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
 // stateVersion is the format version of the files under Config.StateDir.
-const stateVersion = 1
+//
+//	1: clients with their limits; the daemon by pid and start ticks.
+//	2: clients also with uid and user name; the daemon also by boot ID.
+//
+// Version 1 files read as version 2 ones whose clients are of unknown uid
+// (conflicting with nobody) and whose daemon is of this boot.
+const stateVersion = 2
 
 // daemonState is what survives a restart of the driver plugin, one JSON file
 // per GPU: <StateDir>/<GPU-UUID>.json. The tasks keep running while the
@@ -20,18 +28,30 @@ const stateVersion = 1
 type daemonState struct {
 	Version int    `json:"version"`
 	GPU     string `json:"gpu_uuid"`
-	// PID and StartTicks identify the control daemon (0 when none runs);
-	// the start time guards against a recycled pid.
-	PID        int    `json:"pid,omitempty"`
-	StartTicks uint64 `json:"start_ticks,omitempty"`
-	PipeDir    string `json:"pipe_dir"`
-	LogDir     string `json:"log_dir"`
-	// Clients are the tasks holding shares of this GPU, with their limits.
-	Clients map[string]Limits `json:"clients"`
+	// Identity is the control daemon (PID 0 when none runs): its pid,
+	// start time and boot, so neither a recycled pid nor a reboot is taken
+	// for the daemon. Embedded, so the JSON keys stay version 1's pid and
+	// start_ticks, with boot_id beside them.
+	procfs.Identity
+	PipeDir string `json:"pipe_dir"`
+	LogDir  string `json:"log_dir"`
+	// Clients are the tasks holding shares of this GPU, by task ID.
+	Clients map[string]clientState `json:"clients"`
 	// Ceiling is what was last set on the running daemon; nil after a
 	// (re)start, when the daemon has its built-in defaults.
 	Ceiling  *Limits `json:"ceiling,omitempty"`
 	Restarts int     `json:"restarts,omitempty"`
+}
+
+// clientState is one client task. Its JSON is version 1's Limits object
+// with uid and user added.
+type clientState struct {
+	Limits
+	// UID is the user the task runs as; nil for a client recorded by
+	// version 1, whose user is unknown: it conflicts with nobody until the
+	// task acquires again (recovery does) and so records it.
+	UID  *uint32 `json:"uid,omitempty"`
+	User string  `json:"user,omitempty"`
 }
 
 func statePath(dir, uuid string) string { return filepath.Join(dir, uuid+".json") }
@@ -107,7 +127,7 @@ func loadStates(dir string) ([]*daemonState, []error) {
 			continue
 		}
 		if st.Clients == nil {
-			st.Clients = map[string]Limits{}
+			st.Clients = map[string]clientState{}
 		}
 		out = append(out, &st)
 	}

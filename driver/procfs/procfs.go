@@ -1,7 +1,8 @@
 // Package procfs reads the few /proc facts the driver needs to follow
 // processes that are not its children (supervisors, MPS daemons) across its
-// own restarts: identity by start time, so a recycled pid is never mistaken
-// for the process it replaced.
+// own restarts: identity by pid, start time and boot, so a recycled pid is
+// never mistaken for the process it replaced, not even after a reboot has
+// brought the same pid back with the same start time.
 package procfs
 
 import (
@@ -10,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 type Stat struct {
@@ -49,8 +51,56 @@ func ReadStat(pid int) (Stat, error) {
 // process lingers as one and signal 0 still reaches it.
 func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' || s.State == 'x' }
 
+// Identity names one process for good. Start ticks count from boot, so
+// after a reboot (a state directory on persistent disk outlives one) the
+// same pid and start time may well name another process; the boot ID tells
+// the two apart.
+type Identity struct {
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+	BootID     string `json:"boot_id,omitempty"`
+}
+
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
+
+// BootID is this boot's ID (/proc/sys/kernel/random/boot_id), read once;
+// "" where the kernel does not offer it.
+func BootID() string { return bootID() }
+
+// Identify returns pid's identity: its start ticks and this boot's ID. It
+// fails when no such process exists; a zombie has one (and is not Alive).
+func Identify(pid int) (Identity, error) {
+	if pid <= 0 {
+		return Identity{}, fmt.Errorf("pid %d: no such process", pid)
+	}
+	s, err := ReadStat(pid)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{PID: pid, StartTicks: s.StartTicks, BootID: BootID()}, nil
+}
+
+// Alive reports whether the process still runs: same pid, same start ticks,
+// same boot, and not a zombie. An empty BootID (a record written before
+// identities carried one) counts as this boot, and so does any where this
+// kernel offers no boot ID.
+func (id Identity) Alive() bool {
+	if b := BootID(); id.BootID != "" && b != "" && id.BootID != b {
+		return false
+	}
+	return Alive(id.PID, id.StartTicks)
+}
+
 // Alive reports whether pid is still the process that started at startTicks
-// and has not exited.
+// (in this boot) and has not exited. Identity.Alive also checks the boot.
 func Alive(pid int, startTicks uint64) bool {
 	if pid <= 0 {
 		return false

@@ -1,8 +1,10 @@
 package procfs
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,5 +50,99 @@ func TestZombieIsDead(t *testing.T) {
 	}
 	if !st.Dead() || Alive(cmd.Process.Pid, st.StartTicks) {
 		t.Fatalf("exited child: %+v, Alive=%v", st, Alive(cmd.Process.Pid, st.StartTicks))
+	}
+}
+
+func TestBootID(t *testing.T) {
+	raw, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Skip(err)
+	}
+	b := BootID()
+	if b == "" || b != strings.TrimSpace(string(raw)) || strings.ContainsAny(b, " \n") {
+		t.Fatalf("BootID() = %q; file says %q", b, raw)
+	}
+	if BootID() != b {
+		t.Fatal("BootID changed between calls")
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	self, err := Identify(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := ReadStat(os.Getpid())
+	if self.PID != os.Getpid() || self.StartTicks != st.StartTicks || self.BootID != BootID() {
+		t.Fatalf("Identify(self) = %+v; stat %+v, boot %q", self, st, BootID())
+	}
+	if BootID() == "" {
+		t.Log("this kernel offers no boot ID; the boot cases below all count as this boot")
+	}
+	cases := []struct {
+		name string
+		id   Identity
+		want bool
+	}{
+		{"this process", self, true},
+		{"a record from before boot IDs (empty) counts as this boot", Identity{PID: self.PID, StartTicks: self.StartTicks}, true},
+		{"another boot, same pid and ticks", Identity{PID: self.PID, StartTicks: self.StartTicks, BootID: "0f0f0f0f-0000-4000-8000-000000000000"}, BootID() == ""},
+		{"a recycled pid (other start time)", Identity{PID: self.PID, StartTicks: self.StartTicks + 1, BootID: self.BootID}, false},
+		{"no pid", Identity{}, false},
+		{"gone", Identity{PID: 1 << 30, BootID: self.BootID}, false},
+	}
+	for _, c := range cases {
+		if got := c.id.Alive(); got != c.want {
+			t.Errorf("%s: %+v.Alive() = %v, want %v", c.name, c.id, got, c.want)
+		}
+	}
+	for _, pid := range []int{0, -1, 1 << 30} {
+		if id, err := Identify(pid); err == nil {
+			t.Errorf("Identify(%d) = %+v, nil; want an error", pid, id)
+		}
+	}
+}
+
+// Records written before the boot ID existed read back as this boot's.
+func TestIdentityJSON(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Identity
+	}{
+		{`{"pid":42,"start_ticks":7}`, Identity{PID: 42, StartTicks: 7}},
+		{`{"pid":42,"start_ticks":7,"boot_id":"b"}`, Identity{PID: 42, StartTicks: 7, BootID: "b"}},
+	}
+	for _, tc := range tests {
+		var got Identity
+		if err := json.Unmarshal([]byte(tc.in), &got); err != nil || got != tc.want {
+			t.Errorf("Unmarshal(%s) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+		b, _ := json.Marshal(tc.want)
+		var back Identity
+		if err := json.Unmarshal(b, &back); err != nil || back != tc.want {
+			t.Errorf("round trip of %+v: %s → %+v, %v", tc.want, b, back, err)
+		}
+	}
+}
+
+func TestZombieIdentityIsDead(t *testing.T) {
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer cmd.Wait()
+	id, err := Identify(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for id.Alive() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if id.Alive() {
+		t.Fatalf("exited child %+v still Alive", id)
+	}
+	if _, err := Identify(cmd.Process.Pid); err != nil {
+		t.Errorf("Identify(zombie): %v; a zombie still has an identity", err)
 	}
 }

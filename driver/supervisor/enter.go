@@ -1,65 +1,98 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 )
 
-// Enter turns the calling process into one more process of the task: it
-// joins the task's cgroups, drops to the task's user and execs argv with the
-// task's environment and working directory. `nomad alloc exec` runs through
-// it, so an exec'd shell is confined and accounted like the task. It returns
-// only on failure.
-func Enter(spec Spec, argv []string) error {
-	if len(argv) == 0 {
-		return fmt.Errorf("no command given")
-	}
-	pid := []byte(strconv.Itoa(syscall.Getpid()))
-	for _, procs := range spec.CgroupProcsFiles {
-		if err := writeExisting(procs, pid); err != nil {
-			return fmt.Errorf("join cgroup %s: %v", filepath.Dir(procs), err)
-		}
-	}
-	if spec.SetUser {
-		if err := dropPrivileges(spec.UID, spec.GID, spec.Groups); err != nil {
-			return err
-		}
-	}
-	if spec.Dir != "" {
-		if err := syscall.Chdir(spec.Dir); err != nil {
-			return fmt.Errorf("working directory %q: %v", spec.Dir, errText(err))
-		}
-	}
-	path, err := lookPath(argv[0], envValue(spec.Env, "PATH"))
-	if err != nil {
-		return err
-	}
-	env := spec.Env
-	if env == nil {
-		env = []string{}
-	}
-	err = syscall.Exec(path, argv, env)
-	return fmt.Errorf("command %q: %v", argv[0], errText(err))
-}
-
 // RunExecShim is the "exec-shim <statedir> -- argv…" sub-command behind
-// `nomad alloc exec`: it becomes one more process of the task (Enter).
+// `nomad alloc exec`: it runs argv as one more process of the task, in its
+// cgroups, namespaces and Landlock domain, as its user, with its environment
+// and working directory, and exits as argv did.
 func RunExecShim(args []string) int {
 	if len(args) < 3 || args[1] != "--" {
 		fmt.Fprintln(os.Stderr, "usage: exec-shim <statedir> -- command [args…]")
 		return 2
 	}
 	spec, err := readSpec(args[0])
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "exec: %v\n", err)
-		return 127
+	if err == nil {
+		err = enter(args[0], spec, args[2:])
 	}
-	err = Enter(spec, args[2:])
 	fmt.Fprintf(os.Stderr, "exec: %v\n", err)
 	return 127
+}
+
+// enter returns only on failure.
+func enter(dir string, spec Spec, argv []string) error {
+	if len(argv) == 0 {
+		return errors.New("no command given")
+	}
+	if err := joinAccounting(spec); err != nil {
+		return err
+	}
+	private := spec.Isolation.PrivatePID
+	if private {
+		var task procRecord
+		if err := readJSON(filepath.Join(dir, taskFile), &task); err != nil {
+			return fmt.Errorf("the task is not running: %w", err)
+		}
+		if err := joinTaskNamespaces(task); err != nil {
+			return err
+		}
+	}
+	if err := confine(spec.Isolation); err != nil {
+		return err
+	}
+	if err := becomeUser(spec); err != nil {
+		return err
+	}
+	path, err := lookPath(argv[0], envValue(spec.Env, "PATH"))
+	if err != nil {
+		return err
+	}
+	if !private {
+		err = syscall.Exec(path, argv, nonNil(spec.Env))
+		return fmt.Errorf("command %q: %v", argv[0], errText(err))
+	}
+	// Joining a PID namespace takes effect for children only: argv runs as
+	// our child, started from this (locked, joined, confined) thread.
+	os.Exit(runChild(path, argv, nonNil(spec.Env)))
+	return nil
+}
+
+// runChild starts the command, passes on the signals a terminal or the
+// driver sends us, and returns an exit code that mirrors the child's; a
+// child killed by a signal is mirrored by dying of the same signal.
+func runChild(path string, argv, env []string) int {
+	sigs := make(chan os.Signal, 8)
+	forwarded := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+	signal.Notify(sigs, forwarded...)
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "exec: command %q: %v\n", argv[0], errText(err))
+		return 127
+	}
+	go func() {
+		for s := range sigs {
+			p.Signal(s)
+		}
+	}()
+	st, err := p.Wait()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "exec: wait for %q: %v\n", argv[0], err)
+		return 127
+	}
+	ws := st.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		signal.Reset(ws.Signal())
+		syscall.Kill(os.Getpid(), ws.Signal())
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
 }
 
 // Dispatch runs the sub-command a driver binary was started for, if it is
@@ -76,6 +109,8 @@ func Dispatch(args []string) (code int, handled bool) {
 		return RunShim(args[2:]), true
 	case "exec-shim":
 		return RunExecShim(args[2:]), true
+	case "probe-isolation":
+		return RunProbe(args[2:]), true
 	}
 	return 0, false
 }

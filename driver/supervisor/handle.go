@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
 const (
@@ -30,10 +32,8 @@ const (
 type Handle struct {
 	spec      Spec
 	dir       string
-	supPID    int
-	supTicks  uint64
-	taskPID   int // 0 when the task never started (Recover of a failed start)
-	taskTicks uint64
+	sup       procfs.Identity
+	task      procfs.Identity // PID 0 when the task never started (Recover of a failed start)
 	startedAt time.Time
 
 	done   chan struct{} // closed once the task has exited and result is set
@@ -45,7 +45,8 @@ type Handle struct {
 // Start creates spec.StateDir, starts a detached supervisor for the task and
 // returns once the task is running. When the task cannot start (missing
 // command, unknown user, unreadable working directory, no log reader…) it
-// returns the reason and leaves no process or state dir behind.
+// returns the reason, a *StartError when the supervisor or shim gave one,
+// and leaves no process or state dir behind.
 func Start(spec Spec) (*Handle, error) {
 	if spec.StateDir == "" || !filepath.IsAbs(spec.StateDir) {
 		return nil, fmt.Errorf("state dir must be an absolute path, got %q", spec.StateDir)
@@ -81,7 +82,7 @@ func prepareStateDir(dir string) error {
 	err := os.Mkdir(dir, 0o700)
 	if errors.Is(err, os.ErrExist) {
 		var sup procRecord
-		if readJSON(filepath.Join(dir, supervisorFile), &sup) == nil && alive(sup.PID, sup.StartTicks) {
+		if readJSON(filepath.Join(dir, supervisorFile), &sup) == nil && sup.Alive() {
 			return fmt.Errorf("state dir %s is in use by supervisor pid %d", dir, sup.PID)
 		}
 		if err := os.RemoveAll(dir); err != nil {
@@ -128,18 +129,21 @@ func launch(spec Spec) (*Handle, error) {
 	// Own session: no signal sent to the plugin's process group or
 	// terminal reaches it. No Pdeathsig: it must outlive the plugin.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if spec.Isolation.PrivatePID {
+		// The supervisor is the init of the task's PID namespace.
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	err = cmd.Start()
 	pw.Close()
 	if err != nil {
 		return nil, fmt.Errorf("start supervisor %s: %w", spec.Executable, err)
 	}
-	supPID := cmd.Process.Pid
 	// Readable even if it already exited: it stays a zombie until cmd.Wait.
-	supTicks, err := procStartTicks(supPID)
+	sup, err := procfs.Identify(cmd.Process.Pid)
 	if err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, fmt.Errorf("supervisor pid %d: %w", supPID, err)
+		return nil, fmt.Errorf("supervisor pid %d: %w", cmd.Process.Pid, err)
 	}
 
 	pr.SetReadDeadline(time.Now().Add(startTimeout))
@@ -150,10 +154,8 @@ func launch(spec Spec) (*Handle, error) {
 	h := &Handle{
 		spec:      spec,
 		dir:       dir,
-		supPID:    supPID,
-		supTicks:  supTicks,
-		taskPID:   rep.Task.PID,
-		taskTicks: rep.Task.StartTicks,
+		sup:       sup,
+		task:      rep.Task.Identity,
 		startedAt: rep.Task.StartedAt,
 		done:      make(chan struct{}),
 	}
@@ -166,22 +168,23 @@ func launch(spec Spec) (*Handle, error) {
 func abortStart(cmd *exec.Cmd, dir string, rep startReport, rerr error) error {
 	reaped := make(chan struct{})
 	go func() { cmd.Wait(); close(reaped) }()
+	failed := &StartError{Msg: rep.Error, Permanent: rep.Permanent}
 	if rep.Error != "" {
 		// The supervisor exits right after reporting; give it a moment.
 		select {
 		case <-reaped:
-			return errors.New(rep.Error)
+			return failed
 		case <-time.After(5 * time.Second):
 		}
 	}
 	cmd.Process.Kill()
 	var task procRecord
-	if readJSON(filepath.Join(dir, taskFile), &task) == nil && alive(task.PID, task.StartTicks) {
+	if readJSON(filepath.Join(dir, taskFile), &task) == nil && task.Alive() {
 		syscall.Kill(-task.PID, syscall.SIGKILL)
 	}
 	<-reaped
 	if rep.Error != "" {
-		return errors.New(rep.Error)
+		return failed
 	}
 	msg := fmt.Sprintf("supervisor did not report the task running: %v", rerr)
 	if tail := logTail(filepath.Join(dir, logFile), 2048); tail != "" {
@@ -215,11 +218,10 @@ func Recover(stateDir string) (*Handle, error) {
 		return nil, fmt.Errorf("read supervisor state: %w", err)
 	}
 	h := &Handle{
-		spec:     spec,
-		dir:      stateDir,
-		supPID:   sup.PID,
-		supTicks: sup.StartTicks,
-		done:     make(chan struct{}),
+		spec: spec,
+		dir:  stateDir,
+		sup:  sup.Identity,
+		done: make(chan struct{}),
 	}
 	var task procRecord
 	terr := readJSON(filepath.Join(stateDir, taskFile), &task)
@@ -227,10 +229,10 @@ func Recover(stateDir string) (*Handle, error) {
 		return nil, fmt.Errorf("read task state: %w", terr)
 	}
 	if terr == nil {
-		h.taskPID, h.taskTicks, h.startedAt = task.PID, task.StartTicks, task.StartedAt
+		h.task, h.startedAt = task.Identity, task.StartedAt
 	} else if _, exited, _ := readExit(stateDir); !exited {
 		// Start has not returned for this dir, so no TaskHandle can exist for it.
-		if alive(sup.PID, sup.StartTicks) {
+		if sup.Alive() {
 			return nil, errors.New("task is still being started")
 		}
 		return nil, errors.New("supervisor died before starting the task")
@@ -242,7 +244,7 @@ func Recover(stateDir string) (*Handle, error) {
 // watch waits for the supervisor to go away, then publishes the exit status.
 // cmd is set when the supervisor is our child and must be reaped.
 func (h *Handle) watch(cmd *exec.Cmd) {
-	waitGone(context.Background(), h.supPID, h.supTicks)
+	waitGone(context.Background(), h.sup)
 	if cmd != nil {
 		cmd.Wait()
 	}
@@ -252,8 +254,8 @@ func (h *Handle) watch(cmd *exec.Cmd) {
 		// could record anything. The task may well still be running as an
 		// orphan: report its end, not the supervisor's, so Nomad does not
 		// start a second copy next to it.
-		if alive(h.taskPID, h.taskTicks) {
-			waitGone(context.Background(), h.taskPID, h.taskTicks)
+		if h.task.Alive() {
+			waitGone(context.Background(), h.task)
 		}
 		why := "supervisor lost"
 		if err != nil {
@@ -262,7 +264,7 @@ func (h *Handle) watch(cmd *exec.Cmd) {
 		st = ExitStatus{
 			ExitCode:   -1,
 			FinishedAt: time.Now(),
-			Err:        fmt.Sprintf("%s (pid %d gone without recording the task's exit): exit status unknown", why, h.supPID),
+			Err:        fmt.Sprintf("%s (pid %d gone without recording the task's exit): exit status unknown", why, h.sup.PID),
 		}
 	}
 	h.result = st
@@ -293,10 +295,13 @@ func (h *Handle) Running() bool {
 
 // TaskPID is the pid of the task's main process, which is also its process
 // group and session id. It is 0 for a task that never started.
-func (h *Handle) TaskPID() int { return h.taskPID }
+func (h *Handle) TaskPID() int { return h.task.PID }
 
 // SupervisorPID is the pid of the task's supervisor.
-func (h *Handle) SupervisorPID() int { return h.supPID }
+func (h *Handle) SupervisorPID() int { return h.sup.PID }
+
+// Supervisor identifies the task's supervisor process.
+func (h *Handle) Supervisor() procfs.Identity { return h.sup }
 
 // StartedAt is when the task's command was exec'd.
 func (h *Handle) StartedAt() time.Time { return h.startedAt }
@@ -311,17 +316,15 @@ func (h *Handle) Spec() Spec {
 	s.Env = slices.Clone(s.Env)
 	s.Groups = slices.Clone(s.Groups)
 	s.CgroupProcsFiles = slices.Clone(s.CgroupProcsFiles)
-	if s.OOMScoreAdj != nil {
-		v := *s.OOMScoreAdj
-		s.OOMScoreAdj = &v
-	}
+	s.Isolation.Masks = slices.Clone(s.Isolation.Masks)
+	s.Isolation.Landlock = slices.Clone(s.Isolation.Landlock)
 	return s
 }
 
 // groupAlive reports whether the task's process group may still exist and
 // so can be signalled without hitting a stranger.
 func (h *Handle) groupAlive() bool {
-	return h.taskPID > 0 && !pidReused(h.taskPID, h.taskTicks)
+	return h.task.PID > 0 && !pidReused(h.task)
 }
 
 // Signal sends sig to the task's process group. A task that is gone is not
@@ -330,8 +333,8 @@ func (h *Handle) Signal(sig syscall.Signal) error {
 	if !h.groupAlive() {
 		return nil
 	}
-	if err := killIgnoringGone(-h.taskPID, sig); err != nil {
-		return fmt.Errorf("signal %v to task %d: %w", sig, h.taskPID, err)
+	if err := killIgnoringGone(-h.task.PID, sig); err != nil {
+		return fmt.Errorf("signal %v to task %d: %w", sig, h.task.PID, err)
 	}
 	return nil
 }
@@ -346,7 +349,7 @@ func (h *Handle) Pids() ([]int, error) {
 	if !h.groupAlive() {
 		return nil, nil
 	}
-	return sessionMembers(h.taskPID), nil
+	return sessionMembers(h.task.PID), nil
 }
 
 // KillTree stops the whole task: sig to the process group and every pid of
@@ -384,11 +387,11 @@ func (h *Handle) KillTree(ctx context.Context, grace time.Duration, sig syscall.
 // found alive.
 func (h *Handle) signalTree(sig syscall.Signal) []int {
 	if h.groupAlive() {
-		killIgnoringGone(-h.taskPID, sig)
+		killIgnoringGone(-h.task.PID, sig)
 	}
 	pids, _ := h.Pids()
 	for _, p := range pids {
-		if p == h.supPID {
+		if p == h.sup.PID {
 			continue
 		}
 		killIgnoringGone(p, sig)
@@ -407,12 +410,12 @@ func (h *Handle) Destroy() error {
 
 	// The supervisor exits on its own once the task is dead; kill it only if
 	// it is stuck (the task might be unkillable, in D state).
-	if err := h.waitDone(ctx, 5*time.Second); err != nil && alive(h.supPID, h.supTicks) {
-		syscall.Kill(h.supPID, syscall.SIGKILL)
+	if err := h.waitDone(ctx, 5*time.Second); err != nil && h.sup.Alive() {
+		syscall.Kill(h.sup.PID, syscall.SIGKILL)
 	}
 	if err := h.waitDone(ctx, destroyTimeout); err != nil {
 		// Keep the state: a later Destroy or Recover still needs it.
-		return fmt.Errorf("destroy task: supervisor pid %d did not exit: %v", h.supPID, errors.Join(kerr, err))
+		return fmt.Errorf("destroy task: supervisor pid %d did not exit: %v", h.sup.PID, errors.Join(kerr, err))
 	}
 	if err := os.RemoveAll(h.dir); err != nil {
 		return fmt.Errorf("remove state dir: %w", err)

@@ -14,21 +14,16 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
-func procStartTicks(pid int) (uint64, error) {
-	s, err := procfs.ReadStat(pid)
-	return s.StartTicks, err
-}
-
-// alive reports whether pid is still the process that started at startTicks
-// and has not exited.
-func alive(pid int, startTicks uint64) bool { return procfs.Alive(pid, startTicks) }
-
-// pidReused: /proc shows a different process under that number, so any
-// process group or session of the old one is certainly gone (the kernel does
-// not hand out a pid while it is still in use as a pgid or sid).
-func pidReused(pid int, startTicks uint64) bool {
-	s, err := procfs.ReadStat(pid)
-	return err == nil && s.StartTicks != startTicks
+// pidReused: /proc shows a different process under that number, or the node
+// rebooted since, so any process group or session of the old one is
+// certainly gone (the kernel does not hand out a pid while it is still in use
+// as a pgid or sid).
+func pidReused(id procfs.Identity) bool {
+	if id.BootID != "" && id.BootID != procfs.BootID() {
+		return true
+	}
+	s, err := procfs.ReadStat(id.PID)
+	return err == nil && s.StartTicks != id.StartTicks
 }
 
 const procPollInterval = 200 * time.Millisecond
@@ -37,23 +32,26 @@ const procPollInterval = 200 * time.Millisecond
 // not it is our child. A pidfd on the Go netpoller costs no thread per
 // waiter; where pidfd_open is unavailable (old kernel, seccomp) it falls back
 // to polling /proc.
-func waitGone(ctx context.Context, pid int, startTicks uint64) error {
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+func waitGone(ctx context.Context, id procfs.Identity) error {
+	if !id.Alive() {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(id.PID, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.ESRCH) {
 		return nil
 	}
 	if err != nil {
-		return pollGone(ctx, pid, startTicks)
+		return pollGone(ctx, id)
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	defer f.Close()
 	// Checked after opening: from here on the pidfd pins this exact process.
-	if !alive(pid, startTicks) {
+	if !id.Alive() {
 		return nil
 	}
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return pollGone(ctx, pid, startTicks)
+		return pollGone(ctx, id)
 	}
 	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -69,13 +67,13 @@ func waitGone(ctx context.Context, pid int, startTicks uint64) error {
 		return ctx.Err()
 	}
 	// Not pollable through the netpoller on this kernel/runtime.
-	return pollGone(ctx, pid, startTicks)
+	return pollGone(ctx, id)
 }
 
-func pollGone(ctx context.Context, pid int, startTicks uint64) error {
+func pollGone(ctx context.Context, id procfs.Identity) error {
 	t := time.NewTicker(procPollInterval)
 	defer t.Stop()
-	for alive(pid, startTicks) {
+	for id.Alive() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,26 +27,31 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // RunShim is the "shim <statedir>" sub-command, run by the supervisor as the
 // task's first process (same pid, new session). Still root, it joins the
 // task's cgroups so the task is accounted from its first instruction, sets
-// oom_score_adj, drops privileges and execs the command. On failure it writes
+// oom_score_adj, builds the task's mount namespace, drops privileges,
+// confines itself with Landlock and execs the command. On failure it writes
 // the reason to the exec-status pipe and exits non-zero; it never returns on
 // success.
 func RunShim(args []string) int {
 	status := inheritedPipe()
-	fail := func(code int, format string, a ...any) int {
-		msg := fmt.Sprintf(format, a...)
+	fail := func(code int, err error) int {
+		se, ok := err.(*StartError)
+		if !ok {
+			se = &StartError{Msg: err.Error()}
+		}
 		if status != nil {
-			status.WriteString(msg)
+			b, _ := json.Marshal(shimStatus{se})
+			status.Write(b)
 		}
 		// Also on the task's stderr, so it shows in the task's logs.
-		fmt.Fprintf(os.Stderr, "nomad-driver-gpu: %s\n", msg)
+		fmt.Fprintf(os.Stderr, "nomad-driver-gpu: %s\n", se.Msg)
 		return code
 	}
 	if len(args) != 1 {
-		return fail(shimSetupFailed, "usage: shim <statedir>")
+		return fail(shimSetupFailed, errors.New("usage: shim <statedir>"))
 	}
 	spec, err := readSpec(args[0])
 	if err != nil {
-		return fail(shimSetupFailed, "%v", err)
+		return fail(shimSetupFailed, err)
 	}
 
 	// Exec keeps ignored signals ignored and resets handled ones to default.
@@ -53,45 +59,75 @@ func RunShim(args []string) int {
 	// whatever the plugin or Nomad inherited (e.g. SIGHUP ignored by nohup).
 	signal.Notify(make(chan os.Signal, 1))
 
+	if err := joinAccounting(spec); err != nil {
+		return fail(shimSetupFailed, err)
+	}
+	if spec.Isolation.PrivatePID {
+		if err := setupMounts(spec.Isolation); err != nil {
+			return fail(shimSetupFailed, err)
+		}
+	}
+	// Confined while still root, so that the rules' paths are opened with
+	// root's access; the domain stays through the change of user.
+	if err := confine(spec.Isolation); err != nil {
+		return fail(shimSetupFailed, err)
+	}
+	if err := becomeUser(spec); err != nil {
+		return fail(shimSetupFailed, err)
+	}
+	path, err := lookPath(spec.Command, envValue(spec.Env, "PATH"))
+	if err != nil {
+		return fail(shimNotFound, &StartError{Msg: err.Error(), Permanent: true})
+	}
+	argv := append([]string{spec.Command}, spec.Args...)
+	err = syscall.Exec(path, argv, nonNil(spec.Env))
+	code := shimNotExec
+	if errors.Is(err, fs.ErrNotExist) {
+		code = shimNotFound
+	}
+	return fail(code, &StartError{Msg: fmt.Sprintf("command %q: %v", spec.Command, errText(err)), Permanent: true})
+}
+
+// joinAccounting puts the calling process in the task's cgroups, so it is
+// accounted from its first instruction, and gives it the task's
+// oom_score_adj; both before dropping privileges (lowering the score needs
+// CAP_SYS_RESOURCE) and while /proc is still the host's.
+func joinAccounting(spec Spec) error {
 	pid := []byte(strconv.Itoa(os.Getpid()))
 	for _, procs := range spec.CgroupProcsFiles {
 		if err := writeExisting(procs, pid); err != nil {
-			return fail(shimSetupFailed, "join cgroup %s: %v", filepath.Dir(procs), err)
+			return fmt.Errorf("join cgroup %s: %v", filepath.Dir(procs), err)
 		}
 	}
-	if spec.OOMScoreAdj != nil {
-		// Before dropping privileges: lowering it needs CAP_SYS_RESOURCE.
-		if err := writeExisting("/proc/self/oom_score_adj", []byte(strconv.Itoa(*spec.OOMScoreAdj))); err != nil {
-			return fail(shimSetupFailed, "set oom_score_adj %d: %v", *spec.OOMScoreAdj, err)
-		}
+	if err := writeExisting("/proc/self/oom_score_adj", []byte(strconv.Itoa(spec.OOMScoreAdj))); err != nil {
+		return fmt.Errorf("set oom_score_adj %d: %v", spec.OOMScoreAdj, err)
 	}
+	return nil
+}
+
+// becomeUser drops to the task's user and enters its working directory.
+// A directory the user cannot enter fails the same way on every restart.
+func becomeUser(spec Spec) error {
 	if spec.SetUser {
 		if err := dropPrivileges(spec.UID, spec.GID, spec.Groups); err != nil {
-			return fail(shimSetupFailed, "%v", err)
+			return err
 		}
 	}
 	// After dropping privileges, so a directory the user cannot enter is
 	// reported instead of silently entered as root.
 	if spec.Dir != "" {
 		if err := os.Chdir(spec.Dir); err != nil {
-			return fail(shimSetupFailed, "working directory %q: %v", spec.Dir, errText(err))
+			return &StartError{Msg: fmt.Sprintf("working directory %q: %v", spec.Dir, errText(err)), Permanent: true}
 		}
 	}
-	path, err := lookPath(spec.Command, envValue(spec.Env, "PATH"))
-	if err != nil {
-		return fail(shimNotFound, "%v", err)
-	}
-	argv := append([]string{spec.Command}, spec.Args...)
-	env := spec.Env
+	return nil
+}
+
+func nonNil(env []string) []string {
 	if env == nil {
-		env = []string{}
+		return []string{}
 	}
-	err = syscall.Exec(path, argv, env)
-	code := shimNotExec
-	if errors.Is(err, fs.ErrNotExist) {
-		code = shimNotFound
-	}
-	return fail(code, "command %q: %v", spec.Command, errText(err))
+	return env
 }
 
 func writeExisting(path string, b []byte) error {

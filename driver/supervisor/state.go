@@ -28,6 +28,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
 // Spec is everything the supervisor needs to run one task. It is written to
@@ -55,7 +57,11 @@ type Spec struct {
 	StderrPath string `json:"stderr_path,omitempty"`
 	// CgroupProcsFiles are cgroup.procs files the task joins before exec.
 	CgroupProcsFiles []string `json:"cgroup_procs_files,omitempty"`
-	OOMScoreAdj      *int     `json:"oom_score_adj,omitempty"`
+	// OOMScoreAdj is set for the task whatever the plugin's own is, which
+	// the task would otherwise inherit (Nomad clients often run at -1000).
+	OOMScoreAdj int `json:"oom_score_adj"`
+	// Isolation fences the task off the node's other processes and files.
+	Isolation Isolation `json:"isolation"`
 }
 
 // ExitStatus is how the task ended. Err is non-empty when the status is
@@ -78,13 +84,12 @@ const (
 	logFile        = "supervisor.log"
 )
 
-// procRecord identifies a process safely against pid reuse: the start time in
-// clock ticks since boot (field 22 of /proc/<pid>/stat) is fixed for the
-// lifetime of a pid, including across exec.
+// procRecord identifies a process safely against pid reuse and reboots (pid,
+// start time in clock ticks since boot, boot ID), always by its pid in the
+// host's PID namespace, which is where the plugin looks.
 type procRecord struct {
-	PID        int       `json:"pid"`
-	StartTicks uint64    `json:"start_ticks"`
-	StartedAt  time.Time `json:"started_at"`
+	procfs.Identity
+	StartedAt time.Time `json:"started_at"`
 }
 
 // exitRecord is exit.json. OOMKilled is always false here: the plugin knows
@@ -99,7 +104,18 @@ type exitRecord struct {
 type startReport struct {
 	Task  *procRecord `json:"task,omitempty"`
 	Error string      `json:"error,omitempty"`
+	// Permanent: the same spec would fail the same way again (bad command,
+	// working directory), so restarting the task cannot help.
+	Permanent bool `json:"permanent,omitempty"`
 }
+
+// StartError is why Start could not start a task.
+type StartError struct {
+	Msg       string
+	Permanent bool
+}
+
+func (e *StartError) Error() string { return e.Msg }
 
 // writeJSONAtomic replaces path with v's JSON so readers never see a partial
 // file, even if the writer is killed mid-way.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 )
 
 const (
@@ -30,25 +32,31 @@ const (
 
 // RunSupervisor is the "supervise <statedir>" sub-command. It returns the
 // process exit code. It starts the task through the shim, reports to Start,
-// waits for the task and records its exit in exit.json.
+// waits for the task and records its exit in exit.json. With a private PID
+// namespace it is that namespace's init: when it exits, whatever the task
+// left running there is killed with it.
 func RunSupervisor(args []string) int {
 	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "usage: supervise <statedir>")
 		return 2
 	}
-	dir := args[0]
 	// The supervisor only sleeps in wait4; one P keeps its footprint small.
 	runtime.GOMAXPROCS(1)
-
 	// Stderr is supervisor.log (Start opens it), so Go runtime crashes land
 	// there too; the cap keeps a chatty or long-lived supervisor bounded.
 	logger := log.New(&capWriter{w: os.Stderr, left: logLimit}, "", log.LstdFlags|log.Lmicroseconds|log.LUTC)
-	logger.SetPrefix(fmt.Sprintf("supervisor[%d] ", os.Getpid()))
+	logger.SetPrefix(fmt.Sprintf("supervisor[%d] ", selfHostPID()))
+	ignoreSignals(logger)
+	s := &supervisorRun{dir: args[0], log: logger, notify: inheritedPipe()}
+	return s.run()
+}
 
-	// Handled, not ignored: SIG_IGN would be inherited across exec and the
-	// task could then never be stopped with SIGTERM/SIGINT. A Go handler is
-	// reset to SIG_DFL by exec. Signals meant for the task go to its process
-	// group via the plugin, never via us.
+// ignoreSignals handles, rather than ignores, the signals a terminal or a
+// process group kill may send: SIG_IGN would be inherited across exec and the
+// task could then never be stopped with SIGTERM/SIGINT, while a Go handler is
+// reset to SIG_DFL by exec. Signals meant for the task go to its process
+// group via the plugin, never via us.
+func ignoreSignals(logger *log.Logger) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	go func() {
@@ -56,76 +64,93 @@ func RunSupervisor(args []string) int {
 			logger.Printf("ignoring signal %v", s)
 		}
 	}()
+}
 
-	notify := inheritedPipe()
-	report := func(r startReport) {
-		if notify == nil {
-			return
-		}
-		b, _ := json.Marshal(r)
-		// EPIPE (plugin died during Start) is fine: the task still runs.
-		notify.Write(append(b, '\n'))
-		notify.Close()
-		notify = nil
+type supervisorRun struct {
+	dir    string
+	log    *log.Logger
+	notify *os.File // Start's notify pipe until the report is sent
+}
+
+func (s *supervisorRun) report(r startReport) {
+	if s.notify == nil {
+		return
 	}
+	b, _ := json.Marshal(r)
+	// EPIPE (plugin died during Start) is fine: the task still runs.
+	s.notify.Write(append(b, '\n'))
+	s.notify.Close()
+	s.notify = nil
+}
 
+func (s *supervisorRun) fail(err error) int {
+	msg, permanent := err.Error(), false
+	var se *StartError
+	if errors.As(err, &se) {
+		permanent = se.Permanent
+	}
+	s.log.Printf("task not started: %s", msg)
+	writeJSONAtomic(filepath.Join(s.dir, exitFile), exitRecord{ExitStatus: ExitStatus{ExitCode: -1, FinishedAt: time.Now(), Err: msg}})
+	s.report(startReport{Error: msg, Permanent: permanent})
+	return 1
+}
+
+func (s *supervisorRun) run() int {
 	// Orphans of the task (daemonised grandchildren) are re-parented to us
 	// instead of init while we live; the wait loop below reaps them.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		logger.Printf("cannot become child subreaper: %v", err)
+		s.log.Printf("cannot become child subreaper: %v", err)
 	}
 	// Holding no directory open keeps the task's mounts unmountable.
 	os.Chdir("/")
 
-	fail := func(format string, a ...any) int {
-		msg := fmt.Sprintf(format, a...)
-		logger.Printf("task not started: %s", msg)
-		writeJSONAtomic(filepath.Join(dir, exitFile), exitRecord{ExitStatus: ExitStatus{ExitCode: -1, FinishedAt: time.Now(), Err: msg}})
-		report(startReport{Error: msg})
-		return 1
-	}
-
-	spec, err := readSpec(dir)
+	spec, err := readSpec(s.dir)
 	if err != nil {
-		return fail("%v", err)
+		return s.fail(err)
 	}
-	logger.Printf("starting task %s: %q %q", spec.TaskID, spec.Command, spec.Args)
-
-	self, err := procStartTicks(os.Getpid())
+	s.log.Printf("starting task %s: %q %q (private PID namespace: %v, landlock: %v)",
+		spec.TaskID, spec.Command, spec.Args, spec.Isolation.PrivatePID, spec.Isolation.LandlockOn)
+	if spec.Isolation.PrivatePID && os.Getpid() != 1 {
+		return s.fail(errors.New("a private PID namespace was asked for, but the supervisor was not started as its init"))
+	}
+	self, err := procfs.Identify(selfHostPID())
 	if err != nil {
-		return fail("read own start time: %v", err)
+		return s.fail(fmt.Errorf("read own identity: %w", err))
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, supervisorFile), procRecord{PID: os.Getpid(), StartTicks: self, StartedAt: time.Now()}); err != nil {
-		return fail("write %s: %v", supervisorFile, err)
+	if err := writeJSONAtomic(filepath.Join(s.dir, supervisorFile), procRecord{Identity: self, StartedAt: time.Now()}); err != nil {
+		return s.fail(fmt.Errorf("write %s: %w", supervisorFile, err))
 	}
 
-	task, shimErr, err := startShim(dir, spec, time.Now().Add(setupTimeout))
+	shim, err := startShim(s.dir, spec, time.Now().Add(setupTimeout))
 	if err != nil {
-		return fail("%v", err)
+		if shim.pid > 0 {
+			// The shim failed before exec; reap it so its status is not left to init.
+			ws, _ := waitPid(shim.pid)
+			s.log.Printf("shim exited with %s", describe(ws))
+		}
+		return s.fail(err)
 	}
-	if shimErr != "" {
-		// The shim failed before exec; reap it so its status is not left to init.
-		ws, _ := waitPid(task)
-		logger.Printf("shim exited with %s", describe(ws))
-		return fail("%s", shimErr)
-	}
-
 	// Without task.json a restarted plugin could not find the task again,
 	// so a task we cannot record is a task we must not leave running.
-	ticks, err := procStartTicks(task)
-	rec := procRecord{PID: task, StartTicks: ticks, StartedAt: time.Now()}
-	if err == nil {
-		err = writeJSONAtomic(filepath.Join(dir, taskFile), rec)
+	if err := writeJSONAtomic(filepath.Join(s.dir, taskFile), shim.rec); err != nil {
+		syscall.Kill(-shim.pid, syscall.SIGKILL)
+		waitPid(shim.pid)
+		return s.fail(fmt.Errorf("record task pid %d: %w", shim.rec.PID, err))
 	}
-	if err != nil {
-		syscall.Kill(-task, syscall.SIGKILL)
-		waitPid(task)
-		return fail("record task pid %d: %v", task, err)
-	}
-	logger.Printf("task running as pid %d", task)
-	report(startReport{Task: &rec})
+	s.log.Printf("task running as pid %d", shim.rec.PID)
+	rec := shim.rec
+	s.report(startReport{Task: &rec})
 
-	ws, err := waitPid(task)
+	st := exitStatus(waitPid(shim.pid))
+	if err := writeJSONAtomic(filepath.Join(s.dir, exitFile), exitRecord{ExitStatus: st}); err != nil {
+		s.log.Printf("write %s: %v", exitFile, err)
+		return 1
+	}
+	s.log.Printf("task exited: exit code %d, signal %d", st.ExitCode, st.Signal)
+	return 0
+}
+
+func exitStatus(ws syscall.WaitStatus, err error) ExitStatus {
 	st := ExitStatus{FinishedAt: time.Now()}
 	switch {
 	case err != nil:
@@ -137,31 +162,34 @@ func RunSupervisor(args []string) int {
 	default:
 		st.ExitCode = ws.ExitStatus()
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, exitFile), exitRecord{ExitStatus: st}); err != nil {
-		logger.Printf("write %s: %v", exitFile, err)
-		return 1
-	}
-	logger.Printf("task exited: %s", describe(ws))
-	return 0
+	return st
+}
+
+// startedShim is the task's first process: pid as the supervisor sees it
+// (to wait for it), rec as the host sees it (for the plugin).
+type startedShim struct {
+	pid int
+	rec procRecord
 }
 
 // startShim starts "<Executable> shim <dir>" in a new session with the log
-// FIFOs as stdout/stderr. It returns the task pid and, if the shim failed
-// before exec, its error message.
-func startShim(dir string, spec Spec, deadline time.Time) (int, string, error) {
+// FIFOs as stdout/stderr, in a mount namespace of its own when the task's PID
+// namespace is private. The error is a *StartError when the shim reported
+// why it could not exec the task; pid is then set and the shim must be reaped.
+func startShim(dir string, spec Spec, deadline time.Time) (startedShim, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return 0, "", err
+		return startedShim{}, err
 	}
 	defer devnull.Close()
 	stdout, err := openLogSink(spec.StdoutPath, deadline)
 	if err != nil {
-		return 0, "", fmt.Errorf("open stdout %s: %w", spec.StdoutPath, err)
+		return startedShim{}, fmt.Errorf("open stdout %s: %w", spec.StdoutPath, err)
 	}
 	defer stdout.Close()
 	stderr, err := openLogSink(spec.StderrPath, deadline)
 	if err != nil {
-		return 0, "", fmt.Errorf("open stderr %s: %w", spec.StderrPath, err)
+		return startedShim{}, fmt.Errorf("open stderr %s: %w", spec.StderrPath, err)
 	}
 	defer stderr.Close()
 
@@ -169,9 +197,13 @@ func startShim(dir string, spec Spec, deadline time.Time) (int, string, error) {
 	// "running" is reported only once the task's own code is in place.
 	execR, execW, err := os.Pipe()
 	if err != nil {
-		return 0, "", err
+		return startedShim{}, err
 	}
 	defer execR.Close()
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if spec.Isolation.PrivatePID {
+		attr.Cloneflags = syscall.CLONE_NEWNS
+	}
 	// /proc/self/exe, not spec.Executable: the shim must be this very
 	// binary even if the plugin was upgraded on disk meanwhile.
 	p, err := os.StartProcess("/proc/self/exe", []string{spec.Executable, "shim", dir}, &os.ProcAttr{
@@ -181,23 +213,68 @@ func startShim(dir string, spec Spec, deadline time.Time) (int, string, error) {
 		// spec.Env from spec.json and hands it to exec.
 		Env:   []string{},
 		Files: []*os.File{devnull, stdout, stderr, execW},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Sys:   attr,
 	})
 	execW.Close()
 	if err != nil {
-		return 0, "", fmt.Errorf("start shim: %w", err)
+		return startedShim{}, fmt.Errorf("start shim: %w", err)
 	}
-	pid := p.Pid
+	shim := startedShim{pid: p.Pid}
 	// We reap with wait4 ourselves (see waitPid); os.Process must not.
 	p.Release()
 
 	execR.SetReadDeadline(deadline)
 	msg, err := io.ReadAll(io.LimitReader(execR, 64<<10))
 	if err != nil {
-		syscall.Kill(pid, syscall.SIGKILL)
-		return pid, fmt.Sprintf("task set-up did not finish within %v: %v", setupTimeout, err), nil
+		syscall.Kill(shim.pid, syscall.SIGKILL)
+		return shim, fmt.Errorf("task set-up did not finish within %v: %v", setupTimeout, err)
 	}
-	return pid, string(msg), nil
+	if len(msg) > 0 {
+		var se StartError
+		if jerr := json.Unmarshal(msg, &shimStatus{&se}); jerr != nil || se.Msg == "" {
+			se = StartError{Msg: string(msg)}
+		}
+		return shim, &se
+	}
+	host := shim.pid
+	if spec.Isolation.PrivatePID {
+		if host, err = hostPID(shim.pid); err != nil {
+			syscall.Kill(shim.pid, syscall.SIGKILL)
+			waitPid(shim.pid)
+			return startedShim{}, fmt.Errorf("find the task's host pid: %w", err)
+		}
+	}
+	id, err := procfs.Identify(host)
+	if err != nil {
+		syscall.Kill(shim.pid, syscall.SIGKILL)
+		waitPid(shim.pid)
+		return startedShim{}, fmt.Errorf("read task pid %d: %w", host, err)
+	}
+	shim.rec = procRecord{Identity: id, StartedAt: time.Now()}
+	return shim, nil
+}
+
+// shimStatus is what the shim writes to the exec-status pipe when it cannot
+// exec the task.
+type shimStatus struct{ *StartError }
+
+func (s shimStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Error     string `json:"error"`
+		Permanent bool   `json:"permanent,omitempty"`
+	}{s.Msg, s.Permanent})
+}
+
+func (s *shimStatus) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Error     string `json:"error"`
+		Permanent bool   `json:"permanent"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	s.Msg, s.Permanent = v.Error, v.Permanent
+	return nil
 }
 
 // openLogSink opens a log FIFO for writing without blocking forever: a FIFO

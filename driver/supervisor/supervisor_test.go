@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 			os.Exit(RunSupervisor(os.Args[2:]))
 		case "shim":
 			os.Exit(RunShim(os.Args[2:]))
+		case "exec-shim":
+			os.Exit(RunExecShim(os.Args[2:]))
+		case "probe-isolation":
+			os.Exit(RunProbe(os.Args[2:]))
 		case "start-helper":
 			os.Exit(startHelper(os.Args[2:]))
 		}
@@ -335,7 +339,7 @@ func TestTaskSees(t *testing.T) {
 		want:    func(Spec) string { return "tool-ran\n" },
 	}, {
 		name:    "oom_score_adj",
-		modify:  func(t *testing.T, s *Spec) { s.OOMScoreAdj = &adj },
+		modify:  func(t *testing.T, s *Spec) { s.OOMScoreAdj = adj },
 		command: "cat", args: []string{"/proc/self/oom_score_adj"},
 		want: func(Spec) string { return "321\n" },
 	}, {
@@ -707,22 +711,18 @@ func TestDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type proc struct {
-		pid   int
-		ticks uint64
-	}
-	var procs []proc
+	var procs []procfs.Identity
 	pids, _ := h.Pids()
 	for _, p := range append(pids, h.SupervisorPID()) {
-		ticks, _ := procStartTicks(p)
-		procs = append(procs, proc{p, ticks})
+		id, _ := procfs.Identify(p)
+		procs = append(procs, id)
 	}
 	if err := h.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range procs {
-		if alive(p.pid, p.ticks) {
-			t.Errorf("pid %d still alive after Destroy", p.pid)
+		if p.Alive() {
+			t.Errorf("pid %d still alive after Destroy", p.PID)
 		}
 	}
 	if _, err := os.Stat(s.StateDir); !os.IsNotExist(err) {
@@ -796,12 +796,12 @@ func TestPollGoneFallback(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ticks, err := procStartTicks(cmd.Process.Pid)
+	id, err := procfs.Identify(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	if err := pollGone(ctx, cmd.Process.Pid, ticks); !errors.Is(err, context.DeadlineExceeded) {
+	if err := pollGone(ctx, id); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("pollGone on a live process: %v", err)
 	}
 	cancel()
@@ -809,21 +809,25 @@ func TestPollGoneFallback(t *testing.T) {
 	// Not reaped yet: a zombie must count as gone.
 	ctx, cancel = context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	if err := pollGone(ctx, cmd.Process.Pid, ticks); err != nil {
+	if err := pollGone(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitGone(ctx, cmd.Process.Pid, ticks); err != nil {
+	if err := waitGone(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
 	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancelShort()
-	if err := waitGone(short, os.Getpid(), mustTicks(t, os.Getpid())); !errors.Is(err, context.DeadlineExceeded) {
+	self := mustIdentify(t, os.Getpid())
+	if err := waitGone(short, self); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("waitGone on a live process: %v", err)
 	}
-	// A wrong start time means another process: gone at once.
-	if err := waitGone(ctx, os.Getpid(), ticks+1); err != nil {
-		t.Fatal(err)
+	// A wrong start time means another process: gone at once; so does
+	// another boot's record of the very same pid and start time.
+	for _, other := range []procfs.Identity{{PID: self.PID, StartTicks: self.StartTicks + 1, BootID: self.BootID}, {PID: self.PID, StartTicks: self.StartTicks, BootID: "another-boot"}} {
+		if err := waitGone(ctx, other); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -857,13 +861,13 @@ func TestOrphansReaped(t *testing.T) {
 	}
 }
 
-func mustTicks(t *testing.T, pid int) uint64 {
+func mustIdentify(t *testing.T, pid int) procfs.Identity {
 	t.Helper()
-	ticks, err := procStartTicks(pid)
+	id, err := procfs.Identify(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ticks
+	return id
 }
 
 // The log directory is writable by tasks: a link planted in place of the FIFO

@@ -51,3 +51,12 @@ func parseID(s string) (uint32, error) {
 	v, err := strconv.ParseUint(s, 10, 32)
 	return uint32(v), err
 }
+
+// GroupName is the name of a group, for messages.
+func GroupName(gid uint32) (string, bool) {
+	g, err := user.LookupGroupId(strconv.FormatUint(uint64(gid), 10))
+	if err != nil {
+		return "", false
+	}
+	return g.Name, true
+}

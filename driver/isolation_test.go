@@ -1,0 +1,317 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
+)
+
+// requireIsolation skips where the node cannot make the namespaces or
+// Landlock domains these tests are about.
+func requireIsolation(t *testing.T, d *Driver) {
+	t.Helper()
+	p := d.isolation()
+	if !p.PIDNamespace {
+		t.Skipf("no private PID namespaces here: %s", p.PIDNamespaceError)
+	}
+	if p.LandlockABI == 0 {
+		t.Skipf("no Landlock here: %s", p.LandlockError)
+	}
+}
+
+// mpsShare is the device plugin's reservation of one MPS share of the
+// node's GPU index i.
+func (e *env) mpsShare(i int) (string, map[string]string) {
+	e.t.Helper()
+	inv, err := gpu.Open(e.cfg.gpuConfig(), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer inv.Close()
+	snap, err := inv.Snapshot()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	u := snap.GPUs[i].UUID
+	return u, map[string]string{
+		"CUDA_VISIBLE_DEVICES": u, "NOMAD_GPU_SLICE_TYPE": "mps", "NOMAD_GPU_DEVICE_IDS": u + "-mps-0",
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M",
+		"CUDA_MPS_PIPE_DIRECTORY": filepath.Join(e.cfg.MPS.PipeRoot, u),
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Two tasks of the same user: B finds nothing of A through /proc, signals,
+// A's alloc dir or A's MPS daemon, and ps in B shows only B.
+func TestTasksOfOneUserCannotReachEachOther(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	requireIsolation(t, d)
+	const secret = "ngd-secret-of-task-a"
+	gpuUUID, share := e.mpsShare(2)
+
+	a := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c",
+		`echo "$SECRET" > "$NOMAD_SECRETS_DIR/token"; touch "$NOMAD_TASK_DIR/ready"; exec sleep 300`}}, share)
+	a.Env["SECRET"] = secret
+	if _, _, err := d.StartTask(a); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyTask(a.ID, true)
+	eventually(t, "task A ready", func() bool { _, err := os.Stat(filepath.Join(a.Env["NOMAD_TASK_DIR"], "ready")); return err == nil })
+	aPID := d.store.get(a.ID).proc.TaskPID()
+	control := filepath.Join(e.cfg.MPS.PipeRoot, gpuUUID, "control")
+	if _, err := os.Stat(control); err != nil {
+		t.Fatalf("A's MPS daemon has no control pipe: %v", err)
+	}
+
+	probe := fmt.Sprintf(`
+out="$NOMAD_TASK_DIR/probe.out"
+{
+grep -l %[1]q /proc/[0-9]*/environ 2>/dev/null && echo environ:found || echo environ:none
+kill -0 %[2]d 2>/dev/null && echo signal:reached || echo signal:refused
+ls %[3]q >/dev/null 2>&1 && echo allocdir:listed || echo allocdir:refused
+cat %[4]q 2>/dev/null || echo secrets:refused
+cat "$NOMAD_SECRETS_DIR/own" && echo own:read
+ls %[5]q 2>/dev/null | wc -l | sed 's/^ */mpsroot:/'
+(echo get_server_list > %[6]q) 2>/dev/null && echo mps:opened || echo mps:refused
+for p in /proc/[0-9]*; do echo "proc:$(cat $p/comm)"; done
+} > "$out" 2>&1
+`, secret, aPID, a.AllocDir, filepath.Join(a.Env["NOMAD_SECRETS_DIR"], "token"), e.cfg.MPS.PipeRoot, control)
+	b := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", probe}}, nil)
+	os.WriteFile(filepath.Join(b.Env["NOMAD_SECRETS_DIR"], "own"), []byte("own-secret\n"), 0o644)
+	if _, _, err := d.StartTask(b); err != nil {
+		t.Fatal(err)
+	}
+	if res := wait(t, d, b.ID, 30*time.Second); res.ExitCode != 0 {
+		t.Fatalf("probe task: %+v", res)
+	}
+	d.DestroyTask(b.ID, true)
+	outB, _ := os.ReadFile(filepath.Join(b.Env["NOMAD_TASK_DIR"], "probe.out"))
+	out := string(outB)
+	if strings.Contains(out, secret) {
+		t.Errorf("task B read task A's secret:\n%s", out)
+	}
+	for _, want := range []string{"environ:none", "signal:refused", "allocdir:refused", "secrets:refused", "own-secret\nown:read", "mpsroot:0", "mps:refused"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("probe output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if comm, ok := strings.CutPrefix(l, "proc:"); ok && comm != "sh" && comm != "cat" && !strings.HasPrefix(comm, "driver.test") {
+			t.Errorf("task B sees a process that is not its own: %q", comm)
+		}
+	}
+	if !d.store.get(a.ID).proc.Running() {
+		t.Error("task A died")
+	}
+}
+
+// The MPS client itself sees its own GPU's daemon, and no other GPU's.
+func TestMPSTaskSeesOnlyItsOwnPipes(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	requireIsolation(t, d)
+	mine, share := e.mpsShare(1)
+	other, otherShare := e.mpsShare(5)
+	holder := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, otherShare)
+	if _, _, err := d.StartTask(holder); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyTask(holder.ID, true)
+	script := fmt.Sprintf(`exec 2>"$NOMAD_TASK_DIR/err"; ls %q %q > "$NOMAD_TASK_DIR/out"; (echo get_server_list > %q) && echo own:opened >> "$NOMAD_TASK_DIR/out"`,
+		filepath.Join(e.cfg.MPS.PipeRoot, mine), filepath.Join(e.cfg.MPS.PipeRoot, other), filepath.Join(e.cfg.MPS.PipeRoot, mine, "control"))
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}}, share)
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, d, cfg.ID, 30*time.Second)
+	d.DestroyTask(cfg.ID, true)
+	out, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "out"))
+	errOut, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "err"))
+	if !strings.Contains(string(out), "control") || !strings.Contains(string(out), "own:opened") {
+		t.Errorf("the MPS task cannot use its own GPU's daemon: %q (stderr %q)", out, errOut)
+	}
+	if !strings.Contains(string(errOut), other) {
+		t.Errorf("the MPS task could list another GPU's pipe dir %s: %q", other, out)
+	}
+}
+
+// Every relaxation is the plugin config's to make, and every refusal names
+// the key that would allow it.
+func TestIsolationPolicy(t *testing.T) {
+	e := newEnv(t)
+	requireIsolation(t, e.plugin())
+	extra := filepath.Join(e.dir, "models")
+	os.MkdirAll(extra, 0o755)
+	os.WriteFile(filepath.Join(extra, "m"), []byte("weights\n"), 0o644)
+	cases := []struct {
+		name    string
+		plugin  func(*Config)
+		task    TaskConfig
+		user    string
+		wantErr string
+		wantOut string
+	}{
+		{name: "host pid refused", task: TaskConfig{PIDMode: "host"}, wantErr: "isolation.allow_host_pid = true"},
+		{name: "host pid allowed", plugin: func(c *Config) { c.Isolation.AllowHostPID = true }, task: TaskConfig{PIDMode: "host"},
+			wantOut: "host-pid"},
+		{name: "unveil refused", task: TaskConfig{Unveil: []string{"r:" + extra}}, wantErr: "isolation.unveil_by_task = true"},
+		{name: "unveil allowed", plugin: func(c *Config) { c.Isolation.UnveilByTask = true }, task: TaskConfig{Unveil: []string{"r:" + extra}},
+			wantOut: "weights"},
+		{name: "unveiled by the plugin for all", plugin: func(c *Config) { c.Isolation.UnveilPaths = []string{"r:" + extra} },
+			wantOut: "weights"},
+		{name: "not unveiled", wantOut: "denied"},
+		{name: "denied group", plugin: func(c *Config) { c.DeniedHostGIDs = "65534" }, wantErr: `denied_host_gids = "65534"`},
+		{name: "denied uid range", plugin: func(c *Config) { c.DeniedHostUIDs = "0,60000-65535" }, wantErr: `"nobody" (uid 65534) is denied`},
+		{name: "work_dir outside", task: TaskConfig{WorkDir: "/var"}, wantErr: "config.work_dir"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			saved := *e.cfg
+			defer func() { *e.cfg = saved }()
+			if tc.plugin != nil {
+				tc.plugin(e.cfg)
+			}
+			d := e.plugin()
+			task := tc.task
+			task.Command = "/bin/sh"
+			task.Args = []string{"-c", fmt.Sprintf(`{ test "$(cat /proc/1/comm)" != driver.test && echo host-pid; cat %q/m 2>/dev/null || echo denied; } > "$NOMAD_TASK_DIR/out"`, extra)}
+			cfg := e.taskConfig(&task, nil)
+			cfg.User = tc.user
+			_, _, err := d.StartTask(cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait(t, d, cfg.ID, 30*time.Second)
+			d.DestroyTask(cfg.ID, true)
+			out, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "out"))
+			if !strings.Contains(string(out), tc.wantOut) {
+				t.Errorf("task printed %q, want %q", out, tc.wantOut)
+			}
+		})
+	}
+}
+
+// Where the kernel has no Landlock, a task starts only if the plugin config
+// says so, and then says it runs unconfined.
+func TestLandlockUnavailable(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		setting string
+		wantErr string
+	}{
+		{LandlockRequired, `isolation.landlock = "required"`},
+		{LandlockBestEffort, ""},
+	} {
+		t.Run(tc.setting, func(t *testing.T) {
+			e.cfg.Isolation.Landlock = tc.setting
+			d := e.plugin()
+			real := d.isolation()
+			d.probe = &isolationProbe{Probe: supervisor.Probe{PIDNamespace: real.PIDNamespace, PIDNamespaceError: real.PIDNamespaceError,
+				LandlockError: "landlock unavailable: ENOSYS (test)"}, at: time.Now().Add(time.Hour)}
+			fp := d.fingerprint()
+			if got := *fp.Attributes["driver.gpu.landlock"].Bool; got {
+				t.Error("fingerprint says Landlock is in force")
+			}
+			if tc.wantErr != "" && fp.Health != drivers.HealthUnhealthy {
+				t.Errorf("health %v %q: want unhealthy where tasks cannot start", fp.Health, fp.HealthDescription)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			evs, _ := d.TaskEvents(ctx)
+			cfg := e.taskConfig(&TaskConfig{Command: "/bin/true"}, nil)
+			_, _, err := d.StartTask(cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.DestroyTask(cfg.ID, true)
+			select {
+			case ev := <-evs:
+				if !strings.Contains(ev.Message, "without filesystem confinement") {
+					t.Errorf("event %q", ev.Message)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("no task event saying the task runs unconfined")
+			}
+		})
+	}
+}
+
+// A data_dir Nomad made 0700 keeps non-root tasks out of their task dirs:
+// the start error says which directory and what to do, and so does the
+// fingerprint afterwards.
+func TestDataDirNotTraversable(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/true"}, nil)
+	dataDir := filepath.Join(e.dir, "data")
+	os.Chmod(dataDir, 0o700)
+	defer os.Chmod(dataDir, 0o755)
+	_, _, err := d.StartTask(cfg)
+	if err == nil || !strings.Contains(err.Error(), "This is the Nomad data_dir") || !strings.Contains(err.Error(), "chmod 0755 "+dataDir) {
+		t.Fatalf("error %v: want one naming the data_dir and the fix", err)
+	}
+	if fp := d.fingerprint(); !strings.Contains(fp.HealthDescription, "data_dir "+dataDir+" is mode 0700") {
+		t.Errorf("fingerprint health %q does not name the data_dir", fp.HealthDescription)
+	}
+}
+
+// The fingerprint publishes the isolation in force.
+func TestFingerprintShowsIsolation(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	requireIsolation(t, d)
+	fp := d.fingerprint()
+	for key, want := range map[string]string{
+		"driver.gpu.pid_namespace": "true", "driver.gpu.landlock": "true", "driver.gpu.mps_pipes_masked": "true",
+		"driver.gpu.allow_host_pid": "false", "driver.gpu.unveil_by_task": "false", "driver.gpu.denied_host_uids": "0",
+		"driver.gpu.denied_host_gids": "0",
+	} {
+		a, ok := fp.Attributes[key]
+		var got string
+		switch {
+		case !ok:
+		case a.Bool != nil:
+			got = strconv.FormatBool(*a.Bool)
+		case a.String != nil:
+			got = *a.String
+		}
+		if got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	if a := fp.Attributes["driver.gpu.landlock_abi"]; a.Int == nil || *a.Int < 1 {
+		t.Errorf("landlock_abi %+v", a)
+	}
+}

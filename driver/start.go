@@ -1,0 +1,320 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
+	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
+	"github.com/nomad-gpu/nomad-gpu/driver/mps"
+	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
+	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
+)
+
+// startPlan is everything StartTask decides before it takes anything: a
+// task that fails here leaves nothing to clean up.
+type startPlan struct {
+	cfg       *drivers.TaskConfig
+	tc        *TaskConfig
+	user      taskUser
+	mpsShares map[string]mps.Limits
+	mpsGPUs   []string
+	iso       isolationPlan
+}
+
+// errTaskDirExists: the start took nothing, so it has nothing to undo (the
+// directory is another attempt's).
+var errTaskDirExists = errors.New("task state dir already exists")
+
+// errSimulatedCrash, returned by a test's fault hook, makes StartTask stop
+// where it is without undoing anything, as a plugin killed there would.
+var errSimulatedCrash = errors.New("simulated plugin crash")
+
+// startSteps are StartTask's steps, in order, by the names fault tests use.
+var startSteps = []string{"journal", "cgroups", "mps", "mig", "supervisor", "commit"}
+
+func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.NetworkOverride, error) {
+	rt, err := d.runtime()
+	if err != nil {
+		return nil, nil, drivers.NewRecoverableError(err, true)
+	}
+	plan, err := d.planStart(cfg)
+	if err != nil {
+		return nil, nil, startFailure(err)
+	}
+	t := &task{
+		id: cfg.ID, cfg: cfg, dir: d.taskDir(cfg.ID), user: plan.user.name,
+		mpsGPUs: plan.mpsGPUs, done: make(chan struct{}),
+	}
+	if !d.store.reserve(t.id) {
+		return nil, nil, startFailure(badInput("task %s is already started", cfg.ID))
+	}
+	j := &journal{
+		Version: journalVersion, TaskID: cfg.ID, AllocID: cfg.AllocID, TaskName: cfg.Name, AllocDir: cfg.AllocDir,
+		CgroupRoot: d.config().CgroupRoot, CgroupName: cgroupName(cfg),
+	}
+	steps := map[string]func() error{
+		"journal":    func() error { return createTaskDir(t.dir, j) },
+		"cgroups":    func() error { return d.createCgroups(t, plan) },
+		"mps":        func() error { return d.acquireMPS(rt, t, plan) },
+		"mig":        func() error { return grantMIG(rt, t, plan) },
+		"supervisor": func() error { return d.startSupervisor(t, plan) },
+		"commit":     func() error { j.Committed = true; return j.write(t.dir) },
+	}
+	for _, name := range startSteps {
+		err := d.injectFault(name)
+		if errors.Is(err, errSimulatedCrash) {
+			return nil, nil, err
+		}
+		if err == nil {
+			err = steps[name]()
+		}
+		if err != nil {
+			d.store.release(t.id)
+			if errors.Is(err, errTaskDirExists) {
+				return nil, nil, startFailure(err)
+			}
+			if perr := d.purge(rt, t.id, cfg, nil); perr != nil {
+				d.logger.Error("undoing a failed start", "task", t.id, "step", name, "error", perr)
+			}
+			return nil, nil, startFailure(err)
+		}
+	}
+	d.store.add(t)
+	d.track(rt, t)
+	for _, note := range plan.iso.notes {
+		d.emit(t, note, nil)
+	}
+	st := &driverState{Version: taskStateVersion, StartedAt: t.startedAt, User: t.user}
+	return &drivers.TaskHandle{Version: 1, Config: cfg, State: drivers.TaskStateRunning, DriverState: st.encode()}, nil, nil
+}
+
+func (d *Driver) injectFault(step string) error {
+	if d.faults == nil {
+		return nil
+	}
+	return d.faults(step)
+}
+
+// planStart validates the task and decides how it runs.
+func (d *Driver) planStart(cfg *drivers.TaskConfig) (*startPlan, error) {
+	if cfg == nil || cfg.ID == "" {
+		return nil, badInput("the task has no ID")
+	}
+	if !validName(stateDirName(cfg.ID)) || !validName(cgroupName(cfg)) {
+		return nil, badInput("task ID %q or name %q cannot name a directory", cfg.ID, cfg.Name)
+	}
+	tc, ok := cfg.DriverConfig.(*TaskConfig)
+	if !ok || tc == nil {
+		return nil, badInput("task has no config block; config.command is required")
+	}
+	if err := tc.validate(); err != nil {
+		return nil, badInput("%v", err)
+	}
+	dcfg := d.config()
+	p := &startPlan{cfg: cfg, tc: tc}
+	p.user.name = cfg.User
+	if p.user.name == "" {
+		p.user.name = dcfg.DefaultUser
+	}
+	var err error
+	if p.user.uid, p.user.gid, p.user.groups, _, err = supervisor.LookupUser(p.user.name); err != nil {
+		return nil, badInput("user: %v", err)
+	}
+	if err := checkUser(dcfg, p.user); err != nil {
+		return nil, err
+	}
+	d.noteDataDir(dirsOf(cfg).task)
+	if err := checkTaskDirReachable(dirsOf(cfg).task, p.user); err != nil {
+		return nil, err
+	}
+	if p.mpsShares, err = mpsShares(cfg.DeviceEnv); err != nil {
+		return nil, badInput("%v", err)
+	}
+	p.mpsGPUs = slices.Sorted(maps.Keys(p.mpsShares))
+	if p.iso, err = d.planIsolation(cfg, tc, p.mpsGPUs); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// createTaskDir makes the task's state dir and its journal, before the task
+// takes anything, so that whatever it takes can be found again.
+func createTaskDir(dir string, j *journal) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%w: %s: another start of task %s is (or was) under way", errTaskDirExists, dir, j.TaskID)
+		}
+		return fmt.Errorf("state dir: %w", err)
+	}
+	return j.write(dir)
+}
+
+func (d *Driver) createCgroups(t *task, p *startPlan) error {
+	if cgroups.Detect() == cgroups.None {
+		return nil
+	}
+	limits := cgroups.Limits{PidsMax: p.tc.PidsLimit, DeviceDeny: gpuDeviceDeny(p.cfg.Devices)}
+	if r := p.cfg.Resources; r != nil {
+		limits.CPUShares = r.CPUShares
+		if r.Linux != nil {
+			limits.MemoryLimitBytes = r.Linux.MemoryLimitBytes
+			limits.CpusetCpus = r.Linux.CpusetCpus
+			if r.Linux.CPUShares > 0 {
+				limits.CPUShares = r.Linux.CPUShares
+			}
+		}
+		// memory_max oversubscription: the reservation is the soft limit.
+		if r.MemoryMaxMB > r.MemoryMB && r.MemoryMB > 0 {
+			limits.MemorySoftBytes = r.MemoryMB << 20
+		}
+	}
+	g, err := cgroups.Create(d.config().CgroupRoot, cgroupName(p.cfg), limits)
+	if err != nil {
+		return fmt.Errorf("cgroups: %w", err)
+	}
+	t.group = g
+	return nil
+}
+
+// mpsShares reads the MPS limits a task holds on each of its GPUs from the
+// device plugin's reservation.
+func mpsShares(env map[string]string) (map[string]mps.Limits, error) {
+	if env[contract.EnvSliceType] != contract.SliceMPS {
+		return nil, nil
+	}
+	mem, err := contract.ParsePinnedMemLimit(env[contract.EnvMPSPinnedMemLimit])
+	if err != nil {
+		return nil, err
+	}
+	threads, _ := strconv.Atoi(env[contract.EnvMPSThreadPercentage])
+	out := map[string]mps.Limits{}
+	for i, uuid := range strings.Split(env[contract.EnvCUDAVisibleDevices], ",") {
+		if uuid != "" {
+			out[uuid] = mps.Limits{ThreadPercentage: threads, PinnedMemMiB: mem[i]}
+		}
+	}
+	return out, nil
+}
+
+// acquireMPS makes each GPU whose shares the task holds run its MPS daemon,
+// with a ceiling at least as high as this task's limits.
+func (d *Driver) acquireMPS(rt *runtimeState, t *task, p *startPlan) error {
+	if len(p.mpsGPUs) == 0 {
+		return nil
+	}
+	if ok, why := rt.mps.Available(); !ok {
+		return fmt.Errorf("MPS: the task holds MPS shares but %s: %w", why, mps.ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, waitTimeout)
+	defer cancel()
+	for _, uuid := range p.mpsGPUs {
+		c := mps.Client{TaskID: t.id, UID: p.user.uid, User: p.user.name, Limits: p.mpsShares[uuid]}
+		if err := rt.mps.Acquire(ctx, uuid, c); err != nil {
+			return fmt.Errorf("MPS daemon for %s: %w", uuid, err)
+		}
+	}
+	return nil
+}
+
+// migCapPaths are the MIG capability nodes among a task's devices.
+func migCapPaths(devices []drivers.DeviceConfig) []string {
+	var out []string
+	for _, dev := range devices {
+		if p := filepath.Clean(dev.HostPath); filepath.Dir(p) == filepath.Clean(capsDir) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// grantMIG lets a non-root task open the capability nodes of the MIG
+// instance it holds.
+func grantMIG(rt *runtimeState, t *task, p *startPlan) error {
+	paths := migCapPaths(p.cfg.Devices)
+	if len(paths) == 0 {
+		return nil
+	}
+	if err := rt.caps.Grant(t.id, paths, p.user.uid, p.user.gid); err != nil {
+		return fmt.Errorf("MIG capabilities: %w", err)
+	}
+	return nil
+}
+
+func (d *Driver) startSupervisor(t *task, p *startPlan) error {
+	cfg, tc := p.cfg, p.tc
+	dir := tc.WorkDir
+	if dir == "" {
+		dir = cfg.Env["NOMAD_TASK_DIR"]
+	}
+	env := maps.Clone(cfg.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	if cfg.DeviceEnv[contract.EnvCUDAVisibleDevices] == "" {
+		// A task without a GPU reservation must not see the node's GPUs:
+		// CUDA and container runtimes default to all of them.
+		env[contract.EnvCUDAVisibleDevices] = ""
+		env[contract.EnvNvidiaVisibleDevices] = contract.NvidiaVisibleDevicesNone
+	}
+	// Temporary files go to the task's own tmp dir, which Landlock lets it
+	// write, whether or not it is also bound over /tmp.
+	if tmp := filepath.Join(dirsOf(cfg).task, "tmp"); env["TMPDIR"] == "" && dirsOf(cfg).task != "" && isDir(tmp) {
+		env["TMPDIR"] = tmp
+	}
+	spec := supervisor.Spec{
+		TaskID:      cfg.ID,
+		StateDir:    filepath.Join(t.dir, supervisorDir),
+		Executable:  d.executable,
+		Command:     tc.Command,
+		Args:        tc.Args,
+		Env:         envList(env),
+		Dir:         dir,
+		UID:         p.user.uid,
+		GID:         p.user.gid,
+		Groups:      p.user.groups,
+		SetUser:     true,
+		StdoutPath:  cfg.StdoutPath,
+		StderrPath:  cfg.StderrPath,
+		OOMScoreAdj: tc.OOMScoreAdj,
+		Isolation:   p.iso.spec,
+	}
+	if t.group != nil {
+		spec.CgroupProcsFiles = t.group.ProcsFiles()
+	}
+	proc, err := supervisor.Start(spec)
+	if err != nil {
+		return err
+	}
+	t.proc = proc
+	t.startedAt = proc.StartedAt()
+	return nil
+}
+
+// track registers a started or recovered task with the watchdog and its
+// exit waiter.
+func (d *Driver) track(rt *runtimeState, t *task) {
+	d.watchTask(rt, t)
+	go d.waitExit(rt, t)
+}
+
+func (d *Driver) watchTask(rt *runtimeState, t *task) {
+	limits, err := gpuwatch.DeviceLimits(t.cfg.DeviceEnv, d.migMemoryMiB)
+	if err != nil {
+		d.logger.Warn("GPU memory of this task cannot be watched", "task", t.id, "error", err)
+		return
+	}
+	if len(limits) == 0 {
+		return
+	}
+	mode, _ := gpuwatch.ParseMode(d.config().GPUMemoryWatchdog)
+	rt.watch.Add(gpuwatch.Task{ID: t.id, Devices: limits, Pids: t.pids, Mode: mode})
+}
