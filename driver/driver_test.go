@@ -73,7 +73,10 @@ func (e *env) plugin() *Driver {
 		e.t.Fatal(err)
 	}
 	d.SetExecutable(exe)
-	if err := d.SetConfig(e.cfg, nil); err != nil {
+	// Its own copy: tests change e.cfg for the next plugin while this
+	// one's loops still read its config.
+	cfg := *e.cfg
+	if err := d.SetConfig(&cfg, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { d.Shutdown() })

@@ -11,6 +11,7 @@
 package gpuwatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -194,28 +195,44 @@ func (w *Watchdog) Check() {
 	w.round.Lock()
 	defer w.round.Unlock()
 
-	type snap struct {
-		t   Task
-		gen uint64
-	}
-	w.mu.Lock()
-	tasks := make([]snap, 0, len(w.tasks))
-	for _, t := range w.tasks {
-		tasks = append(tasks, snap{t.t, t.gen})
-	}
-	w.mu.Unlock()
-	slices.SortFunc(tasks, func(a, b snap) int {
-		switch {
-		case a.t.ID < b.t.ID:
-			return -1
-		case a.t.ID > b.t.ID:
-			return 1
-		}
-		return 0
-	})
-
+	tasks := w.snapshotTasks()
 	// NVML calls and the pid walks run without the lock: they can be slow
 	// and Add/Remove must not wait on them.
+	procs := w.sampleDevices(devicesOf(tasks))
+	results := make([]*measured, len(tasks))
+	for i, s := range tasks {
+		results[i] = w.measure(s.t, procs)
+	}
+	w.report(w.judge(tasks, results))
+}
+
+// taskSnapshot is a task as a round started with it.
+type taskSnapshot struct {
+	t   Task
+	gen uint64
+}
+
+// measured is one task's usage in a round, by device UUID, with the task's
+// pids holding that memory.
+type measured struct {
+	used map[string]uint64
+	pids map[string][]int
+}
+
+// snapshotTasks copies the watched tasks, sorted by ID.
+func (w *Watchdog) snapshotTasks() []taskSnapshot {
+	w.mu.Lock()
+	tasks := make([]taskSnapshot, 0, len(w.tasks))
+	for _, t := range w.tasks {
+		tasks = append(tasks, taskSnapshot{t.t, t.gen})
+	}
+	w.mu.Unlock()
+	slices.SortFunc(tasks, func(a, b taskSnapshot) int { return cmp.Compare(a.t.ID, b.t.ID) })
+	return tasks
+}
+
+// devicesOf lists each device the tasks use once, in order of first use.
+func devicesOf(tasks []taskSnapshot) []string {
 	var devices []string
 	for _, s := range tasks {
 		for _, d := range s.t.Devices {
@@ -224,6 +241,12 @@ func (w *Watchdog) Check() {
 			}
 		}
 	}
+	return devices
+}
+
+// sampleDevices asks the source once per device for the MiB each pid holds
+// there. A device whose processes cannot be listed is left out.
+func (w *Watchdog) sampleDevices(devices []string) map[string]map[int]uint64 {
 	procs := make(map[string]map[int]uint64, len(devices))
 	for _, uuid := range devices {
 		ps, err := w.src.Processes(uuid)
@@ -237,49 +260,52 @@ func (w *Watchdog) Check() {
 		}
 		procs[uuid] = m
 	}
+	return procs
+}
 
-	type measured struct {
-		used map[string]uint64
-		pids map[string][]int
+// measure sums t's own pids' memory on each of its sampled devices. It
+// returns nil when t's pids cannot be listed.
+func (w *Watchdog) measure(t Task, procs map[string]map[int]uint64) *measured {
+	var pids []int
+	if t.Pids != nil {
+		var err error
+		if pids, err = t.Pids(); err != nil {
+			// The task may be exiting; its figures stay as they were.
+			w.log.Debug("listing task pids", "task", t.ID, "error", err)
+			return nil
+		}
 	}
-	results := make([]*measured, len(tasks))
-	for i, s := range tasks {
-		var pids []int
-		if s.t.Pids != nil {
-			var err error
-			if pids, err = s.t.Pids(); err != nil {
-				// The task may be exiting; its figures stay as they were.
-				w.log.Debug("listing task pids", "task", s.t.ID, "error", err)
-				continue
-			}
-		}
-		own := make(map[int]bool, len(pids))
-		for _, p := range pids {
-			own[p] = true
-		}
-		r := &measured{used: map[string]uint64{}, pids: map[string][]int{}}
-		for _, d := range s.t.Devices {
-			m, ok := procs[d.UUID]
-			if !ok {
-				continue
-			}
-			var used uint64
-			var on []int
-			for pid, mib := range m {
-				if own[pid] {
-					used += mib
-					on = append(on, pid)
-				}
-			}
-			slices.Sort(on)
-			r.used[d.UUID] = used
-			r.pids[d.UUID] = on
-		}
-		results[i] = r
+	own := make(map[int]bool, len(pids))
+	for _, p := range pids {
+		own[p] = true
 	}
+	r := &measured{used: map[string]uint64{}, pids: map[string][]int{}}
+	for _, d := range t.Devices {
+		m, ok := procs[d.UUID]
+		if !ok {
+			continue
+		}
+		var used uint64
+		var on []int
+		for pid, mib := range m {
+			if own[pid] {
+				used += mib
+				on = append(on, pid)
+			}
+		}
+		slices.Sort(on)
+		r.used[d.UUID] = used
+		r.pids[d.UUID] = on
+	}
+	return r
+}
 
+// judge records the round's figures on the tasks still watched as they were
+// when the round started, and returns the violations to report.
+func (w *Watchdog) judge(tasks []taskSnapshot, results []*measured) []Violation {
 	var fire []Violation
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for i, s := range tasks {
 		r := results[i]
 		cur := w.tasks[s.t.ID]
@@ -295,23 +321,31 @@ func (w *Watchdog) Check() {
 			over := d.LimitMiB > 0 && used > d.LimitMiB
 			was := cur.over[d.UUID]
 			cur.over[d.UUID] = over
-			if !over {
-				continue
-			}
-			v := Violation{
-				TaskID: s.t.ID, UUID: d.UUID, UsedMiB: used, LimitMiB: d.LimitMiB,
-				Pids: r.pids[d.UUID], Mode: s.t.Mode, Repeat: was,
-			}
-			switch {
-			case s.t.Mode == ModeKill:
-				fire = append(fire, v)
-			case s.t.Mode == ModeWarn && !was:
-				fire = append(fire, v)
+			if over && shouldReport(s.t.Mode, was) {
+				fire = append(fire, Violation{
+					TaskID: s.t.ID, UUID: d.UUID, UsedMiB: used, LimitMiB: d.LimitMiB,
+					Pids: r.pids[d.UUID], Mode: s.t.Mode, Repeat: was,
+				})
 			}
 		}
 	}
-	w.mu.Unlock()
+	return fire
+}
 
+// shouldReport says whether a violation in mode is passed on; repeat is
+// whether the task was already over the limit in the previous round.
+func shouldReport(mode Mode, repeat bool) bool {
+	switch mode {
+	case ModeKill:
+		return true
+	case ModeWarn:
+		return !repeat
+	}
+	return false
+}
+
+// report logs each violation and calls onViolation, outside the locks.
+func (w *Watchdog) report(fire []Violation) {
 	for _, v := range fire {
 		w.log.Warn("task over its GPU memory limit", "task", v.TaskID, "device", v.UUID,
 			"used_mib", v.UsedMiB, "limit_mib", v.LimitMiB, "pids", v.Pids, "mode", v.Mode)

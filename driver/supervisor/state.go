@@ -1,21 +1,27 @@
 // Package supervisor runs a task under its own supervisor process so that the
-// task outlives the driver plugin and the Nomad client, and its exit status is
-// never lost (protocol-facts §6.3 "Task processes and plugin death",
-// driver-anchors §2.3).
+// task outlives the driver plugin and the Nomad client (which restart
+// independently of their tasks, and reattach from state they kept), and its
+// exit status is never lost, even when nobody was watching when it ended.
 //
-// The plugin binary is its own supervisor: main dispatches "supervise" to
-// RunSupervisor and "shim" to RunShim. Process tree of one task:
+// A small binary (or the plugin binary itself) is the supervisor: main
+// dispatches "supervise", "shim" and "exec-shim" through Dispatch. Process
+// tree of one task:
 //
-//	plugin ──(Start, detached, own session)──▶ supervisor (subreaper)
-//	                                              └─▶ shim ─exec─▶ task (own session)
+//	plugin ──(Start, detached, own session)──▶ supervisor (subreaper; init of the task's PID namespace)
+//	                                              └─▶ shim ─exec─▶ task (own session, own mount namespace)
+//
+// With a private PID namespace the shim builds the task's mount namespace
+// (its /proc, /tmp, /dev/shm, the masked MPS pipe root), then confines itself
+// with Landlock, drops to the task's user and execs. Every pid on disk is a
+// host pid with its start time and boot ID.
 //
 // Everything needed to re-attach lives in the state dir, so Recover works
 // from a fresh plugin process with nothing but the dir's path:
 //
 //	<StateDir>/            0700
 //	  spec.json            Spec, written by Start
-//	  supervisor.json      supervisor pid + /proc start ticks, written by the supervisor
-//	  task.json            task pid + start ticks + start time, written once the task exec'd
+//	  supervisor.json      supervisor identity, written by the supervisor
+//	  task.json            task identity + start time, written once the task exec'd
 //	  exit.json            exit code/signal/finished_at, written when the task exited
 //	  supervisor.log       supervisor's own log (also its stderr, so runtime crashes land there)
 package supervisor

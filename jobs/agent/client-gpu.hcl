@@ -28,7 +28,8 @@ plugin "nomad-driver-gpu" {
   config {
     state_dir           = "/var/lib/nomad-gpu/driver" # must survive restarts
     default_user        = "nobody"  # tasks without a `user`
-    allow_root          = false     # tasks may not run as root
+    denied_host_uids    = "0"       # users tasks may not run as ("0,10-20"; "" for none)
+    denied_host_gids    = "0"       # groups (primary or supplementary) tasks may not have
     cgroup_root         = "nomad-gpu"
     gpu_memory_watchdog = "kill"    # or "warn", "off"
     watchdog_interval   = "5s"
@@ -41,6 +42,15 @@ plugin "nomad-driver-gpu" {
 
     gpu {
       backend = "nvml" # = the device plugin's backend
+    }
+
+    # Every guard is on by default; only this block can relax it.
+    isolation {
+      pid_mode       = "private"  # each task in its own PID namespace; or "host"
+      allow_host_pid = false      # may a jobspec ask for pid_mode = "host"?
+      landlock       = "required" # or "best_effort" (unconfined where the kernel lacks it), "off"
+      unveil_by_task = false      # may a jobspec add paths with config.unveil?
+      unveil_paths   = []         # extra paths for every task, e.g. ["r:/data/models"]
     }
   }
 }
