@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
 	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
+	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -124,31 +125,7 @@ func readJournal(taskDir string) (*journal, error) {
 
 func (j *journal) write(taskDir string) error {
 	b, _ := json.Marshal(j)
-	return writeFileAtomic(filepath.Join(taskDir, journalFile), b)
-}
-
-// writeFileAtomic replaces path so that readers and a crash see the old
-// content or the new, never part of either.
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+	return atomicfile.Write(filepath.Join(taskDir, journalFile), b, 0o600)
 }
 
 // validName: one path component, usable as a cgroup or directory name.

@@ -2,16 +2,26 @@ package e2e
 
 // BenchmarkStartLatency measures what the gpu driver adds to a task start
 // over Nomad's built-in raw_exec, on one cluster in one run (target: median
-// ratio ≤ 1.10), and the resident memory of the per-task supervisor
-// processes (target ≤ 10 MiB each).
+// ratio ≤ 1.10), what each of its isolation steps costs, and the resident
+// memory of the per-task supervisor processes (target ≤ 10 MiB each).
 //
-// Jobs run one at a time, interleaved gpu, raw_exec, gpu, … so that load
-// drifts on the box hit both drivers alike. Each is a service job whose task
-// sleeps; it is measured from just before the Register call until the
-// server shows its task "running", then stopped (purged) and waited for
-// until terminal, so the next job starts on a quiet node with the devices
-// free again. Two variants: with one whole GPU (`device "nvidia/gpu"`, the
-// fair comparison: both pay the device plugin's Reserve) and without.
+// The cluster has one client per gpu driver plugin config (isoVariants:
+// full isolation, the default; none; private PID namespace only; Landlock
+// only), because a client runs one config of a plugin and restarting it
+// between phases would put drift on the box between the variants. Jobs run
+// one at a time in rounds: each round starts one job on every variant and
+// one raw_exec job, in an order that rotates round by round, with raw_exec
+// on each client in turn, so that load drifting on the box (other builds
+// and tests share its two cores) hits every driver and variant alike. Each
+// is a service job whose task sleeps, pinned to its node; it is measured
+// from just before the Register call until the server shows its task
+// "running", then stopped (purged) and waited for until terminal, so the
+// next job starts on quiet nodes with the devices free again. These rounds
+// hold one whole GPU (`device "nvidia/gpu"`, the fair comparison: both
+// drivers pay the device plugin's Reserve), and their full-isolation and
+// raw_exec jobs are the headline gpu/raw_exec figures; a second pass,
+// without a device, compares the default config with raw_exec alone, as
+// before.
 //
 //	go test -run '^$' -bench StartLatency -benchtime 1x ./e2e/
 //
@@ -24,6 +34,12 @@ package e2e
 // start lands about a second later, whatever the driver. The "Task Setup" →
 // "Started" part (the task runner's hooks after the task dir, then the
 // driver's StartTask) shows where a difference comes from.
+//
+// An isolation step's cost is also given as the median over rounds of the
+// difference to the variant without isolation in the same round: pairing
+// by round cancels what drifts between rounds, which a difference of two
+// medians would not. driver/supervisor's BenchmarkStartIsolation measures
+// the same steps without Nomad in the way.
 
 import (
 	"fmt"
@@ -40,8 +56,44 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
-// latencyJobsPerDriver is how many jobs per driver and variant are measured.
-const latencyJobsPerDriver = 20
+// latencyRounds is how many jobs per driver and variant are measured:
+// 20 rounds of five jobs plus 20 pairs without a device keep the whole
+// benchmark at about four minutes on a 2-core box.
+const latencyRounds = 20
+
+// isoVariant is one gpu driver plugin config, run by a client of its own
+// named gpu-<name>.
+type isoVariant struct {
+	name      string
+	isolation string // body of the plugin's isolation block; "" for the defaults
+	pidNS     bool   // what the node must then fingerprint
+	landlock  bool
+}
+
+// isoVariants: full isolation comes first, as the headline figures are its.
+var isoVariants = []isoVariant{
+	{"full", "", true, true},
+	{"none", "pid_mode = \"host\"\nlandlock = \"off\"", false, false},
+	{"pidns", "landlock = \"off\"", true, false},
+	{"landlock", "pid_mode = \"host\"", false, true},
+}
+
+func (v isoVariant) node() string { return "gpu-" + v.name }
+
+// withIsolation puts an isolation block into the driver's plugin config
+// that gpuNode.hcl writes.
+func withIsolation(t testing.TB, hcl, body string) string {
+	t.Helper()
+	if body == "" {
+		return hcl
+	}
+	const at = "plugin \"nomad-driver-gpu\" {\n  config {\n"
+	if strings.Count(hcl, at) != 1 {
+		t.Fatalf("e2e: no single %q in the node's plugin config to add isolation to:\n%s", at, hcl)
+	}
+	block := "    isolation {\n      " + strings.ReplaceAll(body, "\n", "\n      ") + "\n    }\n"
+	return strings.Replace(hcl, at, at+block, 1)
+}
 
 // latencySample is one measured job.
 type latencySample struct {
@@ -50,7 +102,7 @@ type latencySample struct {
 	setup  time.Duration // "Task Setup" event → "Started" event
 }
 
-func latencyJob(id, driver string, device bool) string {
+func latencyJob(id, driver, node string, device bool) string {
 	dev := ""
 	if device {
 		dev = `
@@ -62,6 +114,10 @@ func latencyJob(id, driver string, device bool) string {
 job %q {
   type = "service"
   group "g" {
+    constraint {
+      attribute = "${node.unique.name}"
+      value     = %q
+    }
     restart {
       attempts = 0
       mode     = "fail"
@@ -83,7 +139,7 @@ job %q {
       }
     }
   }
-}`, id, driver, dev)
+}`, id, node, driver, dev)
 }
 
 func BenchmarkStartLatency(b *testing.B) {
@@ -95,44 +151,70 @@ func BenchmarkStartLatency(b *testing.B) {
 	// One cluster and one fixed set of jobs, whatever b.N is: the figures
 	// are latencies of single starts, not a per-op cost.
 	b.StopTimer()
-	node := newGPUNode(b)
-	c := cluster.Start(b, cluster.Options{
-		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(b), ExtraHCL: node.hcl(b)},
-	})
-	c.WaitForNode(b, "client-1", func(n *api.Node) bool {
-		g, r := n.Drivers["gpu"], n.Drivers["raw_exec"]
-		return g != nil && g.Healthy && r != nil && r.Healthy && len(deviceGroups(n)) == 5
-	}, 2*time.Minute)
+	c := cluster.Start(b, cluster.Options{})
+	var opts []cluster.ClientOptions
+	var nodes []gpuNode
+	for _, v := range isoVariants {
+		n := newGPUNode(b)
+		nodes = append(nodes, n)
+		opts = append(opts, cluster.ClientOptions{Name: v.node(), PluginDir: cluster.BinDir(b), ExtraHCL: withIsolation(b, n.hcl(b), v.isolation)})
+	}
+	c.StartClients(b, opts...)
+	for _, v := range isoVariants {
+		c.WaitForNode(b, v.node(), func(n *api.Node) bool {
+			g, r := n.Drivers["gpu"], n.Drivers["raw_exec"]
+			return g != nil && g.Healthy && r != nil && r.Healthy && len(deviceGroups(n)) == 5 &&
+				g.Attributes["driver.gpu.pid_namespace"] == fmt.Sprint(v.pidNS) && g.Attributes["driver.gpu.landlock"] == fmt.Sprint(v.landlock)
+		}, 2*time.Minute)
+	}
+	full := isoVariants[0].node()
 
-	drivers := []string{"gpu", "raw_exec"}
 	// Warm-up, not measured: the gpu driver opens its runtime (MPS manager,
 	// watchdog) on the first StartTask, and both drivers' binaries get into
 	// the page cache.
-	for i := 0; i < 2; i++ {
-		for _, d := range drivers {
-			measureStart(b, c, fmt.Sprintf("warm-%s-%d", d, i), latencyJob(fmt.Sprintf("warm-%s-%d", d, i), d, true))
+	for _, v := range isoVariants {
+		for _, d := range []string{"gpu", "raw_exec"} {
+			id := fmt.Sprintf("warm-%s-%s", v.name, d)
+			measureStart(b, c, id, latencyJob(id, d, v.node(), true))
 		}
 	}
 
-	type variant struct {
-		name   string // metric prefix
-		device bool
-	}
-	for _, v := range []variant{{"", true}, {"nodev-", false}} {
-		samples := map[string][]latencySample{}
-		for i := 0; i < latencyJobsPerDriver; i++ {
-			for _, d := range drivers {
-				id := fmt.Sprintf("lat-%s%s-%02d", v.name, d, i)
-				samples[d] = append(samples[d], measureStart(b, c, id, latencyJob(id, d, v.device)))
-			}
+	// samples[k][i] is round i's job for k: a variant's name or "raw_exec".
+	samples := map[string][]latencySample{}
+	type slot struct{ key, driver, node string }
+	for i := 0; i < latencyRounds; i++ {
+		round := []slot{{"raw_exec", "raw_exec", isoVariants[i%len(isoVariants)].node()}}
+		for _, v := range isoVariants {
+			round = append(round, slot{v.name, "gpu", v.node()})
 		}
-		reportLatency(b, v.name, samples)
+		// The job right after another may meet its teardown still under
+		// way: with the order rotating by i and raw_exec's node by i mod
+		// 4, over 20 rounds each of the five takes every place four times
+		// and raw_exec runs on every node at every place once.
+		for j := range round {
+			s := round[(i+j)%len(round)]
+			id := fmt.Sprintf("lat-%s-%02d", s.key, i)
+			samples[s.key] = append(samples[s.key], measureStart(b, c, id, latencyJob(id, s.driver, s.node, true)))
+		}
 	}
+	withDev := reportLatency(b, "", map[string][]latencySample{"gpu": samples["full"], "raw_exec": samples["raw_exec"]})
+	reportIsolation(b, samples, withDev)
+
+	nodev := map[string][]latencySample{}
+	for i := 0; i < latencyRounds; i++ {
+		for _, d := range []string{"gpu", "raw_exec"} {
+			id := fmt.Sprintf("lat-nodev-%s-%02d", d, i)
+			nodev[d] = append(nodev[d], measureStart(b, c, id, latencyJob(id, d, full, false)))
+		}
+	}
+	noDev := reportLatency(b, "nodev-", nodev)
+	b.Logf("without a device, %d each on %s: gpu median %.1f ms (p90 %.1f), raw_exec %.1f ms (p90 %.1f); ratio %.3f, API %.3f, Setup→Started %.3f",
+		len(nodev["gpu"]), full, msQuantile(nodev["gpu"], sampleClient, 0.5), msQuantile(nodev["gpu"], sampleClient, 0.9),
+		msQuantile(nodev["raw_exec"], sampleClient, 0.5), msQuantile(nodev["raw_exec"], sampleClient, 0.9), noDev.client, noDev.api, noDev.setup)
 
 	// Supervisor memory with several tasks running side by side.
 	const rssTasks = 6
-	rssHCL := strings.Replace(latencyJob("rss", "gpu", false), `group "g" {`, fmt.Sprintf("group \"g\" {\n    count = %d", rssTasks), 1)
+	rssHCL := strings.Replace(latencyJob("rss", "gpu", full, false), `group "g" {`, fmt.Sprintf("group \"g\" {\n    count = %d", rssTasks), 1)
 	c.RunJob(b, rssHCL)
 	for _, a := range c.WaitForAllocs(b, "rss", rssTasks, time.Minute) {
 		c.WaitForAllocStatus(b, a.ID, "running", time.Minute)
@@ -140,7 +222,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	var rss, anon, pss []float64
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		sups := supervisorPIDs(filepath.Join(node.dir, "state"))
+		sups := supervisorPIDs(filepath.Join(nodes[0].dir, "state"))
 		if len(sups) >= rssTasks {
 			rss, anon, pss = nil, nil, nil
 			for _, pid := range sups {
@@ -256,35 +338,81 @@ func waitAllocTerminal(t testing.TB, c *cluster.Cluster, allocID string, timeout
 	}
 }
 
-func reportLatency(b *testing.B, prefix string, samples map[string][]latencySample) {
+// msQuantile is the q-quantile of f over samples, in milliseconds.
+func msQuantile(samples []latencySample, f func(latencySample) time.Duration, q float64) float64 {
+	var xs []float64
+	for _, s := range samples {
+		xs = append(xs, float64(f(s))/float64(time.Millisecond))
+	}
+	return quantile(xs, q)
+}
+
+func sampleClient(s latencySample) time.Duration { return s.client }
+func sampleTotal(s latencySample) time.Duration  { return s.total }
+func sampleSetup(s latencySample) time.Duration  { return s.setup }
+
+// latencyRatios are the gpu/raw_exec median ratios of one comparison.
+type latencyRatios struct{ client, api, setup float64 }
+
+// reportLatency reports the gpu and raw_exec figures of one comparison as
+// metrics named as they always were.
+func reportLatency(b *testing.B, prefix string, samples map[string][]latencySample) latencyRatios {
 	b.Helper()
-	pick := func(d string, f func(latencySample) time.Duration) []float64 {
-		var out []float64
-		for _, s := range samples[d] {
-			out = append(out, float64(f(s))/float64(time.Millisecond))
-		}
-		return out
-	}
-	total := func(s latencySample) time.Duration { return s.total }
-	client := func(s latencySample) time.Duration { return s.client }
-	setup := func(s latencySample) time.Duration { return s.setup }
 	for _, d := range []string{"gpu", "raw_exec"} {
-		b.ReportMetric(quantile(pick(d, client), 0.5), prefix+d+"-median-ms")
-		b.ReportMetric(quantile(pick(d, client), 0.9), prefix+d+"-p90-ms")
-		b.ReportMetric(quantile(pick(d, total), 0.5), prefix+"api-"+d+"-median-ms")
-		b.ReportMetric(quantile(pick(d, setup), 0.5), prefix+d+"-setup-to-started-median-ms")
-		b.Logf("%s%-8s n=%d  register→task running (client StartedAt): median %6.1f p90 %6.1f ms | register→running seen by the API: median %6.1f p90 %6.1f ms | Task Setup→Started: median %6.1f p90 %6.1f ms",
-			prefix, d, len(samples[d]),
-			quantile(pick(d, client), 0.5), quantile(pick(d, client), 0.9),
-			quantile(pick(d, total), 0.5), quantile(pick(d, total), 0.9),
-			quantile(pick(d, setup), 0.5), quantile(pick(d, setup), 0.9))
+		b.ReportMetric(msQuantile(samples[d], sampleClient, 0.5), prefix+d+"-median-ms")
+		b.ReportMetric(msQuantile(samples[d], sampleClient, 0.9), prefix+d+"-p90-ms")
+		b.ReportMetric(msQuantile(samples[d], sampleTotal, 0.5), prefix+"api-"+d+"-median-ms")
+		b.ReportMetric(msQuantile(samples[d], sampleSetup, 0.5), prefix+d+"-setup-to-started-median-ms")
 	}
-	ratio := quantile(pick("gpu", client), 0.5) / quantile(pick("raw_exec", client), 0.5)
-	apiRatio := quantile(pick("gpu", total), 0.5) / quantile(pick("raw_exec", total), 0.5)
-	setupRatio := quantile(pick("gpu", setup), 0.5) / quantile(pick("raw_exec", setup), 0.5)
-	b.ReportMetric(ratio, prefix+"gpu/raw_exec-ratio")
-	b.ReportMetric(apiRatio, prefix+"api-gpu/raw_exec-ratio")
-	b.Logf("%sgpu/raw_exec median ratio %.3f (target ≤ 1.10); as seen by the API %.3f; Task Setup→Started %.3f", prefix, ratio, apiRatio, setupRatio)
+	ratio := func(f func(latencySample) time.Duration) float64 {
+		return msQuantile(samples["gpu"], f, 0.5) / msQuantile(samples["raw_exec"], f, 0.5)
+	}
+	r := latencyRatios{ratio(sampleClient), ratio(sampleTotal), ratio(sampleSetup)}
+	b.ReportMetric(r.client, prefix+"gpu/raw_exec-ratio")
+	b.ReportMetric(r.api, prefix+"api-gpu/raw_exec-ratio")
+	return r
+}
+
+// reportIsolation reports each variant's client start latency against
+// raw_exec from the same rounds, and what it costs over no isolation, and
+// logs them as a table under the headline ratios: benchmark output is cut
+// after ten lines.
+func reportIsolation(b *testing.B, samples map[string][]latencySample, headline latencyRatios) {
+	b.Helper()
+	// paired is the median over rounds of k's latency minus none's.
+	paired := func(k string, f func(latencySample) time.Duration) float64 {
+		var d []float64
+		for i, s := range samples[k] {
+			if i < len(samples["none"]) {
+				d = append(d, float64(f(s)-f(samples["none"][i]))/float64(time.Millisecond))
+			}
+		}
+		return quantile(d, 0.5)
+	}
+	raw := msQuantile(samples["raw_exec"], sampleClient, 0.5)
+	var t strings.Builder
+	fmt.Fprintf(&t, "gpu (full isolation)/raw_exec median ratio %.3f (target ≤ 1.10); as seen by the API %.3f; Task Setup→Started %.3f; %d rounds of one job each, one GPU per job, load on the box may vary\n",
+		headline.client, headline.api, headline.setup, len(samples["raw_exec"]))
+	fmt.Fprintf(&t, "  %-13s %3s %14s %7s %11s %14s %10s %26s\n", "driver", "n", "median ms", "p90", "API median", "Setup→Started", "/raw_exec", "Δ vs none ms, paired")
+	for _, k := range []string{"raw_exec", "none", "pidns", "landlock", "full"} {
+		name, med := "gpu "+k, msQuantile(samples[k], sampleClient, 0.5)
+		ratio, delta := med/raw, ""
+		if k == "raw_exec" {
+			name = k
+		} else {
+			b.ReportMetric(med, "iso-"+k+"-median-ms")
+			b.ReportMetric(msQuantile(samples[k], sampleSetup, 0.5), "iso-"+k+"-setup-to-started-median-ms")
+			b.ReportMetric(ratio, "iso-"+k+"/raw_exec-ratio")
+		}
+		if k != "raw_exec" && k != "none" {
+			dc, ds := paired(k, sampleClient), paired(k, sampleSetup)
+			b.ReportMetric(dc, "iso-"+k+"-minus-none-ms")
+			delta = fmt.Sprintf("%+.1f (setup %+.1f)", dc, ds)
+		}
+		fmt.Fprintf(&t, "  %-13s %3d %14.1f %7.1f %11.1f %14.1f %10.3f %26s\n", name, len(samples[k]), med,
+			msQuantile(samples[k], sampleClient, 0.9), msQuantile(samples[k], sampleTotal, 0.5), msQuantile(samples[k], sampleSetup, 0.5), ratio, delta)
+	}
+	b.Log(strings.TrimRight(t.String(), "\n"))
 }
 
 // quantile is the q-quantile of xs, interpolated between the nearest ranks

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
 )
 
 // The task driver knows which processes belong to which MPS share (the
@@ -47,23 +48,8 @@ func WriteShareUsage(path string, u ShareUsage) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".share-usage-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	// Rewritten every few seconds and worthless after a crash: no fsync.
+	return atomicfile.Replace(path, b, 0o644)
 }
 
 // ReadShareUsage reads the file; a missing file is no usage, not an error.

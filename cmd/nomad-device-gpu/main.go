@@ -15,7 +15,7 @@ import (
 func main() {
 	if os.Getenv(base.Handshake.MagicCookieKey) == base.Handshake.MagicCookieValue {
 		logger := base.NewLogger(devicefp.PluginName)
-		device.Serve(devicefp.New(logger), logger)
+		base.Serve(device.PluginSet(devicefp.New(logger), logger), logger)
 		return
 	}
 	os.Exit(run(os.Args[1:]))

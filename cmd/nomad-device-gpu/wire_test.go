@@ -5,14 +5,16 @@ package main
 // encodes it), driving every base and device RPC.
 
 import (
+	"bytes"
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-version"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -28,55 +30,29 @@ import (
 
 var pluginBinary string
 
-func TestMain(m *testing.M) {
-	path, cleanup, err := wiretest.BuildBinary("nomad-device-gpu")
-	if err != nil {
-		panic("building the plugin: " + err.Error())
-	}
-	pluginBinary = path
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { wiretest.Main(m, "nomad-device-gpu", &pluginBinary) }
 
 type conn struct {
-	base   basepb.BasePluginClient
+	*wiretest.Plugin
 	device devicepb.DevicePluginClient
 	pid    int
 }
 
 func launch(t testing.TB) *conn {
 	t.Helper()
-	client, rpc := wiretest.Start(t, pluginBinary, device.PluginSet(nil, nil))
-	b, err := rpc.Dispense("base")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := rpc.Dispense("device")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &conn{base: b.(basepb.BasePluginClient), device: d.(devicepb.DevicePluginClient), pid: client.ReattachConfig().Pid}
+	p := wiretest.Launch(t, pluginBinary, device.PluginSet(nil, nil), "device")
+	return &conn{Plugin: p, device: p.Service.(devicepb.DevicePluginClient), pid: p.Client.ReattachConfig().Pid}
 }
 
+// setConfig sends cfg as the agent does: runtime adds the Nomad config the
+// client sends only to the instance it runs, after validating twice.
 func (c *conn) setConfig(t testing.TB, cfg map[string]any, runtime bool) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	schema, err := c.base.ConfigSchema(ctx, &basepb.ConfigSchemaRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, err := wiretest.EncodeConfig(schema.GetSpec(), cfg)
-	if err != nil {
-		t.Fatalf("encoding config as the agent would: %v", err)
-	}
-	req := &basepb.SetConfigRequest{MsgpackConfig: payload, PluginApiVersion: base.APIVersion}
+	var nomad *basepb.NomadConfig
 	if runtime {
-		req.NomadConfig = &basepb.NomadConfig{Driver: &basepb.NomadDriverConfig{ClientMinPort: 14000, ClientMaxPort: 14512}}
+		nomad = &basepb.NomadConfig{Driver: &basepb.NomadDriverConfig{ClientMinPort: 14000, ClientMaxPort: 14512}}
 	}
-	_, err = c.base.SetConfig(ctx, req)
-	return err
+	return c.SetConfig(t, cfg, nomad)
 }
 
 func simConfig(control string) map[string]any {
@@ -95,21 +71,8 @@ func simConfig(control string) map[string]any {
 
 func TestPluginInfoAndSchema(t *testing.T) {
 	c := launch(t)
-	ctx := context.Background()
-	info, err := c.base.PluginInfo(ctx, &basepb.PluginInfoRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.GetType() != basepb.PluginType_DEVICE || info.GetName() != "nomad-device-gpu" {
-		t.Fatalf("info = %v", info)
-	}
-	if _, err := version.NewVersion(info.GetPluginVersion()); err != nil {
-		t.Fatalf("plugin_version %q does not parse (the agent would refuse to start): %v", info.GetPluginVersion(), err)
-	}
-	if got := info.GetPluginApiVersions(); len(got) != 1 || got[0] != "v0.1.0" {
-		t.Fatalf("api versions %v", got)
-	}
-	schema, err := c.base.ConfigSchema(ctx, &basepb.ConfigSchemaRequest{})
+	c.CheckInfo(t, basepb.PluginType_DEVICE, "nomad-device-gpu")
+	schema, err := c.Base.ConfigSchema(context.Background(), &basepb.ConfigSchemaRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +112,21 @@ func TestSetConfigRejectsBadValues(t *testing.T) {
 				t.Fatalf("error %v, want InvalidArgument containing %q", err, tc.want)
 			}
 		})
+	}
+	// Bytes no agent would send: headers claiming billions of elements,
+	// a cut-off value, nesting past any config's depth.
+	for _, payload := range [][]byte{
+		{0xdd, 0xff, 0xff, 0xff, 0xff},
+		{0xdf, 0xff, 0xff, 0xff, 0xff},
+		{0xdb, 0xff, 0xff, 0xff, 0xff},
+		{0xc6, 0xff, 0xff, 0xff, 0xff},
+		{0x81, 0xa7, 'b', 'a', 'c', 'k', 'e', 'n', 'd'},
+		append(bytes.Repeat([]byte{0x91}, 1<<16), 0xc0),
+	} {
+		_, err := c.Base.SetConfig(context.Background(), &basepb.SetConfigRequest{MsgpackConfig: payload, PluginApiVersion: base.APIVersion})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nomad-device-gpu config: config is not valid msgpack: ") {
+			t.Errorf("payload % x…: error %v, want InvalidArgument saying it is not valid msgpack", payload[:min(len(payload), 9)], err)
+		}
 	}
 	// A rejected config leaves the plugin usable.
 	if err := c.setConfig(t, simConfig(""), false); err != nil {
@@ -237,13 +215,13 @@ func TestFingerprintStatsReserve(t *testing.T) {
 		}
 	}
 	if len(groups) != 6 || len(want) != 6 {
-		t.Errorf("got groups %v, want %v and two MPS groups", keys(groups), want)
+		t.Errorf("got groups %v, want %v and two MPS groups", slices.Sorted(maps.Keys(groups)), want)
 	}
 	ids := map[string]string{} // device type → one ID
 	for k, n := range want {
 		g := groups[k]
 		if g == nil {
-			t.Fatalf("missing group %s; have %v", k, keys(groups))
+			t.Fatalf("missing group %s; have %v", k, slices.Sorted(maps.Keys(groups)))
 		}
 		if len(g.GetDevices()) != n {
 			t.Errorf("%s: %d devices, want %d", k, len(g.GetDevices()), n)
@@ -391,7 +369,7 @@ func TestNoNVMLKeepsStreamOpen(t *testing.T) {
 	c := launch(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.base.SetConfig(ctx, &basepb.SetConfigRequest{PluginApiVersion: base.APIVersion}); err != nil {
+	if _, err := c.Base.SetConfig(ctx, &basepb.SetConfigRequest{PluginApiVersion: base.APIVersion}); err != nil {
 		t.Fatalf("empty config (all defaults): %v", err)
 	}
 	next, stop := fingerprintStream(t, c)
@@ -406,12 +384,4 @@ func TestNoNVMLKeepsStreamOpen(t *testing.T) {
 	if m := next(1500 * time.Millisecond); m != nil {
 		t.Logf("extra message %v", m)
 	}
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

@@ -27,5 +27,5 @@ func main() {
 		os.Exit(2)
 	}
 	logger := base.NewLogger(driver.BinaryName)
-	drivers.Serve(driver.New(logger), logger)
+	base.Serve(drivers.PluginSet(driver.New(logger), logger), logger)
 }

@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-version"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nomad-gpu/nomad-gpu/wire/base"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 	basepb "github.com/nomad-gpu/nomad-gpu/wire/proto/nomad/base"
 	driverspb "github.com/nomad-gpu/nomad-gpu/wire/proto/nomad/drivers"
@@ -24,51 +22,17 @@ import (
 
 var pluginBinary string
 
-func TestMain(m *testing.M) {
-	path, cleanup, err := wiretest.BuildBinary("nomad-driver-gpu")
-	if err != nil {
-		panic("building the plugin: " + err.Error())
-	}
-	pluginBinary = path
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
-
-func launch(t *testing.T) (basepb.BasePluginClient, driverspb.DriverClient) {
-	t.Helper()
-	_, rpc := wiretest.Start(t, pluginBinary, drivers.PluginSet(nil, nil))
-	b, err := rpc.Dispense("base")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := rpc.Dispense("driver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.(basepb.BasePluginClient), d.(driverspb.DriverClient)
-}
+func TestMain(m *testing.M) { wiretest.Main(m, "nomad-driver-gpu", &pluginBinary) }
 
 func TestDriverWire(t *testing.T) {
-	b, d := launch(t)
+	p := wiretest.Launch(t, pluginBinary, drivers.PluginSet(nil, nil), "driver")
+	d := p.Service.(driverspb.DriverClient)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	info, err := b.PluginInfo(ctx, &basepb.PluginInfoRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.GetType() != basepb.PluginType_DRIVER || info.GetName() != "gpu" {
-		t.Fatalf("info %v: want a DRIVER named gpu (jobspecs say driver = \"gpu\")", info)
-	}
-	if _, err := version.NewVersion(info.GetPluginVersion()); err != nil {
-		t.Fatalf("plugin_version %q: %v", info.GetPluginVersion(), err)
-	}
+	// Jobspecs say driver = "gpu".
+	p.CheckInfo(t, basepb.PluginType_DRIVER, "gpu")
 
-	schema, err := b.ConfigSchema(ctx, &basepb.ConfigSchemaRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	bad := []struct {
 		cfg  map[string]any
 		want string
@@ -79,25 +43,17 @@ func TestDriverWire(t *testing.T) {
 		{map[string]any{"gpu": map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgx0"}}}, "gpu.sim.system"},
 	}
 	for _, tc := range bad {
-		payload, err := wiretest.EncodeConfig(schema.GetSpec(), tc.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = b.SetConfig(ctx, &basepb.SetConfigRequest{MsgpackConfig: payload, PluginApiVersion: base.APIVersion})
+		err := p.SetConfig(t, tc.cfg, nil)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("config %v: error %v, want one naming %q", tc.cfg, err, tc.want)
 		}
 	}
 	dir := t.TempDir()
-	payload, err := wiretest.EncodeConfig(schema.GetSpec(), map[string]any{
+	if err := p.SetConfig(t, map[string]any{
 		"state_dir": filepath.Join(dir, "state"),
 		"mps":       map[string]any{"pipe_root": filepath.Join(dir, "mps"), "log_root": filepath.Join(dir, "log")},
 		"gpu":       map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgxa100", "seed": "wire"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.SetConfig(ctx, &basepb.SetConfigRequest{MsgpackConfig: payload, PluginApiVersion: base.APIVersion}); err != nil {
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -60,6 +60,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
 )
 
 // tableVersion is the on-disk format this code writes and understands.
@@ -148,7 +150,7 @@ func open(path, capsDir string, opts ...option) (*Registry, error) {
 	}
 	// Temp files of a save cut short by a kill; the rename never happened,
 	// so they hold nothing the table needs.
-	if stale, _ := filepath.Glob(filepath.Join(dir, tempPattern(path))); len(stale) > 0 {
+	if stale, _ := filepath.Glob(filepath.Join(dir, atomicfile.TempPattern(path))); len(stale) > 0 {
 		for _, s := range stale {
 			_ = os.Remove(s)
 		}
@@ -518,49 +520,16 @@ func (r *Registry) commit(t *table) error {
 	return nil
 }
 
-func tempPattern(path string) string { return "." + filepath.Base(path) + ".tmp-*" }
-
 // save writes t to the table file atomically.
-func (r *Registry) save(t *table) (err error) {
+func (r *Registry) save(t *table) error {
 	data, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {
 		return fmt.Errorf("migcaps: %v", err)
 	}
-	data = append(data, '\n')
-	dir := filepath.Dir(r.path)
-	f, err := os.CreateTemp(dir, tempPattern(r.path))
-	if err != nil {
-		return fmt.Errorf("migcaps: saving table: %v", err)
+	if err := atomicfile.Write(r.path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("migcaps: saving table %s: %v", r.path, err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-			err = fmt.Errorf("migcaps: saving table %s: %v", r.path, err)
-		}
-	}()
-	if err = f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, r.path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // checkPath cleans p and checks that it names an entry directly inside the

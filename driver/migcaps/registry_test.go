@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
 )
 
 // Stand-in nodes are regular files; the tests chown them, so they need root.
@@ -285,7 +287,7 @@ func TestReopenAfterRestart(t *testing.T) {
 	if onDisk.Version != tableVersion || onDisk.Nodes[gi].Grant == nil || onDisk.Nodes[gi].Grant.Orig != orig {
 		t.Fatalf("table on disk:\n%s", data)
 	}
-	if tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(f.state), tempPattern(f.state))); len(tmps) > 0 {
+	if tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(f.state), atomicfile.TempPattern(f.state))); len(tmps) > 0 {
 		t.Errorf("temp files left: %v", tmps)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
+	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
 )
 
 // stateVersion is the format version of the files under Config.StateDir.
@@ -64,23 +65,7 @@ func saveState(dir string, st *daemonState) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+st.GPU+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("mps state: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, statePath(dir, st.GPU))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(statePath(dir, st.GPU), append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("mps state: %w", err)
 	}
 	return nil

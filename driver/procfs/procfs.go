@@ -123,3 +123,23 @@ func Env(pid int, name string) (string, bool) {
 	}
 	return "", false
 }
+
+// Select lists the live processes (zombies left out) for which keep says
+// yes.
+func Select(keep func(pid int, s Stat) bool) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if s, err := ReadStat(pid); err == nil && !s.Dead() && keep(pid, s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

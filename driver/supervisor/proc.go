@@ -85,23 +85,7 @@ func pollGone(ctx context.Context, id procfs.Identity) error {
 
 // sessionMembers lists live processes whose session id is sid.
 func sessionMembers(sid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		s, err := procfs.ReadStat(pid)
-		if err != nil || s.Dead() || s.Session != sid {
-			continue
-		}
-		pids = append(pids, pid)
-	}
-	return pids
+	return procfs.Select(func(_ int, s procfs.Stat) bool { return s.Session == sid })
 }
 
 // cgroupMembers lists the live processes of a cgroup.procs file; a cgroup

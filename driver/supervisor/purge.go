@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
@@ -59,19 +58,5 @@ func Purge(dir string) error {
 
 // childrenOf lists the live children of pid.
 func childrenOf(pid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if s, err := procfs.ReadStat(p); err == nil && s.PPID == pid && !s.Dead() {
-			out = append(out, p)
-		}
-	}
-	return out
+	return procfs.Select(func(_ int, s procfs.Stat) bool { return s.PPID == pid })
 }

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
+	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
 )
 
 // Spec is everything the supervisor needs to run one task. It is written to
@@ -130,29 +131,8 @@ func writeJSONAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err == nil {
-		// exit.json is the only record of an exit code once the task is gone.
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+	// exit.json is the only record of an exit code once the task is gone.
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
 }
 
 func readJSON(path string, v any) error {

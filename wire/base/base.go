@@ -19,8 +19,9 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/wire/schema"
 )
 
-// Handshake is what the Nomad client expects of every external plugin
-// (protocol-facts §1.1): app protocol 2, Nomad's magic cookie.
+// Handshake is what the Nomad client expects of every external plugin:
+// go-plugin app protocol version 2 and Nomad's magic cookie, which the
+// client puts in the plugin's environment.
 var Handshake = plugin.HandshakeConfig{
 	ProtocolVersion:  2,
 	MagicCookieKey:   "NOMAD_PLUGIN_MAGIC_COOKIE",
@@ -112,24 +113,48 @@ func (s *server) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*ba
 	return &basepb.SetConfigResponse{}, nil
 }
 
-// GRPCPlugin adapts a Plugin to go-plugin under the plugin-set key "base".
-type GRPCPlugin struct {
+// service is one gRPC service of a plugin, as go-plugin dispenses it:
+// register adds it to the plugin's server, newClient wraps the agent side's
+// connection in the service's client.
+type service struct {
 	plugin.NetRPCUnsupportedPlugin
-	Impl   Plugin
-	Logger hclog.Logger
+	register  func(*grpc.Server)
+	newClient func(*grpc.ClientConn) any
 }
 
-func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	basepb.RegisterBasePluginServer(s, &server{impl: p.Impl, logger: p.Logger})
+func (s *service) GRPCServer(_ *plugin.GRPCBroker, srv *grpc.Server) error {
+	s.register(srv)
 	return nil
 }
 
-func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return basepb.NewBasePluginClient(conn), nil
+func (s *service) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return s.newClient(conn), nil
+}
+
+// PluginSet is the go-plugin map the agent dispenses from: "base" (the
+// BasePlugin service for impl) and the plugin's own service under key
+// ("device", "driver"). register adds that service for impl and logger (never
+// nil here) to a server; newClient makes its client. impl may be nil on the
+// client side, which never registers.
+func PluginSet(impl Plugin, logger hclog.Logger, key string, register func(*grpc.Server, hclog.Logger), newClient func(*grpc.ClientConn) any) map[string]plugin.Plugin {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return map[string]plugin.Plugin{
+		"base": &service{
+			register:  func(s *grpc.Server) { basepb.RegisterBasePluginServer(s, &server{impl: impl, logger: logger}) },
+			newClient: func(c *grpc.ClientConn) any { return basepb.NewBasePluginClient(c) },
+		},
+		key: &service{
+			register:  func(s *grpc.Server) { register(s, logger) },
+			newClient: newClient,
+		},
+	}
 }
 
 // NewLogger logs as Nomad's own plugins do: hclog JSON on the real stderr,
-// which the agent parses line by line (protocol-facts §1.5).
+// which the agent parses line by line into its own log, keeping each line's
+// level and fields.
 func NewLogger(name string) hclog.Logger {
 	level := hclog.Trace
 	if l := os.Getenv("NOMAD_GPU_LOG_LEVEL"); l != "" {

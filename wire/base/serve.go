@@ -1,6 +1,7 @@
 package base
 
 import (
+	"context"
 	"os/signal"
 	"syscall"
 
@@ -12,7 +13,7 @@ import (
 // written to stdout before this: the handshake line must come first.
 func Serve(plugins map[string]plugin.Plugin, logger hclog.Logger) {
 	// A plugin that outlives a crashed agent must not die of SIGPIPE on its
-	// next log line to the dead agent's pipe (protocol-facts §10).
+	// next log line to the dead agent's pipe.
 	signal.Ignore(syscall.SIGPIPE)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
@@ -20,4 +21,33 @@ func Serve(plugins map[string]plugin.Plugin, logger hclog.Logger) {
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          logger,
 	})
+}
+
+// Pump forwards every value from ch with send until ctx is done. Most
+// streams must never end on their own (the agent takes a finished device
+// stream as the plugin gone, and reopens a finished driver stream at once,
+// in a hot loop): should ch close while ctx is live, ended runs (to log, or
+// send a last message) and Pump waits for ctx. With ended nil the stream
+// simply ends when ch closes. Pump returns the first error of send or ended.
+func Pump[T any](ctx context.Context, ch <-chan T, send func(T) error, ended func() error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case v, ok := <-ch:
+			if !ok {
+				if ctx.Err() != nil || ended == nil {
+					return nil
+				}
+				if err := ended(); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				return nil
+			}
+			if err := send(v); err != nil {
+				return err
+			}
+		}
+	}
 }

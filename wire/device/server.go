@@ -18,43 +18,20 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/wire/structs"
 )
 
-// Serve runs a device plugin under go-plugin until the agent stops it.
-func Serve(impl Plugin, logger hclog.Logger) {
-	base.Serve(PluginSet(impl, logger), logger)
-}
-
-// PluginSet is the go-plugin map the agent dispenses from: "base" and "device".
-func PluginSet(impl Plugin, logger hclog.Logger) map[string]plugin.Plugin {
-	return map[string]plugin.Plugin{
-		"base":   &base.GRPCPlugin{Impl: impl, Logger: logger},
-		"device": &GRPCPlugin{Impl: impl, Logger: logger},
-	}
-}
-
-// GRPCPlugin adapts a Plugin to go-plugin under the key "device".
-type GRPCPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	Impl   Plugin
-	Logger hclog.Logger
-}
-
-func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	logger := p.Logger
-	if logger == nil {
-		logger = hclog.NewNullLogger()
-	}
-	devicepb.RegisterDevicePluginServer(s, &server{impl: p.Impl, logger: logger})
-	return nil
-}
-
-func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return devicepb.NewDevicePluginClient(conn), nil
-}
-
 type server struct {
 	devicepb.UnimplementedDevicePluginServer
 	impl   Plugin
 	logger hclog.Logger
+}
+
+// PluginSet is the go-plugin map the agent dispenses from, "base" and
+// "device"; base.Serve serves it.
+func PluginSet(impl Plugin, logger hclog.Logger) map[string]plugin.Plugin {
+	return base.PluginSet(impl, logger, "device",
+		func(s *grpc.Server, logger hclog.Logger) {
+			devicepb.RegisterDevicePluginServer(s, &server{impl: impl, logger: logger})
+		},
+		func(c *grpc.ClientConn) any { return devicepb.NewDevicePluginClient(c) })
 }
 
 // Fingerprint never ends the stream on its own: the client takes any end
@@ -70,23 +47,12 @@ func (s *server) Fingerprint(_ *devicepb.FingerprintRequest, stream devicepb.Dev
 		<-ctx.Done()
 		return nil
 	}
-	for {
-		select {
-		case <-ctx.Done():
+	return base.Pump(ctx, ch,
+		func(fp *Fingerprint) error { return stream.Send(FingerprintToProto(fp, s.logger)) },
+		func() error {
+			s.logger.Error("fingerprint source ended early; keeping the stream open")
 			return nil
-		case fp, ok := <-ch:
-			if !ok {
-				if ctx.Err() == nil {
-					s.logger.Error("fingerprint source ended early; keeping the stream open")
-					<-ctx.Done()
-				}
-				return nil
-			}
-			if err := stream.Send(FingerprintToProto(fp, s.logger)); err != nil {
-				return err
-			}
-		}
-	}
+		})
 }
 
 func (s *server) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_StatsServer) error {
@@ -99,23 +65,12 @@ func (s *server) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	for {
-		select {
-		case <-ctx.Done():
+	return base.Pump(ctx, ch,
+		func(st *Stats) error { return stream.Send(StatsToProto(st)) },
+		func() error {
+			s.logger.Error("stats source ended early; keeping the stream open")
 			return nil
-		case st, ok := <-ch:
-			if !ok {
-				if ctx.Err() == nil {
-					s.logger.Error("stats source ended early; keeping the stream open")
-					<-ctx.Done()
-				}
-				return nil
-			}
-			if err := stream.Send(StatsToProto(st)); err != nil {
-				return err
-			}
-		}
-	}
+		})
 }
 
 func (s *server) Reserve(_ context.Context, req *devicepb.ReserveRequest) (*devicepb.ReserveResponse, error) {

@@ -2,7 +2,7 @@
 // interface a task driver implements, its messages, and (server.go) the gRPC
 // adapter that keeps the client's rules: streams that never end on their
 // own, idempotent lifecycle calls, messages never nil where the client
-// dereferences them (research/protocol-facts.md §6).
+// dereferences them.
 package drivers
 
 import (
@@ -324,8 +324,9 @@ func (e *RecoverableError) Error() string { return e.Err.Error() }
 func (e *RecoverableError) Unwrap() error { return e.Err }
 
 // ErrTaskNotFound, wrapped or returned as is, makes the adapter answer with
-// codes.NotFound. The Nomad client cannot recognise it (protocol-facts §6.4),
-// so StopTask and DestroyTask should still succeed for unknown tasks.
+// codes.NotFound. The Nomad client does not turn that code back into its own
+// ErrTaskNotFound, so to it an unknown task is an ordinary error: StopTask
+// and DestroyTask should still succeed for unknown tasks.
 var ErrTaskNotFound = errors.New("task not found")
 
 // NewRecoverableError wraps err; recoverable says whether a restart may help.

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
 
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
 	basepb "github.com/nomad-gpu/nomad-gpu/wire/proto/nomad/base"
 	driverspb "github.com/nomad-gpu/nomad-gpu/wire/proto/nomad/drivers"
+	"github.com/nomad-gpu/nomad-gpu/wire/wiretest"
 )
 
 type testLimits struct {
@@ -238,40 +238,19 @@ func (f *fakeDriver) Shutdown() error {
 // agent reaches a plugin, and dispenses the "driver" client.
 func dial(t *testing.T, impl Plugin) driverspb.DriverClient {
 	t.Helper()
-	client, server := plugin.TestPluginGRPCConn(t, false, PluginSet(impl, hclog.NewNullLogger()))
-	t.Cleanup(func() {
-		server.Stop()
-		_ = client.Close()
-	})
-	raw, err := client.Dispense("driver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw.(driverspb.DriverClient)
+	return wiretest.Dispense(t, wiretest.Serve(t, PluginSet(impl, hclog.NewNullLogger())), "driver").(driverspb.DriverClient)
 }
 
 func TestPluginSetServesBaseAndDriver(t *testing.T) {
-	client, server := plugin.TestPluginGRPCConn(t, false, PluginSet(&fakeDriver{}, nil))
-	defer func() {
-		server.Stop()
-		_ = client.Close()
-	}()
-	raw, err := client.Dispense("base")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := raw.(basepb.BasePluginClient).PluginInfo(context.Background(), &basepb.PluginInfoRequest{})
+	rpc := wiretest.Serve(t, PluginSet(&fakeDriver{}, nil))
+	info, err := wiretest.Dispense(t, rpc, "base").(basepb.BasePluginClient).PluginInfo(context.Background(), &basepb.PluginInfoRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.GetType() != basepb.PluginType_DRIVER || info.GetName() != "fake" {
 		t.Fatalf("plugin info = %v", info)
 	}
-	raw, err = client.Dispense("driver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.(driverspb.DriverClient).Init(context.Background(), &driverspb.InitRequest{}); err != nil {
+	if _, err := wiretest.Dispense(t, rpc, "driver").(driverspb.DriverClient).Init(context.Background(), &driverspb.InitRequest{}); err != nil {
 		t.Fatalf("Init: %v", err)
 	}
 }

@@ -20,33 +20,12 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/wire/schema"
 )
 
-// Serve runs a task driver plugin under go-plugin until the agent stops it.
-func Serve(impl Plugin, logger hclog.Logger) {
-	base.Serve(PluginSet(impl, logger), logger)
-}
-
-// PluginSet is the go-plugin map the agent dispenses from: "base" and "driver".
+// PluginSet is the go-plugin map the agent dispenses from, "base" and
+// "driver"; base.Serve serves it.
 func PluginSet(impl Plugin, logger hclog.Logger) map[string]plugin.Plugin {
-	return map[string]plugin.Plugin{
-		"base":   &base.GRPCPlugin{Impl: impl, Logger: logger},
-		"driver": &GRPCPlugin{Impl: impl, Logger: logger},
-	}
-}
-
-// GRPCPlugin adapts a Plugin to go-plugin under the key "driver".
-type GRPCPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	Impl   Plugin
-	Logger hclog.Logger
-}
-
-func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	driverspb.RegisterDriverServer(s, NewServer(p.Impl, p.Logger))
-	return nil
-}
-
-func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return driverspb.NewDriverClient(conn), nil
+	return base.PluginSet(impl, logger, "driver",
+		func(s *grpc.Server, logger hclog.Logger) { driverspb.RegisterDriverServer(s, NewServer(impl, logger)) },
+		func(c *grpc.ClientConn) any { return driverspb.NewDriverClient(c) })
 }
 
 // NewServer returns the gRPC Driver service for impl, for callers that run
@@ -111,35 +90,26 @@ func (s *server) Fingerprint(_ *driverspb.FingerprintRequest, stream driverspb.D
 		return nil
 	}
 	sent := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case fp, ok := <-ch:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				s.logger.Error("driver fingerprint source ended early; keeping the stream open")
-				if !sent {
-					// The client waits for a first fingerprint before it
-					// considers the driver at all.
-					if err := stream.Send(unhealthy("driver fingerprinting stopped")); err != nil {
-						return err
-					}
-				}
-				<-ctx.Done()
-				return nil
-			}
+	return base.Pump(ctx, ch,
+		func(fp *Fingerprint) error {
 			if fp == nil {
-				continue
+				return nil
 			}
 			if err := stream.Send(FingerprintToProto(fp, s.logger)); err != nil {
 				return err
 			}
 			sent = true
-		}
-	}
+			return nil
+		},
+		func() error {
+			s.logger.Error("driver fingerprint source ended early; keeping the stream open")
+			if sent {
+				return nil
+			}
+			// The client waits for a first fingerprint before it considers
+			// the driver at all.
+			return stream.Send(unhealthy("driver fingerprinting stopped"))
+		})
 }
 
 func unhealthy(desc string) *driverspb.FingerprintResponse {
@@ -155,26 +125,17 @@ func (s *server) TaskEvents(_ *driverspb.TaskEventsRequest, stream driverspb.Dri
 		<-ctx.Done()
 		return nil
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-ch:
-			if !ok {
-				if ctx.Err() == nil {
-					s.logger.Error("driver task event source ended early; keeping the stream open")
-					<-ctx.Done()
-				}
+	return base.Pump(ctx, ch,
+		func(ev *TaskEvent) error {
+			if ev == nil {
 				return nil
 			}
-			if ev == nil {
-				continue
-			}
-			if err := stream.Send(TaskEventToProto(ev)); err != nil {
-				return err
-			}
-		}
-	}
+			return stream.Send(TaskEventToProto(ev))
+		},
+		func() error {
+			s.logger.Error("driver task event source ended early; keeping the stream open")
+			return nil
+		})
 }
 
 // decodeTaskConfig returns NewTaskConfig's value filled from raw, or nil
@@ -315,22 +276,12 @@ func (s *server) TaskStats(req *driverspb.TaskStatsRequest, stream driverspb.Dri
 	if err != nil {
 		return ToStatus(err, codes.Unknown)
 	}
-	for {
-		select {
-		case <-ctx.Done():
+	return base.Pump(ctx, ch, func(u *TaskResourceUsage) error {
+		if u == nil {
 			return nil
-		case u, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			if u == nil {
-				continue
-			}
-			if err := stream.Send(TaskStatsToProto(req.GetTaskId(), u)); err != nil {
-				return err
-			}
 		}
-	}
+		return stream.Send(TaskStatsToProto(req.GetTaskId(), u))
+	}, nil)
 }
 
 func (s *server) Shutdown(context.Context, *driverspb.ShutdownRequest) (*driverspb.ShutdownResponse, error) {

@@ -14,11 +14,17 @@ import (
 )
 
 // Decode fills the config struct that out points to from the msgpack the
-// agent sends (research/protocol-facts.md §4.3). It tolerates what the agent
-// really produces: an empty payload (all defaults), nil for absent keys,
-// numbers as any int width, float64 or decimal string, and blocks as a map
-// or a one-element list of maps. Absent values take their `default` tag.
-// Errors name the key path, e.g. `sim.mig[1].gpus[0]`.
+// agent sends. The agent encodes the config as hcldec leaves it: every key
+// of the spec present, absent attributes nil, absent block lists empty,
+// integers in their smallest msgpack code and numbers that are no exact
+// float64 as decimal strings. Decode tolerates all of that plus an empty
+// payload (all defaults) and blocks as a map or a one-element list of maps
+// (HCL1's form). Absent values take their `default` tag. Errors name the
+// key path, e.g. `sim.mig[1].gpus[0]`.
+//
+// The payload is untrusted: CheckMsgpack vets it before the msgpack library
+// sees it, so no length in it can make Decode allocate more than a small
+// multiple of its size, and no nesting can exhaust the stack.
 func Decode(data []byte, out any) error {
 	rv := reflect.ValueOf(out)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
@@ -26,6 +32,9 @@ func Decode(data []byte, out any) error {
 	}
 	var raw any
 	if len(data) > 0 {
+		if err := CheckMsgpack(data); err != nil {
+			return fmt.Errorf("config is not valid msgpack: %w", err)
+		}
 		if err := msgpack.Unmarshal(data, &raw); err != nil {
 			return fmt.Errorf("config is not valid msgpack: %w", err)
 		}
@@ -222,7 +231,10 @@ func assign(dst reflect.Value, raw any, path string) error {
 		dst.SetUint(n.Uint64())
 		return nil
 	case reflect.Float32, reflect.Float64:
-		if f, ok := raw.(float64); ok {
+		if f, ok := raw.(float64); ok && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			if dst.OverflowFloat(f) {
+				return fmt.Errorf("%s: %v is out of range", path, f)
+			}
 			dst.SetFloat(f)
 			return nil
 		}

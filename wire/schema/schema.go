@@ -180,7 +180,7 @@ func fieldSpec(f field) *hclspecpb.Spec {
 			Name: f.name, Nested: objectSpec(f.elem)}}}
 	}
 	// The name is always set explicitly: inside a Default the agent does not
-	// derive it from the object key (protocol-facts §10).
+	// derive it from the object key.
 	attr := &hclspecpb.Spec{Block: &hclspecpb.Spec_Attr{Attr: &hclspecpb.Attr{
 		Name: f.name, Type: f.hclType, Required: f.required}}}
 	if !f.hasDef {

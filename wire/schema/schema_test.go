@@ -116,7 +116,7 @@ func encode(t *testing.T, v any) []byte {
 }
 
 // agentMap builds a payload the way the agent does: every key present, nil
-// for absent attributes, [] for absent block lists (protocol-facts §4.3).
+// for absent attributes, [] for absent block lists.
 func agentMap(over map[string]any) map[string]any {
 	m := map[string]any{
 		"backend": nil, "period": nil, "shares": nil, "ratio": nil, "enabled": nil,

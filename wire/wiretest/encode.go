@@ -17,7 +17,7 @@ import (
 )
 
 // EncodeConfig encodes an operator's config the way the agent does after
-// hcldec (research/protocol-facts.md §4.3): every key of the spec present,
+// hcldec: every key of the spec present,
 // keys sorted, absent attributes nil (or their default), absent block lists
 // empty, integers in their smallest msgpack form, numbers that are not exact
 // float64s as decimal strings. Unknown keys are an error, as in the agent.
