@@ -104,6 +104,13 @@ func readJournal(taskDir string) (*journal, error) {
 	if err != nil {
 		return nil, err
 	}
+	return decodeJournal(b, filepath.Base(taskDir))
+}
+
+// decodeJournal reads a journal found in the task dir named dirName; a
+// journal that names another task, or cgroups that are not one path
+// component, is refused.
+func decodeJournal(b []byte, dirName string) (*journal, error) {
 	if len(b) > maxStateBytes {
 		return nil, fmt.Errorf("%s: %d bytes is not a journal", journalFile, len(b))
 	}
@@ -114,7 +121,7 @@ func readJournal(taskDir string) (*journal, error) {
 	if j.Version != journalVersion {
 		return nil, fmt.Errorf("%s: version %d is not one this driver knows", journalFile, j.Version)
 	}
-	if stateDirName(j.TaskID) != filepath.Base(taskDir) {
+	if stateDirName(j.TaskID) != dirName {
 		return nil, fmt.Errorf("%s: names task %q, not this directory's", journalFile, j.TaskID)
 	}
 	if !validName(j.CgroupRoot) || !validName(j.CgroupName) {
