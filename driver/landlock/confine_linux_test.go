@@ -37,6 +37,7 @@ type childConfig struct {
 	TCP      string // a TCP address the parent listens on
 	Devices  bool   // the parent made Root/rw/nulldev
 	Outside  int    // pid of an unconfined process of the probe's user
+	Scope    bool   // scope signals
 }
 
 // shimReport is the shim's line on stdout, before it execs the probe.
@@ -74,7 +75,7 @@ func loadConfig() childConfig {
 func shimMain() int {
 	c := loadConfig()
 	runtime.LockOSThread()
-	skipped, err := RestrictThread(c.Rules)
+	skipped, err := RestrictThread(c.Rules, Options{ScopeSignals: c.Scope})
 	rep := shimReport{Skipped: skipped}
 	if err != nil {
 		rep.Error = err.Error()
@@ -250,17 +251,17 @@ func dial(network, addr string) error {
 func TestRestrictThread(t *testing.T) {
 	abi := requireLandlock(t)
 	if os.Geteuid() != 0 {
-		t.Run("self", func(t *testing.T) { testConfinement(t, abi, nil) })
+		t.Run("self", func(t *testing.T) { testConfinement(t, abi, nil, true) })
 		return
 	}
-	t.Run("root", func(t *testing.T) { testConfinement(t, abi, nil) })
+	t.Run("root, signals scoped", func(t *testing.T) { testConfinement(t, abi, nil, true) })
 	// Unprivileged, restrict_self refuses a thread without no_new_privs.
-	t.Run("nobody", func(t *testing.T) {
-		testConfinement(t, abi, &syscall.Credential{Uid: 65534, Gid: 65534, NoSetGroups: true})
+	t.Run("nobody, signals not scoped", func(t *testing.T) {
+		testConfinement(t, abi, &syscall.Credential{Uid: 65534, Gid: 65534, NoSetGroups: true}, false)
 	})
 }
 
-func testConfinement(t *testing.T, abi int, cred *syscall.Credential) {
+func testConfinement(t *testing.T, abi int, cred *syscall.Credential, scope bool) {
 	root := t.TempDir()
 	// The temp dir's parent is private to us; an unprivileged child must
 	// at least traverse it, and every denial below must be Landlock's.
@@ -306,6 +307,7 @@ func testConfinement(t *testing.T, abi int, cred *syscall.Credential) {
 		Abstract: abstract,
 		TCP:      tcp,
 		Devices:  devices,
+		Scope:    scope,
 		Rules: []Rule{
 			{p("ro"), Read},
 			{p("rw"), Read | Write},
@@ -368,7 +370,7 @@ func testConfinement(t *testing.T, abi int, cred *syscall.Credential) {
 		return otherwise
 	}
 	signal := "ok"
-	if abi >= 6 && signalScopeFixed() {
+	if scope && abi >= 6 && signalScopeFixed() {
 		signal = "EPERM"
 	}
 	want := map[string]string{

@@ -127,3 +127,12 @@ func (r Rule) validate() error {
 	}
 	return nil
 }
+
+// Options are the parts of a Landlock domain beyond its filesystem rules.
+type Options struct {
+	// ScopeSignals keeps the task from signalling any process outside its
+	// domain (ABI 6 and later). Where the task has a PID namespace of its
+	// own that adds nothing, and it would keep `nomad alloc exec`
+	// sessions, which get a domain of their own, from signalling the task.
+	ScopeSignals bool
+}

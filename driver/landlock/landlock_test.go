@@ -118,7 +118,7 @@ func TestRestrictThreadRejectsBadRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Rejected before anything touches the thread, so it is safe
 			// to call from a test goroutine.
-			_, err := RestrictThread([]Rule{{"/", Read}, tc.r})
+			_, err := RestrictThread([]Rule{{"/", Read}, tc.r}, Options{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("RestrictThread error %v, want one containing %q", err, tc.want)
 			}

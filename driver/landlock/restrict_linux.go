@@ -118,7 +118,7 @@ func Status() (abi int, err error) {
 // whose path does not exist is skipped and returned in skipped, for the
 // caller to log. Any other error leaves nothing enforced; one matching
 // errors.ErrUnsupported means the kernel has no Landlock (see Status).
-func RestrictThread(rules []Rule) (skipped []string, err error) {
+func RestrictThread(rules []Rule, opts Options) (skipped []string, err error) {
 	for _, r := range rules {
 		if err := r.validate(); err != nil {
 			return nil, err
@@ -130,7 +130,7 @@ func RestrictThread(rules []Rule) (skipped []string, err error) {
 	}
 
 	attr := ll.RulesetAttr{HandledAccessFS: handledFS(abi)}
-	if abi >= 6 && signalScopeFixed() {
+	if opts.ScopeSignals && abi >= 6 && signalScopeFixed() {
 		attr.Scoped = ll.ScopeSignal
 	}
 	ruleset, err := ll.LandlockCreateRuleset(&attr, 0)

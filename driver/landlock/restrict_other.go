@@ -14,7 +14,7 @@ var errNotLinux = fmt.Errorf("landlock unavailable: %s is not Linux: %w", runtim
 func Status() (abi int, err error) { return 0, errNotLinux }
 
 // RestrictThread fails off Linux: nothing can be enforced.
-func RestrictThread(rules []Rule) (skipped []string, err error) {
+func RestrictThread(rules []Rule, _ Options) (skipped []string, err error) {
 	for _, r := range rules {
 		if err := r.validate(); err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -24,20 +25,22 @@ import (
 //	landlock      Landlock domain with rules shaped like the driver's, host namespaces
 //	all           pidns-mounts and landlock (the driver's defaults)
 //
-// Each op is one round starting every variant once, in an order that
-// rotates round by round, so that load drifting on the box (other builds
-// and tests) hits all variants alike; a variant the node cannot give is
-// left out and said so. ns/op is thus the sum of one Start of each; the
-// per-variant figures are the medians over rounds, and "-minus-none" the
+// The starts run in rounds, each starting every variant once in an order
+// that rotates round by round, so that load drifting on the box (other
+// builds and tests) hits all variants alike; a variant the node cannot
+// give is left out and said so. There are at least minRounds rounds
+// whatever b.N is, more with a larger -benchtime: a second of starts is
+// some 15 rounds, whose medians a busy box moves by as much as the steps
+// cost. An op is one Start, so ns/op, B/op and allocs/op are a Start's
+// mean over all variants (in this process: the plugin's side); the
+// per-variant figures are medians over rounds, and "-minus-none" the
 // median over rounds of the difference to none in the same round. The
 // supervisor and shim are this test binary, larger than the real
 // supervisor, which adds the same exec cost to every variant.
 //
-//	go test -run '^$' -bench StartIsolation -benchtime 100x ./driver/supervisor/
-//
-// (the default benchtime gives some 15 rounds: a few ms of noise on a busy
-// box, as much as the steps cost).
+//	go test -run '^$' -bench StartIsolation ./driver/supervisor/
 func BenchmarkStartIsolation(b *testing.B) {
+	const minRounds = 40
 	if os.Geteuid() != 0 {
 		b.Skip("namespaces, mounts and Landlock need root")
 	}
@@ -115,22 +118,29 @@ func BenchmarkStartIsolation(b *testing.B) {
 	}
 
 	lat := make([][]float64, len(run)) // ms, per variant, per round
-	ctx := context.Background()
+	var total time.Duration
+	var mallocs, bytes uint64
+	var m0, m1 runtime.MemStats
+	rounds := max(b.N, minRounds)
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := 0; i < rounds; i++ {
 		for j := range run {
 			k := (i + j) % len(run)
 			s := specs[k]
 			s.StateDir = filepath.Join(base, "state", fmt.Sprintf("%s-%s-%d", marker, run[k].name, i))
+			runtime.ReadMemStats(&m0)
 			t0 := time.Now()
 			h, err := Start(s)
 			d := time.Since(t0)
-			b.StopTimer()
+			runtime.ReadMemStats(&m1)
 			if err != nil {
 				b.Fatalf("%s: Start: %v", run[k].name, err)
 			}
+			total += d
+			mallocs += m1.Mallocs - m0.Mallocs
+			bytes += m1.TotalAlloc - m0.TotalAlloc
 			lat[k] = append(lat[k], float64(d)/float64(time.Millisecond))
-			wctx, cancel := context.WithTimeout(ctx, waitLimit)
+			wctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 			st, err := h.Wait(wctx)
 			cancel()
 			if err != nil || !st.Successful() {
@@ -139,10 +149,13 @@ func BenchmarkStartIsolation(b *testing.B) {
 			if err := h.Destroy(); err != nil {
 				b.Fatalf("%s: Destroy: %v", run[k].name, err)
 			}
-			b.StartTimer()
 		}
 	}
 	b.StopTimer()
+	starts := float64(rounds * len(run))
+	b.ReportMetric(float64(total.Nanoseconds())/starts, "ns/op")
+	b.ReportMetric(float64(bytes)/starts, "B/op")
+	b.ReportMetric(float64(mallocs)/starts, "allocs/op")
 
 	var none []float64
 	for k, v := range run {
@@ -169,7 +182,7 @@ func BenchmarkStartIsolation(b *testing.B) {
 		b.ReportMetric(dm, v.name+"-minus-none-ms")
 		line = append(line, fmt.Sprintf("%s %.2f (%+.2f)", v.name, med, dm))
 	}
-	b.Logf("%d rounds, Start → running, median ms (paired Δ vs none; load on the box may vary): %s", b.N, strings.Join(line, " | "))
+	b.Logf("%d rounds, Start → running, median ms (paired Δ vs none; load on the box may vary): %s", rounds, strings.Join(line, " | "))
 }
 
 // benchRules are shaped like the driver's for a task without GPUs: system

@@ -130,7 +130,7 @@ func confine(iso Isolation) error {
 		return nil
 	}
 	runtime.LockOSThread()
-	if _, err := landlock.RestrictThread(iso.Landlock); err != nil {
+	if _, err := landlock.RestrictThread(iso.Landlock, landlock.Options{ScopeSignals: !iso.PrivatePID}); err != nil {
 		return fmt.Errorf("landlock: %w", err)
 	}
 	return nil

@@ -33,7 +33,7 @@ func main() {
 		{Path: "/usr/lib", Access: landlock.Read | landlock.Exec},
 		{Path: "/lib64", Access: landlock.Read | landlock.Exec},
 		{Path: "/etc/ld.so.cache", Access: landlock.Read},
-	})
+	}, landlock.Options{ScopeSignals: true})
 	if err != nil {
 		fail(err)
 	}
