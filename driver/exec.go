@@ -90,8 +90,11 @@ func (d *Driver) ExecTaskStreaming(ctx context.Context, id string, opts *drivers
 		}()
 		return exitResultOf(cmd, cmd.Wait()), nil
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-	tty, err := pty.Start(cmd)
+	// In the host's PID namespace the exec shim becomes the command and
+	// must hold the terminal itself; in the task's own, the command is its
+	// child and takes the terminal in a session of its own there.
+	private := t.proc.Spec().Isolation.PrivatePID
+	tty, err := pty.StartWithAttrs(cmd, nil, &syscall.SysProcAttr{Setsid: true, Setctty: !private})
 	if err != nil {
 		return nil, fmt.Errorf("exec: %w", err)
 	}

@@ -91,7 +91,7 @@ func checkTaskDirReachable(taskDir string, u taskUser) error {
 		}
 		msg := fmt.Sprintf("user: %q cannot reach its task directory %s: %s is mode %04o, owner uid %d, and not searchable by it",
 			u.name, taskDir, p, st.Mode&0o7777, st.Uid)
-		if filepath.Base(filepath.Dir(taskDirAllocRoot(taskDir))) != "" && isNomadDataDir(p, taskDir) {
+		if isNomadDataDir(p, taskDir) {
 			msg += fmt.Sprintf(". This is the Nomad data_dir: Nomad creates it 0700 when it makes it itself. Make it traversable (chmod 0755 %s, or create it 0755 before Nomad first starts)", p)
 		} else {
 			msg += fmt.Sprintf("; make it traversable for the task's user (chmod o+x %s)", p)

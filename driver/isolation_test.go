@@ -1,8 +1,10 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -314,4 +316,84 @@ func TestFingerprintShowsIsolation(t *testing.T) {
 	if a := fp.Attributes["driver.gpu.landlock_abi"]; a.Int == nil || *a.Int < 1 {
 		t.Errorf("landlock_abi %+v", a)
 	}
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// An interactive `nomad alloc exec -t` shell in the task's namespaces: it has
+// a terminal, job control works (the shell runs a foreground job), and it
+// sees the task's processes only.
+func TestExecWithTerminalInTheNamespace(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	requireIsolation(t, d)
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, nil)
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyTask(cfg.ID, true)
+	var out bytes.Buffer
+	stdinR, stdinW := io.Pipe()
+	go func() {
+		io.WriteString(stdinW, "tty >/dev/null && echo has-tty; sleep 0.1; for p in /proc/[0-9]*; do cat $p/comm; done | sort -u | tr '\\n' ' '; echo; exit 5\n")
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := d.ExecTaskStreaming(ctx, cfg.ID, &drivers.ExecOptions{
+		Command: []string{"/bin/sh", "-i"}, Tty: true, Stdin: stdinR, Stdout: nopCloser{&out}, Stderr: nopCloser{&out},
+	})
+	stdinW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 5 {
+		t.Fatalf("exit %+v, output %q", res, out.String())
+	}
+	if !strings.Contains(out.String(), "has-tty") {
+		t.Errorf("no terminal in the exec session: %q", out.String())
+	}
+	for _, comm := range []string{"sleep", "sh"} {
+		if !strings.Contains(out.String(), comm) {
+			t.Errorf("exec session does not see %q: %q", comm, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "nomad") || strings.Contains(out.String(), "systemd") {
+		t.Errorf("exec session sees host processes: %q", out.String())
+	}
+}
+
+// NVIDIA's MPS runs one user's clients at a time per GPU: a task of a
+// second user on a GPU another user's tasks hold fails at once, naming who
+// holds it, instead of hanging in CUDA init.
+func TestMPSOneUserPerGPU(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	_, share := e.mpsShare(3)
+	first := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, share)
+	if _, _, err := d.StartTask(first); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyTask(first.ID, true)
+	second := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, share)
+	second.User = "daemon"
+	_, _, err := d.StartTask(second)
+	if err == nil {
+		d.DestroyTask(second.ID, true)
+		t.Fatal("a second user's MPS task started on the same GPU")
+	}
+	for _, want := range []string{`user "nobody"`, `"daemon"`, "one user"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %s", err, want)
+		}
+	}
+	if left := e.leftovers(d, second); len(left) > 0 {
+		t.Errorf("the refused task left %v", left)
+	}
+	same := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, share)
+	if _, _, err := d.StartTask(same); err != nil {
+		t.Fatalf("a second task of the same user: %v", err)
+	}
+	d.DestroyTask(same.ID, true)
 }

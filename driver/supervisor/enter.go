@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // RunExecShim is the "exec-shim <statedir> -- argv…" sub-command behind
@@ -71,7 +73,18 @@ func runChild(path string, argv, env []string) int {
 	sigs := make(chan os.Signal, 8)
 	forwarded := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 	signal.Notify(sigs, forwarded...)
-	p, err := os.StartProcess(path, argv, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	// No Pdeathsig: Go's child checks getppid() against our pid, which is
+	// 0 from inside the task's PID namespace, and would kill itself. The
+	// driver stops a session by killing our process group, which the child
+	// shares, or by closing its terminal, whose hangup reaches it.
+	attr := &syscall.SysProcAttr{}
+	if isTerminal(os.Stdin) {
+		// A session of its own inside the task's PID namespace, with the
+		// terminal as its controlling one: our session and process group
+		// do not exist there, and a shell's job control needs its own.
+		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+	}
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: attr})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exec: command %q: %v\n", argv[0], errText(err))
 		return 127
@@ -93,6 +106,11 @@ func runChild(path string, argv, env []string) int {
 		return 128 + int(ws.Signal())
 	}
 	return ws.ExitStatus()
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // Dispatch runs the sub-command a driver binary was started for, if it is
