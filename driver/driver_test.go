@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if code, ok := supervisor.Dispatch(os.Args); ok {
 		os.Exit(code)
 	}
+	if len(os.Args) == 3 && os.Args[1] == "die-starting" {
+		os.Exit(dieStarting(os.Args[2]))
+	}
 	os.Exit(m.Run())
 }
 

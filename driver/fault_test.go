@@ -1,9 +1,11 @@
 package driver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -112,17 +114,9 @@ func TestStartTaskFaultsLeaveNothing(t *testing.T) {
 				t.Errorf("left behind: %v", left)
 			}
 		})
-		t.Run("crash at "+step, func(t *testing.T) {
-			dying := e.plugin()
-			dying.faults = func(s string) error {
-				if s == step {
-					return errSimulatedCrash
-				}
-				return nil
-			}
+		t.Run("SIGKILL at "+step, func(t *testing.T) {
 			cfg := e.faultyTask(capNode)
-			dying.StartTask(cfg)
-			dying.Shutdown()
+			e.startInDyingPlugin(t, cfg, step)
 			next := e.plugin()
 			if err := next.RecoverTask(&drivers.TaskHandle{Version: 1, Config: bystander, DriverState: handle.DriverState}); err != nil {
 				t.Fatalf("the other alloc's task was not recovered: %v", err)
@@ -229,4 +223,67 @@ func TestDestroyUnknownTask(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// dyingStart is what the test hands a plugin process that is to die.
+type dyingStart struct {
+	Config   Config
+	Task     drivers.TaskConfig
+	Driver   TaskConfig
+	CapsDir  string
+	Step     string
+	Executor string
+}
+
+// startInDyingPlugin starts cfg in a plugin process of its own that
+// SIGKILLs itself when StartTask reaches step: nothing of it gets to undo
+// anything.
+func (e *env) startInDyingPlugin(t *testing.T, cfg *drivers.TaskConfig, step string) {
+	t.Helper()
+	exe, _ := os.Executable()
+	task := *cfg
+	task.DriverConfig = nil
+	b, err := json.Marshal(dyingStart{Config: *e.cfg, Task: task, Driver: *cfg.DriverConfig.(*TaskConfig), CapsDir: capsDir, Step: step, Executor: exe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arg := filepath.Join(t.TempDir(), "start.json")
+	os.WriteFile(arg, b, 0o600)
+	out, err := exec.Command(exe, "die-starting", arg).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the plugin process was to die of SIGKILL at %s: %v\n%s", step, err, out)
+	}
+}
+
+// dieStarting is the "die-starting" mode of the test binary: a plugin
+// process that starts one task and is killed at the named step.
+func dieStarting(arg string) int {
+	b, err := os.ReadFile(arg)
+	var s dyingStart
+	if err == nil {
+		err = json.Unmarshal(b, &s)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	capsDir = s.CapsDir
+	d := New(nil)
+	d.SetExecutable(s.Executor)
+	if err := d.SetConfig(&s.Config, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	d.faults = func(step string) error {
+		if step == s.Step {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		return nil
+	}
+	s.Task.DriverConfig = &s.Driver
+	_, _, err = d.StartTask(&s.Task)
+	fmt.Fprintln(os.Stderr, "StartTask returned:", err)
+	return 3
 }

@@ -77,7 +77,8 @@ type Driver struct {
 
 	events *broadcaster
 
-	// faults, in tests only, fails or abandons StartTask at a named step.
+	// faults, in tests only, fails StartTask at a named step (or kills
+	// the plugin process there).
 	faults func(step string) error
 }
 
