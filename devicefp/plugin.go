@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/periodic"
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 )
@@ -275,26 +276,7 @@ func (p *Plugin) Reserve(ids []string) (*device.Reservation, error) {
 
 // Stats samples every fingerprinted device once per interval.
 func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *device.Stats, error) {
-	out := make(chan *device.Stats, 1)
-	go func() {
-		defer close(out)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			st := p.collectStats(time.Now())
-			select {
-			case out <- st:
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	return periodic.Stream(ctx, interval, func() *device.Stats { return p.collectStats(time.Now()) }), nil
 }
 
 var xidDescriptions = map[uint64]string{

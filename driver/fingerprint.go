@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
+	"github.com/nomad-gpu/nomad-gpu/internal/periodic"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 	"github.com/nomad-gpu/nomad-gpu/wire/structs"
 )
@@ -17,25 +18,7 @@ import (
 const fingerprintPeriod = 30 * time.Second
 
 func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, error) {
-	ch := make(chan *drivers.Fingerprint, 1)
-	go func() {
-		defer close(ch)
-		t := time.NewTicker(fingerprintPeriod)
-		defer t.Stop()
-		for {
-			select {
-			case ch <- d.fingerprint():
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
+	return periodic.Stream(ctx, fingerprintPeriod, d.fingerprint), nil
 }
 
 // fingerprint says what this host can do, so a missing capability shows on

@@ -46,7 +46,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +53,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 )
 
 // latencyRounds is how many jobs per driver and variant are measured:
@@ -345,7 +345,7 @@ func msQuantile(samples []latencySample, f func(latencySample) time.Duration, q 
 	for _, s := range samples {
 		xs = append(xs, float64(f(s))/float64(time.Millisecond))
 	}
-	return quantile(xs, q)
+	return quantile.Of(xs, q)
 }
 
 func sampleClient(s latencySample) time.Duration { return s.client }
@@ -388,7 +388,7 @@ func reportIsolation(b *testing.B, samples map[string][]latencySample, title str
 				d = append(d, float64(f(s)-f(samples["none"][i]))/float64(time.Millisecond))
 			}
 		}
-		return quantile(d, 0.5)
+		return quantile.Of(d, 0.5)
 	}
 	raw := msQuantile(samples["raw_exec"], sampleClient, 0.5)
 	var t strings.Builder
@@ -413,22 +413,6 @@ func reportIsolation(b *testing.B, samples map[string][]latencySample, title str
 			msQuantile(samples[k], sampleClient, 0.9), msQuantile(samples[k], sampleTotal, 0.5), msQuantile(samples[k], sampleSetup, 0.5), ratio, delta)
 	}
 	b.Log(strings.TrimRight(t.String(), "\n"))
-}
-
-// quantile is the q-quantile of xs, interpolated between the nearest ranks
-// (so 0.5 of an even count is the mean of the middle two); 0 for none.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	pos := q * float64(len(s)-1)
-	i := int(pos)
-	if i+1 >= len(s) {
-		return s[len(s)-1]
-	}
-	return s[i] + (pos-float64(i))*(s[i+1]-s[i])
 }
 
 func mean(xs []float64) float64 {

@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/landlock"
+	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 )
 
 // BenchmarkStartIsolation is Start, from the call until it returns with the
@@ -167,9 +167,9 @@ func BenchmarkStartIsolation(b *testing.B) {
 	// runs the function again for each b.N it tries.
 	var line []string
 	for k, v := range run {
-		med := benchQuantile(lat[k], 0.5)
+		med := quantile.Of(lat[k], 0.5)
 		b.ReportMetric(med, v.name+"-median-ms")
-		b.ReportMetric(benchQuantile(lat[k], 0.9), v.name+"-p90-ms")
+		b.ReportMetric(quantile.Of(lat[k], 0.9), v.name+"-p90-ms")
 		if v.name == "none" || len(none) != len(lat[k]) {
 			line = append(line, fmt.Sprintf("%s %.2f", v.name, med))
 			continue
@@ -178,7 +178,7 @@ func BenchmarkStartIsolation(b *testing.B) {
 		for i := range d {
 			d[i] = lat[k][i] - none[i]
 		}
-		dm := benchQuantile(d, 0.5)
+		dm := quantile.Of(d, 0.5)
 		b.ReportMetric(dm, v.name+"-minus-none-ms")
 		line = append(line, fmt.Sprintf("%s %.2f (%+.2f)", v.name, med, dm))
 	}
@@ -205,20 +205,4 @@ func benchRules(taskDir, allocDir string, tmp bool) []landlock.Rule {
 		add(rwx, "/tmp")
 	}
 	return rules
-}
-
-// benchQuantile is the q-quantile of xs, interpolated between the nearest
-// ranks; 0 for none.
-func benchQuantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	pos := q * float64(len(s)-1)
-	i := int(pos)
-	if i+1 >= len(s) {
-		return s[len(s)-1]
-	}
-	return s[i] + (pos-float64(i))*(s[i+1]-s[i])
 }
