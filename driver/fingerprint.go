@@ -33,11 +33,6 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 
 	cgv, cgDesc := cgroups.Describe()
 	attrs["driver.gpu.cgroups"] = structs.NewString(cgv.String())
-	fenced := cgv != cgroups.None && cgroups.CanFenceDevices()
-	attrs["driver.gpu.device_fence"] = structs.NewBool(fenced)
-	if !fenced {
-		notes = append(notes, "GPU device nodes are not fenced per task (needs the cgroups v1 devices controller); confinement is by visibility")
-	}
 
 	nvml := "unavailable"
 	if inv, err := d.inventory(); err != nil {
@@ -62,7 +57,14 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 	}
 	attrs["driver.gpu.mps"] = structs.NewBool(mpsOK)
 
-	problem := d.fingerprintIsolation(attrs, &notes)
+	problem, landlockOn := d.fingerprintIsolation(attrs, &notes)
+	// Either fence keeps a task off the GPU nodes it did not reserve: the
+	// devices cgroup (v1) by device number, Landlock by path.
+	fenced := landlockOn || cgv != cgroups.None && cgroups.CanFenceDevices()
+	attrs["driver.gpu.device_fence"] = structs.NewBool(fenced)
+	if !fenced {
+		notes = append(notes, "GPU device nodes are not fenced per task (needs Landlock or the cgroups v1 devices controller); confinement is by visibility")
+	}
 	if dataDir := d.nomadDataDir(); dataDir != "" {
 		if st, err := os.Stat(dataDir); err == nil && st.Mode().Perm()&0o001 == 0 {
 			notes = append(notes, fmt.Sprintf("the Nomad data_dir %s is mode %04o: tasks with a non-root user cannot reach their task directories; chmod 0755 %s", dataDir, st.Mode().Perm(), dataDir))
@@ -85,8 +87,8 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 
 // fingerprintIsolation publishes the isolation in force for a task that
 // asks for nothing special, and returns why tasks cannot start as the plugin
-// config demands, if they cannot.
-func (d *Driver) fingerprintIsolation(attrs map[string]structs.Attribute, notes *[]string) string {
+// config demands, if they cannot, and whether Landlock confines them.
+func (d *Driver) fingerprintIsolation(attrs map[string]structs.Attribute, notes *[]string) (string, bool) {
 	icfg, cfg := d.config().Isolation, d.config()
 	p := d.isolation()
 	var problem string
@@ -114,7 +116,7 @@ func (d *Driver) fingerprintIsolation(attrs map[string]structs.Attribute, notes 
 	if icfg.PIDMode == PIDModeHost {
 		*notes = append(*notes, "pid_mode = \"host\" by default: tasks of the same user can see and signal each other")
 	}
-	return problem
+	return problem, landlockOn
 }
 
 // noteDataDir remembers the Nomad data_dir a task directory lives under,

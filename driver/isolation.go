@@ -260,8 +260,11 @@ func (d *Driver) landlockRules(cfg *drivers.TaskConfig, tc *TaskConfig, dirs tas
 	if len(cfg.Devices) > 0 || cfg.DeviceEnv[contract.EnvCUDAVisibleDevices] != "" {
 		add(rw, sharedGPUNodes...)
 	}
+	// Only device nodes: a reservation names the task's GPU and MIG nodes,
+	// never a directory or file to open up.
 	for _, dev := range cfg.Devices {
-		if p := filepath.Clean(dev.HostPath); strings.HasPrefix(p, "/dev/") {
+		var st syscall.Stat_t
+		if p := filepath.Clean(dev.HostPath); syscall.Stat(p, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFCHR {
 			add(rw, p)
 		}
 	}

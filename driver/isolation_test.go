@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
@@ -396,4 +398,37 @@ func TestMPSOneUserPerGPU(t *testing.T) {
 		t.Fatalf("a second task of the same user: %v", err)
 	}
 	d.DestroyTask(same.ID, true)
+}
+
+// Landlock alone keeps a task off another GPU's device node, whatever the
+// cgroup version.
+func TestLandlockFencesOtherGPUs(t *testing.T) {
+	e := newEnv(t)
+	// No devices cgroup: the refusal below must be Landlock's.
+	d := e.plugin()
+	requireIsolation(t, d)
+	dir := filepath.Join(e.dir, "dev")
+	os.MkdirAll(dir, 0o755)
+	mine, other := filepath.Join(dir, "nvidia1"), filepath.Join(dir, "nvidia0")
+	for _, p := range []string{mine, other} {
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			t.Skipf("mknod: %v", err)
+		}
+		os.Chmod(p, 0o666)
+	}
+	script := fmt.Sprintf(`{ echo x > %s && echo mine:ok; echo x > %s 2>/dev/null && echo other:opened || echo other:refused; } > "$NOMAD_TASK_DIR/out"`, mine, other)
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}}, nil)
+	cfg.Devices = []drivers.DeviceConfig{{TaskPath: "/dev/nvidia1", HostPath: mine, Permissions: "rw"}}
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, d, cfg.ID, 30*time.Second)
+	d.DestroyTask(cfg.ID, true)
+	out, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "out"))
+	if string(out) != "mine:ok\nother:refused\n" {
+		t.Errorf("task wrote %q, want its own node open and the other refused", out)
+	}
+	if fp := d.fingerprint(); !*fp.Attributes["driver.gpu.device_fence"].Bool {
+		t.Error("fingerprint says device nodes are not fenced")
+	}
 }
