@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -27,11 +28,40 @@ type Config struct {
 	CgroupRoot string `hcl:"cgroup_root" default:"nomad-gpu"`
 	// GPUMemoryWatchdog acts on a task over its slice's GPU memory:
 	// "kill", "warn" or "off".
-	GPUMemoryWatchdog string          `hcl:"gpu_memory_watchdog" default:"kill"`
-	WatchdogInterval  time.Duration   `hcl:"watchdog_interval" default:"5s"`
-	MPS               MPSConfig       `hcl:"mps,block"`
-	GPU               GPUConfig       `hcl:"gpu,block"`
-	Isolation         IsolationConfig `hcl:"isolation,block"`
+	GPUMemoryWatchdog string           `hcl:"gpu_memory_watchdog" default:"kill"`
+	WatchdogInterval  time.Duration    `hcl:"watchdog_interval" default:"5s"`
+	MPS               MPSConfig        `hcl:"mps,block"`
+	GPU               GPUConfig        `hcl:"gpu,block"`
+	Isolation         IsolationConfig  `hcl:"isolation,block"`
+	Checkpoint        CheckpointStore  `hcl:"checkpoint,block"`
+	Nomad             NomadAPIConfig   `hcl:"nomad,block"`
+	Preemption        PreemptionConfig `hcl:"preemption,block"`
+}
+
+// NomadAPIConfig is how the driver reaches the Nomad API: the local client
+// agent, to learn why a task is stopped (preempted, and by which
+// allocation; drained) and to keep preemption cooldowns.
+type NomadAPIConfig struct {
+	Address string `hcl:"address" default:"http://127.0.0.1:4646"`
+	// Token is an ACL token, where ACLs are on. Reading allocations needs
+	// read-job; a preemption cooldown also needs submit-job and variable
+	// write on nomad-gpu/preemption-cooldown/*.
+	Token string `hcl:"token"`
+}
+
+// PreemptionConfig is the opt-in preemption cooldown.
+type PreemptionConfig struct {
+	// Cooldown, when set, protects a job whose task was just preempted
+	// from being preempted again by work of its preemptor's priority for
+	// that long, by raising the job's priority to its preemptor's.
+	Cooldown time.Duration `hcl:"cooldown"`
+}
+
+// CheckpointStore is where tasks' checkpoints live. On a filesystem the
+// nodes share (NFS), a task's replacement on another node restores from the
+// checkpoint its predecessor committed; uids must then agree across nodes.
+type CheckpointStore struct {
+	Root string `hcl:"root" default:"/var/lib/nomad-gpu/checkpoints"`
 }
 
 // IsolationConfig is how tasks are fenced off each other. Each guard is on
@@ -76,7 +106,13 @@ type GPUConfig struct {
 }
 
 func (c *Config) Validate() error {
-	for key, p := range map[string]string{"state_dir": c.StateDir, "mps.pipe_root": c.MPS.PipeRoot, "mps.log_root": c.MPS.LogRoot} {
+	if c.Preemption.Cooldown < 0 || c.Preemption.Cooldown > 0 && c.Preemption.Cooldown < 10*time.Second {
+		return fmt.Errorf("preemption.cooldown: %s is out of range; allowed: 0 (off) or at least 10s", c.Preemption.Cooldown)
+	}
+	if u, err := url.Parse(c.Nomad.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || u.Host == "" && u.Scheme != "unix" {
+		return fmt.Errorf("nomad.address: %q is not an http://, https:// or unix:// address", c.Nomad.Address)
+	}
+	for key, p := range map[string]string{"state_dir": c.StateDir, "mps.pipe_root": c.MPS.PipeRoot, "mps.log_root": c.MPS.LogRoot, "checkpoint.root": c.Checkpoint.Root} {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("%s: %q must be an absolute path", key, p)
 		}
@@ -159,6 +195,46 @@ type TaskConfig struct {
 	// Unveil lists extra paths the task may use ("rw:/scratch"), where the
 	// plugin config sets isolation.unveil_by_task.
 	Unveil []string `hcl:"unveil"`
+	// Checkpoint opts the task into checkpointing; at most one block.
+	Checkpoint []CheckpointConfig `hcl:"checkpoint,blocks"`
+}
+
+// CheckpointConfig is a task's `checkpoint { }` block.
+type CheckpointConfig struct {
+	// Signal asks the task for a checkpoint.
+	Signal string `hcl:"signal" default:"SIGUSR1"`
+	// CommitTimeout is how long the task has to commit after the signal
+	// before a stop goes on; it is cut to the job's kill_timeout.
+	CommitTimeout time.Duration `hcl:"commit_timeout" default:"30s"`
+	// Interval, when set, asks for a checkpoint that often while the task
+	// runs, not only when it is stopped.
+	Interval time.Duration `hcl:"interval"`
+	// Keep is how many committed generations are kept.
+	Keep int `hcl:"keep" default:"2"`
+}
+
+func (c CheckpointConfig) validate() error {
+	if _, err := parseSignal(c.Signal); err != nil {
+		return fmt.Errorf("config.checkpoint.signal: %v", err)
+	}
+	if c.CommitTimeout <= 0 {
+		return fmt.Errorf("config.checkpoint.commit_timeout: %s must be positive", c.CommitTimeout)
+	}
+	if c.Interval != 0 && c.Interval < time.Second {
+		return fmt.Errorf("config.checkpoint.interval: %s is too short; use at least 1s (or leave it unset for checkpoints on stop only)", c.Interval)
+	}
+	if c.Keep < 1 || c.Keep > 100 {
+		return fmt.Errorf("config.checkpoint.keep: %d is out of range; allowed: 1 to 100", c.Keep)
+	}
+	return nil
+}
+
+// checkpoint is the task's checkpoint config, nil without one.
+func (t *TaskConfig) checkpoint() *CheckpointConfig {
+	if len(t.Checkpoint) == 0 {
+		return nil
+	}
+	return &t.Checkpoint[0]
 }
 
 func (t *TaskConfig) validate() error {
@@ -185,6 +261,13 @@ func (t *TaskConfig) validate() error {
 		if _, err := landlock.ParseRule(u); err != nil {
 			return fmt.Errorf("config.unveil[%d]: %v", i, err)
 		}
+	}
+	switch len(t.Checkpoint) {
+	case 0:
+	case 1:
+		return t.Checkpoint[0].validate()
+	default:
+		return fmt.Errorf("config.checkpoint: %d blocks; a task has at most one", len(t.Checkpoint))
 	}
 	return nil
 }

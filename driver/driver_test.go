@@ -199,6 +199,11 @@ func TestStartRejectsBadInput(t *testing.T) {
 		{"unknown user", &TaskConfig{Command: "/bin/true"}, "nosuchuser-ngd", `user "nosuchuser-ngd" does not exist`},
 		{"root refused", &TaskConfig{Command: "/bin/true"}, "root", `user: "root" (uid 0) is denied by the plugin config (denied_host_uids = "0")`},
 		{"relative work_dir", &TaskConfig{Command: "/bin/true", WorkDir: "tmp"}, "", "config.work_dir"},
+		{"checkpoint signal", &TaskConfig{Command: "/bin/true", Checkpoint: []CheckpointConfig{withCheckpoint(func(c *CheckpointConfig) { c.Signal = "SIGNOPE" })}}, "", "config.checkpoint.signal"},
+		{"checkpoint commit_timeout", &TaskConfig{Command: "/bin/true", Checkpoint: []CheckpointConfig{withCheckpoint(func(c *CheckpointConfig) { c.CommitTimeout = 0 })}}, "", "config.checkpoint.commit_timeout"},
+		{"checkpoint interval", &TaskConfig{Command: "/bin/true", Checkpoint: []CheckpointConfig{withCheckpoint(func(c *CheckpointConfig) { c.Interval = time.Millisecond })}}, "", "config.checkpoint.interval"},
+		{"checkpoint keep", &TaskConfig{Command: "/bin/true", Checkpoint: []CheckpointConfig{withCheckpoint(func(c *CheckpointConfig) { c.Keep = 0 })}}, "", "config.checkpoint.keep: 0 is out of range; allowed: 1 to 100"},
+		{"two checkpoint blocks", &TaskConfig{Command: "/bin/true", Checkpoint: []CheckpointConfig{defaultCheckpoint(), defaultCheckpoint()}}, "", "config.checkpoint: 2 blocks"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

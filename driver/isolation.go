@@ -70,35 +70,55 @@ func groupName(gid uint32) string {
 // when it makes it itself, and then every task with a non-root user fails
 // with a bare "permission denied"; this says which directory and what to do.
 func checkTaskDirReachable(taskDir string, u taskUser) error {
-	if u.uid == 0 || taskDir == "" {
+	p, st, ok := unreachable(taskDir, u)
+	if !ok {
 		return nil
 	}
-	dir := filepath.Clean(taskDir)
+	msg := fmt.Sprintf("user: %q cannot reach its task directory %s: %s is mode %04o, owner uid %d, and not searchable by it",
+		u.name, taskDir, p, st.Mode&0o7777, st.Uid)
+	if isNomadDataDir(p, taskDir) {
+		msg += fmt.Sprintf(". This is the Nomad data_dir: Nomad creates it 0700 when it makes it itself. Make it traversable (chmod 0755 %s, or create it 0755 before Nomad first starts)", p)
+	} else {
+		msg += fmt.Sprintf("; make it traversable for the task's user (chmod o+x %s)", p)
+	}
+	return badInput("%s", msg)
+}
+
+// checkCheckpointRootReachable: the store makes everything from its root
+// down passable, but not the directories above it.
+func checkCheckpointRootReachable(root string, u taskUser) error {
+	p, st, ok := unreachable(root, u)
+	if !ok {
+		return nil
+	}
+	return badInput("config.checkpoint: user %q cannot reach the plugin's checkpoint.root %s: %s is mode %04o, owner uid %d, and not searchable by it; make it traversable (chmod o+x %s)",
+		u.name, root, p, st.Mode&0o7777, st.Uid, p)
+}
+
+// unreachable finds the first existing directory on the way to dir that
+// u may not pass through. A missing one is not reported: whoever makes it
+// reports that.
+func unreachable(dir string, u taskUser) (string, syscall.Stat_t, bool) {
+	var st syscall.Stat_t
+	if u.uid == 0 || dir == "" {
+		return "", st, false
+	}
 	var path []string
-	for p := dir; ; p = filepath.Dir(p) {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
 		path = append([]string{p}, path...)
 		if p == "/" {
 			break
 		}
 	}
 	for _, p := range path {
-		var st syscall.Stat_t
 		if err := syscall.Stat(p, &st); err != nil {
-			return nil // Nomad reports a missing task directory itself
+			return "", st, false
 		}
-		if searchable(st, u) {
-			continue
+		if !searchable(st, u) {
+			return p, st, true
 		}
-		msg := fmt.Sprintf("user: %q cannot reach its task directory %s: %s is mode %04o, owner uid %d, and not searchable by it",
-			u.name, taskDir, p, st.Mode&0o7777, st.Uid)
-		if isNomadDataDir(p, taskDir) {
-			msg += fmt.Sprintf(". This is the Nomad data_dir: Nomad creates it 0700 when it makes it itself. Make it traversable (chmod 0755 %s, or create it 0755 before Nomad first starts)", p)
-		} else {
-			msg += fmt.Sprintf("; make it traversable for the task's user (chmod o+x %s)", p)
-		}
-		return badInput("%s", msg)
 	}
-	return nil
+	return "", st, false
 }
 
 func searchable(st syscall.Stat_t, u taskUser) bool {
@@ -189,7 +209,7 @@ type isolationPlan struct {
 
 // planIsolation decides a task's namespaces, mounts and Landlock rules from
 // the plugin config, the task config and what the node can do.
-func (d *Driver) planIsolation(cfg *drivers.TaskConfig, tc *TaskConfig, mpsGPUs []string) (isolationPlan, error) {
+func (d *Driver) planIsolation(cfg *drivers.TaskConfig, tc *TaskConfig, mpsGPUs, ownDirs []string) (isolationPlan, error) {
 	icfg := d.config().Isolation
 	var plan isolationPlan
 	mode := tc.PIDMode
@@ -228,7 +248,7 @@ func (d *Driver) planIsolation(cfg *drivers.TaskConfig, tc *TaskConfig, mpsGPUs 
 		plan.notes = append(plan.notes, fmt.Sprintf("Landlock is not available on this node (%s): the task runs without filesystem confinement (isolation.landlock = \"best_effort\")", probe.LandlockError))
 		return plan, nil
 	}
-	rules, err := d.landlockRules(cfg, tc, dirs, plan.spec, mpsGPUs)
+	rules, err := d.landlockRules(cfg, tc, dirs, plan.spec, mpsGPUs, ownDirs)
 	if err != nil {
 		return plan, err
 	}
@@ -239,7 +259,7 @@ func (d *Driver) planIsolation(cfg *drivers.TaskConfig, tc *TaskConfig, mpsGPUs 
 	return plan, nil
 }
 
-func (d *Driver) landlockRules(cfg *drivers.TaskConfig, tc *TaskConfig, dirs taskDirs, iso supervisor.Isolation, mpsGPUs []string) ([]landlock.Rule, error) {
+func (d *Driver) landlockRules(cfg *drivers.TaskConfig, tc *TaskConfig, dirs taskDirs, iso supervisor.Isolation, mpsGPUs, ownDirs []string) ([]landlock.Rule, error) {
 	var rules []landlock.Rule
 	add := func(a landlock.Access, paths ...string) {
 		for _, p := range paths {
@@ -254,6 +274,10 @@ func (d *Driver) landlockRules(cfg *drivers.TaskConfig, tc *TaskConfig, dirs tas
 	add(rw, deviceNodes...)
 	add(rw, "/dev/pts", "/dev/shm")
 	add(rwx, dirs.task, dirs.alloc)
+	// Its checkpoints: the whole key dir, as a rule binds the directory it
+	// was made for, and each commit moves the staging dir to a generation
+	// and makes a new one.
+	add(rw, ownDirs...)
 	if iso.TmpDir != "" {
 		add(rwx, "/tmp")
 	}

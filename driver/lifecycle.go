@@ -146,6 +146,14 @@ func (d *Driver) StopTask(id string, timeout time.Duration, signal string) error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+waitTimeout)
 	defer cancel()
+	if rt := d.rt.Load(); rt != nil && (t.ckpt != nil || d.config().Preemption.Cooldown > 0) {
+		reason := d.stopReason(rt, t)
+		if t.ckpt != nil && !t.exited() {
+			timeout = t.ckpt.beforeStop(timeout, reason)
+		} else {
+			go func() { d.protectPreempted(rt, t, <-reason) }()
+		}
+	}
 	return t.proc.KillTree(ctx, timeout, sig)
 }
 

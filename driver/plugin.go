@@ -15,9 +15,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
 	"github.com/nomad-gpu/nomad-gpu/driver/migcaps"
 	"github.com/nomad-gpu/nomad-gpu/driver/mps"
+	"github.com/nomad-gpu/nomad-gpu/driver/preemption"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
@@ -88,6 +90,10 @@ type runtimeState struct {
 	mps   *mps.Manager
 	watch *gpuwatch.Watchdog
 	caps  *migcaps.Registry
+	ckpt  *checkpoint.Store
+	// nomad reads why allocations stop and keeps preemption cooldowns.
+	nomad *preemption.Client
+	probe probeCache
 }
 
 var _ drivers.Plugin = (*Driver)(nil)
@@ -202,7 +208,15 @@ func (d *Driver) runtime() (*runtimeState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("MIG capability grants: %w", err)
 	}
-	rt := &runtimeState{mps: m, caps: caps}
+	store, err := checkpoint.Open(cfg.Checkpoint.Root)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint.root: %w", err)
+	}
+	nomad, err := preemption.New(cfg.Nomad.Address, cfg.Nomad.Token)
+	if err != nil {
+		return nil, err
+	}
+	rt := &runtimeState{mps: m, caps: caps, ckpt: store, nomad: nomad}
 	rt.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)
 	d.reconcile(rt)
 	go m.Run(d.ctx, func(gpuUUID, msg string) {
@@ -213,6 +227,9 @@ func (d *Driver) runtime() (*runtimeState, error) {
 	go rt.watch.Run(d.ctx)
 	d.rt.Store(rt)
 	go d.publishShareUsage(rt)
+	if cfg.Preemption.Cooldown > 0 {
+		go d.endCooldowns(rt, cfg.Preemption.Cooldown)
+	}
 	return rt, nil
 }
 

@@ -53,6 +53,7 @@ func (d *Driver) recoverTask(rt *runtimeState, h *drivers.TaskHandle) (*task, er
 	t := &task{id: cfg.ID, cfg: cfg, dir: d.taskDir(cfg.ID), user: st.User, startedAt: st.StartedAt, done: make(chan struct{})}
 	d.noteDataDir(dirsOf(cfg).task)
 	supDir := filepath.Join(t.dir, supervisorDir)
+	var jr *journal
 	cgroupRoot := d.config().CgroupRoot
 	if st.Version == 1 {
 		if filepath.Clean(st.StateDir) != t.dir {
@@ -80,6 +81,7 @@ func (d *Driver) recoverTask(rt *runtimeState, h *drivers.TaskHandle) (*task, er
 			return nil, fmt.Errorf("journal of task %q / cgroup %q does not match the handle's task", j.TaskID, j.CgroupName)
 		}
 		cgroupRoot = j.CgroupRoot
+		jr = j
 	}
 	proc, err := supervisor.Recover(supDir)
 	if err != nil {
@@ -100,6 +102,9 @@ func (d *Driver) recoverTask(rt *runtimeState, h *drivers.TaskHandle) (*task, er
 	spec := proc.Spec()
 	user := taskUser{name: st.User, uid: spec.UID, gid: spec.GID, groups: spec.Groups}
 	d.reacquire(rt, t, user)
+	if jr != nil {
+		d.reattachCheckpoints(rt, t, jr, user)
+	}
 	return t, nil
 }
 

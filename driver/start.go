@@ -10,9 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
+	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
 	"github.com/nomad-gpu/nomad-gpu/driver/mps"
 	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
@@ -28,6 +30,8 @@ type startPlan struct {
 	mpsShares map[string]mps.Limits
 	mpsGPUs   []string
 	iso       isolationPlan
+	// ckptKey names the task's checkpoints, when it has a checkpoint block.
+	ckptKey *checkpoint.Key
 }
 
 // errTaskDirExists: the start took nothing, so it has nothing to undo (the
@@ -35,14 +39,14 @@ type startPlan struct {
 var errTaskDirExists = errors.New("task state dir already exists")
 
 // startSteps are StartTask's steps, in order, by the names fault tests use.
-var startSteps = []string{"journal", "cgroups", "mps", "mig", "supervisor", "commit"}
+var startSteps = []string{"journal", "cgroups", "mps", "mig", "checkpoint", "supervisor", "commit"}
 
 func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.NetworkOverride, error) {
 	rt, err := d.runtime()
 	if err != nil {
 		return nil, nil, drivers.NewRecoverableError(err, true)
 	}
-	plan, err := d.planStart(cfg)
+	plan, err := d.planStart(rt, cfg)
 	if err != nil {
 		return nil, nil, startFailure(err)
 	}
@@ -62,8 +66,12 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		"cgroups":    func() error { return d.createCgroups(t, plan) },
 		"mps":        func() error { return d.acquireMPS(rt, t, plan) },
 		"mig":        func() error { return grantMIG(rt, t, plan) },
+		"checkpoint": func() error { return d.prepareCheckpoints(rt, t, plan) },
 		"supervisor": func() error { return d.startSupervisor(t, plan) },
-		"commit":     func() error { j.Committed = true; return j.write(t.dir) },
+		"commit": func() error {
+			j.Committed, j.Checkpoint = true, t.ckpt.record()
+			return j.write(t.dir)
+		},
 	}
 	for _, name := range startSteps {
 		err := d.injectFault(name)
@@ -98,7 +106,7 @@ func (d *Driver) injectFault(step string) error {
 }
 
 // planStart validates the task and decides how it runs.
-func (d *Driver) planStart(cfg *drivers.TaskConfig) (*startPlan, error) {
+func (d *Driver) planStart(rt *runtimeState, cfg *drivers.TaskConfig) (*startPlan, error) {
 	if cfg == nil || cfg.ID == "" {
 		return nil, badInput("the task has no ID")
 	}
@@ -133,7 +141,16 @@ func (d *Driver) planStart(cfg *drivers.TaskConfig) (*startPlan, error) {
 		return nil, badInput("%v", err)
 	}
 	p.mpsGPUs = slices.Sorted(maps.Keys(p.mpsShares))
-	if p.iso, err = d.planIsolation(cfg, tc, p.mpsGPUs); err != nil {
+	var ownDirs []string
+	if tc.checkpoint() != nil {
+		if err := checkCheckpointRootReachable(rt.ckpt.Root(), p.user); err != nil {
+			return nil, err
+		}
+		k := checkpointKey(cfg)
+		p.ckptKey = &k
+		ownDirs = append(ownDirs, rt.ckpt.KeyDir(k))
+	}
+	if p.iso, err = d.planIsolation(cfg, tc, p.mpsGPUs, ownDirs); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -258,6 +275,9 @@ func (d *Driver) startSupervisor(t *task, p *startPlan) error {
 		env[contract.EnvCUDAVisibleDevices] = ""
 		env[contract.EnvNvidiaVisibleDevices] = contract.NvidiaVisibleDevicesNone
 	}
+	if t.ckpt != nil {
+		maps.Copy(env, t.ckpt.env())
+	}
 	// Temporary files go to the task's own tmp dir, which Landlock lets it
 	// write, whether or not it is also bound over /tmp.
 	if tmp := filepath.Join(dirsOf(cfg).task, "tmp"); env["TMPDIR"] == "" && dirsOf(cfg).task != "" && isDir(tmp) {
@@ -296,7 +316,33 @@ func (d *Driver) startSupervisor(t *task, p *startPlan) error {
 // exit waiter.
 func (d *Driver) track(rt *runtimeState, t *task) {
 	d.watchTask(rt, t)
+	if t.ckpt != nil {
+		go t.ckpt.watch(d.ctx)
+	}
 	go d.waitExit(rt, t)
+}
+
+// prepareCheckpoints readies the task's checkpoint store: what an earlier
+// run left half-done is discarded, and the newest committed generation is
+// handed to the task to restore.
+func (d *Driver) prepareCheckpoints(rt *runtimeState, t *task, p *startPlan) error {
+	if p.ckptKey == nil {
+		return nil
+	}
+	d.awaitPredecessors(rt, t, p.tc.checkpoint().CommitTimeout+predecessorSlack)
+	run, discarded, err := rt.ckpt.Prepare(*p.ckptKey, p.user.uid, p.user.gid)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	t.ckpt = newCheckpointer(d, t, *p.tc.checkpoint(), rt.ckpt, run)
+	for _, x := range discarded {
+		p.iso.notes = append(p.iso.notes, fmt.Sprintf("checkpoint: discarded %s: %s", x.Path, x.Reason))
+	}
+	if g := run.Restore; g != nil {
+		p.iso.notes = append(p.iso.notes, fmt.Sprintf("restoring checkpoint generation %d (%s, committed %s, %s); resume %d",
+			g.Seq, byteSize(g.Bytes), g.CommittedAt.UTC().Format(time.RFC3339), g.Trigger, run.Resumes))
+	}
+	return nil
 }
 
 func (d *Driver) watchTask(rt *runtimeState, t *task) {

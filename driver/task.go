@@ -91,6 +91,17 @@ type journal struct {
 	CgroupRoot string `json:"cgroup_root"`
 	CgroupName string `json:"cgroup_name"`
 	Committed  bool   `json:"committed"`
+	// Checkpoint is the run's place in the checkpoint store, for a task
+	// with a checkpoint block: a plugin that restarts takes the run up
+	// again from it. Its key and paths are derived from the task's config.
+	Checkpoint *journalCheckpoint `json:"checkpoint,omitempty"`
+}
+
+type journalCheckpoint struct {
+	// Staging is the name of the run's staging directory in its key's.
+	Staging    string `json:"staging"`
+	RestoreSeq int    `json:"restore_seq,omitempty"`
+	Resumes    int    `json:"resumes"`
 }
 
 const (
@@ -154,6 +165,7 @@ type task struct {
 	legacyCaps []capGrant
 	proc       *supervisor.Handle
 	group      *cgroups.Group // nil without cgroups
+	ckpt       *checkpointer  // nil for a task without a checkpoint block
 
 	done chan struct{} // closed once res is set
 	mu   sync.Mutex

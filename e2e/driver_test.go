@@ -28,7 +28,10 @@ import (
 // gpuNode is the plugin config of a simulated GPU node running both plugins.
 // MPS shares only GPU 4, so two MPS tasks land on the same GPU.
 type gpuNode struct {
-	dir, control string
+	dir, control      string
+	sharedCheckpoints string // "" for the node's own
+	// driverHCL is extra HCL in the gpu driver's config block.
+	driverHCL string
 }
 
 func newGPUNode(t testing.TB) gpuNode {
@@ -38,7 +41,21 @@ func newGPUNode(t testing.TB) gpuNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Passable: tasks run as nobody reach their checkpoints below it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return gpuNode{dir: dir, control: filepath.Join(dir, "sim.json")}
+}
+
+// checkpointRoot is where the node's tasks checkpoint; nodes made with the
+// same shared root restore each other's checkpoints, as on a shared
+// filesystem.
+func (n gpuNode) checkpointRoot() string {
+	if n.sharedCheckpoints != "" {
+		return n.sharedCheckpoints
+	}
+	return filepath.Join(n.dir, "checkpoints")
 }
 
 func (n gpuNode) hcl(t testing.TB) string {
@@ -73,6 +90,9 @@ plugin "nomad-driver-gpu" {
   config {
     state_dir         = %[3]q
     watchdog_interval = "500ms"
+    checkpoint {
+      root = %[6]q
+    }%[7]s
     mps {
       control_binary = %[4]q
       pipe_root      = %[1]q
@@ -84,7 +104,7 @@ plugin "nomad-driver-gpu" {
       }
     }
   }
-}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"))
+}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(n.driverHCL, "    "))
 }
 
 // gpuJob is a service job whose task prints its GPU env, then loops; it
@@ -457,4 +477,16 @@ func pluginPID(t *testing.T, name string) int {
 	}
 	t.Fatalf("no %s plugin process", name)
 	return 0
+}
+
+// indentHCL puts each line of block on a line of its own, indented.
+func indentHCL(block, indent string) string {
+	if strings.TrimSpace(block) == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimSpace(block), "\n") {
+		b.WriteString("\n" + indent + strings.TrimSpace(l))
+	}
+	return b.String()
 }

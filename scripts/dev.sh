@@ -97,6 +97,17 @@ plugin "nomad-driver-gpu" {
   config {
     state_dir         = "$DEV/driver"
     watchdog_interval = "1s"
+    checkpoint {
+      root = "$DEV/checkpoints"
+    }
+    nomad {
+      address = "$ADDR"
+    }
+    # A preempted job is not preempted again by work of its preemptor's
+    # priority for 10 minutes.
+    preemption {
+      cooldown = "10m"
+    }
     mps {
       # The simulated node has no CUDA MPS binaries: a stand-in plays the
       # control daemon. Production uses the real nvidia-cuda-mps-control.

@@ -1,0 +1,274 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
+)
+
+// counterScript counts, resumes from its newest checkpoint, and on the
+// checkpoint signal writes its count and commits; it records what it
+// restored and its count so far in its task dir.
+const counterScript = `
+n=0
+if [ -n "$NOMAD_GPU_RESTORE_DIR" ]; then n=$(cat "$NOMAD_GPU_RESTORE_DIR/count"); fi
+echo "restored=$n resumes=$NOMAD_GPU_RESUME_COUNT" > "$NOMAD_TASK_DIR/restored"
+checkpoint() { echo $n > "$NOMAD_GPU_CHECKPOINT_DIR/count"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo $n > "$NOMAD_TASK_DIR/committed"; }
+trap 'checkpoint' USR1
+trap 'exit 0' INT TERM
+while :; do n=$((n+1)); echo $n > "$NOMAD_TASK_DIR/progress"; sleep 0.02; done
+`
+
+// checkpointTask is run i of the same task (same job, group, task and
+// alloc index), as the replacement of a preempted allocation is.
+func (e *env) checkpointTask(ck CheckpointConfig) *drivers.TaskConfig {
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", counterScript}, Checkpoint: []CheckpointConfig{ck}}, nil)
+	cfg.Namespace, cfg.JobID, cfg.TaskGroupName = "default", "train", "g"
+	cfg.Env["NOMAD_ALLOC_INDEX"] = "0"
+	return cfg
+}
+
+func readInt(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %q", path, b)
+	}
+	return n
+}
+
+// startRestored starts the next run of the checkpointing task and returns
+// what it says it restored: "restored=N resumes=M".
+func (e *env) startRestored(t *testing.T, d *Driver, ck CheckpointConfig) string {
+	t.Helper()
+	next := e.checkpointTask(ck)
+	if _, _, err := d.StartTask(next); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.DestroyTask(next.ID, true) })
+	restored := filepath.Join(next.Env["NOMAD_TASK_DIR"], "restored")
+	eventually(t, "restore", func() bool { _, err := os.Stat(restored); return err == nil })
+	b, _ := os.ReadFile(restored)
+	return strings.TrimSpace(string(b))
+}
+
+func restoredLine(count, resumes int) string {
+	return fmt.Sprintf("restored=%d resumes=%d", count, resumes)
+}
+
+func defaultCheckpoint() CheckpointConfig {
+	c := CheckpointConfig{}
+	decodeDefaults(&c)
+	return c
+}
+
+// A stop makes the task commit before it is killed, and the next run of
+// the same task restores exactly what was committed.
+func TestCheckpointOnStopThenRestore(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
+	d := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
+
+	first := e.checkpointTask(defaultCheckpoint())
+	if _, _, err := d.StartTask(first); err != nil {
+		t.Fatal(err)
+	}
+	progress := filepath.Join(first.Env["NOMAD_TASK_DIR"], "progress")
+	eventually(t, "progress", func() bool { b, _ := os.ReadFile(progress); return len(b) > 0 && string(b) != "1\n" })
+	if err := d.StopTask(first.ID, 10*time.Second, "SIGINT"); err != nil {
+		t.Fatal(err)
+	}
+	if res := wait(t, d, first.ID, 20*time.Second); res.ExitCode != 0 && res.Signal == 0 {
+		t.Fatalf("first run: %+v", res)
+	}
+	committed := readInt(t, filepath.Join(first.Env["NOMAD_TASK_DIR"], "committed"))
+	d.DestroyTask(first.ID, true)
+	var msgs []string
+	for len(evs) > 0 {
+		msgs = append(msgs, (<-evs).Message)
+	}
+	if !strings.Contains(strings.Join(msgs, "\n"), "checkpoint committed: generation 1") {
+		t.Errorf("events %q: want a committed generation 1", msgs)
+	}
+
+	if got, want := e.startRestored(t, d, defaultCheckpoint()), restoredLine(committed, 1); got != want {
+		t.Errorf("second run %q, want %q", got, want)
+	}
+}
+
+// A task without a checkpoint block is stopped as before: no signal but
+// the kill signal.
+func TestNoCheckpointBlockNoCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
+	d := e.plugin()
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c",
+		`trap 'echo got-usr1 > "$NOMAD_TASK_DIR/usr1"' USR1; trap 'exit 0' INT; env | grep -c NOMAD_GPU_ > "$NOMAD_TASK_DIR/env.tmp"; mv "$NOMAD_TASK_DIR/env.tmp" "$NOMAD_TASK_DIR/env"; while :; do sleep 0.02; done`}}, nil)
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "task up", func() bool { _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "env")); return err == nil })
+	start := time.Now()
+	d.StopTask(cfg.ID, 5*time.Second, "SIGINT")
+	wait(t, d, cfg.ID, 10*time.Second)
+	d.DestroyTask(cfg.ID, true)
+	if _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "usr1")); err == nil {
+		t.Error("a task without a checkpoint block got the checkpoint signal")
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "env")); strings.TrimSpace(string(b)) != "0" {
+		t.Errorf("checkpoint variables in a task without a checkpoint block: %s", b)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("stop took %s", took)
+	}
+}
+
+// A task killed halfway through writing a checkpoint never committed it:
+// the next run restores the previous complete generation, byte for byte.
+func TestCheckpointInterruptedMidWrite(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
+	d := e.plugin()
+	ck := defaultCheckpoint()
+	first := e.checkpointTask(ck)
+	if _, _, err := d.StartTask(first); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "progress", func() bool {
+		_, err := os.Stat(filepath.Join(first.Env["NOMAD_TASK_DIR"], "progress"))
+		return err == nil
+	})
+	d.StopTask(first.ID, 10*time.Second, "SIGINT")
+	wait(t, d, first.ID, 20*time.Second)
+	committed := readInt(t, filepath.Join(first.Env["NOMAD_TASK_DIR"], "committed"))
+	d.DestroyTask(first.ID, true)
+
+	// The second run writes half a checkpoint and is killed before COMMIT.
+	half := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c",
+		`echo 999999 > "$NOMAD_GPU_CHECKPOINT_DIR/count"; head -c 1000000 /dev/zero > "$NOMAD_GPU_CHECKPOINT_DIR/big"; touch "$NOMAD_TASK_DIR/half"; sleep 300`},
+		Checkpoint: []CheckpointConfig{ck}}, nil)
+	half.Namespace, half.JobID, half.TaskGroupName, half.Name = first.Namespace, first.JobID, first.TaskGroupName, first.Name
+	half.Env["NOMAD_ALLOC_INDEX"] = "0"
+	if _, _, err := d.StartTask(half); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "half a checkpoint", func() bool { _, err := os.Stat(filepath.Join(half.Env["NOMAD_TASK_DIR"], "half")); return err == nil })
+	d.store.get(half.ID).proc.KillTree(context.Background(), 0, 9)
+	wait(t, d, half.ID, 20*time.Second)
+	d.DestroyTask(half.ID, true)
+
+	if got, want := e.startRestored(t, d, ck), restoredLine(committed, 2); got != want {
+		t.Errorf("third run %q, want %q (the half-written checkpoint must not count)", got, want)
+	}
+}
+
+// A plugin that restarts while a checkpointing task runs takes its
+// checkpoint run up again: the task's next commit, asked for by the new
+// plugin's stop, is what the run after restores.
+func TestCheckpointAfterPluginRestart(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
+	first := e.plugin()
+	cfg := e.checkpointTask(defaultCheckpoint())
+	h, _, err := first.StartTask(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progress := filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "progress")
+	eventually(t, "progress", func() bool { _, err := os.Stat(progress); return err == nil })
+	first.Shutdown()
+
+	second := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := second.TaskEvents(ctx)
+	if err := second.RecoverTask(&drivers.TaskHandle{Version: h.Version, Config: cfg, DriverState: h.DriverState}); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.StopTask(cfg.ID, 10*time.Second, "SIGINT"); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, second, cfg.ID, 20*time.Second)
+	second.DestroyTask(cfg.ID, true)
+	committed := readInt(t, filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "committed"))
+	var msgs []string
+	for len(evs) > 0 {
+		msgs = append(msgs, (<-evs).Message)
+	}
+	if !strings.Contains(strings.Join(msgs, "\n"), "checkpoint committed: generation 1") {
+		t.Fatalf("events %q: want generation 1 committed by the recovering plugin", msgs)
+	}
+
+	if got, want := e.startRestored(t, second, defaultCheckpoint()), restoredLine(committed, 1); got != want {
+		t.Errorf("next run %q, want %q", got, want)
+	}
+}
+
+func withCheckpoint(edit func(*CheckpointConfig)) CheckpointConfig {
+	c := defaultCheckpoint()
+	edit(&c)
+	return c
+}
+
+// A checkpoint root the task's user cannot pass through fails the start
+// in plain words, naming the directory and the fix.
+func TestCheckpointRootUnreachable(t *testing.T) {
+	e := newEnv(t)
+	closed := filepath.Join(e.dir, "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Checkpoint.Root = filepath.Join(closed, "checkpoints")
+	d := e.plugin()
+	_, _, err := d.StartTask(e.checkpointTask(defaultCheckpoint()))
+	want := `config.checkpoint: user "nobody" cannot reach the plugin's checkpoint.root ` + e.cfg.Checkpoint.Root + ": " + closed + " is mode 0700"
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "chmod o+x "+closed) {
+		t.Fatalf("error %v, want %q and the fix", err, want)
+	}
+}
+
+// With an interval the task is asked for checkpoints while it runs, and
+// each commit says so.
+func TestCheckpointInterval(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
+	d := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
+	cfg := e.checkpointTask(withCheckpoint(func(c *CheckpointConfig) { c.Interval = time.Second }))
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyTask(cfg.ID, true)
+	deadline := time.After(20 * time.Second)
+	for commits := 0; commits < 2; {
+		select {
+		case ev := <-evs:
+			if ev.Annotations["checkpoint"] == "committed" {
+				if ev.Annotations["trigger"] != "interval" {
+					t.Fatalf("commit %q: want trigger interval", ev.Message)
+				}
+				commits++
+			}
+		case <-deadline:
+			t.Fatal("no two interval commits in 20s")
+		}
+	}
+	d.StopTask(cfg.ID, 5*time.Second, "SIGINT")
+	wait(t, d, cfg.ID, 20*time.Second)
+}

@@ -1,0 +1,323 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
+	"github.com/nomad-gpu/nomad-gpu/driver/preemption"
+	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
+)
+
+// The checkpoint protocol's environment, as a task sees it. These names are
+// a contract with every checkpointing task: never change one.
+const (
+	// EnvCheckpointDir is where the task writes its next checkpoint.
+	EnvCheckpointDir = "NOMAD_GPU_CHECKPOINT_DIR"
+	// EnvCheckpointCommit is the file the task creates, empty, once the
+	// last byte of a checkpoint is written and closed: the commit.
+	EnvCheckpointCommit = "NOMAD_GPU_CHECKPOINT_COMMIT"
+	// EnvCheckpointSignal names the signal that asks for a checkpoint.
+	EnvCheckpointSignal = "NOMAD_GPU_CHECKPOINT_SIGNAL"
+	// EnvRestoreDir is the newest committed checkpoint, read-only; unset
+	// when there is none.
+	EnvRestoreDir = "NOMAD_GPU_RESTORE_DIR"
+	// EnvRestoreGeneration is that checkpoint's generation number.
+	EnvRestoreGeneration = "NOMAD_GPU_RESTORE_GENERATION"
+	// EnvResumeCount is how many times this task has been resumed from a
+	// checkpoint, this run included.
+	EnvResumeCount = "NOMAD_GPU_RESUME_COUNT"
+)
+
+// commitPoll is how often the driver looks for a task's commit marker.
+const commitPoll = 200 * time.Millisecond
+
+// checkpointKey names a task's checkpoints across its allocations: the
+// replacement of a preempted or drained allocation has the same key.
+func checkpointKey(cfg *drivers.TaskConfig) checkpoint.Key {
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	idx, _ := strconv.Atoi(cfg.Env["NOMAD_ALLOC_INDEX"])
+	return checkpoint.Key{Namespace: ns, Job: cfg.JobID, Group: cfg.TaskGroupName, Task: cfg.Name, AllocIndex: idx}
+}
+
+// checkpointer commits a task's checkpoints and asks for them on stop and
+// on its interval.
+type checkpointer struct {
+	d     *Driver
+	t     *task
+	cfg   CheckpointConfig
+	store *checkpoint.Store
+	run   *checkpoint.Run
+	sig   syscall.Signal
+
+	mu      sync.Mutex
+	trigger string // why the next commit is made
+	// triggerKnown, once a stop has begun, is closed when the stop's
+	// reason is known: the commit waits for it, to record it.
+	triggerKnown <-chan struct{}
+	commits      int           // commits in this run
+	changed      chan struct{} // closed and replaced at each commit
+}
+
+func newCheckpointer(d *Driver, t *task, cfg CheckpointConfig, store *checkpoint.Store, run *checkpoint.Run) *checkpointer {
+	sig, _ := parseSignal(cfg.Signal) // validated with the task config
+	return &checkpointer{d: d, t: t, cfg: cfg, store: store, run: run, sig: sig, trigger: "task", changed: make(chan struct{})}
+}
+
+// record is what the journal keeps of the run; nil for no checkpointer.
+func (c *checkpointer) record() *journalCheckpoint {
+	if c == nil {
+		return nil
+	}
+	r := &journalCheckpoint{Staging: filepath.Base(c.run.Staging), Resumes: c.run.Resumes}
+	if c.run.Restore != nil {
+		r.RestoreSeq = c.run.Restore.Seq
+	}
+	return r
+}
+
+// reattachCheckpoints takes up the checkpoint run of a task recovered after
+// the plugin restarted. A run that cannot be taken up leaves the task
+// running without checkpoints, and says so.
+func (d *Driver) reattachCheckpoints(rt *runtimeState, t *task, j *journal, u taskUser) {
+	tc, _ := t.cfg.DriverConfig.(*TaskConfig)
+	if tc == nil || tc.checkpoint() == nil || j.Checkpoint == nil {
+		return
+	}
+	k := checkpointKey(t.cfg)
+	dir := rt.ckpt.KeyDir(k)
+	run := &checkpoint.Run{Key: k, Staging: filepath.Join(dir, j.Checkpoint.Staging), Resumes: j.Checkpoint.Resumes}
+	if seq := j.Checkpoint.RestoreSeq; seq > 0 {
+		run.Restore = &checkpoint.Generation{Seq: seq, Dir: rt.ckpt.GenerationDir(k, seq)}
+	}
+	discarded, err := rt.ckpt.Reattach(run, u.uid, u.gid)
+	for _, x := range discarded {
+		d.emit(t, fmt.Sprintf("checkpoint: discarded %s: %s", x.Path, x.Reason), nil)
+	}
+	if err != nil {
+		d.emit(t, "checkpoint: the task runs on without checkpoints after the plugin restarted: "+err.Error(),
+			map[string]string{"checkpoint": "failed"})
+		return
+	}
+	t.ckpt = newCheckpointer(d, t, *tc.checkpoint(), rt.ckpt, run)
+}
+
+// env is what the task is told of its checkpoints.
+func (c *checkpointer) env() map[string]string {
+	env := map[string]string{
+		EnvCheckpointDir:    c.run.Staging,
+		EnvCheckpointCommit: c.run.Staging + "/" + checkpoint.CommitMarker,
+		EnvCheckpointSignal: c.cfg.Signal,
+		EnvResumeCount:      strconv.Itoa(c.run.Resumes),
+	}
+	if g := c.run.Restore; g != nil {
+		env[EnvRestoreDir] = g.Dir
+		env[EnvRestoreGeneration] = strconv.Itoa(g.Seq)
+	}
+	return env
+}
+
+// watch commits every checkpoint the task marks complete, asks for one
+// every interval, and makes a last commit when the task has exited (it may
+// commit and exit at once when stopped).
+func (c *checkpointer) watch(ctx context.Context) {
+	poll := time.NewTicker(commitPoll)
+	defer poll.Stop()
+	var interval <-chan time.Time
+	if c.cfg.Interval > 0 {
+		t := time.NewTicker(c.cfg.Interval)
+		defer t.Stop()
+		interval = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.t.done:
+			c.commitIfMarked()
+			return
+		case <-poll.C:
+			c.commitIfMarked()
+		case <-interval:
+			c.mu.Lock()
+			stopping := c.triggerKnown != nil
+			if !stopping {
+				c.trigger = "interval"
+			}
+			c.mu.Unlock()
+			if !stopping {
+				c.request("interval")
+			}
+		}
+	}
+}
+
+// request signals the task for a checkpoint, to be recorded with trigger.
+func (c *checkpointer) request(trigger string) {
+	c.d.emit(c.t, fmt.Sprintf("checkpoint requested (%s): %s, %s to commit", trigger, c.cfg.Signal, c.cfg.CommitTimeout),
+		map[string]string{"checkpoint": "requested", "trigger": trigger})
+	if err := c.t.proc.Signal(c.sig); err != nil {
+		c.d.emit(c.t, "checkpoint request failed: "+err.Error(), map[string]string{"checkpoint": "failed"})
+	}
+}
+
+func (c *checkpointer) commitIfMarked() {
+	if !c.run.CommitRequested() {
+		return
+	}
+	c.mu.Lock()
+	known := c.triggerKnown
+	c.mu.Unlock()
+	if known != nil {
+		<-known // bounded by stopReasonTimeout
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.run.CommitRequested() { // committed meanwhile
+		return
+	}
+	start := time.Now()
+	g, err := c.store.Commit(c.run, c.trigger, c.cfg.Keep)
+	if g == nil {
+		c.d.emit(c.t, "checkpoint commit failed: "+err.Error(), map[string]string{"checkpoint": "failed", "trigger": c.trigger})
+		return
+	}
+	if err != nil {
+		// Committed and restorable; only the tidying after it failed.
+		c.d.logger.Warn("checkpoint committed with errors", "task", c.t.id, "error", err)
+	}
+	took := time.Since(start)
+	c.d.emit(c.t, fmt.Sprintf("checkpoint committed: generation %d, %s in %d files, in %s (%s)", g.Seq, byteSize(g.Bytes), g.Files, took.Round(time.Millisecond), c.trigger),
+		map[string]string{"checkpoint": "committed", "generation": strconv.Itoa(g.Seq), "bytes": strconv.FormatInt(g.Bytes, 10),
+			"duration_ms": strconv.FormatInt(took.Milliseconds(), 10), "trigger": c.trigger})
+	c.commits++
+	if c.triggerKnown == nil {
+		c.trigger = "task"
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// beforeStop asks the task for a checkpoint and waits until it commits or
+// exits, for the commit timeout but never past the stop's own timeout; the
+// stop then goes on as without checkpoints. It returns what is left of the
+// stop's timeout.
+func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemption.Reason) time.Duration {
+	const trigger = "stop"
+	known := make(chan struct{})
+	c.mu.Lock()
+	c.triggerKnown, c.trigger = known, trigger
+	c.mu.Unlock()
+	go func() {
+		r := <-reason
+		c.mu.Lock()
+		if r.Trigger != "" {
+			c.trigger = r.Trigger
+		}
+		c.mu.Unlock()
+		close(known)
+		rt := c.d.rt.Load()
+		if rt != nil {
+			c.d.protectPreempted(rt, c.t, r)
+		}
+	}()
+	allowed := c.cfg.CommitTimeout
+	if timeout > 0 && allowed > timeout {
+		c.d.emit(c.t, fmt.Sprintf("checkpoint: commit_timeout %s is longer than the task's kill_timeout %s, so the task gets %s to commit; set kill_timeout above commit_timeout", allowed, timeout, timeout), nil)
+		allowed = timeout
+	}
+	c.mu.Lock()
+	before, changed := c.commits, c.changed
+	c.mu.Unlock()
+	start := time.Now()
+	c.request(trigger)
+	deadline := time.NewTimer(allowed)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-changed:
+			c.mu.Lock()
+			done := c.commits > before
+			changed = c.changed
+			c.mu.Unlock()
+			if done {
+				return max(timeout-time.Since(start), 0)
+			}
+		case <-c.t.done:
+			c.commitIfMarked()
+			return 0
+		case <-deadline.C:
+			c.d.emit(c.t, fmt.Sprintf("checkpoint not committed within %s; stopping the task", allowed),
+				map[string]string{"checkpoint": "failed", "trigger": trigger})
+			return max(timeout-time.Since(start), 0)
+		}
+	}
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// predecessorSlack is what a predecessor gets beyond its commit timeout to
+// be seen stopped: the kill after its commit, and its client telling the
+// servers.
+const predecessorSlack = 15 * time.Second
+
+// awaitPredecessors holds a run's start until the allocation it replaces
+// has stopped, for at most limit. Nomad starts a replacement on another
+// node (a drain, a preemption, a reschedule) while its predecessor may
+// still be committing its last checkpoint, which this run must restore
+// rather than the one before it; started first, it would also make the
+// predecessor's commit a superseded one. Where the API cannot be read, or
+// the limit passes, the run goes on with what is committed, and says so.
+func (d *Driver) awaitPredecessors(rt *runtimeState, t *task, limit time.Duration) {
+	name := t.cfg.Env["NOMAD_ALLOC_NAME"]
+	if name == "" || t.cfg.JobID == "" {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	announced := false
+	for {
+		ctx, cancel := context.WithTimeout(d.ctx, stopReasonTimeout)
+		ids, err := rt.nomad.Predecessors(ctx, t.cfg.Namespace, t.cfg.JobID, name, t.cfg.AllocID)
+		cancel()
+		switch {
+		case err != nil:
+			d.logger.Warn("checkpoint: predecessors unknown; restoring what is committed", "task", t.id, "error", err)
+			return
+		case len(ids) == 0:
+			if announced {
+				d.emit(t, "checkpoint: the previous allocation has stopped", nil)
+			}
+			return
+		case time.Now().After(deadline):
+			d.emit(t, fmt.Sprintf("checkpoint: alloc %s is still stopping after %s; restoring what is committed now", ids[0], limit),
+				map[string]string{"checkpoint": "failed"})
+			return
+		case !announced:
+			announced = true
+			d.emit(t, fmt.Sprintf("checkpoint: waiting up to %s for alloc %s, the previous run of this task, to finish stopping and commit", limit, ids[0]), nil)
+		}
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package preemption
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Nomad's own rule for variable paths (nomad/structs/variables.go).
+var validVariablePath = regexp.MustCompile(`^[a-zA-Z0-9-_~/]{1,128}$`)
+
+func TestVariablePath(t *testing.T) {
+	long := strings.Repeat("j", 120)
+	cases := []struct {
+		job, want string
+	}{
+		{"train", VariablePrefix + "train"},
+		{"train-2_a~b", VariablePrefix + "train-2_a~b"},
+		{"a.b", VariablePrefix + "x612e62"},
+		{"x1", VariablePrefix + "x7831"}, // never taken for an encoded ID
+		{"../etc", VariablePrefix + "x2e2e2f657463"},
+		{"a/b", VariablePrefix + "x612f62"},
+	}
+	for _, c := range cases {
+		if got := VariablePath(c.job); got != c.want {
+			t.Errorf("VariablePath(%q) = %q, want %q", c.job, got, c.want)
+		}
+	}
+	seen := map[string]string{}
+	for _, job := range []string{"train", "a.b", "x612e62", "x1", "x7831", "../etc", "a/b", long, long + "k", "é"} {
+		p := VariablePath(job)
+		if other, dup := seen[p]; dup {
+			t.Errorf("jobs %q and %q share %s", job, other, p)
+		}
+		seen[p] = job
+		if len(p) <= 128 && !validVariablePath.MatchString(p) {
+			t.Errorf("VariablePath(%q) = %q is no valid variable path", job, p)
+		}
+	}
+}
+
+func TestCooldownItemsRoundTrip(t *testing.T) {
+	cd := Cooldown{Namespace: "ml", JobID: "a.b", Original: 30, Raised: 80, Until: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC), PreemptedBy: "1234"}
+	got, err := parseCooldown(&api.Variable{Namespace: "ml", Path: VariablePath(cd.JobID), Items: cd.items()})
+	if err != nil || got != cd {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, cd)
+	}
+	bad := []struct {
+		name string
+		edit func(api.VariableItems) string
+		want string
+	}{
+		{"priority", func(i api.VariableItems) string { i["original_priority"] = "high"; return VariablePath("a.b") }, "original_priority"},
+		{"until", func(i api.VariableItems) string { i["until"] = "soon"; return VariablePath("a.b") }, "until"},
+		{"elsewhere", func(i api.VariableItems) string { return VariablePath("other") }, "does not belong"},
+	}
+	for _, b := range bad {
+		items := cd.items()
+		path := b.edit(items)
+		if _, err := parseCooldown(&api.Variable{Path: path, Items: items}); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%s: err %v, want one naming %q", b.name, err, b.want)
+		}
+	}
+}
+
+func TestStopReason(t *testing.T) {
+	cases := []struct {
+		name  string
+		alloc api.Allocation
+		want  string
+	}{
+		{"preempted", api.Allocation{PreemptedByAllocation: "9f8e7d6c-1111", DesiredStatus: "evict"}, "preempted by alloc 9f8e7d6c"},
+		{"drain", api.Allocation{DesiredStatus: "stop", DesiredTransition: api.DesiredTransition{Migrate: ptr(true)}}, "node drain"},
+		{"job stop", api.Allocation{DesiredStatus: "stop", DesiredDescription: "alloc not needed due to job update"}, "stop: alloc not needed due to job update"},
+		{"restart", api.Allocation{DesiredStatus: "run"}, "stop"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/allocation/a1" || r.URL.Query().Get("namespace") != "ml" || r.Header.Get("X-Nomad-Token") != "secret" {
+					http.Error(w, "unexpected "+r.URL.String(), http.StatusBadRequest)
+					return
+				}
+				json.NewEncoder(w).Encode(c.alloc)
+			}))
+			defer srv.Close()
+			cl, err := New(srv.URL, "secret")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := cl.StopReason(context.Background(), "ml", "a1")
+			if err != nil || r.Trigger != c.want {
+				t.Fatalf("trigger %q, %v; want %q", r.Trigger, err, c.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
