@@ -148,16 +148,25 @@ func (a *Agent) start() error {
 // stopped agent is a no-op.
 func (a *Agent) Stop(t testing.TB) {
 	t.Helper()
+	if err := a.Shutdown(); err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+}
+
+// Shutdown is Stop for callers without a testing.TB (a goroutine serving
+// a test's plugin): it returns what went wrong instead of failing.
+func (a *Agent) Shutdown() error {
 	if !a.signal(syscall.SIGINT, false) {
-		return
+		return nil
 	}
-	if !a.waitExit(30 * time.Second) {
-		t.Logf("e2e: %s did not exit 30s after SIGINT; killing it", a.name)
-		a.signal(syscall.SIGKILL, false)
-		if !a.waitExit(15 * time.Second) {
-			t.Fatalf("e2e: %s did not exit after SIGKILL", a.name)
-		}
+	if a.waitExit(30 * time.Second) {
+		return nil
 	}
+	a.signal(syscall.SIGKILL, false)
+	if !a.waitExit(15 * time.Second) {
+		return fmt.Errorf("agent %s did not exit after SIGKILL", a.name)
+	}
+	return nil
 }
 
 // Kill sends SIGKILL to the agent process only (not to the plugins and

@@ -73,15 +73,16 @@ type ClientOptions struct {
 
 // Cluster is a running server plus clients. Create it with Start.
 type Cluster struct {
-	bin     string
-	dir     string // resolved (symlink-free) cluster directory
-	ownDir  bool   // dir was created by Start and is removed at cleanup
-	marker  string // value of markerEnv in every agent's environment
-	env     []string
-	server  *Agent
-	api     *api.Client
-	mu      sync.Mutex
-	clients []*Agent
+	bin         string
+	dir         string // resolved (symlink-free) cluster directory
+	ownDir      bool   // dir was created by Start and is removed at cleanup
+	marker      string // value of markerEnv in every agent's environment
+	env         []string
+	server      *Agent
+	api         *api.Client
+	mu          sync.Mutex
+	clients     []*Agent
+	autoscalers []*Autoscaler
 }
 
 // Start starts a server and opts.Clients clients, and waits until the server
@@ -452,6 +453,15 @@ func (c *Cluster) cleanup(t testing.TB) {
 		for _, a := range agents {
 			t.Logf("e2e: ---- last 60 lines of %s (%s) ----\n%s", a.name, a.logPath, a.LogTail(60))
 		}
+	}
+	c.mu.Lock()
+	autoscalers := c.autoscalers
+	c.mu.Unlock()
+	for _, a := range autoscalers {
+		if t.Failed() {
+			t.Logf("e2e: ---- last 60 lines of nomad-autoscaler (%s) ----\n%s", a.logPath, tailFile(a.logPath, 60))
+		}
+		a.stop()
 	}
 	allocIDs := c.allocIDs()
 	for _, a := range agents {

@@ -7,20 +7,46 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 )
 
 // Serve runs the plugin set until the agent shuts it down. Nothing may be
 // written to stdout before this: the handshake line must come first.
 func Serve(plugins map[string]plugin.Plugin, logger hclog.Logger) {
+	ServeHandshake(Handshake, plugins, logger)
+}
+
+// ServeHandshake is Serve for a host with its own handshake (the
+// nomad-autoscaler agent): gRPC only, logging to logger.
+func ServeHandshake(handshake plugin.HandshakeConfig, plugins map[string]plugin.Plugin, logger hclog.Logger) {
 	// A plugin that outlives a crashed agent must not die of SIGPIPE on its
 	// next log line to the dead agent's pipe.
 	signal.Ignore(syscall.SIGPIPE)
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: Handshake,
+		HandshakeConfig: handshake,
 		Plugins:         plugins,
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          logger,
 	})
+}
+
+// GRPCService is one entry of a go-plugin set that speaks gRPC only:
+// Register adds the service to the plugin's server (nil on the host side),
+// NewClient wraps the host side's connection; its ctx is done when the
+// plugin process is gone.
+type GRPCService struct {
+	plugin.NetRPCUnsupportedPlugin
+	Register  func(*grpc.Server)
+	NewClient func(ctx context.Context, conn *grpc.ClientConn) any
+}
+
+func (s *GRPCService) GRPCServer(_ *plugin.GRPCBroker, srv *grpc.Server) error {
+	s.Register(srv)
+	return nil
+}
+
+func (s *GRPCService) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return s.NewClient(ctx, conn), nil
 }
 
 // Pump forwards every value from ch with send until ctx is done. Most

@@ -1,0 +1,148 @@
+package apm
+
+import (
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
+)
+
+// PluginName is the plugin's name, which the agent's apm block's driver
+// must equal.
+const PluginName = "nomad-gpu-apm"
+
+// Plugin is the nomad-gpu-apm APM.
+type Plugin struct {
+	log   hclog.Logger
+	calls counter
+
+	queries atomic.Uint64
+
+	mu     sync.Mutex
+	raw    map[string]string
+	cfg    *Config
+	cache  *cache
+	closed bool
+}
+
+var _ autoscaler.APM = (*Plugin)(nil)
+
+// New returns an unconfigured plugin; a nil logger logs nothing.
+func New(log hclog.Logger) *Plugin {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &Plugin{log: log}
+}
+
+// SetConfig validates the config and (re)connects to Nomad. Nothing is
+// read from Nomad until a query needs it. Called again with the same map,
+// it keeps the cache; with another, it drops the cache and starts over.
+func (p *Plugin) SetConfig(config map[string]string) error {
+	cfg, err := ParseConfig(config)
+	if err != nil {
+		return fmt.Errorf("%s: %w", PluginName, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("%s: closed", PluginName)
+	}
+	if p.cache != nil && maps.Equal(p.raw, config) {
+		return nil
+	}
+	cl, err := newNomadClient(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: config: %w", PluginName, err)
+	}
+	old := p.cache
+	p.raw, p.cfg = maps.Clone(config), cfg
+	p.cache = newCache(cl, cfg, p.log, &p.calls)
+	if old != nil {
+		go old.close()
+	}
+	return nil
+}
+
+// Close stops the background watches.
+func (p *Plugin) Close() {
+	p.mu.Lock()
+	c := p.cache
+	p.cache, p.closed = nil, true
+	p.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+}
+
+// Stats are the plugin's counters.
+type Stats struct {
+	// Calls is how many Nomad API requests the plugin has made, and
+	// ByEndpoint the same by endpoint (Endpoint* constants).
+	Calls      uint64
+	ByEndpoint map[string]uint64
+	// Queries is how many queries were answered or refused.
+	Queries uint64
+}
+
+// Stats returns the counters so far.
+func (p *Plugin) Stats() Stats {
+	return Stats{Calls: p.calls.total.Load(), ByEndpoint: p.calls.snapshot(), Queries: p.queries.Load()}
+}
+
+// Query answers one query (see the package documentation) with a single
+// point stamped r.To (now when r.To is unset). The value describes the
+// cluster as the cache holds it now; the time range selects nothing.
+func (p *Plugin) Query(query string, r autoscaler.TimeRange) ([]autoscaler.Metric, error) {
+	p.queries.Add(1)
+	q, err := ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", PluginName, err)
+	}
+	p.mu.Lock()
+	c := p.cache
+	p.mu.Unlock()
+	if c == nil {
+		return nil, fmt.Errorf("%s: not configured (SetConfig not called, or closed)", PluginName)
+	}
+	v, err := p.evaluate(c, q)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", PluginName, q.Metric, err)
+	}
+	at := r.To
+	if at.IsZero() || at.Unix() <= 0 {
+		at = time.Now()
+	}
+	return []autoscaler.Metric{{Time: at, Value: v}}, nil
+}
+
+func (p *Plugin) evaluate(c *cache, q Query) (float64, error) {
+	if err := c.ensure(needs(q)); err != nil {
+		return 0, err
+	}
+	snap := *c.snapshot()
+	snap.Now = time.Now()
+	if q.Metric == MetricUtilPct {
+		util, err := c.utilization(q, &snap)
+		if err != nil {
+			return 0, err
+		}
+		snap.Util = util
+	}
+	if q.Metric == MetricNodesNeeded {
+		r := NodesNeeded(q, &snap)
+		p.log.Debug("nodes_needed", "query", q.String(), "nodes", r.Nodes, "shape", r.Shape, "shape_from", r.ShapeFrom,
+			"queued_allocs", r.QueuedAllocs, "placed_on_free", r.PlacedOnFree, "unfittable", r.Unfittable)
+		return float64(r.Nodes), nil
+	}
+	v, err := Evaluate(q, &snap)
+	if err != nil {
+		return 0, err
+	}
+	return v, nil
+}

@@ -1,0 +1,321 @@
+package apm
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Metric names a query can ask for.
+const (
+	MetricGPUsQueued   = "gpus_queued"
+	MetricAllocsQueued = "allocs_queued"
+	MetricWaitMax      = "wait_max_seconds"
+	MetricWaitMean     = "wait_mean_seconds"
+	MetricAllocPct     = "gpu_alloc_pct"
+	MetricUtilPct      = "gpu_util_pct"
+	MetricNodesNeeded  = "nodes_needed"
+)
+
+var metricNames = []string{
+	MetricGPUsQueued, MetricAllocsQueued, MetricWaitMax, MetricWaitMean,
+	MetricAllocPct, MetricUtilPct, MetricNodesNeeded,
+}
+
+// isQueueMetric reports whether a metric reads the queue (and so takes state=).
+func isQueueMetric(m string) bool {
+	switch m {
+	case MetricGPUsQueued, MetricAllocsQueued, MetricWaitMax, MetricWaitMean:
+		return true
+	}
+	return false
+}
+
+// State selects which queued work a queue metric counts.
+type State int
+
+const (
+	// StateAll counts unplaced allocations of blocked evaluations and
+	// placed allocations still pending on their node.
+	StateAll State = iota
+	// StateBlocked counts only unplaced allocations (blocked evaluations).
+	StateBlocked
+	// StatePending counts only placed allocations whose client status is
+	// still pending.
+	StatePending
+)
+
+func (s State) String() string {
+	switch s {
+	case StateBlocked:
+		return "blocked"
+	case StatePending:
+		return "pending"
+	}
+	return "all"
+}
+
+// DeviceSpec is a device name as Nomad parses a job's device request:
+// "type", "vendor/type" or "vendor/type/name". An empty field matches any.
+type DeviceSpec struct {
+	Vendor, Type, Name string
+}
+
+// DefaultDevice is the device a query means when it names none.
+var DefaultDevice = DeviceSpec{Vendor: "nvidia", Type: "gpu"}
+
+func (d DeviceSpec) String() string {
+	switch {
+	case d.Vendor == "" && d.Name == "":
+		return d.Type
+	case d.Name == "":
+		return d.Vendor + "/" + d.Type
+	}
+	return d.Vendor + "/" + d.Type + "/" + d.Name
+}
+
+// ParseDeviceSpec parses a device name the way Nomad parses a device
+// request's name: one part is the type, two are vendor/type, three are
+// vendor/type/name (the name may itself hold no further "/").
+func ParseDeviceSpec(s string) (DeviceSpec, error) {
+	parts := strings.Split(s, "/")
+	for _, p := range parts {
+		if p == "" {
+			return DeviceSpec{}, fmt.Errorf("device %q has an empty part; want type, vendor/type or vendor/type/name (e.g. nvidia/gpu, nvidia/mig/1g.10gb)", s)
+		}
+	}
+	switch len(parts) {
+	case 1:
+		return DeviceSpec{Type: parts[0]}, nil
+	case 2:
+		return DeviceSpec{Vendor: parts[0], Type: parts[1]}, nil
+	case 3:
+		return DeviceSpec{Vendor: parts[0], Type: parts[1], Name: parts[2]}, nil
+	}
+	return DeviceSpec{}, fmt.Errorf("device %q has %d parts; want type, vendor/type or vendor/type/name (e.g. nvidia/gpu, nvidia/mig/1g.10gb)", s, len(parts))
+}
+
+// requestSpec parses a job's device request name leniently (Nomad's own
+// rule: split into at most three parts).
+func requestSpec(name string) DeviceSpec {
+	parts := strings.SplitN(name, "/", 3)
+	switch len(parts) {
+	case 1:
+		return DeviceSpec{Type: parts[0]}
+	case 2:
+		return DeviceSpec{Vendor: parts[0], Type: parts[1]}
+	}
+	return DeviceSpec{Vendor: parts[0], Type: parts[1], Name: parts[2]}
+}
+
+// Compatible reports whether a device request d could be satisfied by a
+// device the filter f selects: every field both name must be equal.
+// A request "gpu" is compatible with the filter nvidia/gpu, and so is
+// "nvidia/gpu/H100"; "nvidia/mig/2g.20gb" is not compatible with
+// nvidia/mig/1g.10gb.
+func (f DeviceSpec) Compatible(d DeviceSpec) bool {
+	eq := func(a, b string) bool { return a == "" || b == "" || a == b }
+	return eq(f.Vendor, d.Vendor) && eq(f.Type, d.Type) && eq(f.Name, d.Name)
+}
+
+// Filter selects nodes and work. Empty fields match everything.
+type Filter struct {
+	NodePool   string
+	Datacenter string
+	NodeClass  string
+	Device     DeviceSpec
+}
+
+// Query is a parsed query string.
+type Query struct {
+	Metric string
+	Filter Filter
+	// State applies to the queue metrics only.
+	State State
+	// GPUsPerNode is the node shape nodes_needed packs into; 0 means take
+	// it from the pool's nodes (or the plugin's default_gpus_per_node).
+	GPUsPerNode int
+}
+
+func (q Query) String() string {
+	var params []string
+	add := func(k, v string) {
+		if v != "" {
+			params = append(params, k+"="+v)
+		}
+	}
+	add(keyNodePool, q.Filter.NodePool)
+	add(keyDatacenter, q.Filter.Datacenter)
+	add(keyNodeClass, q.Filter.NodeClass)
+	add(keyDevice, q.Filter.Device.String())
+	if isQueueMetric(q.Metric) {
+		add(keyState, q.State.String())
+	}
+	if q.GPUsPerNode > 0 {
+		add(keyGPUsPerNode, strconv.Itoa(q.GPUsPerNode))
+	}
+	return q.Metric + "{" + strings.Join(params, ",") + "}"
+}
+
+// Query parameter keys; aliases map to these.
+const (
+	keyNodePool    = "node_pool"
+	keyDatacenter  = "datacenter"
+	keyNodeClass   = "node_class"
+	keyDevice      = "device"
+	keyState       = "state"
+	keyGPUsPerNode = "gpus_per_node"
+)
+
+var keyAliases = map[string]string{
+	keyNodePool:    keyNodePool,
+	"pool":         keyNodePool,
+	keyDatacenter:  keyDatacenter,
+	keyNodeClass:   keyNodeClass,
+	"class":        keyNodeClass,
+	keyDevice:      keyDevice,
+	keyState:       keyState,
+	keyGPUsPerNode: keyGPUsPerNode,
+}
+
+const allowedKeys = "node_pool (or pool), datacenter, node_class (or class), device, state (queue metrics), gpus_per_node (nodes_needed)"
+
+func validValueChar(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+		strings.ContainsRune("-_./:", r)
+}
+
+// ParseQuery parses a query string:
+//
+//	metric
+//	metric{}
+//	metric{key=value,key=value,...}
+//
+// metric is one of gpus_queued, allocs_queued, wait_max_seconds,
+// wait_mean_seconds, gpu_alloc_pct, gpu_util_pct, nodes_needed. Keys are
+// node_pool (alias pool), datacenter, node_class (alias class), device,
+// state (queue metrics only: blocked, pending or all) and gpus_per_node
+// (nodes_needed only: a positive integer). Each key at most once. Values
+// are made of letters, digits and - _ . / : (no quoting). Blanks around
+// the metric, the braces, commas and "=" are allowed; nothing else is.
+func ParseQuery(s string) (Query, error) {
+	q, err := parseQuery(s)
+	if err != nil {
+		return Query{}, fmt.Errorf("query %q: %w", s, err)
+	}
+	return q, nil
+}
+
+func parseQuery(s string) (Query, error) {
+	q := Query{Filter: Filter{Device: DefaultDevice}}
+	body := strings.TrimSpace(s)
+	if body == "" {
+		return q, fmt.Errorf("empty query; want metric{key=value,...} with metric one of %s", strings.Join(metricNames, ", "))
+	}
+	name, rest, hasBraces := strings.Cut(body, "{")
+	name = strings.TrimSpace(name)
+	if !hasBraces && strings.ContainsAny(name, "}=, \t") {
+		return q, fmt.Errorf("%q is not a metric name; parameters go in braces: metric{key=value,...}", name)
+	}
+	known := false
+	for _, m := range metricNames {
+		if name == m {
+			known = true
+		}
+	}
+	if !known {
+		return q, fmt.Errorf("unknown metric %q; allowed: %s", name, strings.Join(metricNames, ", "))
+	}
+	q.Metric = name
+	if !hasBraces {
+		return q, nil
+	}
+	inner, ok := strings.CutSuffix(rest, "}")
+	if !ok {
+		return q, fmt.Errorf("missing closing \"}\" at the end")
+	}
+	if strings.ContainsAny(inner, "{}") {
+		return q, fmt.Errorf("unexpected brace inside {%s}", inner)
+	}
+	if strings.TrimSpace(inner) == "" {
+		return q, nil
+	}
+	seen := map[string]string{}
+	for i, param := range strings.Split(inner, ",") {
+		param = strings.TrimSpace(param)
+		if param == "" {
+			return q, fmt.Errorf("empty parameter #%d (stray comma?)", i+1)
+		}
+		k, v, ok := strings.Cut(param, "=")
+		if !ok {
+			return q, fmt.Errorf("parameter %q has no \"=\"; want key=value with key one of %s", param, allowedKeys)
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		key, ok := keyAliases[k]
+		if !ok {
+			return q, fmt.Errorf("unknown parameter %q; allowed: %s", k, allowedKeys)
+		}
+		if prev, dup := seen[key]; dup {
+			return q, fmt.Errorf("parameter %q given twice (as %q and %q)", key, prev, k)
+		}
+		seen[key] = k
+		if v == "" {
+			return q, fmt.Errorf("parameter %q has an empty value", k)
+		}
+		for _, r := range v {
+			if !validValueChar(r) {
+				return q, fmt.Errorf("parameter %q: value %q has the character %q; values are letters, digits and - _ . / :", k, v, r)
+			}
+		}
+		switch key {
+		case keyNodePool:
+			q.Filter.NodePool = v
+		case keyDatacenter:
+			q.Filter.Datacenter = v
+		case keyNodeClass:
+			q.Filter.NodeClass = v
+		case keyDevice:
+			d, err := ParseDeviceSpec(v)
+			if err != nil {
+				return q, fmt.Errorf("parameter device: %w", err)
+			}
+			q.Filter.Device = d
+		case keyState:
+			if !isQueueMetric(q.Metric) {
+				return q, fmt.Errorf("parameter state applies only to %s, not %s", strings.Join(queueMetrics(), ", "), q.Metric)
+			}
+			switch v {
+			case "all":
+				q.State = StateAll
+			case "blocked":
+				q.State = StateBlocked
+			case "pending":
+				q.State = StatePending
+			default:
+				return q, fmt.Errorf("parameter state: %q is not one of all, blocked, pending", v)
+			}
+		case keyGPUsPerNode:
+			if q.Metric != MetricNodesNeeded {
+				return q, fmt.Errorf("parameter gpus_per_node applies only to %s, not %s", MetricNodesNeeded, q.Metric)
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return q, fmt.Errorf("parameter gpus_per_node: %q is not a positive integer", v)
+			}
+			q.GPUsPerNode = n
+		}
+	}
+	return q, nil
+}
+
+func queueMetrics() []string {
+	var out []string
+	for _, m := range metricNames {
+		if isQueueMetric(m) {
+			out = append(out, m)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,506 @@
+package apm
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Snapshot is the cluster state the metrics are computed from. The cache
+// builds one from Nomad; tests build them by hand. Every metric is a pure
+// function of a Query and a Snapshot (Evaluate).
+type Snapshot struct {
+	// Now is the instant wait times are measured to.
+	Now time.Time
+	// Nodes are all nodes the plugin sees, of any status.
+	Nodes []Node
+	// Work is the queued GPU work: unplaced allocations of blocked
+	// evaluations and placed allocations still pending.
+	Work []Work
+	// Util holds per-instance GPU utilisation by node ID. Only
+	// gpu_util_pct reads it; nodes missing here report nothing.
+	Util map[string][]InstanceUtil
+	// DefaultGPUsPerNode is the node shape nodes_needed uses when neither
+	// the query nor any matching node gives one (0: none).
+	DefaultGPUsPerNode int
+}
+
+// Node is one Nomad node and its devices.
+type Node struct {
+	ID, Name   string
+	Pool       string
+	Datacenter string
+	Class      string
+	// Status is the node status (ready, down, initializing, disconnected).
+	Status string
+	// Eligible is scheduling eligibility, false while draining too.
+	Eligible bool
+	Devices  []DeviceGroup
+	// Used lists the device instances held by the node's non-terminal
+	// (pending or running) allocations.
+	Used []UsedDevices
+}
+
+// Schedulable is a node new work can be placed on: ready, eligible and not
+// draining.
+func (n *Node) Schedulable() bool { return n.Status == "ready" && n.Eligible }
+
+// DeviceGroup is one vendor/type/name group of a node's devices.
+type DeviceGroup struct {
+	DeviceSpec
+	Instances []DeviceInstance
+}
+
+// DeviceInstance is one device of a group.
+type DeviceInstance struct {
+	ID      string
+	Healthy bool
+}
+
+// UsedDevices are the instances of one group an allocation holds.
+type UsedDevices struct {
+	DeviceSpec
+	IDs []string
+}
+
+// WorkSource is where a queued piece of work was found.
+type WorkSource int
+
+const (
+	// FromBlockedEval is unplaced allocations of a blocked evaluation.
+	FromBlockedEval WorkSource = iota + 1
+	// FromPendingAlloc is one placed allocation whose client status is pending.
+	FromPendingAlloc
+)
+
+// Work is a set of identical queued allocations: a task group's unplaced
+// allocations, or one pending allocation.
+type Work struct {
+	Source    WorkSource
+	Namespace string
+	JobID     string
+	Group     string
+	// Allocs is how many allocations this is (1 for a pending alloc).
+	Allocs int
+	// Asks are one allocation's device requests (for a pending alloc: the
+	// devices it was given).
+	Asks []DeviceAsk
+	// Since is when the work started waiting: the blocked evaluation's or
+	// the allocation's create time.
+	Since time.Time
+	// Placement says where the work may go. For a pending alloc it is its
+	// node's pool, datacenter and class exactly.
+	Pool        string   // node pool
+	Datacenters []string // patterns with * wildcards
+	ClassRules  []ClassRule
+	// CapacityBlocked is false when more nodes cannot help (quota limit).
+	CapacityBlocked bool
+}
+
+// DeviceAsk is one device request of an allocation.
+type DeviceAsk struct {
+	Device DeviceSpec
+	Count  int
+}
+
+// ClassRule is a job constraint on ${node.class}.
+type ClassRule struct {
+	Operand string // "=", "!=", "regexp", "set_contains_any", "set_contains", "is_set", "is_not_set"
+	Value   string
+}
+
+// Satisfied reports whether a node of class c satisfies the rule. Rules the
+// plugin does not understand are satisfied (they cannot exclude a class).
+func (r ClassRule) Satisfied(c string) bool {
+	switch r.Operand {
+	case "=", "==", "is":
+		return c == r.Value
+	case "!=", "not":
+		return c != r.Value
+	case "regexp":
+		re, err := regexp.Compile(r.Value)
+		return err != nil || re.MatchString(c)
+	case "set_contains_any":
+		for _, v := range strings.Split(r.Value, ",") {
+			if strings.TrimSpace(v) == c {
+				return true
+			}
+		}
+		return false
+	case "set_contains", "set_contains_all":
+		for _, v := range strings.Split(r.Value, ",") {
+			if strings.TrimSpace(v) != c {
+				return false
+			}
+		}
+		return true
+	case "is_set":
+		return c != ""
+	case "is_not_set":
+		return c == ""
+	}
+	return true
+}
+
+// perAlloc is how many devices matching f one allocation of w asks for.
+func (w *Work) perAlloc(f DeviceSpec) int {
+	n := 0
+	for _, a := range w.Asks {
+		if f.Compatible(a.Device) {
+			n += a.Count
+		}
+	}
+	return n
+}
+
+// matchesPlacement reports whether the work could be placed on nodes the
+// filter selects (ignoring the device).
+func (w *Work) matchesPlacement(f Filter) bool {
+	// A job in the built-in pool "all" could go to any pool; counting it
+	// in every pool would scale them all for it, so only a query without
+	// node_pool (or with node_pool=all) counts it.
+	if f.NodePool != "" && w.Pool != f.NodePool {
+		return false
+	}
+	if f.Datacenter != "" {
+		ok := false
+		for _, p := range w.Datacenters {
+			if globMatch(p, f.Datacenter) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if f.NodeClass != "" {
+		for _, r := range w.ClassRules {
+			if !r.Satisfied(f.NodeClass) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// globMatch matches s against a Nomad datacenter pattern, where * matches
+// any run of characters.
+func globMatch(pattern, s string) bool {
+	if !strings.Contains(pattern, "*") {
+		return pattern == s
+	}
+	parts := strings.Split(pattern, "*")
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	for i := 1; i < len(parts)-1; i++ {
+		j := strings.Index(s, parts[i])
+		if j < 0 {
+			return false
+		}
+		s = s[j+len(parts[i]):]
+	}
+	return strings.HasSuffix(s, parts[len(parts)-1])
+}
+
+func (n *Node) matches(f Filter) bool {
+	return (f.NodePool == "" || n.Pool == f.NodePool) &&
+		(f.Datacenter == "" || n.Datacenter == f.Datacenter) &&
+		(f.NodeClass == "" || n.Class == f.NodeClass)
+}
+
+// inventory counts a node's instances of devices matching f: all of them,
+// the healthy ones, and the healthy ones held by allocations.
+func (n *Node) inventory(f DeviceSpec) (total, healthy, used int) {
+	healthyIDs := map[string]bool{}
+	for _, g := range n.Devices {
+		if !f.Compatible(g.DeviceSpec) {
+			continue
+		}
+		for _, in := range g.Instances {
+			total++
+			if in.Healthy {
+				healthy++
+				healthyIDs[in.ID] = true
+			}
+		}
+	}
+	for _, u := range n.Used {
+		if !f.Compatible(u.DeviceSpec) {
+			continue
+		}
+		for _, id := range u.IDs {
+			if healthyIDs[id] {
+				used++
+				delete(healthyIDs, id) // an instance counts once
+			}
+		}
+	}
+	return total, healthy, used
+}
+
+// queued is one kind of queued allocation after filtering.
+type queued struct {
+	w        *Work
+	perAlloc int
+}
+
+func (s *Snapshot) queue(q Query) []queued {
+	var out []queued
+	for i := range s.Work {
+		w := &s.Work[i]
+		switch {
+		case q.State == StateBlocked && w.Source != FromBlockedEval,
+			q.State == StatePending && w.Source != FromPendingAlloc,
+			w.Allocs <= 0:
+			continue
+		}
+		if !w.matchesPlacement(q.Filter) {
+			continue
+		}
+		if n := w.perAlloc(q.Filter.Device); n > 0 {
+			out = append(out, queued{w, n})
+		}
+	}
+	return out
+}
+
+// Evaluate computes the query's metric over the snapshot. An empty or
+// missing pool is 0, never an error.
+func Evaluate(q Query, s *Snapshot) (float64, error) {
+	switch q.Metric {
+	case MetricGPUsQueued:
+		total := 0
+		for _, x := range s.queue(q) {
+			total += x.perAlloc * x.w.Allocs
+		}
+		return float64(total), nil
+	case MetricAllocsQueued:
+		total := 0
+		for _, x := range s.queue(q) {
+			total += x.w.Allocs
+		}
+		return float64(total), nil
+	case MetricWaitMax, MetricWaitMean:
+		var maxWait, sum float64
+		n := 0
+		for _, x := range s.queue(q) {
+			wait := s.Now.Sub(x.w.Since).Seconds()
+			if wait < 0 || x.w.Since.IsZero() {
+				wait = 0
+			}
+			maxWait = max(maxWait, wait)
+			sum += wait * float64(x.w.Allocs)
+			n += x.w.Allocs
+		}
+		if q.Metric == MetricWaitMax {
+			return maxWait, nil
+		}
+		if n == 0 {
+			return 0, nil
+		}
+		return sum / float64(n), nil
+	case MetricAllocPct:
+		var healthy, used int
+		for i := range s.Nodes {
+			n := &s.Nodes[i]
+			if !n.Schedulable() || !n.matches(q.Filter) {
+				continue
+			}
+			_, h, u := n.inventory(q.Filter.Device)
+			healthy += h
+			used += u
+		}
+		if healthy == 0 {
+			return 0, nil
+		}
+		return 100 * float64(used) / float64(healthy), nil
+	case MetricUtilPct:
+		var sum float64
+		n := 0
+		for i := range s.Nodes {
+			node := &s.Nodes[i]
+			if node.Status != "ready" || !node.matches(q.Filter) {
+				continue
+			}
+			for _, u := range s.Util[node.ID] {
+				if q.Filter.Device.Compatible(u.DeviceSpec) {
+					sum += u.Pct
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			return 0, nil
+		}
+		return sum / float64(n), nil
+	case MetricNodesNeeded:
+		r := NodesNeeded(q, s)
+		return float64(r.Nodes), nil
+	}
+	return 0, fmt.Errorf("unknown metric %q", q.Metric)
+}
+
+// InstanceUtil is one device instance's GPU utilisation in percent.
+type InstanceUtil struct {
+	DeviceSpec
+	ID  string
+	Pct float64
+}
+
+// NodesNeededResult explains a nodes_needed figure.
+type NodesNeededResult struct {
+	// Nodes is how many more nodes are needed.
+	Nodes int
+	// Shape is the devices per node packed into, and ShapeFrom where it
+	// came from: "query", "nodes", "config" or "none".
+	Shape     int
+	ShapeFrom string
+	// QueuedAllocs are the allocations considered; PlacedOnFree those
+	// that fit the free devices of existing nodes; Unfittable those that
+	// ask for more devices than one node of the shape has.
+	QueuedAllocs, PlacedOnFree, Unfittable int
+}
+
+// NodeShape is the per-node device count nodes_needed packs into: the
+// query's gpus_per_node; else the most common instance count (healthy or
+// not) of matching devices over matching nodes that have any, ties going
+// to the larger; else the plugin's default_gpus_per_node; else 0.
+func NodeShape(q Query, s *Snapshot) (int, string) {
+	if q.GPUsPerNode > 0 {
+		return q.GPUsPerNode, "query"
+	}
+	freq := map[int]int{}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if !n.matches(q.Filter) {
+			continue
+		}
+		if total, _, _ := n.inventory(q.Filter.Device); total > 0 {
+			freq[total]++
+		}
+	}
+	best, bestN := 0, 0
+	for shape, n := range freq {
+		if n > bestN || n == bestN && shape > best {
+			best, bestN = shape, n
+		}
+	}
+	if best > 0 {
+		return best, "nodes"
+	}
+	if s.DefaultGPUsPerNode > 0 {
+		return s.DefaultGPUsPerNode, "config"
+	}
+	return 0, "none"
+}
+
+// NodesNeeded packs the unplaced allocations (blocked evaluations only;
+// pending allocations already hold their devices) that match the query,
+// largest ask first, best fit, into the free healthy matching devices of
+// schedulable matching nodes, then into new nodes of NodeShape devices,
+// and counts the new nodes. An allocation that asks for more than one
+// node of the shape holds is left out (more nodes of that shape cannot
+// place it). With no shape known at all, 1 node is needed when anything
+// is queued (enough to learn the shape), else 0. Work held back by a quota
+// is left out.
+func NodesNeeded(q Query, s *Snapshot) NodesNeededResult {
+	q.State = StateBlocked
+	shape, from := NodeShape(q, s)
+	r := NodesNeededResult{Shape: shape, ShapeFrom: from}
+
+	// sizes: ask → allocations, asks sorted largest first.
+	sizes := map[int]int{}
+	for _, x := range s.queue(q) {
+		if !x.w.CapacityBlocked {
+			continue
+		}
+		sizes[x.perAlloc] += x.w.Allocs
+		r.QueuedAllocs += x.w.Allocs
+	}
+	if r.QueuedAllocs == 0 {
+		return r
+	}
+	asks := make([]int, 0, len(sizes))
+	for a := range sizes {
+		asks = append(asks, a)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(asks)))
+
+	// free[c] is how many bins have c free devices.
+	free := map[int]int{}
+	maxFree := 0
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if !n.Schedulable() || !n.matches(q.Filter) {
+			continue
+		}
+		_, h, u := n.inventory(q.Filter.Device)
+		if c := h - u; c > 0 {
+			free[c]++
+			maxFree = max(maxFree, c)
+		}
+	}
+	// bestFit places k allocations of size a into the bins, smallest
+	// sufficient bin first, and returns how many did not fit.
+	bestFit := func(a, k int) int {
+		for k > 0 {
+			c := a
+			for c <= maxFree && free[c] == 0 {
+				c++
+			}
+			if c > maxFree {
+				return k
+			}
+			// One bin of c free takes up to c/a allocations.
+			take := min(k, c/a)
+			free[c]--
+			free[c-take*a]++
+			k -= take
+		}
+		return 0
+	}
+	var left []int // per ask size, allocations not placed on free devices
+	for _, a := range asks {
+		k := sizes[a]
+		rest := bestFit(a, k)
+		r.PlacedOnFree += k - rest
+		left = append(left, rest)
+	}
+	if shape == 0 {
+		for _, k := range left {
+			if k > 0 {
+				r.Nodes = 1
+			}
+		}
+		return r
+	}
+	// New nodes: reuse the free map for them only.
+	free = map[int]int{}
+	maxFree = shape
+	for i, a := range asks {
+		k := left[i]
+		if a > shape {
+			r.Unfittable += k
+			continue
+		}
+		k = bestFit(a, k)
+		if k == 0 {
+			continue
+		}
+		// Fresh nodes, each taking shape/a allocations.
+		per := shape / a
+		full := k / per
+		r.Nodes += full
+		free[shape-per*a] += full
+		if rem := k % per; rem > 0 {
+			r.Nodes++
+			free[shape-rem*a]++
+		}
+	}
+	return r
+}

@@ -1,0 +1,299 @@
+package gpuqueue
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Signal is what a check's metric measures; the `signal` key names it.
+type Signal string
+
+// The signals a check can carry.
+const (
+	// SignalNodesNeeded: nodes to add to place the queued work (the APM's
+	// nodes_needed). The amount of every scale-out.
+	SignalNodesNeeded Signal = "nodes_needed"
+	// SignalQueued: queued work in any unit (allocs_queued, gpus_queued).
+	// Compared with activation; zero means the queue is empty.
+	SignalQueued Signal = "queued"
+	// SignalWait: seconds the oldest queued work has waited
+	// (wait_max_seconds). Compared with max_wait.
+	SignalWait Signal = "wait"
+	// SignalUtil: a percentage 0-100 (gpu_alloc_pct, gpu_util_pct).
+	// Compared with floor for scale-in.
+	SignalUtil Signal = "util"
+)
+
+var signals = []Signal{SignalNodesNeeded, SignalQueued, SignalWait, SignalUtil}
+
+// Config keys. signal and pool describe the check; the others are the
+// pool's rules (see the package documentation).
+const (
+	keySignal       = "signal"
+	keyPool         = "pool"
+	keyActivation   = "activation"
+	keyMaxWait      = "max_wait"
+	keyMaxScaleUp   = "max_scale_up"
+	keyMaxScaleDown = "max_scale_down"
+	keyFloor        = "floor"
+	keyScaleInAfter = "scale_in_after"
+	keyBootTime     = "boot_time"
+	keyLookahead    = "lookahead"
+)
+
+// ruleKeys are the keys that may appear in the plugin config (as defaults)
+// and in any check of a pool, in the order they are documented.
+var ruleKeys = []string{
+	keyActivation, keyMaxWait, keyMaxScaleUp, keyMaxScaleDown,
+	keyFloor, keyScaleInAfter, keyBootTime, keyLookahead,
+}
+
+// rules are a pool's settings.
+type rules struct {
+	Activation   float64
+	MaxWait      time.Duration // 0: off
+	MaxScaleUp   int64
+	MaxScaleDown int64
+	Floor        float64 // percent; 0: never scale in
+	ScaleInAfter time.Duration
+	BootTime     time.Duration // 0: no in-flight accounting, no look-ahead
+	Lookahead    bool
+}
+
+// defaultRules are the documented defaults.
+var defaultRules = rules{
+	Activation:   1,
+	MaxWait:      30 * time.Minute,
+	MaxScaleUp:   10,
+	MaxScaleDown: 1,
+	Floor:        30,
+	ScaleInAfter: 10 * time.Minute,
+	BootTime:     10 * time.Minute,
+	Lookahead:    false,
+}
+
+// checkConfig is one check's strategy block, parsed.
+type checkConfig struct {
+	Signal Signal
+	Pool   string
+	// Explicit are the rule keys the block sets, each value in canonical
+	// form (so "30m" and "1800s" compare equal).
+	Explicit map[string]string
+}
+
+func configError(key, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %s", PluginName, key, fmt.Sprintf(format, args...))
+}
+
+// injected reports whether the agent, not the operator, put key in a
+// config map: the Nomad connection keys every plugin inherits.
+func injected(key string) bool {
+	return strings.HasPrefix(key, "nomad_")
+}
+
+// parseRule parses one rule key's value and stores it in r; it returns the
+// value in canonical form.
+func parseRule(r *rules, key, raw string) (string, error) {
+	v := strings.TrimSpace(raw)
+	switch key {
+	case keyActivation:
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+			return "", configError(key, "%q must be a positive number (queued work, in the unit of the pool's queue metric)", raw)
+		}
+		r.Activation = f
+		return strconv.FormatFloat(f, 'g', -1, 64), nil
+	case keyMaxWait:
+		d, err := parseDuration(v)
+		if err != nil || d < 0 || (d > 0 && d < time.Second) {
+			return "", configError(key, "%q must be a duration of at least 1s such as \"30m\", or \"0\" to turn it off", raw)
+		}
+		r.MaxWait = d
+		return d.String(), nil
+	case keyMaxScaleUp, keyMaxScaleDown:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return "", configError(key, "%q must be a positive integer", raw)
+		}
+		if key == keyMaxScaleUp {
+			r.MaxScaleUp = n
+		} else {
+			r.MaxScaleDown = n
+		}
+		return strconv.FormatInt(n, 10), nil
+	case keyFloor:
+		f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+		if err != nil || math.IsNaN(f) || f < 0 || f > 100 {
+			return "", configError(key, "%q must be a percentage from 0 to 100 (0 turns scale-in off)", raw)
+		}
+		r.Floor = f
+		return strconv.FormatFloat(f, 'g', -1, 64), nil
+	case keyScaleInAfter:
+		d, err := parseDuration(v)
+		if err != nil || d < time.Second {
+			return "", configError(key, "%q must be a duration of at least 1s such as \"10m\"", raw)
+		}
+		r.ScaleInAfter = d
+		return d.String(), nil
+	case keyBootTime:
+		d, err := parseDuration(v)
+		if err != nil || d < 0 || (d > 0 && d < time.Second) {
+			return "", configError(key, "%q must be a duration of at least 1s such as \"5m\", or \"0\" to turn in-flight accounting off", raw)
+		}
+		r.BootTime = d
+		return d.String(), nil
+	case keyLookahead:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return "", configError(key, "%q must be true or false", raw)
+		}
+		r.Lookahead = b
+		return strconv.FormatBool(b), nil
+	}
+	return "", fmt.Errorf("%s: unknown key %q", PluginName, key)
+}
+
+// parseDuration is time.ParseDuration, also taking a bare "0".
+func parseDuration(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// validate checks rules that span keys.
+func (r rules) validate() error {
+	if r.Lookahead && r.BootTime == 0 {
+		return configError(keyLookahead, "needs boot_time above 0: boot_time is how far ahead it looks")
+	}
+	return nil
+}
+
+func isRuleKey(k string) bool {
+	for _, r := range ruleKeys {
+		if r == k {
+			return true
+		}
+	}
+	return false
+}
+
+func unknownKeysError(unknown []string, allowed []string) error {
+	sort.Strings(unknown)
+	quoted := make([]string, len(unknown))
+	for i, k := range unknown {
+		quoted[i] = strconv.Quote(k)
+	}
+	noun := "key"
+	if len(unknown) > 1 {
+		noun = "keys"
+	}
+	return fmt.Errorf("%s: unknown %s %s; allowed: %s", PluginName, noun, strings.Join(quoted, ", "), strings.Join(allowed, ", "))
+}
+
+// parsePluginConfig parses the plugin block's config map: rule keys only,
+// as defaults for every check. Agent-injected keys are ignored.
+func parsePluginConfig(m map[string]string) (rules, error) {
+	r := defaultRules
+	var unknown []string
+	var errs []error
+	for _, k := range sortedKeys(m) {
+		switch {
+		case injected(k):
+		case k == keySignal || k == keyPool:
+			errs = append(errs, configError(k, "belongs in each check's strategy block, not in the plugin config"))
+		case isRuleKey(k):
+			if _, err := parseRule(&r, k, m[k]); err != nil {
+				errs = append(errs, err)
+			}
+		default:
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		errs = append([]error{unknownKeysError(unknown, ruleKeys)}, errs...)
+	}
+	if len(errs) == 0 {
+		if err := r.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return r, errors.Join(errs...)
+}
+
+// parseCheckConfig parses a check's strategy block.
+func parseCheckConfig(m map[string]string) (checkConfig, error) {
+	c := checkConfig{Signal: SignalNodesNeeded, Explicit: map[string]string{}}
+	var unknown []string
+	var errs []error
+	scratch := defaultRules
+	for _, k := range sortedKeys(m) {
+		v := m[k]
+		switch {
+		case injected(k):
+		case k == keySignal:
+			s := Signal(strings.TrimSpace(v))
+			ok := false
+			for _, x := range signals {
+				ok = ok || s == x
+			}
+			if !ok {
+				errs = append(errs, configError(k, "%q must be one of %s", v, quotedSignals()))
+				continue
+			}
+			c.Signal = s
+		case k == keyPool:
+			p := strings.TrimSpace(v)
+			if len(p) > 200 {
+				errs = append(errs, configError(k, "%q is too long; use at most 200 characters", v))
+				continue
+			}
+			c.Pool = p
+		case isRuleKey(k):
+			canon, err := parseRule(&scratch, k, v)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c.Explicit[k] = canon
+		default:
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		errs = append([]error{unknownKeysError(unknown, append([]string{keySignal, keyPool}, ruleKeys...))}, errs...)
+	}
+	// A block that sets both lookahead and boot_time must agree with
+	// itself; a lookahead that relies on another check's boot_time is
+	// checked on the pool's merged rules.
+	if _, hasB := c.Explicit[keyBootTime]; hasB && len(errs) == 0 {
+		if _, hasL := c.Explicit[keyLookahead]; hasL {
+			if err := scratch.validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func quotedSignals() string {
+	q := make([]string, len(signals))
+	for i, s := range signals {
+		q[i] = strconv.Quote(string(s))
+	}
+	return strings.Join(q, ", ")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

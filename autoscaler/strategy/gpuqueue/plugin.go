@@ -1,0 +1,190 @@
+package gpuqueue
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
+)
+
+// PluginName is the plugin's name: the agent's `driver` and the binary's
+// file name.
+const PluginName = "gpu-queue"
+
+// Bounds on the state one process keeps across evaluations.
+const (
+	// maxPools bounds the pools (one per pool name, or per lone check);
+	// the least recently used goes first.
+	maxPools = 4096
+	// poolTTL drops a pool no check has run for this long (its policy
+	// was removed, or its target has not been ready).
+	poolTTL = time.Hour
+	// gcEvery is how often idle pools are looked for.
+	gcEvery = time.Minute
+)
+
+var _ autoscaler.Strategy = (*Strategy)(nil)
+
+// Strategy is the gpu-queue strategy plugin. It is safe for concurrent
+// use: the agent runs the policies that name it in parallel.
+type Strategy struct {
+	logger hclog.Logger
+	now    func() time.Time
+
+	mu       sync.Mutex
+	defaults rules
+	pools    map[string]*pool
+	lastGC   time.Time
+}
+
+// New returns the strategy with the documented defaults; logger may be nil.
+func New(logger hclog.Logger) *Strategy {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Strategy{logger: logger, now: time.Now, defaults: defaultRules, pools: map[string]*pool{}}
+}
+
+// SetConfig takes the plugin block's config: defaults for the rule keys of
+// every check. An unknown key or a bad value is an error naming the key;
+// the agent's nomad_* keys are ignored. On error the previous config stays.
+func (s *Strategy) SetConfig(config map[string]string) error {
+	r, err := parsePluginConfig(config)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.defaults = r
+	s.mu.Unlock()
+	return nil
+}
+
+// Run decides a check's action from its metrics and the target's count.
+// A bad strategy block is an error naming the key (the agent reports it
+// as the check's error and handles it by on_error).
+func (s *Strategy) Run(check autoscaler.Check, metrics []autoscaler.Metric, count int64) (autoscaler.Action, error) {
+	a, err := s.run(check, metrics, count)
+	if err != nil {
+		s.logger.Warn("check failed", "check_name", check.Name, "error", err)
+		return autoscaler.Action{Count: count, Direction: autoscaler.DirectionNone, Error: true, Reason: err.Error()}, err
+	}
+	s.logger.Trace("calculated scaling strategy results", "check_name", check.Name,
+		"current_count", count, "new_count", a.Count, "direction", a.Direction.String(), "reason", a.Reason)
+	return a, nil
+}
+
+func (s *Strategy) run(check autoscaler.Check, metrics []autoscaler.Metric, count int64) (autoscaler.Action, error) {
+	cc, err := parseCheckConfig(check.Config)
+	if err != nil {
+		return autoscaler.Action{}, err
+	}
+	if count < 0 {
+		return autoscaler.Action{}, fmt.Errorf("%s: check %q: current count %d is negative", PluginName, check.Name, count)
+	}
+	for _, m := range metrics {
+		if math.IsNaN(m.Value) || math.IsInf(m.Value, 0) {
+			return autoscaler.Action{}, fmt.Errorf("%s: check %q: metric value %v is not a number", PluginName, check.Name, m.Value)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.gc(now)
+
+	key := poolKey(check, cc)
+	p := s.pools[key]
+	if p == nil {
+		s.evictFor(1)
+		p = newPool(cc.Pool)
+		s.pools[key] = p
+	}
+	p.lastUsed = now
+	m, err := p.join(check, cc, now)
+	if err != nil {
+		return autoscaler.Action{}, err
+	}
+	staleAfter := p.staleAfter()
+	r, err := p.rules(s.defaults, now, staleAfter)
+	if err != nil {
+		return autoscaler.Action{}, err
+	}
+
+	p.observeCount(count, now, r.BootTime)
+	pts := append([]autoscaler.Metric(nil), metrics...)
+	sort.SliceStable(pts, func(i, j int) bool { return pts[i].Time.Before(pts[j].Time) })
+	for _, pt := range pts {
+		t := pt.Time
+		if t.IsZero() || t.Unix() == 0 {
+			t = now // a point without a timestamp is taken as now
+		}
+		if fell := m.observe(t, pt.Value, r); fell > 0 && m.signal == SignalNodesNeeded {
+			p.consume(fell)
+		}
+	}
+	if len(metrics) == 0 {
+		return autoscaler.Action{Count: count, Direction: autoscaler.DirectionNone,
+			Reason: fmt.Sprintf("hold at %d: check %q got no metrics", count, check.Name)}, nil
+	}
+	if p.name != "" && p.maxRuns < 2 {
+		return autoscaler.Action{Count: count, Direction: autoscaler.DirectionNone,
+			Reason: fmt.Sprintf("hold at %d: %s is learning its checks (first evaluation)", count, p.label())}, nil
+	}
+	return p.decide(m, r, count, now, staleAfter), nil
+}
+
+// poolKey is a named pool's name, or for a check alone its name, source,
+// query and strategy block (a process serves many policies, and check
+// names repeat across them).
+func poolKey(check autoscaler.Check, cc checkConfig) string {
+	if cc.Pool != "" {
+		return "pool\x00" + cc.Pool
+	}
+	var b strings.Builder
+	b.WriteString("check\x00" + check.Name + "\x00" + check.Source + "\x00" + check.Query)
+	for _, k := range sortedKeys(check.Config) {
+		if !injected(k) {
+			b.WriteString("\x00" + k + "=" + check.Config[k])
+		}
+	}
+	return b.String()
+}
+
+// gc drops idle pools and idle members, at most once a gcEvery.
+func (s *Strategy) gc(now time.Time) {
+	if now.Sub(s.lastGC) < gcEvery {
+		return
+	}
+	s.lastGC = now
+	for k, p := range s.pools {
+		if now.Sub(p.lastUsed) > poolTTL {
+			delete(s.pools, k)
+			continue
+		}
+		for _, m := range p.members {
+			if now.Sub(m.lastRun) > poolTTL {
+				p.remove(m)
+			}
+		}
+	}
+}
+
+// evictFor makes room for n more pools, dropping the least recently used.
+func (s *Strategy) evictFor(n int) {
+	for len(s.pools)+n > maxPools {
+		var oldest string
+		var at time.Time
+		for k, p := range s.pools {
+			if oldest == "" || p.lastUsed.Before(at) {
+				oldest, at = k, p.lastUsed
+			}
+		}
+		delete(s.pools, oldest)
+	}
+}

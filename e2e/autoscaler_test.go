@@ -1,0 +1,341 @@
+package e2e
+
+// Cluster scaling of a GPU node pool with a real nomad-autoscaler running
+// our plugins: nomad-gpu-apm reads the queue, gpu-queue decides, and the
+// test-only target nomad-gpu-e2e-target grows and shrinks a pool of
+// simulated GPU nodes (simPool). The pool starts empty: it scales from zero
+// when GPU work arrives, grows until a burst larger than one node is
+// placed, and once the work is done and the GPUs idle it is drained and
+// removed, never a node still running work.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+)
+
+// autoscalerPlugins makes the autoscaler's plugin dir: our APM and
+// strategy from bin/, and the e2e target built for the test.
+func autoscalerPlugins(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "plugins")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"nomad-gpu-apm", "gpu-queue"} {
+		if err := os.Symlink(cluster.RequirePlugin(t, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "nomad-gpu-e2e-target"), "./e2e/autoscaletarget")
+	cmd.Dir = cluster.RepoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the e2e target plugin: %v\n%s", err, out)
+	}
+	return dir
+}
+
+const autoscalerAgentHCL = `
+apm "nomad-gpu" {
+  driver = "nomad-gpu-apm"
+}
+strategy "gpu-queue" {
+  driver = "gpu-queue"
+}
+target "sim-pool" {
+  driver = "nomad-gpu-e2e-target"
+}
+`
+
+// gpuPoolPolicy scales the sim pool on the queue (from zero, as fast as
+// the queue needs) and in when its GPUs idle.
+func gpuPoolPolicy(controlURL string, min, max int) string {
+	return fmt.Sprintf(`
+scaling "gpu-pool" {
+  enabled = true
+  min     = %d
+  max     = %d
+
+  policy {
+    cooldown            = "4s"
+    evaluation_interval = "2s"
+
+    check "capacity" {
+      source       = "nomad-gpu"
+      query        = "nodes_needed{node_pool=gpu,gpus_per_node=5}"
+      query_window = "1m"
+      strategy "gpu-queue" {
+        signal       = "nodes_needed"
+        pool         = "gpu"
+        max_scale_up = 4
+        boot_time    = "20s"
+      }
+    }
+    check "queue" {
+      source = "nomad-gpu"
+      query  = "allocs_queued{node_pool=gpu}"
+      strategy "gpu-queue" {
+        signal     = "queued"
+        pool       = "gpu"
+        activation = 1
+      }
+    }
+    check "idle" {
+      source = "nomad-gpu"
+      query  = "gpu_alloc_pct{node_pool=gpu}"
+      strategy "gpu-queue" {
+        signal         = "util"
+        pool           = "gpu"
+        floor          = 30
+        scale_in_after = "15s"
+        max_scale_down = 4
+      }
+    }
+
+    target "sim-pool" {
+      control_url = %q
+    }
+  }
+}
+`, min, max, controlURL)
+}
+
+// burstJob is a batch job on the gpu pool holding one whole GPU for hold.
+func burstJob(id string, hold time.Duration) string {
+	return fmt.Sprintf(`
+job %q {
+  type      = "batch"
+  node_pool = "gpu"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "t" {
+      driver = "gpu"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo $CUDA_VISIBLE_DEVICES; sleep %d"]
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+        device "nvidia/gpu" {
+          count = 1
+        }
+      }
+    }
+  }
+}`, id, int(hold.Seconds()))
+}
+
+// scaledPool starts a server, an empty sim pool "gpu" and an autoscaler
+// scaling it with the policy made for the pool's control URL.
+func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.Cluster, *simPool, *cluster.Autoscaler) {
+	t.Helper()
+	cluster.AutoscalerBinary(t)
+	cluster.RequirePlugin(t, "nomad-device-gpu")
+	cluster.RequirePlugin(t, "nomad-driver-gpu")
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+	}
+	plugins := autoscalerPlugins(t)
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	pool := newSimPool(t, c, "gpu")
+	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{
+		PluginDir: plugins,
+		HCL:       autoscalerAgentHCL,
+		Policies:  map[string]string{"gpu-pool.hcl": policy(pool.URL())},
+	})
+	return c, pool, as
+}
+
+func TestAutoscalerScalesGPUPool(t *testing.T) {
+	c, pool, as := scaledPool(t, func(u string) string { return gpuPoolPolicy(u, 0, 3) })
+
+	// An empty pool answers 0 and nothing scales.
+	time.Sleep(6 * time.Second)
+	if ready, starting, _, _ := pool.snapshot(); ready+starting != 0 {
+		t.Fatalf("the idle empty pool grew to %d nodes", ready+starting)
+	}
+
+	// More work than one node holds (a sim node has 5 whole GPUs).
+	const jobs = 11
+	for i := 0; i < jobs; i++ {
+		c.RunJob(t, burstJob(fmt.Sprintf("burst-%02d", i), 20*time.Second))
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		placed := 0
+		for i := 0; i < jobs; i++ {
+			stubs, _, _ := c.API().Jobs().Allocations(fmt.Sprintf("burst-%02d", i), true, nil)
+			for _, s := range stubs {
+				if s.ClientStatus == api.AllocClientStatusRunning || s.ClientStatus == api.AllocClientStatusComplete {
+					placed++
+					break
+				}
+			}
+		}
+		if placed == jobs {
+			break
+		}
+		if time.Now().After(deadline) {
+			ready, starting, _, errs := pool.snapshot()
+			t.Fatalf("%d of %d burst jobs placed after 4m; pool %d ready, %d starting, errors %v", placed, jobs, ready, starting, errs)
+		}
+		time.Sleep(time.Second)
+	}
+	if n := pool.started(); n != 3 {
+		t.Errorf("the pool started %d nodes for the burst; 11 GPUs need 3 nodes of 5", n)
+	}
+
+	// Every job finishes: no node was taken from under one.
+	for i := 0; i < jobs; i++ {
+		id := fmt.Sprintf("burst-%02d", i)
+		stubs := c.WaitForAllocs(t, id, 1, time.Minute)
+		for _, s := range stubs {
+			a := waitTerminalWithin(t, c, s.ID, 2*time.Minute)
+			if a.ClientStatus != api.AllocClientStatusComplete {
+				t.Errorf("job %s alloc %s ended %s: %s", id, s.ID, a.ClientStatus, cluster.AllocSummary(a))
+			}
+		}
+	}
+
+	// Idle GPUs: the pool is drained and removed, back to zero.
+	deadline = time.Now().Add(3 * time.Minute)
+	for {
+		ready, starting, removed, errs := pool.snapshot()
+		if len(errs) > 0 {
+			t.Fatalf("sim pool errors: %v", errs)
+		}
+		if ready+starting == 0 && len(removed) == pool.started() {
+			for _, r := range removed {
+				if len(r.running) > 0 {
+					t.Errorf("node %s was removed while running %v", r.name, r.running)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not scale in to 0: %d ready, %d starting, %d removed\n%s", ready, starting, len(removed), tailLines(as.Log(), 40))
+		}
+		time.Sleep(time.Second)
+	}
+
+	// Every scaling decision in the agent's log gives the metric, the rule
+	// that fired and the count chosen.
+	decisions := scalingDecisions(as.Log())
+	if len(decisions) < 2 {
+		t.Fatalf("the autoscaler logged %d scaling decisions:\n%s", len(decisions), tailLines(as.Log(), 60))
+	}
+	var up, down bool
+	for _, d := range decisions {
+		switch {
+		case strings.Contains(d, "scale up from"):
+			up = true
+			if !regexp.MustCompile(`scale up from \d+ to \d+: .*(nodes_needed|queued) \d+`).MatchString(d) {
+				t.Errorf("scale-up decision without its metric and rule: %s", d)
+			}
+		case strings.Contains(d, "scale down from"):
+			down = true
+			if !regexp.MustCompile(`scale down from \d+ to \d+: queue empty and util [\d.]+% < floor 30%`).MatchString(d) {
+				t.Errorf("scale-in decision without its metric and rule: %s", d)
+			}
+		}
+	}
+	if !up || !down {
+		t.Errorf("decisions logged: %q; want a scale-up and a scale-in", decisions)
+	}
+}
+
+// scalingDecisions are the agent's log lines for the scalings it made.
+func scalingDecisions(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "scaling target") && strings.Contains(l, "reason=") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitTerminalWithin is waitTerminal with its own bound.
+func waitTerminalWithin(t testing.TB, c *cluster.Cluster, allocID string, d time.Duration) *api.Allocation {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		a, _, err := c.API().Allocations().Info(allocID, nil)
+		if err == nil && a.ClientTerminalStatus() {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alloc %s not terminal after %s: %s (%v)", allocID, d, cluster.AllocSummary(a), err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// The cluster policies in jobs/autoscaler load in a real agent: parsed and
+// validated, every scaling block found.
+func TestAutoscalerPoliciesInJobs(t *testing.T) {
+	cluster.AutoscalerBinary(t)
+	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "gpu-pool-*.hcl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no policies in jobs/autoscaler: %v", err)
+	}
+	policies := map[string]string{}
+	blocks := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policies[filepath.Base(f)] = string(b)
+		blocks += strings.Count(string(b), "\nscaling \"")
+	}
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{PluginDir: autoscalerPlugins(t), HCL: autoscalerAgentHCL, Policies: policies})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		log := as.Log()
+		if strings.Contains(log, "failed to validate") || strings.Contains(log, "failed to parse") {
+			t.Fatalf("the agent refused a policy:\n%s", tailLines(log, 40))
+		}
+		if n := strings.Count(log, "found policy in file"); n >= blocks {
+			// Validation is logged after the finds.
+			time.Sleep(2 * time.Second)
+			if log := as.Log(); strings.Contains(log, "failed to validate") {
+				t.Fatalf("the agent refused a policy:\n%s", tailLines(log, 40))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent found %d of %d policies:\n%s", strings.Count(log, "found policy in file"), blocks, tailLines(log, 40))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}

@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// AutoscalerBinary returns the nomad-autoscaler binary to run:
+// $NOMAD_AUTOSCALER_BINARY if set, else `nomad-autoscaler` on PATH. Without
+// one it skips the test with one line.
+func AutoscalerBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("NOMAD_AUTOSCALER_BINARY"); p != "" {
+		abs, err := exec.LookPath(p)
+		if err != nil {
+			t.Fatalf("e2e: NOMAD_AUTOSCALER_BINARY=%q is not an executable: %v", p, err)
+		}
+		abs, _ = filepath.Abs(abs)
+		return abs
+	}
+	p, err := exec.LookPath("nomad-autoscaler")
+	if err != nil {
+		t.Skip("e2e: no nomad-autoscaler binary (set NOMAD_AUTOSCALER_BINARY or put nomad-autoscaler on PATH); skipping")
+	}
+	abs, _ := filepath.Abs(p)
+	return abs
+}
+
+// AutoscalerOptions configures StartAutoscaler.
+type AutoscalerOptions struct {
+	// PluginDir holds the external plugins the agent may launch.
+	PluginDir string
+	// HCL is agent config added to what the harness writes (nomad, http,
+	// policy, log settings): the apm, strategy and target blocks.
+	HCL string
+	// Policies are scaling policy files (name → HCL), written to the
+	// agent's policy dir. Job policies come from Nomad itself.
+	Policies map[string]string
+	// EvaluationInterval is policy.default_evaluation_interval; 0: 2s.
+	EvaluationInterval time.Duration
+}
+
+// Autoscaler is a nomad-autoscaler agent process of the cluster.
+type Autoscaler struct {
+	dir, logPath string
+	port         int
+	cmd          *exec.Cmd
+	done         chan struct{}
+}
+
+// LogPath is where the agent's output goes.
+func (a *Autoscaler) LogPath() string { return a.logPath }
+
+// Log is everything the agent has logged so far.
+func (a *Autoscaler) Log() string {
+	b, _ := os.ReadFile(a.logPath)
+	return string(b)
+}
+
+// StartAutoscaler starts a nomad-autoscaler agent against the cluster's
+// server and waits until it serves its health endpoint. It skips the test
+// without a binary; it is stopped with the cluster.
+func (c *Cluster) StartAutoscaler(t testing.TB, o AutoscalerOptions) *Autoscaler {
+	t.Helper()
+	bin := AutoscalerBinary(t)
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	a := &Autoscaler{dir: filepath.Join(c.dir, "autoscaler"), port: port, done: make(chan struct{})}
+	policyDir := filepath.Join(a.dir, "policies")
+	if err := os.MkdirAll(policyDir, 0o755); err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	for name, body := range o.Policies {
+		if err := os.WriteFile(filepath.Join(policyDir, name), []byte(body), 0o644); err != nil {
+			t.Fatalf("e2e: %v", err)
+		}
+	}
+	every := o.EvaluationInterval
+	if every == 0 {
+		every = 2 * time.Second
+	}
+	cfg := fmt.Sprintf(`log_level  = "DEBUG"
+plugin_dir = %s
+
+nomad {
+  address = %s
+}
+
+http {
+  bind_address = "127.0.0.1"
+  bind_port    = %d
+}
+
+policy {
+  dir                         = %s
+  default_evaluation_interval = %q
+  default_cooldown            = "5s"
+}
+
+%s
+`, hclString(o.PluginDir), hclString(c.server.HTTPAddr()), port, hclString(policyDir), every.String(), o.HCL)
+	cfgPath := filepath.Join(a.dir, "autoscaler.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	a.logPath = filepath.Join(a.dir, "autoscaler.log")
+	logf, err := os.Create(a.logPath)
+	if err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	cmd := exec.Command(bin, "agent", "-config", cfgPath)
+	cmd.Dir = a.dir
+	cmd.Env = append(append(os.Environ(), markerEnv+"="+c.marker), c.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = sysProcAttr()
+	if err := spawn(cmd); err != nil {
+		logf.Close()
+		t.Fatalf("e2e: starting nomad-autoscaler: %v", err)
+	}
+	a.cmd = cmd
+	go func() { cmd.Wait(); logf.Close(); close(a.done) }()
+	c.mu.Lock()
+	c.autoscalers = append(c.autoscalers, a)
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), agentServeTimeout)
+	defer cancel()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/health", port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return a
+			}
+		}
+		select {
+		case <-a.done:
+			t.Fatalf("e2e: nomad-autoscaler exited at start:\n%s", tailFile(a.logPath, 40))
+		case <-ctx.Done():
+			t.Fatalf("e2e: nomad-autoscaler not healthy after %s:\n%s", agentServeTimeout, tailFile(a.logPath, 40))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// stop kills the agent and the plugins it launched (its process group).
+func (a *Autoscaler) stop() {
+	if a.cmd == nil || a.cmd.Process == nil {
+		return
+	}
+	pid := a.cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-a.done:
+	case <-time.After(15 * time.Second):
+	}
+}
+
+// WaitForLog waits until the agent's log holds want and returns the log.
+func (a *Autoscaler) WaitForLog(t testing.TB, want string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		log := a.Log()
+		if strings.Contains(log, want) {
+			return log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e2e: nomad-autoscaler did not log %q in %s:\n%s", want, timeout, tailFile(a.logPath, 60))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}

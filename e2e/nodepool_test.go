@@ -1,0 +1,262 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+)
+
+// simPool is a group of simulated GPU nodes that a scaling target grows
+// and shrinks, as a cloud node group would: the test's side of the e2e
+// target plugin (e2e/autoscaletarget), which reaches it over HTTP.
+// Growing starts Nomad clients with sim GPUs in a node pool; shrinking
+// picks nodes that run no allocation, drains them, stops their agents and
+// purges their nodes. A node that runs work is never picked.
+type simPool struct {
+	t    testing.TB
+	c    *cluster.Cluster
+	pool string
+	srv  *httptest.Server
+
+	mu    sync.Mutex
+	nodes map[string]*simNode // by node name
+	seq   int
+	busy  int // scale operations under way
+	// removed lists each removed node and what ran on it, for the test to
+	// check no node was removed under work.
+	removed []removedNode
+	errs    []error
+	// scales counts the scale requests that changed the count.
+	scales int
+}
+
+type simNode struct {
+	name  string
+	agent *cluster.Agent
+	state string // starting, ready, removing
+}
+
+type removedNode struct {
+	name    string
+	running []string // allocations not terminal when it was stopped
+}
+
+func newSimPool(t testing.TB, c *cluster.Cluster, pool string) *simPool {
+	t.Helper()
+	if _, err := c.API().NodePools().Register(&api.NodePool{Name: pool, Description: "simulated GPU nodes, scaled by the e2e target"}, nil); err != nil {
+		t.Fatalf("node pool %s: %v", pool, err)
+	}
+	p := &simPool{t: t, c: c, pool: pool, nodes: map[string]*simNode{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", p.status)
+	mux.HandleFunc("POST /scale", p.scale)
+	p.srv = httptest.NewServer(mux)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// URL is what the target plugin's control_url is set to.
+func (p *simPool) URL() string { return p.srv.URL }
+
+// count is the nodes the pool has or is starting, less those going.
+func (p *simPool) count() int {
+	n := 0
+	for _, s := range p.nodes {
+		if s.state != "removing" {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *simPool) status(w http.ResponseWriter, _ *http.Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	json.NewEncoder(w).Encode(map[string]any{"count": p.count(), "ready": p.busy == 0})
+}
+
+func (p *simPool) scale(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Count  int    `json:"count"`
+		Reason string `json:"reason"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Count < 0 {
+		http.Error(w, fmt.Sprintf("bad scale request: %v", err), http.StatusBadRequest)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy > 0 {
+		http.Error(w, "a scale operation is under way", http.StatusConflict)
+		return
+	}
+	p.t.Logf("simPool: scale %d → %d (%s)", p.count(), req.Count, req.Reason)
+	if req.Count != p.count() {
+		p.scales++
+	}
+	switch cur := p.count(); {
+	case req.Count > cur:
+		for i := cur; i < req.Count; i++ {
+			p.seq++
+			s := &simNode{name: fmt.Sprintf("%s-%d", p.pool, p.seq), state: "starting"}
+			p.nodes[s.name] = s
+			p.busy++
+			go p.start(s)
+		}
+	case req.Count < cur:
+		for _, s := range p.idle(cur - req.Count) {
+			s.state = "removing"
+			p.busy++
+			go p.remove(s)
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (p *simPool) fail(err error) {
+	p.mu.Lock()
+	p.errs = append(p.errs, err)
+	p.mu.Unlock()
+}
+
+func (p *simPool) start(s *simNode) {
+	defer func() { p.mu.Lock(); p.busy--; p.mu.Unlock() }()
+	n := newGPUNode(p.t)
+	a, err := p.c.TryAddClient(cluster.ClientOptions{
+		Name: s.name, PluginDir: cluster.BinDir(p.t), ExtraHCL: n.hcl(p.t),
+		ClientHCL: fmt.Sprintf("node_pool = %q", p.pool),
+	})
+	if err != nil {
+		p.fail(fmt.Errorf("starting %s: %w", s.name, err))
+		return
+	}
+	p.mu.Lock()
+	s.agent, s.state = a, "ready"
+	p.mu.Unlock()
+}
+
+// idle picks up to n ready nodes running no allocation. Asked for more
+// than are idle, it gives fewer: a node with work stays.
+func (p *simPool) idle(n int) []*simNode {
+	var out []*simNode
+	for _, s := range p.nodes {
+		if len(out) == n {
+			break
+		}
+		if s.state != "ready" {
+			continue
+		}
+		if running, err := p.nonTerminal(s.name); err == nil && len(running) == 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// nonTerminal lists the allocations on the named node that its client has
+// not finished.
+func (p *simPool) nonTerminal(name string) ([]string, error) {
+	node, err := p.node(name)
+	if err != nil {
+		return nil, err
+	}
+	allocs, _, err := p.c.API().Nodes().Allocations(node.ID, nil)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, a := range allocs {
+		if !a.ClientTerminalStatus() {
+			ids = append(ids, a.ID)
+		}
+	}
+	return ids, nil
+}
+
+func (p *simPool) node(name string) (*api.NodeListStub, error) {
+	nodes, _, err := p.c.API().Nodes().List(&api.QueryOptions{Filter: fmt.Sprintf("Name == %q", name)})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("no node %s", name)
+}
+
+// remove drains the node (long enough for a checkpoint), then stops its
+// agent and purges it, as a cloud target terminates an instance.
+func (p *simPool) remove(s *simNode) {
+	defer func() { p.mu.Lock(); p.busy--; p.mu.Unlock() }()
+	node, err := p.node(s.name)
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	if _, err := p.c.API().Nodes().UpdateDrain(node.ID, &api.DrainSpec{Deadline: 2 * time.Minute, IgnoreSystemJobs: true}, false, nil); err != nil {
+		p.fail(fmt.Errorf("draining %s: %w", s.name, err))
+		return
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		n, _, err := p.c.API().Nodes().Info(node.ID, nil)
+		if err == nil && n.DrainStrategy == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			p.fail(fmt.Errorf("%s not drained in 3m", s.name))
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	running, _ := p.nonTerminal(s.name)
+	if err := s.agent.Shutdown(); err != nil {
+		p.fail(err)
+	}
+	if _, _, err := p.c.API().Nodes().Purge(node.ID, nil); err != nil {
+		p.fail(fmt.Errorf("purging %s: %w", s.name, err))
+	}
+	p.mu.Lock()
+	delete(p.nodes, s.name)
+	p.removed = append(p.removed, removedNode{name: s.name, running: running})
+	p.mu.Unlock()
+}
+
+// scalings is how many scale requests changed the pool's count.
+func (p *simPool) scalings() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.scales
+}
+
+// started is how many nodes the pool has started in all.
+func (p *simPool) started() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seq
+}
+
+// snapshot is the pool's nodes by state, what it removed, and its errors.
+func (p *simPool) snapshot() (ready, starting int, removed []removedNode, errs []error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.nodes {
+		switch s.state {
+		case "ready":
+			ready++
+		case "starting":
+			starting++
+		}
+	}
+	return ready, starting, append([]removedNode(nil), p.removed...), append([]error(nil), p.errs...)
+}

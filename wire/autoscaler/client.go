@@ -1,0 +1,377 @@
+package autoscaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad/api"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	apmpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/apm"
+	basepb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/base"
+	sharedpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/shared"
+	strategypb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/strategy"
+	targetpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/target"
+)
+
+// rpc is what the agent's side dispenses: every service's client on the
+// plugin's one connection, and the context that ends with the plugin.
+type rpc struct {
+	ctx      context.Context
+	base     basepb.BasePluginServiceClient
+	apm      apmpb.APMPluginServiceClient
+	strategy strategypb.StrategyPluginServiceClient
+	target   targetpb.TargetPluginServiceClient
+}
+
+func newRPC(ctx context.Context, c *grpc.ClientConn) *rpc {
+	return &rpc{
+		ctx:      ctx,
+		base:     basepb.NewBasePluginServiceClient(c),
+		apm:      apmpb.NewAPMPluginServiceClient(c),
+		strategy: strategypb.NewStrategyPluginServiceClient(c),
+		target:   targetpb.NewTargetPluginServiceClient(c),
+	}
+}
+
+// LaunchOption changes how Launch starts a plugin.
+type LaunchOption func(*launchConfig)
+
+type launchConfig struct {
+	args   []string
+	nomad  *api.Config
+	logger hclog.Logger
+}
+
+// WithArgs is the plugin block's args: the binary's arguments.
+func WithArgs(args ...string) LaunchOption {
+	return func(c *launchConfig) { c.args = args }
+}
+
+// WithNomad is the agent's Nomad connection config, whose settings go into
+// the config maps as the agent puts them (NomadConfigKeys); nil adds none.
+// Without this option Launch uses what an agent with no nomad block would:
+// the Nomad API's defaults and NOMAD_* environment (address
+// http://127.0.0.1:4646 unless NOMAD_ADDR says otherwise) and a
+// block-query wait time of 5m.
+func WithNomad(cfg *api.Config) LaunchOption {
+	return func(c *launchConfig) { c.nomad = cfg }
+}
+
+// WithLogger receives the plugin's log lines, which go-plugin parses from
+// its stderr as the agent does (the agent names it "external_plugin").
+func WithLogger(l hclog.Logger) LaunchOption {
+	return func(c *launchConfig) { c.logger = l }
+}
+
+// AgentNomadDefault is the Nomad config of an agent without a nomad block
+// (see WithNomad).
+func AgentNomadDefault() *api.Config {
+	cfg := api.DefaultConfig()
+	cfg.WaitTime = 5 * time.Minute
+	return cfg
+}
+
+// Client is a plugin binary launched as the agent launches it, with the
+// agent's side of every call in plain types. Calls end when the plugin
+// does; none is bounded in time but Status, which the agent bounds by the
+// config's ConfigKeyGRPCTimeout, as the agent does.
+type Client struct {
+	client *plugin.Client
+	rpc    *rpc
+	typ    PluginType
+	driver string
+	nomad  *api.Config
+}
+
+// Launch starts the plugin binary at path as a typ plugin the way
+// nomad-autoscaler launches an external plugin from its plugin_dir: the
+// command with the block's args (WithArgs), the autoscaler's handshake,
+// gRPC only; it dispenses the type, calls PluginInfo and refuses a plugin
+// whose name differs from the binary's file name (the block's driver) or
+// whose type differs from typ; then SetConfig with config, to which it
+// adds the agent's Nomad settings (SetConfig). Any failure kills the
+// plugin and is the error the agent would fail to start with. The plugin
+// is killed when ctx is done, or by Kill.
+func Launch(ctx context.Context, path string, typ PluginType, config map[string]string, opts ...LaunchOption) (*Client, error) {
+	lc := launchConfig{nomad: AgentNomadDefault()}
+	for _, o := range opts {
+		o(&lc)
+	}
+	if lc.logger == nil {
+		lc.logger = hclog.NewNullLogger()
+	}
+	if _, err := typeToProto(typ); err != nil {
+		return nil, err
+	}
+	driver := filepath.Base(path)
+	set, _ := pluginSet(driver, typ, nil, nil)
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		Plugins:          set,
+		Cmd:              exec.Command(path, lc.args...),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           lc.logger,
+	})
+	stop := context.AfterFunc(ctx, pc.Kill)
+	c, err := launch(pc, typ, driver)
+	if err == nil {
+		c.nomad = lc.nomad
+		err = c.SetConfig(config)
+		if err != nil {
+			err = fmt.Errorf("failed to set config on plugin %s: %w", driver, err)
+		}
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		stop()
+		pc.Kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+func launch(pc *plugin.Client, typ PluginType, driver string) (*Client, error) {
+	proto, err := pc.Client()
+	if err != nil {
+		return nil, fmt.Errorf("failed to instantiate plugin %s client: %w", driver, err)
+	}
+	raw, err := proto.Dispense(typ.String())
+	if err != nil {
+		return nil, fmt.Errorf("failed to dispense plugin %s: %w", driver, err)
+	}
+	c := &Client{client: pc, rpc: raw.(*rpc), typ: typ, driver: driver}
+	name, got, err := c.PluginInfo()
+	if err != nil {
+		return nil, fmt.Errorf("failed to call PluginInfo on %s: %w", driver, err)
+	}
+	if name != driver || got != typ {
+		return nil, fmt.Errorf("plugin %s remote info doesn't match local config: it is %s %q, the agent wants %s %q",
+			driver, got, name, typ, driver)
+	}
+	return c, nil
+}
+
+// Kill stops the plugin as the agent does: go-plugin's graceful shutdown,
+// then SIGKILL after 2s.
+func (c *Client) Kill() { c.client.Kill() }
+
+// Exited says whether the plugin process has exited.
+func (c *Client) Exited() bool { return c.client.Exited() }
+
+// PluginInfo asks the plugin what it is. A type outside APM, strategy and
+// target is an error, as in the agent.
+func (c *Client) PluginInfo() (name string, typ PluginType, err error) {
+	info, err := c.rpc.base.PluginInfo(c.rpc.ctx, &basepb.PluginInfoRequest{})
+	if err != nil {
+		return "", 0, err
+	}
+	typ, err = typeFromProto(info.GetType())
+	if err != nil {
+		return "", 0, err
+	}
+	return info.GetName(), typ, nil
+}
+
+// SetConfig sends a plugin block's config as the agent does at start and
+// on reload: a copy, with the Nomad settings (WithNomad) added where the
+// map leaves a key empty, unless it sets ConfigKeyNomadConfigInherit to
+// false (or to anything that is not a bool, which the agent logs).
+func (c *Client) SetConfig(config map[string]string) error {
+	cfg := maps.Clone(config)
+	if cfg == nil {
+		cfg = map[string]string{}
+	}
+	inherit := true
+	if v, ok := cfg[ConfigKeyNomadConfigInherit]; ok {
+		b, err := strconv.ParseBool(v)
+		inherit = err == nil && b
+	}
+	if inherit {
+		mergeNomad(cfg, c.nomad)
+	}
+	_, err := c.rpc.base.SetConfig(c.rpc.ctx, &basepb.SetConfigRequest{Config: cfg})
+	return err
+}
+
+// mergeNomad is the agent's MergeMapWithAgentConfig.
+func mergeNomad(m map[string]string, cfg *api.Config) {
+	if cfg == nil {
+		return
+	}
+	set := func(key, v string) {
+		if v != "" && m[key] == "" {
+			m[key] = v
+		}
+	}
+	set("nomad_address", cfg.Address)
+	set("nomad_region", cfg.Region)
+	set("nomad_namespace", cfg.Namespace)
+	set("nomad_token", cfg.SecretID)
+	if t := cfg.TLSConfig; t != nil {
+		set("nomad_ca-cert", t.CACert)
+		set("nomad_ca-path", t.CAPath)
+		set("nomad_client-cert", t.ClientCert)
+		set("nomad_client-key", t.ClientKey)
+		set("nomad_tls-server-name", t.TLSServerName)
+		if t.Insecure {
+			set("nomad_skip-verify", "true")
+		}
+	}
+	if a := cfg.HttpAuth; a != nil && m["nomad_http-auth"] == "" {
+		auth := a.Username
+		if a.Password != "" {
+			auth += ":" + a.Password
+		}
+		m["nomad_http-auth"] = auth
+	}
+	if cfg.WaitTime != 0 {
+		set("nomad_block-query-wait-time", cfg.WaitTime.String())
+	}
+}
+
+func (c *Client) want(t PluginType) error {
+	if c.typ != t {
+		return fmt.Errorf("plugin %s is a %s plugin, not a %s", c.driver, c.typ, t)
+	}
+	return nil
+}
+
+// Query is an APM call. Like the agent's client it returns what the
+// plugin sent: no metrics is no error here (the agent's check then fails
+// with "no metrics"), order as sent (the agent sorts), a missing
+// timestamp as the Unix epoch.
+func (c *Client) Query(query string, r TimeRange) ([]Metric, error) {
+	if err := c.want(TypeAPM); err != nil {
+		return nil, err
+	}
+	resp, err := c.rpc.apm.Query(c.rpc.ctx, &apmpb.QueryRequest{Query: query, TimeRange: timeRangeToProto(r)})
+	if err != nil {
+		return nil, err
+	}
+	return metricsFromProto(resp.GetTimestampedMetric()), nil
+}
+
+// QueryMultiple is the APM call only Enterprise Dynamic Application Sizing
+// makes.
+func (c *Client) QueryMultiple(query string, r TimeRange) ([][]Metric, error) {
+	if err := c.want(TypeAPM); err != nil {
+		return nil, err
+	}
+	resp, err := c.rpc.apm.QueryMultiple(c.rpc.ctx, &apmpb.QueryMultipleRequest{Query: query, TimeRange: timeRangeToProto(r)})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]Metric, len(resp.GetTimestampedMetric()))
+	for i, q := range resp.GetTimestampedMetric() {
+		out[i] = metricsFromProto(q.GetTimestampedMetric())
+	}
+	return out, nil
+}
+
+// Run is a strategy call as the agent makes it: an empty action in the
+// request, the check, metrics and current count. The answer is read as
+// the agent reads it: a direction that is not none, down or up, or meta
+// that is not a JSON object, is an error; meta JSON numbers are float64;
+// no meta is an empty map (the agent canonicalizes it so, and sends it on
+// to the target as {}).
+func (c *Client) Run(check Check, metrics []Metric, count int64) (Action, error) {
+	if err := c.want(TypeStrategy); err != nil {
+		return Action{}, err
+	}
+	resp, err := c.rpc.strategy.Run(c.rpc.ctx, &strategypb.RunRequest{
+		Action:            &sharedpb.ScalingAction{},
+		Check:             checkToProto(check),
+		TimestampedMetric: metricsToProto(metrics),
+		Count:             count,
+	})
+	if err != nil {
+		return Action{}, err
+	}
+	a, err := actionFromProto(resp.GetAction())
+	if err != nil {
+		return Action{}, err
+	}
+	if a.Meta == nil && resp.GetAction() != nil {
+		a.Meta = map[string]any{}
+	}
+	return a, nil
+}
+
+// scaleNoOp is what Scale returns for code Aborted.
+type scaleNoOp struct{ msg string }
+
+func (e *scaleNoOp) Error() string        { return e.msg }
+func (e *scaleNoOp) Is(target error) bool { return target == ErrScaleNoOp }
+
+// Scale is a target call. An action the agent could not encode (no
+// direction) is an error before the call; a plugin's Aborted answer comes
+// back as an error that errors.Is ErrScaleNoOp with the plugin's message,
+// any other as the gRPC error.
+func (c *Client) Scale(action Action, config map[string]string) error {
+	if err := c.want(TypeTarget); err != nil {
+		return err
+	}
+	a, err := actionToProto(action)
+	if err != nil {
+		return err
+	}
+	_, err = c.rpc.target.Scale(c.rpc.ctx, &targetpb.ScaleRequest{Action: a, Config: config})
+	if s, ok := status.FromError(err); ok && err != nil && s.Code() == codes.Aborted {
+		return &scaleNoOp{msg: s.Message()}
+	}
+	return err
+}
+
+// Status is a target call, bounded by the config's ConfigKeyGRPCTimeout
+// when it has one (the agent puts it in every policy's target config); an
+// unparsable timeout is an error, as in the agent.
+func (c *Client) Status(config map[string]string) (TargetStatus, error) {
+	if err := c.want(TypeTarget); err != nil {
+		return TargetStatus{}, err
+	}
+	ctx := c.rpc.ctx
+	if v, ok := config[ConfigKeyGRPCTimeout]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return TargetStatus{}, err
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	resp, err := c.rpc.target.Status(ctx, &targetpb.StatusRequest{Config: config})
+	if err != nil {
+		return TargetStatus{}, err
+	}
+	return TargetStatus{Ready: resp.GetReady(), Count: resp.GetCount(), Meta: resp.GetMeta()}, nil
+}
+
+// ErrorMessage is err's message as the plugin wrote it: a gRPC error's
+// description without the "rpc error: code = … desc = " wrapping.
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var noop *scaleNoOp
+	if errors.As(err, &noop) {
+		return noop.msg
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Message()
+	}
+	return strings.TrimSpace(err.Error())
+}
