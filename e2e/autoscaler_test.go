@@ -11,6 +11,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -337,5 +339,46 @@ func TestAutoscalerPoliciesInJobs(t *testing.T) {
 			t.Fatalf("the agent found %d of %d policies:\n%s", strings.Count(log, "found policy in file"), blocks, tailLines(log, 40))
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// jobs/autoscaler/agent.hcl starts a real agent with our plugins: every
+// block is one the agent accepts and every plugin it names launches.
+func TestAutoscalerAgentConfigInJobs(t *testing.T) {
+	bin := cluster.AutoscalerBinary(t)
+	plugins := autoscalerPlugins(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "agent", "-config", filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "agent.hcl"),
+		"-plugin-dir", plugins, "-policy-dir", t.TempDir(), "-http-bind-address", "127.0.0.1", "-http-bind-port", fmt.Sprint(port))
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() { cmd.Process.Kill(); <-done }()
+	for {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("the agent exited (%v):\n%s", err, log.String())
+		case <-ctx.Done():
+			t.Fatalf("the agent did not come up:\n%s", log.String())
+		case <-time.After(250 * time.Millisecond):
+		}
+		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/health", port)); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
 	}
 }

@@ -1,6 +1,21 @@
-# Nomad client config for a GPU node: install bin/nomad-device-gpu into
-# plugin_dir. Every key of the plugin config is listed with its default.
+# Nomad client config for a GPU node: install bin/nomad-device-gpu,
+# bin/nomad-driver-gpu and bin/nomad-driver-gpu-supervisor into plugin_dir.
+# Every key of the plugins' config is listed with its default.
+# Run: nomad agent -config client-gpu.hcl
+#
+# Create data_dir 0755 before Nomad's first start: a data_dir Nomad makes
+# itself is 0700, and then no task with a non-root user reaches its files.
+data_dir   = "/var/lib/nomad"
 plugin_dir = "/opt/nomad/plugins"
+
+client {
+  enabled = true
+  servers = ["nomad-server.service.consul:4647"]
+
+  # One pool per workload class (jobs/pools/): "training", "inference" or
+  # "hpc". Jobs pick theirs with node_pool.
+  node_pool = "training"
+}
 
 plugin "nomad-device-gpu" {
   config {
@@ -42,6 +57,24 @@ plugin "nomad-driver-gpu" {
 
     gpu {
       backend = "nvml" # = the device plugin's backend
+    }
+
+    # Checkpoints of tasks with a checkpoint block. On a shared filesystem
+    # (NFS, no_root_squash, same uids) a task resumes on another node too.
+    checkpoint {
+      root = "/var/lib/nomad-gpu/checkpoints"
+    }
+
+    # The local agent's API: why a task is stopped (preempted, drained).
+    nomad {
+      address = "http://127.0.0.1:4646"
+      token   = "" # where ACLs are on: read-job; for the cooldown also submit-job and variables
+    }
+
+    # Opt-in: a preempted job is not preempted again by work of its
+    # preemptor's priority for this long (leave the block out for off).
+    preemption {
+      cooldown = "10m"
     }
 
     # Every guard is on by default; only this block can relax it.

@@ -24,21 +24,26 @@ strategy "gpu-queue" {
   driver = "gpu-queue"
 }
 
-# Cloud targets for the node groups; keep only the one you use.
+# The cloud target of the node groups (gpu-pool-aws.hcl). Every target
+# block here is started with the agent and must reach its cloud, so keep
+# only the one you use: for gpu-pool-gce.hcl or gpu-pool-azure.hcl, swap in
+#
+#   target "gce-mig" {
+#     driver = "gce-mig"   # Google application default credentials
+#   }
+#
+#   target "azure-vmss" {
+#     driver = "azure-vmss"
+#     config = {
+#       tenant_id         = "…"
+#       client_id         = "…"
+#       secret_access_key = "…"
+#       subscription_id   = "…"
+#     }
+#   }
 target "aws-asg" {
   driver = "aws-asg"
   config = {
     aws_region = "us-east-1"
-  }
-}
-
-target "gce-mig" {
-  driver = "gce-mig"
-}
-
-target "azure-vmss" {
-  driver = "azure-vmss"
-  config = {
-    subscription_id = "00000000-0000-0000-0000-000000000000"
   }
 }

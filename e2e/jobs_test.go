@@ -1,0 +1,220 @@
+package e2e
+
+// Every file in jobs/ is checked against the real tools, and every jobspec
+// in it runs as written on simulated GPU nodes with our plugins, or is
+// skipped here by name with the reason.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+)
+
+// jobsFiles lists jobs/ files matching pattern (relative to jobs/).
+func jobsFiles(t testing.TB, pattern string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(t), "jobs", pattern))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// nomadTool runs the nomad CLI (against addr when set) and returns its
+// output and error.
+func nomadTool(t testing.TB, addr string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cluster.NomadBinary(t), args...)
+	cmd.Env = os.Environ()
+	if addr != "" {
+		cmd.Env = append(cmd.Env, "NOMAD_ADDR="+addr)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Every jobspec passes `nomad job validate`, every agent config `nomad
+// config validate`, every node pool spec `nomad node pool apply` on a real
+// server. (Scaling policies: TestAutoscalerPoliciesInJobs.)
+func TestJobsFilesValidate(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	addr := c.Server().HTTPAddr()
+	specs := jobsFiles(t, "*/*.nomad.hcl")
+	if len(specs) < 8 {
+		t.Fatalf("only %d jobspecs in jobs/", len(specs))
+	}
+	// The pools first: a job in a pool the server lacks does not validate.
+	for _, f := range jobsFiles(t, "pools/*.hcl") {
+		if out, err := nomadTool(t, addr, "node", "pool", "apply", f); err != nil {
+			t.Errorf("nomad node pool apply %s: %v\n%s", f, err, out)
+		}
+	}
+	// The autoscaled pool of jobs/autoscaler, made by its cloud node group.
+	if _, err := c.API().NodePools().Register(&api.NodePool{Name: "gpu"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range specs {
+		if out, err := nomadTool(t, addr, "job", "validate", f); err != nil {
+			t.Errorf("nomad job validate %s: %v\n%s", f, err, out)
+		}
+	}
+	for _, f := range jobsFiles(t, "agent/*.hcl") {
+		if out, err := nomadTool(t, "", "config", "validate", f); err != nil || !strings.Contains(out, "Configuration is valid") {
+			t.Errorf("nomad config validate %s: %v\n%s", f, err, out)
+		}
+	}
+}
+
+// workloadSkips are the jobspecs the run below leaves out, and why.
+var workloadSkips = map[string]string{
+	"autoscaler/inference-horizontal.nomad.hcl": "runs vLLM on a real model (/opt/vllm, /models); its scaling policy is checked by nomad job validate",
+	"examples/checkpoint.nomad.hcl":             "run by TestExampleJobs",
+	"examples/gpu.nomad.hcl":                    "run by TestExampleJobs",
+	"examples/inference-mps.nomad.hcl":          "run by TestExampleJobs",
+	"examples/mig.nomad.hcl":                    "run by TestExampleJobs",
+	"examples/mps.nomad.hcl":                    "run by TestExampleJobs",
+}
+
+// The workload jobs run on one sim GPU node per pool (training, inference,
+// hpc), the pools made from jobs/pools.
+func TestWorkloadJobs(t *testing.T) {
+	cluster.RequirePlugin(t, "nomad-device-gpu")
+	cluster.RequirePlugin(t, "nomad-driver-gpu")
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+	}
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	for _, f := range jobsFiles(t, "pools/*.hcl") {
+		if out, err := nomadTool(t, c.Server().HTTPAddr(), "node", "pool", "apply", f); err != nil {
+			t.Fatalf("nomad node pool apply %s: %v\n%s", f, err, out)
+		}
+	}
+	pools := []string{"training", "inference", "hpc"}
+	var opts []cluster.ClientOptions
+	for _, p := range pools {
+		n := newGPUNode(t)
+		opts = append(opts, cluster.ClientOptions{Name: "gpu-" + p, PluginDir: cluster.BinDir(t), ExtraHCL: n.hcl(t), ClientHCL: fmt.Sprintf("node_pool = %q", p)})
+	}
+	c.StartClients(t, opts...)
+	for _, p := range pools {
+		c.WaitForNode(t, "gpu-"+p, func(n *api.Node) bool {
+			d := n.Drivers["gpu"]
+			return d != nil && d.Healthy && len(deviceGroups(n)) == 5
+		}, 2*time.Minute)
+	}
+
+	root := filepath.Join(cluster.RepoRoot(t), "jobs")
+	ran := map[string]bool{}
+	run := map[string]func(t *testing.T, src string){
+		"training/train.nomad.hcl":     func(t *testing.T, src string) { runPrinting(t, c, src, "training on GPU-") },
+		"training/train-mig.nomad.hcl": func(t *testing.T, src string) { runPrinting(t, c, src, "training on MIG-") },
+		"hpc/hpc.nomad.hcl":            func(t *testing.T, src string) { runPrinting(t, c, src, "solving on GPU-") },
+		"inference/inference.nomad.hcl": func(t *testing.T, src string) {
+			runInference(t, c, src)
+		},
+		"inference/inference-consul.nomad.hcl": func(t *testing.T, src string) {
+			t.Skip("needs a Consul agent; the Consul variant is checked against a real Consul only where a consul binary is found, and none is on this machine")
+		},
+		"batch/burst.nomad.hcl": func(t *testing.T, src string) { runDispatched(t, c, src) },
+	}
+	for _, f := range jobsFiles(t, "*/*.nomad.hcl") {
+		rel, _ := filepath.Rel(root, f)
+		if why, ok := workloadSkips[rel]; ok {
+			t.Logf("skipping %s: %s", rel, why)
+			continue
+		}
+		fn, ok := run[rel]
+		if !ok {
+			t.Errorf("%s is neither run nor skipped by this test: add it", rel)
+			continue
+		}
+		ran[rel] = true
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(rel, func(t *testing.T) { fn(t, string(src)) })
+	}
+	for rel := range run {
+		if !ran[rel] {
+			t.Errorf("%s is gone from jobs/; update this test", rel)
+		}
+	}
+}
+
+// runPrinting runs the job, waits until its task prints want, and stops
+// it (a checkpointing task commits on the way out).
+func runPrinting(t *testing.T, c *cluster.Cluster, src, want string) {
+	job := c.RunJob(t, src)
+	a := c.WaitForAllocs(t, *job.ID, 1, time.Minute)[0]
+	c.WaitForAllocStatus(t, a.ID, "running", 2*time.Minute)
+	c.WaitForAllocLogs(t, a.ID, job.TaskGroups[0].Tasks[0].Name, "stdout", want, time.Minute)
+	c.StopJob(t, *job.ID, false)
+	waitTerminal(t, c, a.ID)
+}
+
+// runInference runs the service and checks it is discoverable and healthy.
+func runInference(t *testing.T, c *cluster.Cluster, src string) {
+	job := c.RunJob(t, src)
+	allocs := c.WaitForAllocs(t, *job.ID, 2, time.Minute)
+	for _, a := range allocs {
+		c.WaitForAllocStatus(t, a.ID, "running", 2*time.Minute)
+		c.WaitForAllocLogs(t, a.ID, "serve", "stdout", "serving on GPU-", time.Minute)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		regs, _, err := c.API().Services().Get("inference", nil)
+		healthy := 0
+		for _, a := range allocs {
+			checks, err := c.API().Allocations().Checks(a.ID, nil)
+			if err != nil {
+				continue
+			}
+			for _, r := range checks {
+				if r.Status == "success" {
+					healthy++
+				}
+			}
+		}
+		if err == nil && len(regs) == 2 && healthy == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inference: %d registrations (err %v), %d healthy checks after 90s", len(regs), err, healthy)
+		}
+		time.Sleep(time.Second)
+	}
+	if out := nomadCLI(t, c, "service", "info", "inference"); !strings.Contains(out, "inference") {
+		t.Errorf("nomad service info inference: %s", out)
+	}
+	c.StopJob(t, *job.ID, false)
+	for _, a := range allocs {
+		waitTerminal(t, c, a.ID)
+	}
+}
+
+// runDispatched registers the parameterized job and dispatches one shard.
+func runDispatched(t *testing.T, c *cluster.Cluster, src string) {
+	job := c.RunJob(t, src)
+	resp, _, err := c.API().Jobs().Dispatch(*job.ID, map[string]string{"shard": "7"}, []byte("input"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.WaitForAllocs(t, resp.DispatchedJobID, 1, time.Minute)[0]
+	c.WaitForAllocLogs(t, a.ID, "shard", "stdout", "shard 7 on GPU-", time.Minute)
+	if done := waitTerminal(t, c, a.ID); done.ClientStatus != api.AllocClientStatusComplete {
+		t.Errorf("the dispatched shard ended %s: %s", done.ClientStatus, cluster.AllocSummary(done))
+	}
+	c.StopJob(t, *job.ID, false)
+}
