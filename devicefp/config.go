@@ -2,11 +2,13 @@ package devicefp
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 )
 
 // Config is the `plugin "nomad-device-gpu" { config { … } }` block. Its tags
@@ -26,6 +28,20 @@ type Config struct {
 	MPS         []MPSConfig   `hcl:"mps,blocks"`
 	Health      HealthConfig  `hcl:"health,block"`
 	Sim         gpu.SimConfig `hcl:"sim,block"`
+	// Metrics serves Prometheus metrics of every device (off by default).
+	Metrics metrics.Config `hcl:"metrics,block"`
+	// Nomad is the local agent's API; with metrics on, the plugin reads
+	// from it which devices this node's allocations hold.
+	Nomad NomadAPIConfig `hcl:"nomad,block"`
+}
+
+// NomadAPIConfig is how the plugin reaches the local Nomad agent's API.
+type NomadAPIConfig struct {
+	Address string `hcl:"address" default:"http://127.0.0.1:4646"`
+	// Token is an ACL token, where ACLs are on: node:read and read-job in
+	// the namespaces whose allocations should be named (agent:read lets
+	// the plugin find its node by ID rather than by name).
+	Token string `hcl:"token"`
 }
 
 // MPSConfig offers the listed GPUs as MPS shares instead of whole GPUs.
@@ -100,6 +116,12 @@ func (c *Config) Validate() error {
 		if x == 0 {
 			return fmt.Errorf("health.critical_xids[%d]: XID 0 does not exist", i)
 		}
+	}
+	if err := c.Metrics.Validate("metrics"); err != nil {
+		return err
+	}
+	if u, err := url.Parse(c.Nomad.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || u.Host == "" && u.Scheme != "unix" {
+		return fmt.Errorf("nomad.address: %q is not an http://, https:// or unix:// address", c.Nomad.Address)
 	}
 	if c.Backend == "sim" {
 		if err := c.gpuConfig().Validate(); err != nil {

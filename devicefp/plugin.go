@@ -49,6 +49,8 @@ type Plugin struct {
 	unhealthy map[string]string // GPU-/MIG- UUID → reason, from XIDs
 	lastSnap  *gpu.Snapshot
 	lastErr   error
+
+	metrics *deviceMetrics
 }
 
 var _ device.Plugin = (*Plugin)(nil)
@@ -61,7 +63,9 @@ func NewWithOpener(logger hclog.Logger, open OpenFunc) *Plugin {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Plugin{logger: logger, open: open, unhealthy: map[string]string{}}
+	p := &Plugin{logger: logger, open: open, unhealthy: map[string]string{}}
+	p.metrics = newDeviceMetrics(p)
+	return p
 }
 
 func (p *Plugin) Info() base.Info {
@@ -70,7 +74,7 @@ func (p *Plugin) Info() base.Info {
 
 func (p *Plugin) NewConfig() any { return &Config{} }
 
-func (p *Plugin) SetConfig(c any, _ *base.AgentConfig) error {
+func (p *Plugin) SetConfig(c any, agent *base.AgentConfig) error {
 	cfg, ok := c.(*Config)
 	if !ok {
 		return fmt.Errorf("unexpected config type %T", c)
@@ -79,8 +83,11 @@ func (p *Plugin) SetConfig(c any, _ *base.AgentConfig) error {
 		return err
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.cfg = cfg
+	p.mu.Unlock()
+	// Only the runtime launch gets the agent's config: validation
+	// launches must not serve metrics.
+	p.metrics.setConfig(cfg, agent != nil)
 	return nil
 }
 
@@ -114,6 +121,7 @@ func (p *Plugin) inventory() (Inventory, error) {
 
 // Close releases the inventory (used by tests and the inventory command).
 func (p *Plugin) Close() error {
+	p.metrics.close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.inv == nil {
@@ -128,6 +136,7 @@ func (p *Plugin) Close() error {
 // health change: on every fingerprint period and on every counted XID.
 func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.Fingerprint, error) {
 	cfg := p.config()
+	p.metrics.activate() // only the runtime launch fingerprints
 	out := make(chan *device.Fingerprint, 1)
 	go p.fingerprintLoop(ctx, cfg, out)
 	return out, nil
@@ -175,6 +184,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			p.metrics.activate() // retries a metrics address that failed to bind
 			subscribe()
 			refresh(true)
 		case ev, ok := <-events:
@@ -182,6 +192,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 				events = nil
 				continue
 			}
+			p.metrics.xid(ev)
 			if !policy.counts(ev.XID) {
 				p.logger.Debug("ignoring XID event", "device", ev.UUID, "xid", ev.XID)
 				continue
@@ -271,7 +282,7 @@ func (p *Plugin) Reserve(ids []string) (*device.Reservation, error) {
 	if len(ids) == 0 {
 		return &device.Reservation{}, nil
 	}
-	return p.model().reserve(ids, p.config().MPSPipeRoot)
+	return p.model().reserveFor(ids, p.config(), p.logger)
 }
 
 // Stats samples every fingerprinted device once per interval.

@@ -9,7 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 )
 
@@ -18,6 +21,28 @@ var (
 	devRoot      = "/dev"
 	procCapsFile = "/proc/driver/nvidia-caps/mig-minors"
 )
+
+// reserveFor is reserve plus what the backend adds: on a sim node with a
+// control file, the task learns its load directory (gpu.EnvSimLoadDir),
+// where `nomad-gpu sim-load` puts simulated work on the task's devices, and
+// the directory is made if need be (mode 1777). The gpu task driver derives
+// the same path from its own sim config to let the task write there. A
+// directory that cannot be made is logged, not fatal: sim-load says so too.
+func (m *model) reserveFor(ids []string, cfg *Config, logger hclog.Logger) (*device.Reservation, error) {
+	res, err := m.reserve(ids, cfg.MPSPipeRoot)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Backend == gpu.BackendSim {
+		if dir := cfg.Sim.LoadDir(); dir != "" {
+			if err := gpu.PrepareSimLoadDir(dir); err != nil {
+				logger.Warn("tasks cannot put simulated work on this node's GPUs (nomad-gpu sim-load)", "error", err)
+			}
+			res.Envs[gpu.EnvSimLoadDir] = dir
+		}
+	}
+	return res, nil
+}
 
 // reserve builds the container reservation for a set of device IDs of one
 // group (the client reserves per device request).

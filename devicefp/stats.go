@@ -33,56 +33,79 @@ const shareUsageMaxAge = time.Minute
 
 func (p *Plugin) collectStats(now time.Time) *device.Stats {
 	m := p.model()
-	inv, err := p.inventory()
 	out := &device.Stats{}
+	smp, err := p.newSampler(now)
 	if err != nil {
 		return out
-	}
-	// MPS shares of one GPU read the same telemetry: ask NVML once per GPU.
-	cache := map[string]*gpu.Telemetry{}
-	read := func(uuid string) *gpu.Telemetry {
-		if t, ok := cache[uuid]; ok {
-			return t
-		}
-		t, err := inv.Telemetry(uuid)
-		if err != nil {
-			p.logger.Debug("telemetry unavailable", "device", uuid, "error", err)
-			cache[uuid] = nil
-			return nil
-		}
-		cache[uuid] = &t
-		return &t
-	}
-	pipeRoot := p.config().MPSPipeRoot
-	shareUsage := map[string]map[string]uint64{} // GPU UUID → share ID → MiB
-	readShares := func(gpuUUID string) map[string]uint64 {
-		if u, ok := shareUsage[gpuUUID]; ok {
-			return u
-		}
-		u, err := gpu.ReadShareUsage(gpu.ShareUsagePath(pipeRoot, gpuUUID))
-		if err != nil || now.Sub(u.UpdatedAt) > shareUsageMaxAge {
-			u.Shares = nil
-		}
-		shareUsage[gpuUUID] = u.Shares
-		return u.Shares
 	}
 	for _, g := range m.groups {
 		gs := &device.GroupStats{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Instances: make(map[string]*device.DeviceStats, len(g.Devices))}
 		for _, d := range g.Devices {
 			s := m.byID[d.ID]
-			t := read(s.visibleUUID())
+			t := smp.telemetry(s.visibleUUID())
 			if t == nil {
 				continue
 			}
 			ds := deviceStats(s, t, now)
 			if s.typ == contract.SliceMPS {
-				addShareUsage(ds, s, readShares(s.gpuUUID))
+				addShareUsage(ds, s, smp.shareUsage(s.gpuUUID))
 			}
 			gs.Instances[d.ID] = ds
 		}
 		out.Groups = append(out.Groups, gs)
 	}
 	return out
+}
+
+// sampler reads one round of device figures, for Nomad's stats or for a
+// metrics scrape: NVML's telemetry once per GPU or MIG instance (MPS shares
+// of one GPU read the same) and the MPS share usage the driver publishes
+// once per GPU.
+type sampler struct {
+	p        *Plugin
+	inv      Inventory
+	now      time.Time
+	pipeRoot string
+	tele     map[string]*gpu.Telemetry
+	shares   map[string]map[string]uint64 // GPU UUID → share ID → MiB
+}
+
+func (p *Plugin) newSampler(now time.Time) (*sampler, error) {
+	inv, err := p.inventory()
+	if err != nil {
+		return nil, err
+	}
+	return &sampler{p: p, inv: inv, now: now, pipeRoot: p.config().MPSPipeRoot,
+		tele: map[string]*gpu.Telemetry{}, shares: map[string]map[string]uint64{}}, nil
+}
+
+// telemetry is the device's telemetry, nil when NVML cannot read it.
+func (s *sampler) telemetry(uuid string) *gpu.Telemetry {
+	if t, ok := s.tele[uuid]; ok {
+		return t
+	}
+	t, err := s.inv.Telemetry(uuid)
+	if err != nil {
+		s.p.logger.Debug("telemetry unavailable", "device", uuid, "error", err)
+		s.tele[uuid] = nil
+		return nil
+	}
+	s.tele[uuid] = &t
+	return &t
+}
+
+// shareUsage is what each MPS share of the GPU uses, by share ID, as the
+// driver last published it; nil when it publishes nothing (no task).
+func (s *sampler) shareUsage(gpuUUID string) map[string]uint64 {
+	if u, ok := s.shares[gpuUUID]; ok {
+		return u
+	}
+	u, err := gpu.ReadShareUsage(gpu.ShareUsagePath(s.pipeRoot, gpuUUID))
+	if err != nil || s.now.Sub(u.UpdatedAt) > shareUsageMaxAge {
+		u.Shares = nil
+	}
+	s.shares[gpuUUID] = u.Shares
+	return u.Shares
 }
 
 func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats {

@@ -58,8 +58,9 @@ func (e *env) startRestored(t *testing.T, d *Driver, ck CheckpointConfig) string
 	}
 	t.Cleanup(func() { d.DestroyTask(next.ID, true) })
 	restored := filepath.Join(next.Env["NOMAD_TASK_DIR"], "restored")
-	eventually(t, "restore", func() bool { _, err := os.Stat(restored); return err == nil })
-	b, _ := os.ReadFile(restored)
+	// The script's `echo … > restored` creates the file before it writes.
+	var b []byte
+	eventually(t, "restore", func() bool { b, _ = os.ReadFile(restored); return strings.HasSuffix(string(b), "\n") })
 	return strings.TrimSpace(string(b))
 }
 

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
 	"github.com/nomad-gpu/nomad-gpu/driver/preemption"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
@@ -164,8 +165,10 @@ func (c *checkpointer) watch(ctx context.Context) {
 func (c *checkpointer) request(trigger string) {
 	c.d.emit(c.t, fmt.Sprintf("checkpoint requested (%s): %s, %s to commit", trigger, c.cfg.Signal, c.cfg.CommitTimeout),
 		map[string]string{"checkpoint": "requested", "trigger": trigger})
+	c.d.metrics.checkpointRequested(c.t)
 	if err := c.t.proc.Signal(c.sig); err != nil {
 		c.d.emit(c.t, "checkpoint request failed: "+err.Error(), map[string]string{"checkpoint": "failed"})
+		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 	}
 }
 
@@ -188,6 +191,7 @@ func (c *checkpointer) commitIfMarked() {
 	g, err := c.store.Commit(c.run, c.trigger, c.cfg.Keep)
 	if g == nil {
 		c.d.emit(c.t, "checkpoint commit failed: "+err.Error(), map[string]string{"checkpoint": "failed", "trigger": c.trigger})
+		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 		return
 	}
 	if err != nil {
@@ -198,6 +202,7 @@ func (c *checkpointer) commitIfMarked() {
 	c.d.emit(c.t, fmt.Sprintf("checkpoint committed: generation %d, %s in %d files, in %s (%s)", g.Seq, byteSize(g.Bytes), g.Files, took.Round(time.Millisecond), c.trigger),
 		map[string]string{"checkpoint": "committed", "generation": strconv.Itoa(g.Seq), "bytes": strconv.FormatInt(g.Bytes, 10),
 			"duration_ms": strconv.FormatInt(took.Milliseconds(), 10), "trigger": c.trigger})
+	c.d.metrics.checkpointCommitted(c.t, took, g.Bytes)
 	c.commits++
 	if c.triggerKnown == nil {
 		c.trigger = "task"
@@ -257,6 +262,7 @@ func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemptio
 		case <-deadline.C:
 			c.d.emit(c.t, fmt.Sprintf("checkpoint not committed within %s; stopping the task", allowed),
 				map[string]string{"checkpoint": "failed", "trigger": trigger})
+			c.d.metrics.checkpointFailed(c.t, contract.CheckpointTimeout)
 			return max(timeout-time.Since(start), 0)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
 	"github.com/nomad-gpu/nomad-gpu/driver/landlock"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 )
 
 // Config is the `plugin "nomad-driver-gpu" { config { … } }` block.
@@ -36,6 +37,23 @@ type Config struct {
 	Checkpoint        CheckpointStore  `hcl:"checkpoint,block"`
 	Nomad             NomadAPIConfig   `hcl:"nomad,block"`
 	Preemption        PreemptionConfig `hcl:"preemption,block"`
+	Metrics           MetricsConfig    `hcl:"metrics,block"`
+}
+
+// MetricsConfig serves Prometheus metrics of every task (off by default).
+type MetricsConfig struct {
+	// Address and NodeName are as in package metrics: where /metrics is
+	// served ("" is off) and the host label.
+	Address  string `hcl:"address"`
+	NodeName string `hcl:"node_name"`
+	// TaskRetention keeps a destroyed task's series this long, so that the
+	// next scrape still sees how the task ended (its checkpoint on stop,
+	// its preemption, its kill).
+	TaskRetention time.Duration `hcl:"task_retention" default:"5m"`
+}
+
+func (c MetricsConfig) exporter() metrics.Config {
+	return metrics.Config{Address: c.Address, NodeName: c.NodeName}
 }
 
 // NomadAPIConfig is how the driver reaches the Nomad API: the local client
@@ -106,6 +124,12 @@ type GPUConfig struct {
 }
 
 func (c *Config) Validate() error {
+	if err := c.Metrics.exporter().Validate("metrics"); err != nil {
+		return err
+	}
+	if r := c.Metrics.TaskRetention; r < 0 || r > 24*time.Hour {
+		return fmt.Errorf("metrics.task_retention: %s is out of range; allowed: 0 (at once) to 24h", r)
+	}
 	if c.Preemption.Cooldown < 0 || c.Preemption.Cooldown > 0 && c.Preemption.Cooldown < 10*time.Second {
 		return fmt.Errorf("preemption.cooldown: %s is out of range; allowed: 0 (off) or at least 10s", c.Preemption.Cooldown)
 	}

@@ -71,6 +71,9 @@ func (d *Driver) cooldownUsable(rt *runtimeState) error {
 
 // protectPreempted starts the cooldown of a preempted task's job.
 func (d *Driver) protectPreempted(rt *runtimeState, t *task, r preemption.Reason) {
+	if r.PreemptedBy != "" {
+		d.metrics.preempted(t)
+	}
 	cooldown := d.config().Preemption.Cooldown
 	if cooldown == 0 || r.PreemptedBy == "" {
 		return

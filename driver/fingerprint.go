@@ -30,6 +30,10 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 		"driver.gpu.gpu_memory_watchdog": structs.NewString(cfg.GPUMemoryWatchdog),
 	}
 	var notes []string
+	d.metrics.activate() // only the runtime launch fingerprints; retries a failed bind
+	if err := d.metrics.exp.Err(); err != nil {
+		notes = append(notes, "metrics not served: "+err.Error())
+	}
 
 	cgv, cgDesc := cgroups.Describe()
 	attrs["driver.gpu.cgroups"] = structs.NewString(cgv.String())

@@ -11,6 +11,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/landlock"
 	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -283,6 +284,13 @@ func (d *Driver) landlockRules(cfg *drivers.TaskConfig, tc *TaskConfig, dirs tas
 	}
 	if len(cfg.Devices) > 0 || cfg.DeviceEnv[contract.EnvCUDAVisibleDevices] != "" {
 		add(rw, sharedGPUNodes...)
+		// On a sim node, the load directory where `nomad-gpu sim-load`
+		// puts the task's simulated work (package gpu/sim). Derived from
+		// this plugin's own sim config, never from the task's environment,
+		// which the device plugin sets to the same path.
+		if g := d.config().GPU; g.Backend == gpu.BackendSim {
+			add(rw, g.Sim.LoadDir())
+		}
 	}
 	// Only device nodes: a reservation names the task's GPU and MIG nodes,
 	// never a directory or file to open up.

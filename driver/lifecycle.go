@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 	"github.com/nomad-gpu/nomad-gpu/wire/schema"
@@ -53,6 +54,7 @@ func (d *Driver) onViolation(v gpuwatch.Violation) {
 	case gpuwatch.ModeKill:
 		if !v.Repeat {
 			d.emit(t, msg+"; killing the task", ann)
+			d.metrics.killed(t, contract.KillGPUMemory)
 		}
 		t.setKillReason(msg)
 		ctx, cancel := context.WithTimeout(d.ctx, waitTimeout)
@@ -146,7 +148,7 @@ func (d *Driver) StopTask(id string, timeout time.Duration, signal string) error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+waitTimeout)
 	defer cancel()
-	if rt := d.rt.Load(); rt != nil && (t.ckpt != nil || d.config().Preemption.Cooldown > 0) {
+	if rt := d.rt.Load(); rt != nil && (t.ckpt != nil || d.config().Preemption.Cooldown > 0 || d.metrics.exp.Enabled()) {
 		reason := d.stopReason(rt, t)
 		if t.ckpt != nil && !t.exited() {
 			timeout = t.ckpt.beforeStop(timeout, reason)
@@ -173,6 +175,7 @@ func (d *Driver) DestroyTask(id string, force bool) error {
 		return fmt.Errorf("task %s is still running; stop it first or destroy with force", id)
 	}
 	d.store.remove(id)
+	d.metrics.destroyed(t)
 	return d.release(rt, t)
 }
 

@@ -79,6 +79,9 @@ type Driver struct {
 
 	events *broadcaster
 
+	// metrics is the Prometheus exporter (served only with metrics.address).
+	metrics *taskMetrics
+
 	// faults, in tests only, fails StartTask at a named step (or kills
 	// the plugin process there).
 	faults func(step string) error
@@ -103,7 +106,7 @@ func New(logger hclog.Logger) *Driver {
 		logger = hclog.NewNullLogger()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Driver{
+	d := &Driver{
 		logger:     logger,
 		executable: supervisorExecutable(),
 		store:      newTaskStore(),
@@ -114,6 +117,8 @@ func New(logger hclog.Logger) *Driver {
 			return gpu.Open(c, l)
 		},
 	}
+	d.metrics = newTaskMetrics(d)
+	return d
 }
 
 // SupervisorBinary is the small per-task supervisor installed next to the
@@ -142,7 +147,7 @@ func (d *Driver) Info() base.Info {
 func (d *Driver) NewConfig() any     { return &Config{} }
 func (d *Driver) NewTaskConfig() any { return &TaskConfig{} }
 
-func (d *Driver) SetConfig(c any, _ *base.AgentConfig) error {
+func (d *Driver) SetConfig(c any, agent *base.AgentConfig) error {
 	cfg, ok := c.(*Config)
 	if !ok {
 		return fmt.Errorf("unexpected config type %T", c)
@@ -151,8 +156,11 @@ func (d *Driver) SetConfig(c any, _ *base.AgentConfig) error {
 		return err
 	}
 	d.cfgMu.Lock()
-	defer d.cfgMu.Unlock()
 	d.cfg = cfg
+	d.cfgMu.Unlock()
+	// Only the runtime launch gets the agent's config: validation
+	// launches must not serve metrics.
+	d.metrics.setConfig(cfg, agent != nil)
 	return nil
 }
 
@@ -264,6 +272,7 @@ func (s inventorySource) Processes(uuid string) ([]gpu.Process, error) {
 // supervisors and are recovered by the next plugin process.
 func (d *Driver) Shutdown() error {
 	d.cancel()
+	d.metrics.close()
 	d.invMu.Lock()
 	defer d.invMu.Unlock()
 	if d.inv != nil {

@@ -315,6 +315,7 @@ func (d *Driver) startSupervisor(t *task, p *startPlan) error {
 // track registers a started or recovered task with the watchdog and its
 // exit waiter.
 func (d *Driver) track(rt *runtimeState, t *task) {
+	d.metrics.started(t)
 	d.watchTask(rt, t)
 	if t.ckpt != nil {
 		go t.ckpt.watch(d.ctx)

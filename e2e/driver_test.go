@@ -30,8 +30,9 @@ import (
 type gpuNode struct {
 	dir, control      string
 	sharedCheckpoints string // "" for the node's own
-	// driverHCL is extra HCL in the gpu driver's config block.
-	driverHCL string
+	// driverHCL and deviceHCL are extra HCL in the gpu driver's and the
+	// device plugin's config blocks.
+	driverHCL, deviceHCL string
 }
 
 func newGPUNode(t testing.TB) gpuNode {
@@ -83,7 +84,7 @@ plugin "nomad-device-gpu" {
     mps {
       gpus   = ["4"]
       shares = 4
-    }
+    }%[8]s
   }
 }
 plugin "nomad-driver-gpu" {
@@ -104,7 +105,7 @@ plugin "nomad-driver-gpu" {
       }
     }
   }
-}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(n.driverHCL, "    "))
+}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(n.driverHCL, "    "), indentHCL(n.deviceHCL, "    "))
 }
 
 // gpuJob is a service job whose task prints its GPU env, then loops; it

@@ -7,7 +7,8 @@
 //     at Open; building this package needs cgo);
 //   - "sim": a simulated DGX node (package gpu/sim), go-nvml's mock servers
 //     completed with MIG handles, telemetry, processes and XID injection,
-//     and driven from outside through a control file (see Control).
+//     and driven from outside through a control file (see Control) and a
+//     load directory next to it (see SimLoadDir).
 //
 // Values NVML does not support on a device are absent (nil pointers, zero
 // counts), never errors.
@@ -188,6 +189,19 @@ func OpenControl(path string) *Control { return sim.OpenControl(path) }
 
 // ReadControl reads a sim control file; a missing file is the empty state.
 func ReadControl(path string) (ControlState, error) { return sim.ReadControl(path) }
+
+// EnvSimLoadDir is the task environment variable naming a sim node's load
+// directory, where `nomad-gpu sim-load` puts simulated work; see
+// sim.LoadRecord.
+const EnvSimLoadDir = sim.EnvLoadDir
+
+// SimLoadDir is the load directory of the sim node with this control file
+// ("<controlFile>.load"; "" without one). SimConfig.LoadDir says the same.
+func SimLoadDir(controlFile string) string { return sim.LoadDir(controlFile) }
+
+// PrepareSimLoadDir makes a sim load directory mode 1777 (see
+// sim.PrepareLoadDir).
+func PrepareSimLoadDir(dir string) error { return sim.PrepareLoadDir(dir) }
 
 // SimSystems lists the simulated systems.
 func SimSystems() []string { return sim.Systems() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -13,16 +14,21 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
 )
 
 // Endpoints the plugin calls, as Stats names them.
 const (
-	EndpointNodes       = "nodes"        // GET /v1/nodes?resources=true (blocking)
-	EndpointEvals       = "evaluations"  // GET /v1/evaluations?status=blocked (blocking)
-	EndpointAllocs      = "allocations"  // GET /v1/allocations?resources=true&filter=... (blocking)
-	EndpointJob         = "job"          // GET /v1/job/:id, once per job modify index
-	EndpointJobSummary  = "job_summary"  // GET /v1/job/:id/summary, once per blocked eval modify index
-	EndpointClientStats = "client_stats" // GET /v1/client/stats?node_id=, once per node per stats_ttl
+	EndpointNodes  = "nodes"       // GET /v1/nodes?resources=true (blocking)
+	EndpointEvals  = "evaluations" // GET /v1/evaluations?status=blocked (blocking)
+	EndpointAllocs = "allocations" // GET /v1/allocations?resources=true&filter=... (blocking)
+	// EndpointFinished lists terminal allocations, newest first, at most
+	// finished_max_allocs (blocking; only with metrics_address).
+	EndpointFinished    = "finished_allocations" // GET /v1/allocations?resources=true&reverse=true&per_page=N&filter=...
+	EndpointJob         = "job"                  // GET /v1/job/:id, once per job modify index
+	EndpointJobSummary  = "job_summary"          // GET /v1/job/:id/summary, once per blocked eval modify index
+	EndpointClientStats = "client_stats"         // GET /v1/client/stats?node_id=, once per node per stats_ttl
 )
 
 // counter counts Nomad API calls by endpoint.
@@ -64,10 +70,17 @@ const (
 	watchNodes = iota
 	watchEvals
 	watchAllocs
+	watchFinished // terminal allocations: the cluster figures only
 	numWatches
 )
 
-var watchNames = [numWatches]string{"nodes", "blocked evaluations", "allocations"}
+var watchNames = [numWatches]string{"nodes", "blocked evaluations", "allocations", "finished allocations"}
+
+// watchLabels name the lists in the exporter's list label.
+var watchLabels = [numWatches]string{"nodes", "blocked_evaluations", "allocations", "finished_allocations"}
+
+// figureWatches are the lists the cluster figures read.
+var figureWatches = []int{watchNodes, watchEvals, watchAllocs, watchFinished}
 
 // watch is one list kept fresh by blocking queries in its own goroutine.
 type watch struct {
@@ -88,20 +101,27 @@ func (w *watch) state() (data any, version uint64, lastErr error, failingSince t
 	return w.data, w.version, w.lastErr, w.failingSince
 }
 
-// cache is the cluster state, kept by three watches (nodes, blocked
-// evaluations with their jobs, non-terminal allocations), each started on
-// the first query that needs it, plus device stats fetched on demand.
+// cache is the cluster state, kept by watches (nodes, blocked evaluations
+// with their jobs, non-terminal allocations, and for the cluster figures
+// terminal allocations), each started on the first query or scrape that
+// needs it, plus device stats fetched on demand (and, for the cluster
+// figures, refreshed in the background).
 type cache struct {
 	cl    *api.Client
 	cfg   *Config
 	log   hclog.Logger
 	calls *counter
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	startMu sync.Mutex // orders watch starts before close's Wait
-	closed  bool
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+	startMu      sync.Mutex // orders watch starts before close's Wait
+	closed       bool
+	statsStarted bool // the background stats refresh runs
+
+	// metrics is whether the cluster figures are on (metrics_address):
+	// only then are job priorities read for allocations.
+	metrics bool
 
 	watches [numWatches]*watch
 
@@ -113,8 +133,19 @@ type cache struct {
 	snap     *Snapshot
 	snapVers [numWatches]uint64
 
-	statsMu sync.Mutex
-	stats   map[string]statsEntry // by node ID
+	statsFetchMu sync.Mutex            // one stats refresh at a time
+	statsMu      sync.Mutex            // guards stats
+	stats        map[string]statsEntry // by node ID
+
+	// Job priorities of allocations holding devices (cluster figures).
+	prioMu sync.Mutex
+	prio   map[jobKey]prioEntry
+}
+
+type prioEntry struct {
+	version  uint64 // the newest job version seen or read
+	priority int    // 0: unknown (job purged)
+	used     time.Time
 }
 
 type jobKey struct{ ns, id string }
@@ -172,13 +203,16 @@ type (
 	allocsData struct {
 		used    map[string][]UsedDevices // by node ID
 		pending []pendingAlloc
+		runs    []AllocRun // with metrics only: for the task figures
 	}
+	finishedData []AllocRun
 )
 
 type pendingAlloc struct {
 	ns, job, group, node string
 	created              time.Time
 	devices              []UsedDevices
+	priority             int
 }
 
 func newCache(cl *api.Client, cfg *Config, log hclog.Logger, calls *counter) *cache {
@@ -189,6 +223,8 @@ func newCache(cl *api.Client, cfg *Config, log hclog.Logger, calls *counter) *ca
 		jobs:      map[jobKey]*jobInfo{},
 		summaries: map[string]summaryEntry{},
 		stats:     map[string]statsEntry{},
+		prio:      map[jobKey]prioEntry{},
+		metrics:   cfg.MetricsAddress != "",
 	}
 	for k := range c.watches {
 		c.watches[k] = &watch{kind: k, ready: make(chan struct{})}
@@ -227,22 +263,9 @@ func needs(q Query) []int {
 // ensure starts the watches and waits (bounded by sync_timeout) for their
 // first list; it fails when one has been failing for over max_staleness.
 func (c *cache) ensure(kinds []int) error {
-	c.startMu.Lock()
-	if c.closed {
-		c.startMu.Unlock()
+	if !c.start(kinds, false) {
 		return errors.New("plugin reconfigured or closed")
 	}
-	for _, k := range kinds {
-		w := c.watches[k]
-		w.mu.Lock()
-		if !w.started {
-			w.started = true
-			c.wg.Add(1)
-			go c.run(w)
-		}
-		w.mu.Unlock()
-	}
-	c.startMu.Unlock()
 	deadline := time.NewTimer(c.cfg.SyncTimeout)
 	defer deadline.Stop()
 	for _, k := range kinds {
@@ -266,6 +289,56 @@ func (c *cache) ensure(kinds []int) error {
 	return nil
 }
 
+// start starts the watches of kinds that are not running yet, and with
+// stats the background stats refresh; it reports false once closed.
+func (c *cache) start(kinds []int, stats bool) bool {
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	if c.closed {
+		return false
+	}
+	for _, k := range kinds {
+		w := c.watches[k]
+		w.mu.Lock()
+		if !w.started {
+			w.started = true
+			c.wg.Add(1)
+			go c.run(w)
+		}
+		w.mu.Unlock()
+	}
+	if stats && !c.statsStarted {
+		c.statsStarted = true
+		c.wg.Add(1)
+		go c.runStats()
+	}
+	return true
+}
+
+// listState is one watch's health as the exporter reports it.
+type listState struct {
+	label string
+	up    bool
+}
+
+// listStates reports, for each watch of kinds, whether it has listed once
+// and has not been failing for over max_staleness.
+func (c *cache) listStates(kinds []int) []listState {
+	out := make([]listState, 0, len(kinds))
+	for _, k := range kinds {
+		w := c.watches[k]
+		up := false
+		select {
+		case <-w.ready:
+			_, _, err, since := w.state()
+			up = err == nil || time.Since(since) <= c.cfg.MaxStaleness
+		default:
+		}
+		out = append(out, listState{watchLabels[k], up})
+	}
+	return out
+}
+
 // run keeps one watch fresh: a blocking list on the last index, at most
 // one list per min_refresh_interval, backing off on errors.
 func (c *cache) run(w *watch) {
@@ -273,6 +346,10 @@ func (c *cache) run(w *watch) {
 	var index uint64
 	first := true
 	backoff := time.Second
+	minRefresh := c.cfg.MinRefresh
+	if w.kind == watchFinished {
+		minRefresh = max(minRefresh, c.cfg.FinishedRefresh)
+	}
 	for c.ctx.Err() == nil {
 		start := time.Now()
 		data, idx, err := c.fetch(w.kind, index)
@@ -310,7 +387,7 @@ func (c *cache) run(w *watch) {
 			first = false
 		}
 		index = max(idx, 1) // an index of 0 would not block
-		if !sleepCtx(c.ctx, c.cfg.MinRefresh-time.Since(start)) {
+		if !sleepCtx(c.ctx, minRefresh-time.Since(start)) {
 			return
 		}
 	}
@@ -341,6 +418,8 @@ func (c *cache) fetch(kind int, index uint64) (any, uint64, error) {
 		return c.fetchNodes(index)
 	case watchEvals:
 		return c.fetchEvals(index)
+	case watchFinished:
+		return c.fetchFinished(index)
 	}
 	return c.fetchAllocs(index)
 }
@@ -362,9 +441,18 @@ func (c *cache) fetchNodes(index uint64) (any, uint64, error) {
 		}
 		if s.NodeResources != nil {
 			for _, d := range s.NodeResources.Devices {
-				g := DeviceGroup{DeviceSpec: DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name}}
+				if d == nil {
+					continue
+				}
+				g := DeviceGroup{
+					DeviceSpec:  DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name},
+					MemoryBytes: memoryBytes(d.Attributes[contract.AttrMemory]),
+				}
 				for _, in := range d.Instances {
-					g.Instances = append(g.Instances, DeviceInstance{ID: in.ID, Healthy: in.Healthy})
+					if in == nil {
+						continue
+					}
+					g.Instances = append(g.Instances, DeviceInstance{ID: in.ID, Healthy: in.Healthy, GPU: physicalGPU(in)})
 				}
 				n.Devices = append(n.Devices, g)
 			}
@@ -387,22 +475,18 @@ func (c *cache) fetchAllocs(index uint64) (any, uint64, error) {
 		return nil, 0, err
 	}
 	d := allocsData{used: map[string][]UsedDevices{}}
+	want := map[jobKey]uint64{}
 	for _, s := range stubs {
-		var devs []UsedDevices
-		if s.AllocatedResources != nil {
-			for _, t := range sortedTasks(s.AllocatedResources.Tasks) {
-				for _, dv := range t.Devices {
-					if dv == nil || len(dv.DeviceIDs) == 0 {
-						continue
-					}
-					devs = append(devs, UsedDevices{DeviceSpec: DeviceSpec{Vendor: dv.Vendor, Type: dv.Type, Name: dv.Name}, IDs: dv.DeviceIDs})
-				}
-			}
-		}
+		devs := devicesOf(s)
 		if len(devs) == 0 {
 			continue
 		}
 		d.used[s.NodeID] = append(d.used[s.NodeID], devs...)
+		if c.metrics {
+			k := jobKey{s.Namespace, s.JobID}
+			want[k] = max(want[k], s.JobVersion)
+			d.runs = append(d.runs, runOf(s))
+		}
 		if s.ClientStatus == api.AllocClientStatusPending {
 			d.pending = append(d.pending, pendingAlloc{
 				ns: s.Namespace, job: s.JobID, group: s.TaskGroup, node: s.NodeID,
@@ -410,7 +494,244 @@ func (c *cache) fetchAllocs(index uint64) (any, uint64, error) {
 			})
 		}
 	}
+	if c.metrics {
+		prio := c.priorities(want)
+		for i := range d.runs {
+			d.runs[i].Priority = prio[jobKey{d.runs[i].Namespace, d.runs[i].JobID}]
+		}
+		for i := range d.pending {
+			d.pending[i].priority = prio[jobKey{d.pending[i].ns, d.pending[i].job}]
+		}
+	}
 	return d, meta.LastIndex, nil
+}
+
+// devicesOf lists the device instances an allocation holds, by task name.
+func devicesOf(s *api.AllocationListStub) []UsedDevices {
+	if s.AllocatedResources == nil {
+		return nil
+	}
+	var devs []UsedDevices
+	for _, t := range sortedTasks(s.AllocatedResources.Tasks) {
+		for _, dv := range t.Devices {
+			if dv == nil || len(dv.DeviceIDs) == 0 {
+				continue
+			}
+			devs = append(devs, UsedDevices{DeviceSpec: DeviceSpec{Vendor: dv.Vendor, Type: dv.Type, Name: dv.Name}, IDs: dv.DeviceIDs})
+		}
+	}
+	return devs
+}
+
+// holdsDevices reports whether an allocation was given any device instance.
+func holdsDevices(s *api.AllocationListStub) bool {
+	if s.AllocatedResources == nil {
+		return false
+	}
+	for _, t := range s.AllocatedResources.Tasks {
+		if t == nil {
+			continue
+		}
+		for _, dv := range t.Devices {
+			if dv != nil && len(dv.DeviceIDs) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// finishedFilter keeps the terminal allocations.
+const finishedFilter = `ClientStatus == "complete" or ClientStatus == "failed" or ClientStatus == "lost"`
+
+// fetchFinished lists the finished_max_allocs most recently created
+// terminal allocations (one page, newest first) and keeps those holding
+// devices that finished within finished_window, with their job's priority.
+func (c *cache) fetchFinished(index uint64) (any, uint64, error) {
+	q := c.opts(c.cfg.Namespace, index)
+	q.Params["resources"] = "true"
+	q.Filter = finishedFilter
+	q.Reverse = true
+	q.PerPage = int32(min(c.cfg.FinishedMax, math.MaxInt32))
+	c.calls.add(EndpointFinished)
+	stubs, meta, err := c.cl.Allocations().List(q)
+	if err != nil {
+		return nil, 0, err
+	}
+	cut := time.Now().Add(-c.cfg.FinishedWindow)
+	var runs finishedData
+	want := map[jobKey]uint64{}
+	for _, s := range stubs {
+		if !holdsDevices(s) {
+			continue
+		}
+		r := runOf(s)
+		if !r.Terminal() || r.Finished.Before(cut) {
+			continue
+		}
+		k := jobKey{s.Namespace, s.JobID}
+		want[k] = max(want[k], s.JobVersion)
+		runs = append(runs, r)
+	}
+	prio := c.priorities(want)
+	for i := range runs {
+		runs[i].Priority = prio[jobKey{runs[i].Namespace, runs[i].JobID}]
+	}
+	return runs, meta.LastIndex, nil
+}
+
+// runOf reads an allocation's times. A task's first start is the earlier of
+// its StartedAt (which a restart moves) and its oldest "Started" event
+// still kept; the allocation's start is its tasks' earliest, its finish
+// (terminal only) their latest FinishedAt, else its modify time.
+func runOf(s *api.AllocationListStub) AllocRun {
+	r := AllocRun{ID: s.ID, Namespace: s.Namespace, JobID: s.JobID, NodeID: s.NodeID, Status: s.ClientStatus}
+	if s.CreateTime > 0 {
+		r.Created = time.Unix(0, s.CreateTime)
+	}
+	var finished time.Time
+	for _, ts := range s.TaskStates {
+		if ts == nil {
+			continue
+		}
+		start := ts.StartedAt
+		for _, e := range ts.Events {
+			if e == nil || e.Type != api.TaskStarted || e.Time <= 0 {
+				continue
+			}
+			if t := time.Unix(0, e.Time); start.IsZero() || t.Before(start) {
+				start = t
+			}
+		}
+		if !start.IsZero() && (r.Started.IsZero() || start.Before(r.Started)) {
+			r.Started = start
+		}
+		if ts.FinishedAt.After(finished) {
+			finished = ts.FinishedAt
+		}
+	}
+	if r.Terminal() {
+		r.Finished = finished
+		if r.Finished.IsZero() && s.ModifyTime > 0 {
+			r.Finished = time.Unix(0, s.ModifyTime)
+		}
+	}
+	return r
+}
+
+// priorities returns the priority of each job of want (job → the newest
+// version its allocations show), reading the job's spec when the cache
+// holds no read of that version or newer: once per job and new version.
+// A purged job is priority 0 until a newer version shows; a failed read
+// is 0 this time and read again on the next list. Entries unused for over
+// finished_window+10m are dropped.
+func (c *cache) priorities(want map[jobKey]uint64) map[jobKey]int {
+	now := time.Now()
+	out := make(map[jobKey]int, len(want))
+	var need []jobKey
+	c.prioMu.Lock()
+	for k, v := range want {
+		if e, ok := c.prio[k]; ok && e.version >= v {
+			e.used = now
+			c.prio[k] = e
+			out[k] = e.priority
+			continue
+		}
+		need = append(need, k)
+	}
+	for k, e := range c.prio {
+		if now.Sub(e.used) > c.cfg.FinishedWindow+10*time.Minute {
+			delete(c.prio, k)
+		}
+	}
+	c.prioMu.Unlock()
+	var mu sync.Mutex
+	_ = parallel(c.ctx, 8, len(need), func(i int) error {
+		k := need[i]
+		ctx, cancel := context.WithTimeout(c.ctx, callTimeout)
+		defer cancel()
+		c.calls.add(EndpointJob)
+		job, _, err := c.cl.Jobs().Info(k.id, (&api.QueryOptions{Namespace: k.ns}).WithContext(ctx))
+		e := prioEntry{version: want[k], used: now}
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			c.log.Debug("job read for its priority failed", "job", k.id, "namespace", k.ns, "error", err)
+			return nil
+		default:
+			if job.Priority != nil {
+				e.priority = *job.Priority
+			}
+			if job.Version != nil {
+				e.version = max(e.version, *job.Version)
+			}
+		}
+		mu.Lock()
+		out[k] = e.priority
+		mu.Unlock()
+		c.prioMu.Lock()
+		c.prio[k] = e
+		c.prioMu.Unlock()
+		return nil
+	})
+	return out
+}
+
+// memoryBytes reads a device memory attribute (MiB by convention; other
+// byte units as given). A value without a known unit is 0.
+func memoryBytes(a *api.Attribute) int64 {
+	if a == nil {
+		return 0
+	}
+	var v float64
+	switch {
+	case a.IntVal != nil:
+		v = float64(*a.IntVal)
+	case a.FloatVal != nil:
+		v = *a.FloatVal
+	default:
+		return 0
+	}
+	var mult float64
+	switch strings.ToLower(a.Unit) {
+	case "b", "byte", "bytes":
+		mult = 1
+	case "kib":
+		mult = 1 << 10
+	case "mib":
+		mult = 1 << 20
+	case "gib":
+		mult = 1 << 30
+	case "tib":
+		mult = 1 << 40
+	case "kb":
+		mult = 1e3
+	case "mb":
+		mult = 1e6
+	case "gb":
+		mult = 1e9
+	case "tb":
+		mult = 1e12
+	default:
+		return 0
+	}
+	if v <= 0 {
+		return 0
+	}
+	return int64(v * mult)
+}
+
+// physicalGPU names the GPU a device instance is or is a slice of: its PCI
+// bus ID (the device plugin gives MIG instances and MPS shares their
+// GPU's), else the GPU UUID of an MPS share ID, else "" (a GPU of its own).
+func physicalGPU(in *api.NodeDevice) string {
+	if in.Locality != nil && in.Locality.PciBusID != "" {
+		return in.Locality.PciBusID
+	}
+	if uuid, _, ok := contract.ParseShareID(in.ID); ok {
+		return uuid
+	}
+	return ""
 }
 
 func sortedTasks(m map[string]*api.AllocatedTaskResources) []*api.AllocatedTaskResources {
@@ -561,6 +882,7 @@ func (c *cache) fetchEvals(index uint64) (any, uint64, error) {
 				Allocs: n, Asks: g.asks, Since: time.Unix(0, e.CreateTime),
 				Pool: j.pool, Datacenters: j.dcs, ClassRules: g.classRules,
 				CapacityBlocked: e.QuotaLimitReached == "",
+				Priority:        e.Priority,
 			})
 		}
 	}
@@ -715,6 +1037,7 @@ func (c *cache) snapshot() *Snapshot {
 	nodes, _ := data[watchNodes].(nodesData)
 	allocs, _ := data[watchAllocs].(allocsData)
 	blocked, _ := data[watchEvals].(evalsData)
+	finished, _ := data[watchFinished].(finishedData)
 	byID := make(map[string]*Node, len(nodes))
 	s.Nodes = make([]Node, len(nodes))
 	for i, n := range nodes {
@@ -733,11 +1056,34 @@ func (c *cache) snapshot() *Snapshot {
 			Allocs: 1, Since: p.created,
 			Pool: n.Pool, Datacenters: []string{n.Datacenter},
 			ClassRules: []ClassRule{{Operand: "=", Value: n.Class}},
+			Priority:   p.priority,
 		}
 		for _, d := range p.devices {
 			w.Asks = append(w.Asks, DeviceAsk{Device: d.DeviceSpec, Count: len(d.IDs)})
 		}
 		s.Work = append(s.Work, w)
+	}
+	// Runs: finished first; an allocation both lists show (it finished
+	// between them) counts as finished. Allocations of nodes no longer
+	// listed are left out.
+	if n := len(finished) + len(allocs.runs); n > 0 {
+		s.Runs = make([]AllocRun, 0, n)
+		seen := make(map[string]bool, len(finished))
+		add := func(r AllocRun) {
+			if n := byID[r.NodeID]; n != nil {
+				r.Pool, r.Datacenter = n.Pool, n.Datacenter
+				s.Runs = append(s.Runs, r)
+			}
+		}
+		for _, r := range finished {
+			seen[r.ID] = true
+			add(r)
+		}
+		for _, r := range allocs.runs {
+			if !seen[r.ID] {
+				add(r)
+			}
+		}
 	}
 	c.snap, c.snapVers = s, vers
 	return s
@@ -747,10 +1093,11 @@ func (c *cache) snapshot() *Snapshot {
 // matching q that have matching devices, fetching node stats older than
 // stats_ttl (one client stats call per node, 8 at a time).
 func (c *cache) utilization(q Query, s *Snapshot) (map[string][]InstanceUtil, error) {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
+	c.statsFetchMu.Lock()
+	defer c.statsFetchMu.Unlock()
 	now := time.Now()
 	var want, stale []string
+	c.statsMu.Lock()
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		if n.Status != "ready" || !n.matches(q.Filter) {
@@ -764,6 +1111,7 @@ func (c *cache) utilization(q Query, s *Snapshot) (map[string][]InstanceUtil, er
 			stale = append(stale, n.ID)
 		}
 	}
+	c.statsMu.Unlock()
 	var mu sync.Mutex
 	var failed []string
 	var lastErr error
@@ -773,17 +1121,22 @@ func (c *cache) utilization(q Query, s *Snapshot) (map[string][]InstanceUtil, er
 		defer cancel()
 		c.calls.add(EndpointClientStats)
 		hs, err := c.cl.Nodes().Stats(id, (&api.QueryOptions{}).WithContext(ctx))
-		mu.Lock()
-		defer mu.Unlock()
 		if err != nil {
+			mu.Lock()
 			failed = append(failed, id)
 			lastErr = err
+			mu.Unlock()
 			c.log.Debug("node stats failed", "node_id", id, "error", err)
 			return nil
 		}
-		c.stats[id] = statsEntry{at: now, util: utilOf(hs, c.cfg.UtilStat)}
+		e := statsEntry{at: now, util: utilOf(hs, c.cfg.UtilStat)}
+		c.statsMu.Lock()
+		c.stats[id] = e
+		c.statsMu.Unlock()
 		return nil
 	})
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
 	out := map[string][]InstanceUtil{}
 	for _, id := range want {
 		if e, ok := c.stats[id]; ok {
@@ -800,6 +1153,40 @@ func (c *cache) utilization(q Query, s *Snapshot) (map[string][]InstanceUtil, er
 		return nil, fmt.Errorf("device stats of %d node(s) unavailable: %v", len(failed), lastErr)
 	}
 	return out, nil
+}
+
+// runStats refreshes the device stats of every ready node with devices
+// once per stats_ttl (the cluster figures' utilisation and load), so a
+// scrape reads them from the cache.
+func (c *cache) runStats() {
+	defer c.wg.Done()
+	select {
+	case <-c.watches[watchNodes].ready:
+	case <-c.ctx.Done():
+		return
+	}
+	all := Query{}
+	for {
+		_, _ = c.utilization(all, c.snapshot())
+		if !sleepCtx(c.ctx, c.cfg.StatsTTL) {
+			return
+		}
+	}
+}
+
+// cachedUtil returns the cached device stats no older than maxAge, by node
+// ID, without calling Nomad.
+func (c *cache) cachedUtil(maxAge time.Duration) map[string][]InstanceUtil {
+	now := time.Now()
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	out := make(map[string][]InstanceUtil, len(c.stats))
+	for id, e := range c.stats {
+		if now.Sub(e.at) <= maxAge {
+			out[id] = e.util
+		}
+	}
+	return out
 }
 
 func (s *Snapshot) nodeIndex() map[string]int {

@@ -39,9 +39,18 @@ const (
 	cfgSyncTimeout        = "sync_timeout"
 	cfgMaxStaleness       = "max_staleness"
 	cfgUtilStat           = "util_stat"
+	// The cluster figures' keys.
+	cfgMetricsAddress  = "metrics_address"
+	cfgPriorityTiers   = "priority_tiers"
+	cfgFinishedWindow  = "finished_window"
+	cfgFinishedMax     = "finished_max_allocs"
+	cfgFinishedRefresh = "finished_refresh_interval"
 )
 
-var ownKeys = []string{cfgDefaultGPUsPerNode, cfgStatsTTL, cfgMinRefresh, cfgSyncTimeout, cfgMaxStaleness, cfgUtilStat}
+var ownKeys = []string{
+	cfgDefaultGPUsPerNode, cfgStatsTTL, cfgMinRefresh, cfgSyncTimeout, cfgMaxStaleness, cfgUtilStat,
+	cfgMetricsAddress, cfgPriorityTiers, cfgFinishedWindow, cfgFinishedMax, cfgFinishedRefresh,
+}
 
 // Config is the plugin's parsed configuration.
 type Config struct {
@@ -66,6 +75,19 @@ type Config struct {
 	BlockWait time.Duration
 	// UtilStat is the device stat attribute gpu_util_pct averages.
 	UtilStat string
+	// MetricsAddress is where the Prometheus exporter listens (host:port);
+	// empty: no exporter, and nothing the cluster figures alone need is
+	// read from Nomad.
+	MetricsAddress string
+	// Tiers bucket job priorities for the figures' priority label.
+	Tiers Tiers
+	// FinishedWindow is how far back the task figures look;
+	// FinishedMax the most terminal allocations one list reads (the most
+	// recently created); FinishedRefresh the least time between two lists
+	// of them.
+	FinishedWindow  time.Duration
+	FinishedMax     int
+	FinishedRefresh time.Duration
 }
 
 // Defaults.
@@ -78,6 +100,10 @@ const (
 	// DefaultUtilStat is the stat our device plugin (devicefp/stats.go)
 	// and HashiCorp's nomad-device-nvidia report.
 	DefaultUtilStat = "GPU utilization"
+	// Cluster figures.
+	DefaultFinishedWindow  = time.Hour
+	DefaultFinishedMax     = 5000
+	DefaultFinishedRefresh = 30 * time.Second
 )
 
 // ParseConfig turns SetConfig's map into a Config. The nomad_* keys are
@@ -94,6 +120,11 @@ func ParseConfig(m map[string]string) (*Config, error) {
 		MaxStaleness: DefaultMaxStaleness,
 		BlockWait:    DefaultBlockWait,
 		UtilStat:     DefaultUtilStat,
+
+		Tiers:           DefaultTiers,
+		FinishedWindow:  DefaultFinishedWindow,
+		FinishedMax:     DefaultFinishedMax,
+		FinishedRefresh: DefaultFinishedRefresh,
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -161,6 +192,25 @@ func ParseConfig(m map[string]string) (*Config, error) {
 				err = fmt.Errorf("empty")
 			}
 			c.UtilStat = v
+		case cfgMetricsAddress:
+			if v != "" {
+				err = checkListenAddress(v)
+			}
+			c.MetricsAddress = v
+		case cfgPriorityTiers:
+			c.Tiers, err = ParseTiers(v)
+		case cfgFinishedWindow:
+			c.FinishedWindow, err = positiveDuration(v)
+		case cfgFinishedMax:
+			c.FinishedMax, err = strconv.Atoi(v)
+			if err == nil && c.FinishedMax < 1 {
+				err = fmt.Errorf("not a positive integer")
+			}
+		case cfgFinishedRefresh:
+			c.FinishedRefresh, err = time.ParseDuration(v)
+			if err == nil && c.FinishedRefresh < 0 {
+				err = fmt.Errorf("negative")
+			}
 		default:
 			if strings.HasPrefix(k, "nomad_") {
 				return nil, fmt.Errorf("config: unknown Nomad key %q; allowed: nomad_address, nomad_region, nomad_namespace, nomad_token, nomad_http-auth, nomad_ca-cert, nomad_ca-path, nomad_client-cert, nomad_client-key, nomad_tls-server-name, nomad_skip-verify, nomad_block-query-wait-time", k)
@@ -189,8 +239,34 @@ func keyHelp(k string) string {
 		return "want a positive integer: the GPUs one new node brings"
 	case cfgUtilStat:
 		return "want a device stat name such as \"GPU utilization\""
+	case cfgMetricsAddress:
+		return "want host:port to serve Prometheus metrics on, such as 127.0.0.1:9464 or :9464; unset for none"
+	case cfgPriorityTiers:
+		return "want decreasing job priority bounds such as 70,40: tiers P0 >= 70, P1 >= 40, P2 below"
+	case cfgFinishedWindow:
+		return "want a positive duration such as 1h"
+	case cfgFinishedMax:
+		return "want a positive integer: the most finished allocations one list reads"
+	case cfgFinishedRefresh:
+		return "want a duration such as 30s, 0 for none"
 	}
 	return ""
+}
+
+// checkListenAddress accepts host:port with a numeric port (0: any) and a
+// host that is empty, an IP address or a name.
+func checkListenAddress(v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if strings.ContainsAny(host, " /\t") {
+		return fmt.Errorf("host %q is not a host name or address", host)
+	}
+	return nil
 }
 
 func positiveDuration(v string) (time.Duration, error) {

@@ -61,6 +61,18 @@ func TestParseConfigDefaults(t *testing.T) {
 		c.UtilStat != DefaultUtilStat || c.DefaultGPUsPerNode != 0 || c.Nomad.HttpAuth != nil {
 		t.Errorf("defaults: %+v", c)
 	}
+	if c.MetricsAddress != "" || c.Tiers.String() != "70,40" || c.FinishedWindow != time.Hour || c.FinishedMax != 5000 || c.FinishedRefresh != 30*time.Second {
+		t.Errorf("figure defaults: %+v", c)
+	}
+	c, err = ParseConfig(map[string]string{"metrics_address": ":9464", "priority_tiers": "90,50,10", "finished_window": "30m",
+		"finished_max_allocs": "100", "finished_refresh_interval": "0", "nomad_address": "x"})
+	if err != nil || c.MetricsAddress != ":9464" || c.Tiers.String() != "90,50,10" || c.FinishedWindow != 30*time.Minute ||
+		c.FinishedMax != 100 || c.FinishedRefresh != 0 {
+		t.Errorf("figure keys: %+v %v", c, err)
+	}
+	if c, err := ParseConfig(map[string]string{"metrics_address": ""}); err != nil || c.MetricsAddress != "" {
+		t.Errorf("empty metrics_address: %v", err)
+	}
 	if c, _ := ParseConfig(map[string]string{"nomad_namespace": ""}); c.Namespace != "*" {
 		t.Errorf("empty namespace reads %q, want *", c.Namespace)
 	}
@@ -83,6 +95,15 @@ func TestParseConfigErrors(t *testing.T) {
 		{"max_staleness", "soon", []string{"max_staleness"}},
 		{"sync_timeout", "", []string{"sync_timeout"}},
 		{"util_stat", "", []string{"util_stat", "empty"}},
+		{"metrics_address", "9464", []string{`metrics_address = "9464"`, "missing port", "host:port"}},
+		{"metrics_address", "localhost:http", []string{"metrics_address", `port "http"`}},
+		{"metrics_address", "127.0.0.1:70000", []string{"metrics_address", "0 to 65535"}},
+		{"metrics_address", "a b:9464", []string{"metrics_address", "not a host"}},
+		{"priority_tiers", "40,70", []string{"priority_tiers", "must decrease", "70,40"}},
+		{"priority_tiers", "high", []string{"priority_tiers", "not a positive integer"}},
+		{"finished_window", "0s", []string{"finished_window", "positive duration"}},
+		{"finished_max_allocs", "0", []string{"finished_max_allocs", "positive integer"}},
+		{"finished_refresh_interval", "-1s", []string{"finished_refresh_interval", "negative"}},
 	}
 	for _, c := range cases {
 		_, err := ParseConfig(map[string]string{c.k: c.v})

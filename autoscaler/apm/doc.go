@@ -12,7 +12,8 @@
 //	apm "nomad-gpu" {
 //	  driver = "nomad-gpu-apm"
 //	  config = {
-//	    default_gpus_per_node = "8"   # optional, see nodes_needed
+//	    default_gpus_per_node = "8"              # optional, see nodes_needed
+//	    metrics_address       = "127.0.0.1:9464" # optional, see Cluster figures
 //	  }
 //	}
 //
@@ -36,6 +37,21 @@
 //     that read it fail rather than answer from the last good state.
 //   - util_stat ("GPU utilization"): the device stat gpu_util_pct
 //     averages (the name devicefp and nomad-device-nvidia report).
+//   - metrics_address (unset: off): host:port (":9464", "127.0.0.1:9464";
+//     port 0 picks one) where the plugin process serves the cluster
+//     figures as Prometheus metrics, at /metrics. A reload keeps the
+//     listener when the address is unchanged and moves it when it
+//     changes; an address that is malformed or cannot be listened on is
+//     a SetConfig error naming metrics_address (the running config stays).
+//   - priority_tiers ("70,40"): the job priority tiers of the priority
+//     label, as decreasing lower bounds: P0 >= 70, P1 >= 40, P2 below;
+//     "90,50,10" gives P0..P3. A job whose priority is not known (purged
+//     before it was read) is "unknown".
+//   - finished_window (1h): how far back the task figures look.
+//   - finished_max_allocs (5000): the most terminal allocations one list
+//     of them reads (the most recently created; see Cost).
+//   - finished_refresh_interval (30s): the least time between two lists
+//     of terminal allocations (at least min_refresh_interval).
 //
 // Any other key is an error naming it.
 //
@@ -117,6 +133,77 @@
 // missing pool answers 0, never an error; the agent treats no points as a
 // check error.
 //
+// # Cluster figures
+//
+// With metrics_address set, the plugin process serves the cluster figures
+// (ComputeFigures, pure functions of the cached Snapshot) as Prometheus
+// metrics from a registry of its own: each scrape computes them from the
+// cache, making no Nomad call. Every name starts nomad_gpu_cluster_;
+// MetricNames lists them all, ExportedMetrics with type, labels and help.
+// Labels:
+//
+//   - pool, datacenter: the node's (device and task figures); for queued
+//     work the job's node pool (a pending allocation: its node's).
+//   - device: vendor/type/name of the node's device group, as a jobspec
+//     names it (nvidia/gpu/<model>, nvidia/mig/1g.10gb), except MPS
+//     shares, which are nvidia/mps (their group name is a GPU UUID); for
+//     queued work the request's name (gpu, nvidia/gpu, nvidia/mig/1g.10gb)
+//     or, pending, the group given.
+//   - priority: the job priority's tier (priority_tiers): P0, P1, P2 or
+//     unknown. Tiers, not the priority, keep the series few.
+//   - state: blocked (unplaced allocations of blocked evaluations) or
+//     pending (placed, not yet running). stat: p50, p90, p99, max, mean.
+//     outcome: complete, failed, lost.
+//
+// Notation: for a schedulable node n and one of its device groups g, F(g)
+// are g's healthy instances held by no pending or running allocation and
+// m(g) one instance's memory (the group's memory attribute); D(n) is the
+// node demand: the device asks of capacity-blocked (not quota-limited)
+// blocked evaluations whose job's pool (or "all"), datacenters and
+// ${node.class} constraints accept n. A physical GPU is a whole-GPU
+// instance, or the MIG instances or MPS shares with its PCI bus ID. A
+// device figure sums over the nodes and groups its labels select; W is
+// finished_window; every figure below is a gauge unless said.
+//
+//   - nomad_gpu_cluster_devices{pool,datacenter,device}: healthy device instances of schedulable (ready, eligible, not draining) nodes, Σ|healthy(g)|.
+//   - nomad_gpu_cluster_allocated_devices{pool,datacenter,device}: those held by a pending or running allocation, Σ|held ∩ healthy(g)|.
+//   - nomad_gpu_cluster_free_devices{pool,datacenter,device}: those held by none, Σ|F(g)|.
+//   - nomad_gpu_cluster_free_memory_bytes{pool,datacenter,device}: the memory of the free instances, Σ|F(g)|·m(g).
+//   - nomad_gpu_cluster_stranded_devices{pool,datacenter,device}: free instances that no queued request which could go to their node fits, while some could go there, Σ|F(g)| over groups with D(n) ≠ ∅ and no ask a ∈ D(n) compatible with g with count(a) ≤ |F(g)| (Nomad fills a request from one group).
+//   - nomad_gpu_cluster_stranded_slices{pool,datacenter,device}: free MIG instances and MPS shares on partly used GPUs, Σ|free(p)| over physical GPUs p with more than one instance and at least one held.
+//   - nomad_gpu_cluster_stranded_memory_bytes{pool,datacenter,device}: the memory of the free instances that are stranded either way (each once), Σ m(g) over stranded_devices ∪ stranded_slices.
+//   - nomad_gpu_cluster_fragmentation_ratio{pool,datacenter,device}: the share of free instances that are stranded, |stranded_devices ∪ stranded_slices| / free_devices (0 when none is free).
+//   - nomad_gpu_cluster_allocated_ratio{pool,datacenter,device}: allocated_devices / devices (0 with none), gpu_alloc_pct / 100.
+//   - nomad_gpu_cluster_utilization_ratio{pool,datacenter,device}: mean utilisation of the instances of ready nodes that report util_stat, Σ util / (100 · N) (no series when none report), gpu_util_pct / 100.
+//   - nomad_gpu_cluster_load_ratio{pool,datacenter,device}: mean GPU load, the same mean over the reporting instances held by an allocation.
+//   - nomad_gpu_cluster_queued_allocs{pool,device,priority,state}: queued allocations asking for the device, Σ allocs (one asking for two devices counts under both).
+//   - nomad_gpu_cluster_queued_devices{pool,device,priority,state}: devices they ask for, Σ allocs · per-allocation ask.
+//   - nomad_gpu_cluster_queue_wait_max_seconds{pool,device,priority,state}: the longest wait of queued work, max(now − since), since being the blocked evaluation's or pending allocation's create time.
+//   - nomad_gpu_cluster_queue_wait_mean_seconds{pool,device,priority,state}: the per-allocation mean wait, Σ allocs·(now − since) / Σ allocs.
+//   - nomad_gpu_cluster_task_wait_seconds{pool,priority,stat}: wait of the GPU allocations whose first task started within W, start − create, as p50, p90, p99 (nearest rank: the value at rank ⌈q·N⌉), max and mean.
+//   - nomad_gpu_cluster_task_run_seconds{pool,priority,stat}: run time of the GPU allocations that finished within W after starting, finish − start (finish: the last task's; start: the first task's first), same stats.
+//   - nomad_gpu_cluster_allocs_started{pool,priority}: the N of task_wait_seconds, GPU allocations whose first task started within W.
+//   - nomad_gpu_cluster_allocs_finished{pool,priority,outcome}: GPU allocations that finished within W, by client status.
+//   - nomad_gpu_cluster_alloc_failure_ratio{pool,priority}: (failed + lost) / (complete + failed + lost) within W (no series when none finished).
+//   - nomad_gpu_cluster_list_up{list}: 1 when the list (nodes, blocked_evaluations, allocations, finished_allocations) has been read and has not been failing for over max_staleness, else 0.
+//   - nomad_gpu_cluster_nomad_requests_total{endpoint} (counter): Nomad API requests the plugin made, by endpoint (Stats).
+//
+// A GPU allocation is one given at least one device instance; its pool
+// is its node's (allocations of nodes no longer listed are left out).
+// Device series exist per pool, datacenter and device group of ready nodes
+// (a drained pool's are 0; a pool with no ready node has none); queue and
+// task series exist where there is such work. In PromQL, absent is
+// nothing: use `or vector(0)`.
+//
+// The task figures are gauges over the window rather than histograms: a
+// window's count falls as allocations leave it, which a counter, and so a
+// histogram's buckets, must not do; cumulative histograms would instead
+// need the exporter to remember each allocation it had observed, would
+// start from nothing after each restart, and would need a range query to
+// say what the last hour was. Gauges read the window in one scrape, are
+// exact for it, and allocs_started and allocs_finished weigh them when
+// pools are combined (a mean: Σ mean·N / Σ N).
+//
 // # Cost
 //
 // Three lists are kept by blocking queries (WaitIndex = last index), each
@@ -136,7 +223,19 @@
 // exception is gpu_util_pct: one client stats call per matching node, at
 // most once per stats_ttl. Stats counts every call.
 //
+// With metrics_address set, all lists start at SetConfig, plus: a fourth
+// blocking list, /v1/allocations?resources=true&reverse=true&per_page=
+// finished_max_allocs filtered to complete, failed and lost, at most once
+// per finished_refresh_interval (one page: the newest terminal
+// allocations, so a list costs at most finished_max_allocs stubs; an
+// allocation created before that many newer terminal ones is missed); one
+// job spec read per job holding devices and per newer job version (its
+// priority; blocked evaluations carry theirs); and the device stats of
+// every ready node with devices, once per stats_ttl, in the background
+// (a scrape reads stats no older than 3 × stats_ttl). A scrape makes no
+// Nomad call; its own cost at 1,000 nodes is BenchmarkClusterScrape's.
+//
 // The token needs node:read and, in the namespaces read, read-job (jobs,
-// evaluations, allocations); gpu_util_pct also reaches the clients'
-// stats through the servers.
+// evaluations, allocations); gpu_util_pct and the exporter also reach the
+// clients' stats through the servers.
 package apm

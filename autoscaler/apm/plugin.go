@@ -3,11 +3,13 @@ package apm
 import (
 	"fmt"
 	"maps"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
@@ -23,11 +25,16 @@ type Plugin struct {
 
 	queries atomic.Uint64
 
-	mu     sync.Mutex
-	raw    map[string]string
-	cfg    *Config
-	cache  *cache
-	closed bool
+	// reg holds the cluster figures' collector; handler serves it.
+	reg     *prometheus.Registry
+	handler http.Handler
+
+	mu      sync.Mutex
+	raw     map[string]string
+	cfg     *Config
+	cache   *cache
+	metrics *exporter // nil: metrics_address unset
+	closed  bool
 }
 
 var _ autoscaler.APM = (*Plugin)(nil)
@@ -37,12 +44,19 @@ func New(log hclog.Logger) *Plugin {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Plugin{log: log}
+	p := &Plugin{log: log, reg: prometheus.NewRegistry()}
+	p.reg.MustRegister(newClusterCollector(p.scrapeInput))
+	p.handler = p.metricsHandler()
+	return p
 }
 
 // SetConfig validates the config and (re)connects to Nomad. Nothing is
-// read from Nomad until a query needs it. Called again with the same map,
-// it keeps the cache; with another, it drops the cache and starts over.
+// read from Nomad until a query needs it, unless metrics_address is set:
+// then the exporter listens there and the lists the cluster figures read
+// start at once. Called again with the same map, it keeps the cache; with
+// another, it drops the cache and starts over, and moves the exporter only
+// if metrics_address changed. A bad config, or an address it cannot
+// listen on, is an error that keeps the running config.
 func (p *Plugin) SetConfig(config map[string]string) error {
 	cfg, err := ParseConfig(config)
 	if err != nil {
@@ -60,21 +74,31 @@ func (p *Plugin) SetConfig(config map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("%s: config: %w", PluginName, err)
 	}
+	if err := p.setMetricsAddress(cfg.MetricsAddress); err != nil {
+		cl.Close()
+		return fmt.Errorf("%s: config: %s = %q: %w (%s)", PluginName, cfgMetricsAddress, cfg.MetricsAddress, err, keyHelp(cfgMetricsAddress))
+	}
 	old := p.cache
 	p.raw, p.cfg = maps.Clone(config), cfg
 	p.cache = newCache(cl, cfg, p.log, &p.calls)
+	if cfg.MetricsAddress != "" {
+		p.cache.start(figureWatches, true)
+	}
 	if old != nil {
 		go old.close()
 	}
 	return nil
 }
 
-// Close stops the background watches.
+// Close stops the background watches and the exporter.
 func (p *Plugin) Close() {
 	p.mu.Lock()
-	c := p.cache
-	p.cache, p.closed = nil, true
+	c, e := p.cache, p.metrics
+	p.cache, p.metrics, p.closed = nil, nil, true
 	p.mu.Unlock()
+	if e != nil {
+		e.close()
+	}
 	if c != nil {
 		c.close()
 	}

@@ -25,6 +25,10 @@ type Snapshot struct {
 	// DefaultGPUsPerNode is the node shape nodes_needed uses when neither
 	// the query nor any matching node gives one (0: none).
 	DefaultGPUsPerNode int
+	// Runs are the GPU allocations the task figures read: those pending
+	// or running, and those that finished recently (the cache keeps the
+	// finished_window). Only the cluster figures read them.
+	Runs []AllocRun
 }
 
 // Node is one Nomad node and its devices.
@@ -51,12 +55,20 @@ func (n *Node) Schedulable() bool { return n.Status == "ready" && n.Eligible }
 type DeviceGroup struct {
 	DeviceSpec
 	Instances []DeviceInstance
+	// MemoryBytes is one instance's device memory (the group's "memory"
+	// attribute; for MPS, one share's), 0 when not reported.
+	MemoryBytes int64
 }
 
 // DeviceInstance is one device of a group.
 type DeviceInstance struct {
 	ID      string
 	Healthy bool
+	// GPU names the physical GPU the instance is (a whole GPU) or is a
+	// slice of (a MIG instance, an MPS share): the instance's PCI bus ID
+	// as Nomad reports its locality, else the GPU UUID of an MPS share
+	// ID, else empty, which means the instance is a GPU of its own.
+	GPU string
 }
 
 // UsedDevices are the instances of one group an allocation holds.
@@ -97,6 +109,38 @@ type Work struct {
 	ClassRules  []ClassRule
 	// CapacityBlocked is false when more nodes cannot help (quota limit).
 	CapacityBlocked bool
+	// Priority is the job's priority (the blocked evaluation's; for a
+	// pending alloc, its job's when the cluster figures are on), 0 when
+	// unknown.
+	Priority int
+}
+
+// AllocRun is one allocation holding devices, as the task figures read it.
+type AllocRun struct {
+	ID, Namespace, JobID string
+	NodeID               string
+	// Pool and Datacenter are the allocation's node's.
+	Pool, Datacenter string
+	// Priority is the job's priority (its newest version seen), 0 when
+	// unknown (the job was purged before it was read).
+	Priority int
+	// Status is the client status: pending, running, complete, failed
+	// or lost.
+	Status string
+	// Created is the allocation's create time; Started the first start of
+	// its first task (zero if none started); Finished, for a finished
+	// allocation only, the last task's finish (its last modify time when
+	// no task ran).
+	Created, Started, Finished time.Time
+}
+
+// Terminal reports whether the allocation has finished.
+func (r *AllocRun) Terminal() bool {
+	switch r.Status {
+	case "complete", "failed", "lost":
+		return true
+	}
+	return false
 }
 
 // DeviceAsk is one device request of an allocation.

@@ -1,7 +1,8 @@
 // Command nomad-gpu-apm is the nomad-autoscaler APM plugin nomad-gpu-apm:
 // GPU queue depth, wait time, allocation, utilisation and nodes needed,
-// read from Nomad (see package autoscaler/apm for the query language, the
-// metrics and the config). The agent starts it from plugin_dir for an
+// read from Nomad, and with metrics_address the cluster figures as
+// Prometheus metrics (see package autoscaler/apm for the query language,
+// the metrics and the config). The agent starts it from plugin_dir for an
 // `apm` block whose driver is "nomad-gpu-apm".
 package main
 
@@ -26,6 +27,10 @@ agent's plugin_dir and add
 then name it in a policy's checks: source = "nomad-gpu",
 query = "gpus_queued{node_pool=gpu}" (or allocs_queued, wait_max_seconds,
 wait_mean_seconds, gpu_alloc_pct, gpu_util_pct, nodes_needed).
+
+With config = { metrics_address = "127.0.0.1:9464" } it also serves the
+cluster figures (capacity, fragmentation, load, queue, task wait, run time
+and failure ratio) as Prometheus metrics at /metrics.
 `
 
 func main() {

@@ -6,6 +6,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -39,12 +43,57 @@ func TestWireBadConfigStopsTheAgent(t *testing.T) {
 	}
 }
 
+func TestWireBadMetricsAddress(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for addr, want := range map[string]string{
+		"9464":               "missing port",
+		busy.Addr().String(): "address already in use",
+	} {
+		_, err := launch(t, map[string]string{"metrics_address": addr})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf(`nomad-gpu-apm: config: metrics_address = %q: `, addr)) ||
+			!strings.Contains(err.Error(), want) {
+			t.Errorf("metrics_address %q: Launch: %v", addr, err)
+		}
+	}
+}
+
+// freeAddr is a 127.0.0.1 address with a port free just now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func getMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %s %v", resp.Status, err)
+	}
+	return string(body)
+}
+
 func TestWire(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	if _, err := c.API().NodePools().Register(&api.NodePool{Name: "gpu"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	p, err := launch(t, map[string]string{"nomad_address": c.Server().HTTPAddr(), "default_gpus_per_node": "8", "min_refresh_interval": "50ms"})
+	metrics := freeAddr(t)
+	p, err := launch(t, map[string]string{"nomad_address": c.Server().HTTPAddr(), "default_gpus_per_node": "8", "min_refresh_interval": "50ms",
+		"metrics_address": metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +138,14 @@ job "train" {
 	}
 	if v := q("nodes_needed{node_pool=gpu}")[0].Value; v != 2 {
 		t.Errorf("nodes_needed = %v, want 2 (3 × 4 GPUs into 8-GPU nodes)", v)
+	}
+	// The plugin process serves the cluster figures.
+	want := `nomad_gpu_cluster_queued_devices{device="nvidia/gpu",pool="gpu",priority="P1",state="blocked"} 12`
+	for body := getMetrics(t, metrics); !strings.Contains(body, want); body = getMetrics(t, metrics) {
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics lack %s:\n%s", want, body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	// A bad query is the check's error, naming what is allowed.
 	if _, err := p.Query("gpus_queued{zone=a}", autoscaler.TimeRange{}); err == nil ||

@@ -175,6 +175,24 @@ func (w *Watchdog) Usage(taskID string) map[string]uint64 {
 	return out
 }
 
+// Limits returns the task's memory limit in MiB per device UUID, for the
+// devices that have one; nil for a task not watched.
+func (w *Watchdog) Limits(taskID string) map[string]uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.tasks[taskID]
+	if t == nil {
+		return nil
+	}
+	out := map[string]uint64{}
+	for _, d := range t.t.Devices {
+		if d.LimitMiB > 0 {
+			out[d.UUID] = d.LimitMiB
+		}
+	}
+	return out
+}
+
 // Run checks every interval until ctx is done.
 func (w *Watchdog) Run(ctx context.Context) {
 	t := time.NewTicker(w.interval)

@@ -130,7 +130,7 @@ policy {
 	a.cmd = cmd
 	go func() { cmd.Wait(); logf.Close(); close(a.done) }()
 	c.mu.Lock()
-	c.autoscalers = append(c.autoscalers, a)
+	c.stoppers = append(c.stoppers, stopper{name: "nomad-autoscaler", log: a.logPath, stop: a.stop})
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), agentServeTimeout)

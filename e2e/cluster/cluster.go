@@ -73,16 +73,24 @@ type ClientOptions struct {
 
 // Cluster is a running server plus clients. Create it with Start.
 type Cluster struct {
-	bin         string
-	dir         string // resolved (symlink-free) cluster directory
-	ownDir      bool   // dir was created by Start and is removed at cleanup
-	marker      string // value of markerEnv in every agent's environment
-	env         []string
-	server      *Agent
-	api         *api.Client
-	mu          sync.Mutex
-	clients     []*Agent
-	autoscalers []*Autoscaler
+	bin     string
+	dir     string // resolved (symlink-free) cluster directory
+	ownDir  bool   // dir was created by Start and is removed at cleanup
+	marker  string // value of markerEnv in every agent's environment
+	env     []string
+	server  *Agent
+	api     *api.Client
+	mu      sync.Mutex
+	clients []*Agent
+	// stoppers are the other processes the cluster started (autoscaler,
+	// Prometheus), stopped before the agents.
+	stoppers []stopper
+}
+
+// stopper is a process of the cluster other than a Nomad agent.
+type stopper struct {
+	name, log string
+	stop      func()
 }
 
 // Start starts a server and opts.Clients clients, and waits until the server
@@ -455,13 +463,13 @@ func (c *Cluster) cleanup(t testing.TB) {
 		}
 	}
 	c.mu.Lock()
-	autoscalers := c.autoscalers
+	stoppers := c.stoppers
 	c.mu.Unlock()
-	for _, a := range autoscalers {
+	for _, s := range stoppers {
 		if t.Failed() {
-			t.Logf("e2e: ---- last 60 lines of nomad-autoscaler (%s) ----\n%s", a.logPath, tailFile(a.logPath, 60))
+			t.Logf("e2e: ---- last 60 lines of %s (%s) ----\n%s", s.name, s.log, tailFile(s.log, 60))
 		}
-		a.stop()
+		s.stop()
 	}
 	allocIDs := c.allocIDs()
 	for _, a := range agents {

@@ -46,10 +46,12 @@ import (
 //   - utilization: GPU and memory utilization in percent by GPU- or MIG-
 //     UUID (absent: 0). A MIG-mode GPU without its own entry reports the
 //     slice-weighted sum of its instances. Temperature, power and SM clock
-//     follow the GPU's utilization.
+//     follow the GPU's utilization. Loads in the node's load directory
+//     (LoadDir, see LoadRecord) add to these values.
 //   - processes: "process pid uses used_mib MiB on device uuid". A
-//     device's used memory is the sum of its processes; processes on a MIG
-//     instance also count toward (and are listed on) the parent GPU.
+//     device's used memory is the sum of its processes (and of its loads);
+//     processes on a MIG instance also count toward (and are listed on) the
+//     parent GPU.
 //   - lost_gpus: GPU- UUIDs that have "fallen off the bus": every NVML query
 //     on them and their MIG instances fails with ERROR_GPU_IS_LOST, except
 //     GetUUID.

@@ -142,11 +142,11 @@ func (d *Device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	if d.lost() {
 		return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
 	}
-	return memory(d.Config.MemoryMB<<20, d.srv.view.Load().usedMiB[d.uuid]), nvml.SUCCESS
+	return memory(d.Config.MemoryMB<<20, d.srv.view.Load().usedBytes[d.uuid]), nvml.SUCCESS
 }
 
-func memory(total, usedMiB uint64) nvml.Memory {
-	used := min(usedMiB<<20, total)
+func memory(total, usedBytes uint64) nvml.Memory {
+	used := min(usedBytes, total)
 	return nvml.Memory{Total: total, Used: used, Free: total - used}
 }
 
@@ -394,11 +394,11 @@ func (m *MigDevice) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	if m.lost() {
 		return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
 	}
-	return memory(m.giProfile.MemorySizeMB<<20, m.parent.srv.view.Load().usedMiB[m.uuid]), nvml.SUCCESS
+	return memory(m.giProfile.MemorySizeMB<<20, m.parent.srv.view.Load().usedBytes[m.uuid]), nvml.SUCCESS
 }
 
-// GetUtilizationRates answers from the control file; real NVML reports
-// "not supported" for MIG devices.
+// GetUtilizationRates answers from the control file and the loads; real
+// NVML reports "not supported" for MIG devices.
 func (m *MigDevice) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 	if m.lost() {
 		return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST

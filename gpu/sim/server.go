@@ -1,12 +1,94 @@
 // Package sim is the simulated NVML of nomad-gpu: go-nvml's own mock DGX
 // servers (dgxa100, dgxh100, dgxh200, dgxb200) completed with what they lack
 // (stable UUIDs, PCI bus ids, MIG device handles, telemetry, process lists,
-// XID events) and driven from outside through a control file.
+// XID events) and driven from outside through a control file (ControlState)
+// and a load directory next to it, where processes such as `nomad-gpu
+// sim-load` put simulated work on devices (see "Simulated work" below).
 //
 // New returns an nvml.Interface. The inventory (package gpu) runs the same
 // code on it as on the real library; nothing here knows about the inventory.
 // Whatever the inventory calls must be implemented here: an unimplemented
 // method of the underlying mock panics.
+//
+// # Simulated work
+//
+// A sim node with a control file also has a load directory, LoadDir(control
+// file) = "<control_file>.load". It is where processes, normally tasks
+// running `nomad-gpu sim-load`, say what work they put on which device; the
+// node adds it to what the control file says, so utilisation, memory, power,
+// temperature, clocks and process lists follow the work placed on each GPU,
+// MIG instance or MPS share, through the same NVML calls as on real
+// hardware.
+//
+// The directory is mode 1777, like /tmp: tasks of any user may add their
+// own records and only remove their own. The device plugin makes it
+// (PrepareLoadDir) when it reserves devices for a task and gives the task
+// its path in EnvLoadDir; the task driver lets tasks holding GPUs write
+// there under Landlock; outside Nomad `nomad-gpu sim-load --load-dir` makes
+// it. Nodes only read it (every process that opens the node with that
+// control file: device plugin, task driver). It is a simulation aid, not a
+// security boundary: anyone who can write to it can load any device of the
+// node.
+//
+// A writer (StartLoad) keeps two files, named by a random id:
+//
+//   - load-<id>.json, a LoadRecord, replaced whole and atomically (written
+//     to a temporary file in the directory, then renamed) at start and then
+//     every heartbeat;
+//   - load-<id>.lock, which the writer holds a POSIX record lock (fcntl
+//     F_SETLK) on for as long as it runs. Readers ask the kernel who holds it
+//     (F_GETLK): the lock vanishes with its process, however it dies, and
+//     the kernel reports the holder's pid in the reader's PID namespace. So
+//     a task in a PID namespace of its own is listed by its host pid, as
+//     real NVML lists it, and the driver's per-task memory accounting meets
+//     it without translation.
+//
+// Every time a node polls its control file (250ms by default) it also reads
+// the directory. A record counts while all of these hold:
+//
+//   - now is before its until time (a zero until: no end);
+//   - its heartbeat is at most 3 heartbeat intervals old (a writer that
+//     stopped refreshing, e.g. frozen, or one whose lock cannot be checked,
+//     drops out after that);
+//   - its lock file is held, or cannot be checked (missing, or no record
+//     locks on this platform). A lock file that exists and is free means
+//     the writer is gone.
+//
+// Records that do not parse or validate are ignored (and logged once per
+// version of the file). Dead records, orphaned lock files and temporary
+// files are removed once they are a minute old.
+//
+// # Load model
+//
+// A device entry's utilisation u and memory-controller utilisation m are
+// scaled by the record's ramp, r = min(1, (now-start)/ramp) (1 without a
+// ramp); memory is held in full from the start. Then, per device, with
+// base(d) the control file's utilisation (0 when absent) and L(d) the sum
+// of r×u over the live entries naming d (likewise for m):
+//
+//   - a whole GPU not in MIG mode, or an MPS-shared GPU (whose clients name
+//     the GPU- UUID, sim-load having scaled each client's u to its share
+//     of the SMs): util = min(100, base + L);
+//   - a MIG instance I: util(I) = min(100, base(I) + L(I));
+//   - a MIG-mode GPU G: util = min(100, base(G) + L(G) + Σ_I (util(I) −
+//     base(I)) × slices(I)/7), i.e. what landed on each instance, weighted
+//     by its share of the GPU's 7 compute slices. Without a control file
+//     entry of its own, base(G) = Σ_I base(I) × slices(I)/7.
+//
+// Results are rounded to whole percent. Memory used is the control file's
+// processes plus each live entry's memory (memory_bytes, or memory_percent
+// of the device's total), an instance's also on its parent GPU, capped at
+// the device's total. A live record whose writer's pid is known is listed
+// by GetComputeRunningProcesses on each device it names (a MIG instance's
+// also on its parent, with the instance's GPU and compute instance ids),
+// using that device's share of its memory.
+//
+// Power, temperature and SM clock are the physical GPU's, from its
+// utilisation u: power = idle + (TDP − idle) × u/100 (e.g. dgxh100 70 W to
+// 700 W), temperature = idle temperature + 45 °C × u/100 (33 °C to 78 °C on
+// dgxh100), with no thermal lag, and the SM clock is the idle clock at 0 %
+// and the boost clock above (345 and 1980 MHz on dgxh100). MIG instances
+// report none of them, as on real hardware.
 package sim
 
 import (
@@ -45,6 +127,8 @@ type Server struct {
 	ctlPoll  time.Duration
 	ctlLast  []byte
 	ctlStamp fileStamp
+	ctlState ControlState
+	loads    *loadScanner // nil without a control file
 	stop     chan struct{}
 	stopOnce sync.Once
 	done     chan struct{}
@@ -97,8 +181,9 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 			}
 		}
 	}
-	s.view.Store(s.derive(ControlState{}))
+	s.view.Store(s.derive(ControlState{}, nil, time.Now()))
 	if s.ctlPath != "" {
+		s.loads = newLoadScanner(LoadDir(s.ctlPath), logger)
 		s.poll()
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
 		go s.watch()
@@ -106,7 +191,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	return s, nil
 }
 
-// Shutdown stops watching the control file. The sim has no library to
+// Shutdown stops watching the control file and the load directory. The sim has no library to
 // unload, so unlike NVML it keeps answering afterwards.
 func (s *Server) Shutdown() nvml.Return {
 	if s.stop != nil {
@@ -181,19 +266,47 @@ func (s *Server) watch() {
 // identical to stat.
 const recentWrite = 2 * time.Second
 
+// poll reads the control file and the load directory and publishes a new
+// view when either says something new, or while loads are in force (they
+// ramp and expire with time alone).
 func (s *Server) poll() {
+	now := time.Now()
+	ctlChanged := s.pollControl()
+	var live []liveLoad
+	loadsChanged := false
+	if s.loads != nil {
+		live = s.loads.scan(now)
+		loadsChanged = len(live) > 0 || s.loads.hadLive
+		s.loads.hadLive = len(live) > 0
+	}
+	if !ctlChanged && !loadsChanged {
+		return
+	}
+	v := s.derive(s.ctlState, live, now)
+	s.mu.Lock()
+	s.view.Store(v)
+	if ctlChanged {
+		// Only the control file carries events: loads do not wake event sets.
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// pollControl reads the control file if it changed; true when its state did.
+func (s *Server) pollControl() bool {
 	fi, err := os.Stat(s.ctlPath)
 	var st fileStamp
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		s.logger.Warn("cannot stat sim control file", "path", s.ctlPath, "error", err)
-		return
+		return false
 	default:
 		st = fileStamp{exists: true, mtime: fi.ModTime(), size: fi.Size(), ino: inode(fi)}
 	}
 	if st == s.ctlStamp && (!st.exists || time.Since(st.mtime) > recentWrite) {
-		return
+		return false
 	}
 	s.ctlStamp = st
 	var data []byte
@@ -203,82 +316,107 @@ func (s *Server) poll() {
 			data = nil
 		} else if err != nil {
 			s.logger.Warn("cannot read sim control file", "path", s.ctlPath, "error", err)
-			return
+			return false
 		}
 	}
 	if bytes.Equal(data, s.ctlLast) && s.ctlLast != nil {
-		return
+		return false
 	}
 	state, err := parseControl(s.ctlPath, data)
 	if err != nil {
 		s.logger.Warn("ignoring unreadable sim control file; keeping the previous state", "error", err)
-		return
+		return false
 	}
 	s.ctlLast = append(s.ctlLast[:0:0], data...)
 	if s.ctlLast == nil {
 		s.ctlLast = []byte{}
 	}
-	v := s.derive(state)
-	s.mu.Lock()
-	s.view.Store(v)
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
+	s.ctlState = state
+	return true
 }
 
-// view is the control state resolved against this node's devices; it is
-// immutable once stored so readers need no lock.
+// view is the control state and the live loads resolved against this
+// node's devices; it is immutable once stored so readers need no lock.
 type view struct {
-	events   []XIDEvent
-	util     map[string]nvml.Utilization
-	procs    map[string][]nvml.ProcessInfo
-	usedMiB  map[string]uint64
-	lostGPUs map[string]bool
+	events    []XIDEvent
+	util      map[string]nvml.Utilization
+	procs     map[string][]nvml.ProcessInfo
+	usedBytes map[string]uint64
+	lostGPUs  map[string]bool
 }
 
-func (s *Server) derive(st ControlState) *view {
+// derive applies the model documented in load.go ("Simulated work").
+func (s *Server) derive(st ControlState, loads []liveLoad, now time.Time) *view {
 	v := &view{
-		events:   st.XIDEvents,
-		util:     map[string]nvml.Utilization{},
-		procs:    map[string][]nvml.ProcessInfo{},
-		usedMiB:  map[string]uint64{},
-		lostGPUs: map[string]bool{},
+		events:    st.XIDEvents,
+		util:      map[string]nvml.Utilization{},
+		procs:     map[string][]nvml.ProcessInfo{},
+		usedBytes: map[string]uint64{},
+		lostGPUs:  map[string]bool{},
 	}
+	base := map[string]nvml.Utilization{}
 	for uuid, u := range st.Utilization {
 		if _, ok := s.byUUID[uuid]; ok {
-			v.util[uuid] = nvml.Utilization{Gpu: min(u.GPUPercent, 100), Memory: min(u.MemPercent, 100)}
+			base[uuid] = nvml.Utilization{Gpu: min(u.GPUPercent, 100), Memory: min(u.MemPercent, 100)}
 		}
 	}
-	// A MIG-mode GPU is as busy as its instances, weighted by their share of
-	// the GPU's slices, unless the file says otherwise.
+	sums, loadProcs := s.sumLoads(loads, now)
+	load := func(uuid string) loadSum {
+		if a := sums[uuid]; a != nil {
+			return *a
+		}
+		return loadSum{}
+	}
+	set := func(uuid string, u nvml.Utilization) {
+		if u.Gpu > 0 || u.Memory > 0 {
+			v.util[uuid] = u
+		}
+	}
 	for _, d := range s.devices {
-		if _, ok := v.util[d.uuid]; ok || len(d.migs) == 0 {
-			continue
-		}
-		var g, m uint32
+		// A MIG-mode GPU is as busy as its instances, weighted by their share
+		// of the GPU's slices, unless the file says otherwise; what loads put
+		// on an instance lands on the GPU the same way.
+		gBase, explicit := base[d.uuid]
+		var landedGPU, landedMem float64
 		for _, mg := range d.migs {
-			if u, ok := v.util[mg.uuid]; ok {
-				g += u.Gpu * mg.giProfile.SliceCount / maxSlices
-				m += u.Memory * mg.giProfile.SliceCount / maxSlices
+			b := base[mg.uuid]
+			if !explicit {
+				gBase.Gpu += b.Gpu * mg.giProfile.SliceCount / maxSlices
+				gBase.Memory += b.Memory * mg.giProfile.SliceCount / maxSlices
 			}
+			a := load(mg.uuid)
+			u := withLoad(b, a.gpu, a.mem)
+			set(mg.uuid, u)
+			w := float64(mg.giProfile.SliceCount) / maxSlices
+			landedGPU += float64(u.Gpu-b.Gpu) * w
+			landedMem += float64(u.Memory-b.Memory) * w
 		}
-		if g > 0 || m > 0 {
-			v.util[d.uuid] = nvml.Utilization{Gpu: min(g, 100), Memory: min(m, 100)}
-		}
+		gBase = nvml.Utilization{Gpu: min(gBase.Gpu, 100), Memory: min(gBase.Memory, 100)}
+		a := load(d.uuid)
+		set(d.uuid, withLoad(gBase, a.gpu+landedGPU, a.mem+landedMem))
 	}
 	for _, p := range st.Processes {
 		switch d := s.byUUID[p.UUID].(type) {
 		case *Device:
 			pi := nvml.ProcessInfo{Pid: p.PID, UsedGpuMemory: p.UsedMiB << 20, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}
 			v.procs[d.uuid] = append(v.procs[d.uuid], pi)
-			v.usedMiB[d.uuid] += p.UsedMiB
+			v.usedBytes[d.uuid] += p.UsedMiB << 20
 		case *MigDevice:
 			pi := nvml.ProcessInfo{Pid: p.PID, UsedGpuMemory: p.UsedMiB << 20, GpuInstanceId: d.gi, ComputeInstanceId: d.ci}
 			v.procs[d.uuid] = append(v.procs[d.uuid], pi)
 			v.procs[d.parent.uuid] = append(v.procs[d.parent.uuid], pi)
-			v.usedMiB[d.uuid] += p.UsedMiB
-			v.usedMiB[d.parent.uuid] += p.UsedMiB
+			v.usedBytes[d.uuid] += p.UsedMiB << 20
+			v.usedBytes[d.parent.uuid] += p.UsedMiB << 20
 		}
+	}
+	for uuid, a := range sums {
+		v.usedBytes[uuid] += a.bytes
+		if m, ok := s.byUUID[uuid].(*MigDevice); ok {
+			v.usedBytes[m.parent.uuid] += a.bytes
+		}
+	}
+	for uuid, ps := range loadProcs {
+		v.procs[uuid] = append(v.procs[uuid], ps...)
 	}
 	for _, u := range st.LostGPUs {
 		if _, ok := s.byUUID[u].(*Device); ok {

@@ -35,6 +35,18 @@ plugin "nomad-device-gpu" {
       ignored_xids = [13, 31, 43, 45, 68, 109] # application faults, not the GPU's
       # critical_xids = [48, 79]  # when set, only these mark a device unhealthy
     }
+
+    # Opt-in: Prometheus metrics of every device (README, Prometheus metrics).
+    # metrics {
+    #   address   = "127.0.0.1:9400"
+    #   node_name = ""                # the host label; "" is the hostname
+    # }
+    # The local agent's API, read only with metrics on: which devices
+    # allocations hold.
+    # nomad {
+    #   address = "http://127.0.0.1:4646"
+    #   token   = ""                  # with ACLs: node:read, read-job (agent:read to find the node by ID)
+    # }
   }
 }
 
@@ -85,6 +97,13 @@ plugin "nomad-driver-gpu" {
       unveil_by_task = false      # may a jobspec add paths with config.unveil?
       unveil_paths   = []         # extra paths for every task, e.g. ["r:/data/models"]
     }
+
+    # Opt-in: Prometheus metrics of every task (README, Prometheus metrics).
+    # metrics {
+    #   address        = "127.0.0.1:9401"
+    #   node_name      = ""   # the host label; "" is the hostname
+    #   task_retention = "5m" # a destroyed task's series stay this long
+    # }
   }
 }
 

@@ -1,0 +1,379 @@
+package apm
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// MetricSpec describes one metric family the exporter serves.
+type MetricSpec struct {
+	Name   string
+	Type   string // "gauge" or "counter"
+	Labels []string
+	Help   string
+}
+
+// Label names.
+const (
+	labelPool       = "pool"
+	labelDatacenter = "datacenter"
+	labelDevice     = "device"
+	labelPriority   = "priority"
+	labelState      = "state"
+	labelOutcome    = "outcome"
+	labelStat       = "stat"
+	labelList       = "list"
+	labelEndpoint   = "endpoint"
+)
+
+// MetricsPath is where the exporter serves the metrics.
+const MetricsPath = "/metrics"
+
+// Indices of the exported metrics.
+const (
+	mDevices = iota
+	mAllocatedDevices
+	mFreeDevices
+	mFreeMemory
+	mStrandedDevices
+	mStrandedSlices
+	mStrandedMemory
+	mFragmentation
+	mAllocatedRatio
+	mUtilization
+	mLoad
+	mQueuedAllocs
+	mQueuedDevices
+	mQueueWaitMax
+	mQueueWaitMean
+	mTaskWait
+	mTaskRun
+	mAllocsStarted
+	mAllocsFinished
+	mFailureRatio
+	mListUp
+	mNomadRequests
+	numMetrics
+)
+
+var (
+	capacityLabels = []string{labelPool, labelDatacenter, labelDevice}
+	queueLabels    = []string{labelPool, labelDevice, labelPriority, labelState}
+	taskLabels     = []string{labelPool, labelPriority}
+)
+
+// exportedMetrics are every metric family the exporter serves. The package
+// documentation defines each figure.
+var exportedMetrics = [numMetrics]MetricSpec{
+	mDevices: {"nomad_gpu_cluster_devices", "gauge", capacityLabels,
+		"Healthy device instances of schedulable (ready, eligible, not draining) nodes."},
+	mAllocatedDevices: {"nomad_gpu_cluster_allocated_devices", "gauge", capacityLabels,
+		"Healthy device instances of schedulable nodes held by pending or running allocations."},
+	mFreeDevices: {"nomad_gpu_cluster_free_devices", "gauge", capacityLabels,
+		"Healthy device instances of schedulable nodes held by no allocation."},
+	mFreeMemory: {"nomad_gpu_cluster_free_memory_bytes", "gauge", capacityLabels,
+		"Device memory of the free instances."},
+	mStrandedDevices: {"nomad_gpu_cluster_stranded_devices", "gauge", capacityLabels,
+		"Free instances of device groups that no queued request that could go to their node fits, while some could."},
+	mStrandedSlices: {"nomad_gpu_cluster_stranded_slices", "gauge", capacityLabels,
+		"Free MIG instances and MPS shares on GPUs of which another slice is held."},
+	mStrandedMemory: {"nomad_gpu_cluster_stranded_memory_bytes", "gauge", capacityLabels,
+		"Device memory of the free instances that are stranded devices or stranded slices (each once)."},
+	mFragmentation: {"nomad_gpu_cluster_fragmentation_ratio", "gauge", capacityLabels,
+		"Stranded free instances (devices or slices, each once) over free instances; 0 with none free."},
+	mAllocatedRatio: {"nomad_gpu_cluster_allocated_ratio", "gauge", capacityLabels,
+		"Allocated over healthy instances of schedulable nodes (gpu_alloc_pct / 100); 0 with none."},
+	mUtilization: {"nomad_gpu_cluster_utilization_ratio", "gauge", capacityLabels,
+		"Mean utilisation (0-1) of the instances of ready nodes that report it (gpu_util_pct / 100)."},
+	mLoad: {"nomad_gpu_cluster_load_ratio", "gauge", capacityLabels,
+		"Mean utilisation (0-1) of the allocated instances of ready nodes that report it."},
+	mQueuedAllocs: {"nomad_gpu_cluster_queued_allocs", "gauge", queueLabels,
+		"Queued allocations asking for the device: unplaced allocations of blocked evaluations and pending allocations."},
+	mQueuedDevices: {"nomad_gpu_cluster_queued_devices", "gauge", queueLabels,
+		"Devices asked for by queued allocations (per-allocation ask times allocations)."},
+	mQueueWaitMax: {"nomad_gpu_cluster_queue_wait_max_seconds", "gauge", queueLabels,
+		"Longest wait of queued allocations (now minus the blocked evaluation's or pending allocation's create time)."},
+	mQueueWaitMean: {"nomad_gpu_cluster_queue_wait_mean_seconds", "gauge", queueLabels,
+		"Per-allocation mean wait of queued allocations."},
+	mTaskWait: {"nomad_gpu_cluster_task_wait_seconds", "gauge", append(slices.Clone(taskLabels), labelStat),
+		"Wait (first task start minus create time) of GPU allocations whose first task started within finished_window: stat p50, p90, p99 (nearest rank), max, mean."},
+	mTaskRun: {"nomad_gpu_cluster_task_run_seconds", "gauge", append(slices.Clone(taskLabels), labelStat),
+		"Run time (finish minus first task start) of GPU allocations that finished within finished_window: stat p50, p90, p99 (nearest rank), max, mean."},
+	mAllocsStarted: {"nomad_gpu_cluster_allocs_started", "gauge", taskLabels,
+		"GPU allocations whose first task started within finished_window."},
+	mAllocsFinished: {"nomad_gpu_cluster_allocs_finished", "gauge", append(slices.Clone(taskLabels), labelOutcome),
+		"GPU allocations that finished within finished_window, by client status (complete, failed, lost)."},
+	mFailureRatio: {"nomad_gpu_cluster_alloc_failure_ratio", "gauge", taskLabels,
+		"Failed plus lost over finished GPU allocations within finished_window."},
+	mListUp: {"nomad_gpu_cluster_list_up", "gauge", []string{labelList},
+		"1 when the plugin's list of this kind has been read and has not been failing for over max_staleness."},
+	mNomadRequests: {"nomad_gpu_cluster_nomad_requests_total", "counter", []string{labelEndpoint},
+		"Nomad API requests the plugin made, by endpoint."},
+}
+
+// ExportedMetrics describes every metric family the exporter serves.
+func ExportedMetrics() []MetricSpec {
+	out := make([]MetricSpec, len(exportedMetrics))
+	for i, m := range exportedMetrics {
+		m.Labels = slices.Clone(m.Labels)
+		out[i] = m
+	}
+	return out
+}
+
+// MetricNames are the names of every metric the exporter serves, sorted.
+// All are gauges or counters, so each family's name is also its series'.
+func MetricNames() []string {
+	out := make([]string, len(exportedMetrics))
+	for i, m := range exportedMetrics {
+		out[i] = m.Name
+	}
+	slices.Sort(out)
+	return out
+}
+
+// taskStats are the stat label values of the task time gauges.
+var taskStats = []string{"p50", "p90", "p99", "max", "mean"}
+
+var outcomes = []string{OutcomeComplete, OutcomeFailed, OutcomeLost}
+
+// scrapeInput is what one scrape reports on.
+type scrapeInput struct {
+	snap  *Snapshot // nil: not configured
+	opt   FigureOptions
+	lists []listState
+	calls map[string]uint64
+}
+
+// clusterCollector computes the cluster figures at scrape time from what
+// input returns (the cache's snapshot: no Nomad call).
+type clusterCollector struct {
+	descs [numMetrics]*prometheus.Desc
+	input func() scrapeInput
+}
+
+func newClusterCollector(input func() scrapeInput) *clusterCollector {
+	c := &clusterCollector{input: input}
+	for i, m := range exportedMetrics {
+		c.descs[i] = prometheus.NewDesc(m.Name, m.Help, m.Labels, nil)
+	}
+	return c
+}
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	in := c.input()
+	gauge := func(m int, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(c.descs[m], prometheus.GaugeValue, v, lv...)
+	}
+	for ep, n := range in.calls {
+		ch <- prometheus.MustNewConstMetric(c.descs[mNomadRequests], prometheus.CounterValue, float64(n), ep)
+	}
+	for _, l := range in.lists {
+		gauge(mListUp, b2f(l.up), l.label)
+	}
+	if in.snap == nil {
+		return
+	}
+	f := ComputeFigures(in.snap, in.opt)
+	for k, v := range f.Capacity {
+		lv := []string{k.Pool, k.Datacenter, k.Device}
+		gauge(mDevices, float64(v.Devices), lv...)
+		gauge(mAllocatedDevices, float64(v.Allocated), lv...)
+		gauge(mFreeDevices, float64(v.Free), lv...)
+		gauge(mFreeMemory, float64(v.FreeMemoryBytes), lv...)
+		gauge(mStrandedDevices, float64(v.StrandedDevices), lv...)
+		gauge(mStrandedSlices, float64(v.StrandedSlices), lv...)
+		gauge(mStrandedMemory, float64(v.StrandedMemoryBytes), lv...)
+		gauge(mFragmentation, v.FragmentationRatio(), lv...)
+		gauge(mAllocatedRatio, v.AllocatedRatio(), lv...)
+		if u, ok := v.UtilizationRatio(); ok {
+			gauge(mUtilization, u, lv...)
+		}
+		if l, ok := v.LoadRatio(); ok {
+			gauge(mLoad, l, lv...)
+		}
+	}
+	for k, v := range f.Queue {
+		lv := []string{k.Pool, k.Device, k.Priority, k.State}
+		gauge(mQueuedAllocs, float64(v.Allocs), lv...)
+		gauge(mQueuedDevices, float64(v.Devices), lv...)
+		gauge(mQueueWaitMax, v.WaitMaxSeconds, lv...)
+		gauge(mQueueWaitMean, v.WaitMeanSeconds(), lv...)
+	}
+	for k, v := range f.Tasks {
+		gauge(mAllocsStarted, float64(len(v.WaitSeconds)), k.Pool, k.Priority)
+		for _, t := range [...]struct {
+			m  int
+			xs []float64
+		}{{mTaskWait, v.WaitSeconds}, {mTaskRun, v.RunSeconds}} {
+			m := t.m
+			if len(t.xs) == 0 {
+				continue
+			}
+			d := Summarize(t.xs)
+			for i, x := range []float64{d.P50, d.P90, d.P99, d.Max, d.Mean} {
+				gauge(m, x, k.Pool, k.Priority, taskStats[i])
+			}
+		}
+		if v.Finished() == 0 {
+			continue
+		}
+		for i, n := range []int{v.Complete, v.Failed, v.Lost} {
+			gauge(mAllocsFinished, float64(n), k.Pool, k.Priority, outcomes[i])
+		}
+		gauge(mFailureRatio, v.FailureRatio(), k.Pool, k.Priority)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// scrapeInput is the plugin's input to its collector: the current cache's
+// snapshot (starting the lists the figures read, and the background stats
+// refresh, if not yet running), device stats no older than 3 × stats_ttl,
+// and the Nomad call counts.
+func (p *Plugin) scrapeInput() scrapeInput {
+	in := scrapeInput{calls: p.calls.snapshot()}
+	p.mu.Lock()
+	c := p.cache
+	p.mu.Unlock()
+	if c == nil || !c.start(figureWatches, true) {
+		return in
+	}
+	in.lists = c.listStates(figureWatches)
+	snap := *c.snapshot()
+	snap.Now = time.Now()
+	snap.Util = c.cachedUtil(3 * c.cfg.StatsTTL)
+	in.snap = &snap
+	in.opt = FigureOptions{Tiers: c.cfg.Tiers, Window: c.cfg.FinishedWindow}
+	return in
+}
+
+// exporter is the metrics HTTP server on one address.
+type exporter struct {
+	addr string // as configured
+	ln   net.Listener
+	srv  *http.Server
+	done chan struct{}
+}
+
+func listenExporter(addr string, h http.Handler, log hclog.Logger) (*exporter, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(MetricsPath, h)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(PluginName + ": cluster GPU figures at " + MetricsPath + "\n"))
+	})
+	e := &exporter{addr: addr, ln: ln, done: make(chan struct{}),
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
+	go func() {
+		defer close(e.done)
+		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "address", addr, "error", err)
+		}
+	}()
+	log.Info("serving Prometheus metrics", "address", ln.Addr().String(), "path", MetricsPath)
+	return e, nil
+}
+
+func (e *exporter) close() {
+	_ = e.srv.Close()
+	<-e.done
+}
+
+// metricsHandler serves the plugin's registry.
+func (p *Plugin) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{
+		ErrorLog:            p.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 2,
+	})
+}
+
+// setMetricsAddress (p.mu held) starts, moves or stops the exporter. It
+// keeps a running exporter on the same address; on a new one it listens
+// first, so a failure leaves the old exporter serving, unless the old one
+// holds the port the new address asks for (127.0.0.1:9464 to :9464): then
+// the old one is stopped, the new address tried again, and on failure the
+// old one listened on again.
+func (p *Plugin) setMetricsAddress(addr string) error {
+	cur := p.metrics
+	if cur != nil && cur.addr == addr {
+		return nil
+	}
+	if addr == "" {
+		if cur != nil {
+			cur.close()
+			p.metrics = nil
+		}
+		return nil
+	}
+	e, err := listenExporter(addr, p.handler, p.log)
+	if err == nil {
+		if cur != nil {
+			cur.close()
+		}
+		p.metrics = e
+		return nil
+	}
+	if cur == nil || !samePort(addr, cur.ln.Addr()) {
+		return err
+	}
+	cur.close()
+	p.metrics = nil
+	if e, err2 := listenExporter(addr, p.handler, p.log); err2 == nil {
+		p.metrics = e
+		return nil
+	}
+	back, err3 := listenExporter(cur.ln.Addr().String(), p.handler, p.log)
+	if err3 != nil {
+		p.log.Error("metrics server lost: cannot listen on the old address again", "address", cur.ln.Addr().String(), "error", err3)
+		return err
+	}
+	back.addr = cur.addr
+	p.metrics = back
+	return err
+}
+
+// samePort reports whether addr asks for the port a listens on.
+func samePort(addr string, a net.Addr) bool {
+	_, port, err := net.SplitHostPort(addr)
+	ta, ok := a.(*net.TCPAddr)
+	return err == nil && ok && port == strconv.Itoa(ta.Port)
+}
+
+// metricsAddr is the address the exporter listens on, "" when off.
+func (p *Plugin) metricsAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.metrics == nil {
+		return ""
+	}
+	return p.metrics.ln.Addr().String()
+}

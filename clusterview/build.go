@@ -1,0 +1,507 @@
+package clusterview
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+)
+
+// Input is what a View is built from: Nomad API objects as Reader fetches
+// them, or as a test writes them.
+type Input struct {
+	// Now is the instant waits are measured to.
+	Now time.Time
+	// Nodes are listed with resources (/v1/nodes?resources=true).
+	Nodes []*api.NodeListStub
+	// Allocs are listed with resources; only pending and running ones
+	// count.
+	Allocs []*api.AllocationListStub
+	// Stats are the nodes' host stats by node ID; a node missing here
+	// shows "stats unavailable".
+	Stats map[string]NodeStats
+	// Blocked are blocked evaluations; Jobs and Summaries their jobs'
+	// specs and summaries (a job missing from Jobs is left out).
+	Blocked   []*api.Evaluation
+	Jobs      map[JobKey]*api.Job
+	Summaries map[JobKey]*api.JobSummary
+	Filter    Filter
+}
+
+// JobKey names a job in a namespace.
+type JobKey struct{ Namespace, ID string }
+
+// NodeStats is one node's host stats, or why they could not be read.
+type NodeStats struct {
+	Host *api.HostStats
+	Err  error
+}
+
+// Filter selects nodes and queued work. Its zero value selects all.
+type Filter struct {
+	// Pool keeps nodes of this node pool and work whose job targets it
+	// (or the built-in pool "all").
+	Pool string
+	// Nodes keeps nodes named exactly so, or whose ID starts so; it
+	// also drops pending work placed on other nodes. Nodes named here
+	// are shown even without GPUs.
+	Nodes []string
+}
+
+// matchNode reports whether the filter keeps node n.
+func (f Filter) matchNode(n *api.NodeListStub) bool {
+	if f.Pool != "" && n.NodePool != f.Pool {
+		return false
+	}
+	if len(f.Nodes) == 0 {
+		return true
+	}
+	for _, s := range f.Nodes {
+		if s != "" && (n.Name == s || strings.HasPrefix(n.ID, s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchPool reports whether work targeting pool passes the filter.
+func (f Filter) matchPool(pool string) bool {
+	return f.Pool == "" || pool == f.Pool || pool == "all"
+}
+
+// Stat names the device plugin reports (devicefp/stats.go).
+const (
+	statGPUUtil  = "GPU utilization"
+	statMemUsed  = "Memory used"
+	statMPSUsed  = "MPS memory used"
+	statMPSLimit = "MPS memory limit"
+)
+
+// Build makes the view of in. It is pure: the same input gives the same
+// view, with nodes, GPUs, slices and allocations in a fixed order.
+func Build(in *Input) *View {
+	v := &View{GeneratedAt: in.Now.UTC(), Nodes: []Node{}, Queue: []QueueEntry{}}
+	held := heldDevices(in.Allocs)
+	for _, n := range in.Nodes {
+		if n == nil || !in.Filter.matchNode(n) {
+			continue
+		}
+		node := buildNode(n, held[n.ID], in.Stats)
+		if len(node.GPUs) == 0 && len(in.Filter.Nodes) == 0 && !hasGPUDriver(n) {
+			continue // not a GPU node
+		}
+		v.Nodes = append(v.Nodes, node)
+	}
+	slices.SortFunc(v.Nodes, func(a, b Node) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+	})
+	v.Queue = buildQueue(in)
+	return v
+}
+
+// hasGPUDriver reports whether the node runs our task driver: a GPU node
+// even when its device plugin reports nothing.
+func hasGPUDriver(n *api.NodeListStub) bool {
+	d := n.Drivers["gpu"]
+	return d != nil && d.Detected
+}
+
+// heldDevices maps node ID → device ID → the tasks holding that device,
+// from the pending and running allocations.
+func heldDevices(allocs []*api.AllocationListStub) map[string]map[string][]AllocRef {
+	out := map[string]map[string][]AllocRef{}
+	for _, a := range allocs {
+		if a == nil || !holdsDevices(a) || a.AllocatedResources == nil {
+			continue
+		}
+		for _, task := range sortedKeys(a.AllocatedResources.Tasks) {
+			tr := a.AllocatedResources.Tasks[task]
+			if tr == nil {
+				continue
+			}
+			ref := AllocRef{AllocID: a.ID, Job: a.JobID, Group: a.TaskGroup, Task: task, Namespace: a.Namespace}
+			for _, d := range tr.Devices {
+				if d == nil || !isGPUDevice(d.Vendor, d.Type) {
+					continue
+				}
+				m := out[a.NodeID]
+				if m == nil {
+					m = map[string][]AllocRef{}
+					out[a.NodeID] = m
+				}
+				for _, id := range d.DeviceIDs {
+					m[id] = append(m[id], ref)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// holdsDevices reports whether an allocation holds its devices now.
+func holdsDevices(a *api.AllocationListStub) bool {
+	return a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
+}
+
+// isGPUDevice reports whether vendor/type (either may be "", as in a
+// jobspec's request) names our GPUs or their slices.
+func isGPUDevice(vendor, typ string) bool {
+	if vendor != "" && vendor != contract.Vendor {
+		return false
+	}
+	switch typ {
+	case contract.SliceGPU, contract.SliceMIG, contract.SliceMPS:
+		return true
+	}
+	return false
+}
+
+// gpuBuilder accumulates one GPU while the node's devices are read.
+type gpuBuilder struct {
+	GPU
+	allocSeen map[AllocRef]bool
+}
+
+func (g *gpuBuilder) addAllocs(refs ...AllocRef) {
+	for _, r := range refs {
+		if !g.allocSeen[r] {
+			g.allocSeen[r] = true
+			g.Allocations = append(g.Allocations, r)
+		}
+	}
+}
+
+// buildNode groups a node's devices into GPUs and fills in holders and
+// stats.
+func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string]NodeStats) Node {
+	node := Node{
+		Name: n.Name, ID: n.ID, Datacenter: n.Datacenter, Pool: n.NodePool, Class: n.NodeClass,
+		Status: n.Status, Eligible: n.SchedulingEligibility == api.NodeSchedulingEligible, Drain: n.Drain,
+		GPUs: []GPU{},
+	}
+	st, ok := stats[n.ID]
+	var inst map[string]*api.DeviceStats
+	switch {
+	case !ok:
+		node.StatsError = "stats unavailable"
+	case st.Err != nil:
+		node.StatsError = "stats unavailable: " + errorText(st.Err)
+	default:
+		inst = instanceStats(st.Host)
+	}
+
+	byKey := map[string]*gpuBuilder{}
+	var order []*gpuBuilder
+	get := func(key string, init func() GPU) *gpuBuilder {
+		g, ok := byKey[key]
+		if !ok {
+			g = &gpuBuilder{GPU: init(), allocSeen: map[AllocRef]bool{}}
+			g.Healthy = true
+			g.Slices, g.Allocations = []Slice{}, []AllocRef{}
+			byKey[key] = g
+			order = append(order, g)
+		}
+		return g
+	}
+	var devices []*api.NodeDeviceResource
+	if n.NodeResources != nil {
+		devices = n.NodeResources.Devices
+	}
+	for _, d := range devices {
+		if d == nil || d.Vendor != contract.Vendor {
+			continue
+		}
+		for _, in := range d.Instances {
+			if in == nil {
+				continue
+			}
+			bus := ""
+			if in.Locality != nil {
+				bus = in.Locality.PciBusID
+			}
+			ds := inst[in.ID]
+			switch d.Type {
+			case contract.SliceGPU:
+				g := get("uuid:"+in.ID, func() GPU {
+					return GPU{UUID: in.ID, Model: d.Name, PCIBusID: bus, Mode: ModeWhole, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrMemory)}
+				})
+				g.Healthy, g.HealthDescription = in.Healthy, healthText(in)
+				used, total := memStat(ds, statMemUsed)
+				g.MemoryUsedMiB = used
+				if g.MemoryTotalMiB == nil {
+					g.MemoryTotalMiB = total
+				}
+				g.UtilizationPct = numStat(ds, statGPUUtil)
+				g.addAllocs(held[in.ID]...)
+			case contract.SliceMIG:
+				parent := attrString(d.Attributes, contract.AttrParentProduct)
+				key := "pci:" + bus
+				if bus == "" {
+					key = "mig:" + parent
+				}
+				g := get(key, func() GPU {
+					return GPU{Model: parent, PCIBusID: bus, Mode: ModeMIG, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
+				})
+				profile := attrString(d.Attributes, contract.AttrMIGProfile)
+				if profile == "" {
+					profile = d.Name
+				}
+				s := newSlice(contract.SliceMIG, in, profile, held[in.ID])
+				s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMemory)
+				s.MemoryUsedMiB, _ = memStat(ds, statMemUsed)
+				s.UtilizationPct = numStat(ds, statGPUUtil)
+				g.Slices = append(g.Slices, s)
+				g.addAllocs(held[in.ID]...)
+			case contract.SliceMPS:
+				uuid, _, ok := contract.ParseShareID(in.ID)
+				if !ok {
+					uuid = d.Name
+				}
+				g := get("uuid:"+uuid, func() GPU {
+					return GPU{UUID: uuid, Model: attrString(d.Attributes, contract.AttrParentProduct), PCIBusID: bus,
+						Mode: ModeMPS, Index: attrInt(d.Attributes, contract.AttrParentIndex), MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
+				})
+				profile := ""
+				if shares := attrInt(d.Attributes, contract.AttrMPSShares); shares != nil {
+					profile = "1/" + strconv.Itoa(*shares)
+				}
+				s := newSlice(contract.SliceMPS, in, profile, held[in.ID])
+				s.MemoryTotalMiB = memValue(statValue(ds, statMPSLimit), false)
+				if s.MemoryTotalMiB == nil {
+					s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMPSMemoryLimit)
+				}
+				s.MemoryUsedMiB = memValue(statValue(ds, statMPSUsed), false)
+				// Every share reads its GPU's telemetry: the GPU's figures.
+				if used, total := memStat(ds, statMemUsed); used != nil && g.MemoryUsedMiB == nil {
+					g.MemoryUsedMiB = used
+					if g.MemoryTotalMiB == nil {
+						g.MemoryTotalMiB = total
+					}
+				}
+				if u := numStat(ds, statGPUUtil); u != nil && g.UtilizationPct == nil {
+					g.UtilizationPct = u
+				}
+				g.Slices = append(g.Slices, s)
+				g.addAllocs(held[in.ID]...)
+			}
+		}
+	}
+	for _, g := range order {
+		g.finish()
+		node.GPUs = append(node.GPUs, g.GPU)
+	}
+	slices.SortFunc(node.GPUs, func(a, b GPU) int {
+		return cmp.Or(cmp.Compare(a.PCIBusID, b.PCIBusID), cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Model, b.Model))
+	})
+	return node
+}
+
+// errorText is an error on one line; a Nomad API error as its status code
+// and body.
+func errorText(err error) string {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.HasStatusCode() {
+		return fmt.Sprintf("HTTP %d: %s", ue.StatusCode(), oneLine(ue.Body()))
+	}
+	return oneLine(err.Error())
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func newSlice(typ string, in *api.NodeDevice, profile string, held []AllocRef) Slice {
+	s := Slice{Type: typ, ID: in.ID, Profile: profile, Healthy: in.Healthy, HealthDescription: healthText(in)}
+	if len(held) > 0 {
+		r := held[0]
+		s.Alloc = &r
+	}
+	return s
+}
+
+func healthText(in *api.NodeDevice) string {
+	if in.Healthy {
+		return ""
+	}
+	if in.HealthDescription == "" {
+		return "unhealthy"
+	}
+	return in.HealthDescription
+}
+
+// finish orders a sliced GPU's slices and derives its health (healthy only
+// if every slice is) and, for MIG, its memory used (the sum over its
+// instances, when every one reports it).
+func (g *gpuBuilder) finish() {
+	if len(g.Slices) == 0 {
+		return
+	}
+	slices.SortFunc(g.Slices, func(a, b Slice) int {
+		if a.Type == contract.SliceMPS && b.Type == contract.SliceMPS {
+			_, na, _ := contract.ParseShareID(a.ID)
+			_, nb, _ := contract.ParseShareID(b.ID)
+			return cmp.Or(cmp.Compare(na, nb), cmp.Compare(a.ID, b.ID))
+		}
+		return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Profile, b.Profile), cmp.Compare(a.ID, b.ID))
+	})
+	var reasons []string
+	var sum int64
+	all := true
+	for _, s := range g.Slices {
+		if !s.Healthy {
+			g.Healthy = false
+			if !slices.Contains(reasons, s.HealthDescription) {
+				reasons = append(reasons, s.HealthDescription)
+			}
+		}
+		if s.MemoryUsedMiB == nil {
+			all = false
+		} else {
+			sum += *s.MemoryUsedMiB
+		}
+	}
+	g.HealthDescription = strings.Join(reasons, "; ")
+	if g.Mode == ModeMIG && all {
+		g.MemoryUsedMiB = &sum
+	}
+}
+
+// instanceStats indexes a node's nvidia device stats by device ID.
+func instanceStats(hs *api.HostStats) map[string]*api.DeviceStats {
+	out := map[string]*api.DeviceStats{}
+	if hs == nil {
+		return out
+	}
+	for _, g := range hs.DeviceStats {
+		if g == nil || g.Vendor != contract.Vendor {
+			continue
+		}
+		for id, s := range g.InstanceStats {
+			if s != nil {
+				out[id] = s
+			}
+		}
+	}
+	return out
+}
+
+func statValue(ds *api.DeviceStats, name string) *api.StatValue {
+	if ds == nil || ds.Stats == nil {
+		return nil
+	}
+	return ds.Stats.Attributes[name]
+}
+
+// numStat is a stat's numerator as a number, nil if absent.
+func numStat(ds *api.DeviceStats, name string) *float64 {
+	v := statValue(ds, name)
+	if v == nil {
+		return nil
+	}
+	switch {
+	case v.FloatNumeratorVal != nil:
+		f := *v.FloatNumeratorVal
+		return &f
+	case v.IntNumeratorVal != nil:
+		f := float64(*v.IntNumeratorVal)
+		return &f
+	}
+	return nil
+}
+
+// memStat reads a memory stat "used / total" in MiB.
+func memStat(ds *api.DeviceStats, name string) (used, total *int64) {
+	v := statValue(ds, name)
+	return memValue(v, false), memValue(v, true)
+}
+
+// memValue is a memory stat's numerator (or denominator) in MiB.
+func memValue(v *api.StatValue, denominator bool) *int64 {
+	if v == nil {
+		return nil
+	}
+	var f float64
+	switch {
+	case denominator && v.IntDenominatorVal != nil:
+		f = float64(*v.IntDenominatorVal)
+	case denominator && v.FloatDenominatorVal != nil:
+		f = *v.FloatDenominatorVal
+	case !denominator && v.IntNumeratorVal != nil:
+		f = float64(*v.IntNumeratorVal)
+	case !denominator && v.FloatNumeratorVal != nil:
+		f = *v.FloatNumeratorVal
+	default:
+		return nil
+	}
+	return toMiB(f, v.Unit)
+}
+
+// toMiB converts an amount in unit to whole MiB; nil for a unit that is no
+// size. An empty unit is taken as MiB.
+func toMiB(f float64, unit string) *int64 {
+	mul, ok := map[string]float64{
+		"": 1, "MiB": 1, "GiB": 1024, "TiB": 1024 * 1024, "KiB": 1.0 / 1024, "B": 1.0 / (1 << 20),
+		"MB": 1e6 / (1 << 20), "GB": 1e9 / (1 << 20), "kB": 1e3 / (1 << 20), "KB": 1e3 / (1 << 20),
+	}[unit]
+	if !ok {
+		return nil
+	}
+	n := int64(f*mul + 0.5)
+	return &n
+}
+
+func attrString(a map[string]*api.Attribute, name string) string {
+	v := a[name]
+	if v == nil {
+		return ""
+	}
+	if v.StringVal != nil {
+		return *v.StringVal
+	}
+	return v.String()
+}
+
+func attrInt(a map[string]*api.Attribute, name string) *int {
+	v := a[name]
+	if v == nil {
+		return nil
+	}
+	switch {
+	case v.IntVal != nil:
+		n := int(*v.IntVal)
+		return &n
+	case v.StringVal != nil:
+		if n, err := strconv.Atoi(strings.TrimSpace(*v.StringVal)); err == nil {
+			return &n
+		}
+	}
+	return nil
+}
+
+func attrMiB(a map[string]*api.Attribute, name string) *int64 {
+	v := a[name]
+	if v == nil {
+		return nil
+	}
+	switch {
+	case v.IntVal != nil:
+		return toMiB(float64(*v.IntVal), v.Unit)
+	case v.FloatVal != nil:
+		return toMiB(*v.FloatVal, v.Unit)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

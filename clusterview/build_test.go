@@ -1,0 +1,305 @@
+package clusterview
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+func num[T int | int64 | float64](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
+}
+
+// describe is a GPU in one line: what the tests compare.
+func describe(g GPU) string {
+	var allocs []string
+	for _, a := range g.Allocations {
+		allocs = append(allocs, a.Job+"/"+a.Group+"/"+a.Task+"@"+a.AllocID[:8])
+	}
+	var sl []string
+	for _, s := range g.Slices {
+		holder := "-"
+		if s.Alloc != nil {
+			holder = s.Alloc.Job
+		}
+		sl = append(sl, fmt.Sprintf("%s:%s:%s:%v:%s/%s:%s", s.Type, s.ID[len(s.ID)-6:], s.Profile, s.Healthy,
+			num(s.MemoryUsedMiB), num(s.MemoryTotalMiB), holder))
+	}
+	return fmt.Sprintf("%s|%s|idx=%s|%s|%s|healthy=%v %s|mem=%s/%s|util=%s|allocs=%s|slices=%s",
+		g.UUID, g.PCIBusID, num(g.Index), g.Model, g.Mode, g.Healthy, g.HealthDescription,
+		num(g.MemoryUsedMiB), num(g.MemoryTotalMiB), num(g.UtilizationPct),
+		strings.Join(allocs, ","), strings.Join(sl, " "))
+}
+
+func TestBuildGroupsDevicesIntoGPUs(t *testing.T) {
+	v := Build(fixtureInput())
+	if got := nodeNames(v); !slices.Equal(got, []string{"gpu-1", "gpu-2"}) {
+		t.Fatalf("nodes %v, want gpu-1 and gpu-2 (cpu-1 has no GPUs)", got)
+	}
+	n := v.Nodes[0]
+	if n.ID != node1ID || n.Pool != "gpu" || n.Class != "h100" || n.Datacenter != "dc1" || n.Status != "ready" ||
+		!n.Eligible || n.Drain || n.StatsError != "" {
+		t.Errorf("node %+v", n)
+	}
+	want := []string{
+		gpuA + "|0000:18:00.0|idx=nil|" + h100 + "|whole|healthy=true |mem=30000/81920|util=40|allocs=train/g/t@a0000001|slices=",
+		gpuB + "|0000:2a:00.0|idx=nil|" + h100 + "|whole|healthy=false XID 79 (GPU has fallen off the bus)|mem=0/81920|util=0|allocs=|slices=",
+		gpuM + "|0000:9a:00.0|idx=4|" + h100 + "|mps|healthy=true |mem=12000/81920|util=55|allocs=notebook/g/t@a0000003|slices=" +
+			"mps:-mps-0:1/4:true:0/20480:- mps:-mps-1:1/4:true:1000/20480:notebook mps:-mps-2:1/4:true:500/20480:notebook mps:-mps-3:1/4:true:0/20480:-",
+		"|0000:db:00.0|idx=nil|" + h100 + "|mig|healthy=true |mem=3072/81920|util=nil|allocs=infer/g/t@a0000002|slices=" +
+			"mig:000000:1g.10gb:true:2048/10240:infer mig:000000:1g.10gb:true:1024/10240:-",
+	}
+	if len(n.GPUs) != len(want) {
+		t.Fatalf("%d GPUs, want %d", len(n.GPUs), len(want))
+	}
+	for i, g := range n.GPUs {
+		if got := describe(g); got != want[i] {
+			t.Errorf("GPU %d\n got %s\nwant %s", i, got, want[i])
+		}
+	}
+	if s := n.GPUs[3].Slices; s[0].ID != migA || s[1].ID != migB {
+		t.Errorf("MIG slices not ordered by ID: %s, %s", s[0].ID, s[1].ID)
+	}
+
+	n2 := v.Nodes[1]
+	if !strings.HasPrefix(n2.StatsError, "stats unavailable: Unexpected response code: 500") || n2.Eligible || !n2.Drain {
+		t.Errorf("node 2 %+v", n2)
+	}
+	if len(n2.GPUs) != 1 || n2.GPUs[0].MemoryTotalMiB != nil || n2.GPUs[0].UtilizationPct != nil {
+		t.Errorf("node 2 GPUs %+v", n2.GPUs)
+	}
+}
+
+func TestBuildHealthAndFallbacks(t *testing.T) {
+	tests := []struct {
+		name   string
+		edit   func(n *api.NodeListStub, in *Input)
+		gpu    int // index in the node's GPUs
+		health string
+		check  func(t *testing.T, g GPU)
+	}{
+		{
+			name: "a GPU XID marks every MPS share: the GPU is unhealthy once",
+			edit: func(n *api.NodeListStub, _ *Input) {
+				for _, i := range n.NodeResources.Devices[2].Instances {
+					i.Healthy, i.HealthDescription = false, "XID 79"
+				}
+			},
+			gpu: 2, health: "false XID 79",
+		},
+		{
+			name: "one unhealthy MIG instance makes its GPU unhealthy",
+			edit: func(n *api.NodeListStub, _ *Input) {
+				n.NodeResources.Devices[1].Instances[0].Healthy = false
+			},
+			gpu: 3, health: "false unhealthy",
+		},
+		{
+			name: "MIG memory used needs every instance's figure",
+			edit: func(_ *api.NodeListStub, in *Input) {
+				delete(in.Stats[node1ID].Host.DeviceStats[1].InstanceStats, migB)
+			},
+			gpu: 3, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if g.MemoryUsedMiB != nil || g.Slices[1].MemoryUsedMiB != nil || *g.Slices[0].MemoryUsedMiB != 2048 {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
+			name: "MIG instances without a PCI bus are grouped by parent product",
+			edit: func(n *api.NodeListStub, _ *Input) {
+				for _, i := range n.NodeResources.Devices[1].Instances {
+					i.Locality = nil
+				}
+			},
+			gpu: 0, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if g.Mode != ModeMIG || g.PCIBusID != "" || len(g.Slices) != 2 {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
+			name: "memory total from the stats when the attribute is missing",
+			edit: func(n *api.NodeListStub, _ *Input) {
+				n.NodeResources.Devices[0].Attributes = nil
+			},
+			gpu: 0, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if num(g.MemoryTotalMiB) != "81920" {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
+			name: "no stats entry: stats unavailable, figures null",
+			edit: func(_ *api.NodeListStub, in *Input) { delete(in.Stats, node1ID) },
+			gpu:  0, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if g.MemoryUsedMiB != nil || g.UtilizationPct != nil || num(g.MemoryTotalMiB) != "81920" {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fixtureInput()
+			tc.edit(in.Nodes[0], in)
+			v := Build(in)
+			g := v.Nodes[0].GPUs[tc.gpu]
+			if got := fmt.Sprintf("%v %s", g.Healthy, g.HealthDescription); got != tc.health {
+				t.Errorf("health %q, want %q (%s)", got, tc.health, describe(g))
+			}
+			if tc.check != nil {
+				tc.check(t, g)
+			}
+		})
+	}
+}
+
+func nodeNames(v *View) []string {
+	var out []string
+	for _, n := range v.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func TestBuildFilters(t *testing.T) {
+	tests := []struct {
+		name   string
+		filter Filter
+		nodes  []string
+		queue  []string // job/state
+	}{
+		{"none", Filter{}, []string{"gpu-1", "gpu-2"}, []string{"big/blocked", "notebook/pending"}},
+		{"pool gpu", Filter{Pool: "gpu"}, []string{"gpu-1"}, []string{"big/blocked", "notebook/pending"}},
+		{"pool batch", Filter{Pool: "batch"}, []string{"gpu-2"}, nil},
+		{"pool missing", Filter{Pool: "nope"}, nil, nil},
+		{"node by name", Filter{Nodes: []string{"gpu-2"}}, []string{"gpu-2"}, []string{"big/blocked"}},
+		{"node by ID prefix", Filter{Nodes: []string{"1111"}}, []string{"gpu-1"}, []string{"big/blocked", "notebook/pending"}},
+		{"a node named is shown without GPUs", Filter{Nodes: []string{"cpu-1", "gpu-1"}}, []string{"cpu-1", "gpu-1"}, []string{"big/blocked", "notebook/pending"}},
+		{"name prefix is no match", Filter{Nodes: []string{"gpu"}}, nil, []string{"big/blocked"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fixtureInput()
+			in.Filter = tc.filter
+			v := Build(in)
+			if got := nodeNames(v); !slices.Equal(got, tc.nodes) {
+				t.Errorf("nodes %v, want %v", got, tc.nodes)
+			}
+			var q []string
+			for _, e := range v.Queue {
+				q = append(q, e.Job+"/"+e.State)
+			}
+			if !slices.Equal(q, tc.queue) {
+				t.Errorf("queue %v, want %v", q, tc.queue)
+			}
+		})
+	}
+}
+
+// TestJSONShape pins the field names of -json: changing one breaks the
+// scripts that read them.
+func TestJSONShape(t *testing.T) {
+	b, err := json.Marshal(Build(fixtureInput()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(v any) []string { return slices.Sorted(maps.Keys(v.(map[string]any))) }
+	first := func(v any) any { return v.([]any)[0] }
+	nodes := doc["nodes"].([]any)
+	gpus := nodes[0].(map[string]any)["gpus"].([]any)
+	whole, mps := gpus[0], gpus[2]
+	slice := first(mps.(map[string]any)["slices"])
+	held := mps.(map[string]any)["slices"].([]any)[1].(map[string]any)["alloc"]
+	queue := first(doc["queue"])
+
+	tests := []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"top", doc, "generated_at nodes queue"},
+		{"node", nodes[0], "class datacenter drain eligible gpus id name pool status"},
+		{"node without stats", nodes[1], "class datacenter drain eligible gpus id name pool stats_error status"},
+		{"whole gpu", whole, "allocations healthy memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
+		{"mps gpu", mps, "allocations healthy index memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
+		{"unhealthy gpu", gpus[1], "allocations health_description healthy memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
+		{"slice", slice, "alloc healthy id memory_total_mib memory_used_mib profile type utilization_pct"},
+		{"alloc", held, "alloc_id group job namespace task"},
+		{"queue entry", queue, "count devices group job namespace pool reason since state waiting_seconds"},
+		{"device ask", first(queue.(map[string]any)["devices"]), "count name"},
+	}
+	for _, tc := range tests {
+		if got := strings.Join(keys(tc.v), " "); got != tc.want {
+			t.Errorf("%s keys\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+	// Lists are never null, unknown numbers are.
+	if s := whole.(map[string]any)["slices"]; s == nil {
+		t.Error("slices of a whole GPU is null, want []")
+	}
+	if u := gpus[3].(map[string]any)["utilization_pct"]; u != nil {
+		t.Errorf("MIG GPU utilization_pct = %v, want null", u)
+	}
+	empty, _ := json.Marshal(Build(&Input{Now: t0}))
+	if string(empty) != `{"generated_at":"2026-12-03T10:00:00Z","nodes":[],"queue":[]}` {
+		t.Errorf("empty view: %s", empty)
+	}
+}
+
+func TestToMiB(t *testing.T) {
+	tests := []struct {
+		f    float64
+		unit string
+		want string
+	}{
+		{81920, "MiB", "81920"}, {80, "GiB", "81920"}, {1 << 30, "B", "1024"}, {2048, "KiB", "2"}, {5, "", "5"},
+		{1000, "MB", "954"}, {3, "%", "nil"},
+	}
+	for _, tc := range tests {
+		if got := num(toMiB(tc.f, tc.unit)); got != tc.want {
+			t.Errorf("toMiB(%v, %q) = %s, want %s", tc.f, tc.unit, got, tc.want)
+		}
+	}
+}
+
+func TestBuildWhichNodesAreGPUNodes(t *testing.T) {
+	tests := []struct {
+		name    string
+		drivers map[string]*api.DriverInfo
+		devices []*api.NodeDeviceResource
+		shown   bool
+	}{
+		{"no devices, no gpu driver", nil, nil, false},
+		{"other vendors' devices only", nil, []*api.NodeDeviceResource{{Vendor: "xilinx", Type: "fpga", Name: "u250", Instances: []*api.NodeDevice{{ID: "f0"}}}}, false},
+		{"gpu driver detected, device plugin silent", map[string]*api.DriverInfo{"gpu": {Detected: true}}, nil, true},
+		{"gpu driver not detected", map[string]*api.DriverInfo{"gpu": {Detected: false}}, nil, false},
+		{"nvidia devices", nil, []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: h100, Instances: []*api.NodeDevice{{ID: gpuA, Healthy: true}}}}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &api.NodeListStub{ID: node3ID, Name: "n", Status: "ready", Drivers: tc.drivers, NodeResources: &api.NodeResources{Devices: tc.devices}}
+			v := Build(&Input{Now: t0, Nodes: []*api.NodeListStub{n}})
+			if got := len(v.Nodes) == 1; got != tc.shown {
+				t.Errorf("shown %v, want %v", got, tc.shown)
+			}
+		})
+	}
+}

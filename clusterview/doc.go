@@ -1,0 +1,83 @@
+// Package clusterview is the cluster's GPUs as one view, read from the
+// Nomad API: per node and GPU its slices (MIG instances, MPS shares), the
+// allocations holding them, utilisation and memory from the device stats,
+// health; and the queue of GPU work that waits, with how long and why.
+// `nomad-gpu top` draws it; what nvidia-smi is for one machine, this is for
+// the cluster.
+//
+// Build turns API objects into a View and is pure (tests feed it fixtures);
+// Reader fetches those objects from Nomad; WriteTable draws a View as text.
+//
+// # Grouping
+//
+// Nomad sees devices, not GPUs: a whole GPU (nvidia/gpu/<product>, ID
+// GPU-<uuid>), a MIG instance (nvidia/mig/<profile>, ID MIG-<uuid>) or an
+// MPS share (nvidia/mps/<GPU-uuid>, ID <GPU-uuid>-mps-<n>). The view puts
+// them back under their physical GPU: a whole GPU is its own; MPS shares by
+// the GPU UUID in their ID (model, memory and index from parent_product,
+// parent_memory and parent_index); MIG instances by the PCI bus ID they
+// carry as locality, which is their GPU's (model and memory from
+// parent_product and parent_memory). The device plugin does not report a
+// MIG GPU's UUID or any GPU's index except an MPS GPU's, so those are left
+// empty. MIG instances without a PCI bus ID are grouped by parent_product.
+// Devices of other vendors are not shown.
+//
+// # JSON (`nomad-gpu top -json`)
+//
+// One document; field names are stable. Figures that are unknown are null
+// (index is left out); lists are never null. Nodes are those with nvidia
+// devices or the gpu task driver detected, and any a -node filter names.
+//
+//	{
+//	  "generated_at": "2026-12-03T10:00:00Z",
+//	  "nodes": [{
+//	    "name", "id", "datacenter", "pool", "class", "status": "ready",
+//	    "eligible": true, "drain": false,
+//	    "stats_error": "stats unavailable: HTTP 500: …", // only when its stats could not be read
+//	    "gpus": [{
+//	      "uuid": "GPU-…",                // "" for a GPU in MIG mode
+//	      "model": "NVIDIA H100 80GB HBM3",
+//	      "index": 4,                     // only when known (MPS GPUs)
+//	      "pci_bus_id": "0000:18:00.0",
+//	      "mode": "whole" | "mig" | "mps",
+//	      "healthy": true, "health_description": "XID 79 …" (only when unhealthy),
+//	      "memory_total_mib": 81920, "memory_used_mib": 1000, "utilization_pct": 80,
+//	      "slices": [{
+//	        "type": "mig" | "mps", "id": "MIG-…" | "GPU-…-mps-0",
+//	        "profile": "1g.10gb" | "1/4",  // MIG profile; MPS: one of <shares>
+//	        "healthy": true, "health_description": "…",
+//	        "memory_total_mib", "memory_used_mib", "utilization_pct",
+//	        "alloc": null | {"alloc_id", "job", "group", "task", "namespace"}
+//	      }],
+//	      "allocations": [{"alloc_id", "job", "group", "task", "namespace"}]
+//	    }]
+//	  }],
+//	  "queue": [{
+//	    "job", "namespace", "group", "pool",
+//	    "state": "blocked" | "pending",
+//	    "devices": [{"name": "nvidia/gpu", "count": 9}],  // asked per allocation
+//	    "count": 1,                       // allocations waiting
+//	    "waiting_seconds": 42, "since": "2026-12-03T09:59:18Z",
+//	    "reason": "constraint \"missing devices\" filtered 1 node",
+//	    "node": "client-1"                // pending only: where it was placed
+//	  }]
+//	}
+//
+// memory_used_mib and utilization_pct come from the client's host stats
+// (/v1/client/stats): for a whole GPU and an MPS GPU the GPU's "Memory used"
+// and "GPU utilization"; for a MIG instance its own, for a MIG GPU the sum of
+// its instances' memory and no utilisation; for an MPS share what its task
+// uses ("MPS memory used") of its limit.
+//
+// # Queue
+//
+// Queued work is what asks for an nvidia gpu, mig or mps device and waits:
+// (a) the unplaced allocations of blocked evaluations, per task group that
+// failed to place, counted by the job summary's Queued (the evaluation's
+// CoalescedFailures+1 when the summary has none yet), asking for its
+// tasks' device blocks, waiting since the blocked evaluation was created,
+// with the scheduler's placement failure as reason; (b) allocations placed
+// but still pending on their node, waiting since they were created.
+// A -node-pool filter keeps work whose job targets that pool (or "all");
+// a -node filter drops pending work placed elsewhere.
+package clusterview

@@ -1,0 +1,107 @@
+package clusterview
+
+import "time"
+
+// View is the cluster's GPUs and GPU queue at one instant. Its JSON form is
+// the stable output of `nomad-gpu top -json` (see the package doc).
+type View struct {
+	GeneratedAt time.Time    `json:"generated_at"`
+	Nodes       []Node       `json:"nodes"`
+	Queue       []QueueEntry `json:"queue"`
+}
+
+// Node is one Nomad client and its GPUs.
+type Node struct {
+	Name       string `json:"name"`
+	ID         string `json:"id"`
+	Datacenter string `json:"datacenter"`
+	Pool       string `json:"pool"`
+	Class      string `json:"class"`
+	Status     string `json:"status"`
+	Eligible   bool   `json:"eligible"`
+	Drain      bool   `json:"drain"`
+	// StatsError says why the node's device stats are missing ("" when
+	// they were read).
+	StatsError string `json:"stats_error,omitempty"`
+	GPUs       []GPU  `json:"gpus"`
+}
+
+// GPU modes: how a physical GPU is offered to Nomad.
+const (
+	ModeWhole = "whole" // one nvidia/gpu device
+	ModeMIG   = "mig"   // MIG instances only
+	ModeMPS   = "mps"   // MPS shares only
+)
+
+// GPU is one physical GPU and the slices Nomad schedules on it.
+type GPU struct {
+	// UUID is the GPU- UUID; "" for a GPU in MIG mode (Nomad sees only
+	// its instances).
+	UUID  string `json:"uuid"`
+	Model string `json:"model"`
+	// Index is the NVML index where the device attributes give it.
+	Index             *int     `json:"index,omitempty"`
+	PCIBusID          string   `json:"pci_bus_id"`
+	Mode              string   `json:"mode"`
+	Healthy           bool     `json:"healthy"`
+	HealthDescription string   `json:"health_description,omitempty"`
+	MemoryTotalMiB    *int64   `json:"memory_total_mib"`
+	MemoryUsedMiB     *int64   `json:"memory_used_mib"`
+	UtilizationPct    *float64 `json:"utilization_pct"`
+	Slices            []Slice  `json:"slices"`
+	// Allocations hold the GPU or any of its slices, one entry per
+	// allocation and task.
+	Allocations []AllocRef `json:"allocations"`
+}
+
+// Slice is a MIG instance or an MPS share.
+type Slice struct {
+	Type string `json:"type"` // "mig" or "mps"
+	ID   string `json:"id"`
+	// Profile is the MIG profile, or for an MPS share "1/<shares>".
+	Profile           string    `json:"profile"`
+	Healthy           bool      `json:"healthy"`
+	HealthDescription string    `json:"health_description,omitempty"`
+	MemoryTotalMiB    *int64    `json:"memory_total_mib"`
+	MemoryUsedMiB     *int64    `json:"memory_used_mib"`
+	UtilizationPct    *float64  `json:"utilization_pct"`
+	Alloc             *AllocRef `json:"alloc"`
+}
+
+// AllocRef names the task of an allocation holding a device.
+type AllocRef struct {
+	AllocID   string `json:"alloc_id"`
+	Job       string `json:"job"`
+	Group     string `json:"group"`
+	Task      string `json:"task"`
+	Namespace string `json:"namespace"`
+}
+
+// Queue states.
+const (
+	StateBlocked = "blocked" // not placed: a blocked evaluation
+	StatePending = "pending" // placed, not running yet
+)
+
+// QueueEntry is a set of identical allocations waiting for GPUs.
+type QueueEntry struct {
+	Job       string `json:"job"`
+	Namespace string `json:"namespace"`
+	Group     string `json:"group"`
+	Pool      string `json:"pool"`
+	State     string `json:"state"`
+	// Devices are what one allocation asks for.
+	Devices        []DeviceAsk `json:"devices"`
+	Count          int         `json:"count"`
+	WaitingSeconds int64       `json:"waiting_seconds"`
+	Since          time.Time   `json:"since"`
+	Reason         string      `json:"reason"`
+	// Node is where a pending allocation was placed.
+	Node string `json:"node,omitempty"`
+}
+
+// DeviceAsk is one device request: a jobspec's device name and count.
+type DeviceAsk struct {
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+}

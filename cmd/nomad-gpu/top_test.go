@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/clusterview"
+)
+
+func TestParseTopFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		check   func(t *testing.T, o *topOptions)
+		wantErr string
+	}{
+		{name: "defaults", check: func(t *testing.T, o *topOptions) {
+			if o.interval != 2*time.Second || o.statsTimeout != clusterview.DefaultStatsTimeout || o.json || o.once ||
+				o.filter.Pool != "" || o.filter.Nodes != nil {
+				t.Errorf("%+v", o)
+			}
+		}},
+		{name: "filters", args: []string{"-node-pool", "gpu", "-node", " a, b,,c "}, check: func(t *testing.T, o *topOptions) {
+			if o.filter.Pool != "gpu" || !slices.Equal(o.filter.Nodes, []string{"a", "b", "c"}) {
+				t.Errorf("%+v", o.filter)
+			}
+		}},
+		{name: "connection", args: []string{"-address", "http://n:4646", "-token", "s", "-region", "eu", "-namespace", "ml"}, check: func(t *testing.T, o *topOptions) {
+			if o.address != "http://n:4646" || o.token != "s" || o.region != "eu" || o.namespace != "ml" {
+				t.Errorf("%+v", o)
+			}
+		}},
+		{name: "interval too short", args: []string{"-interval", "10ms"}, wantErr: "-interval 10ms: must be at least 100ms"},
+		{name: "stats timeout", args: []string{"-stats-timeout", "0s"}, wantErr: "-stats-timeout 0s: must be positive"},
+		{name: "stray argument", args: []string{"-json", "extra"}, wantErr: `unexpected argument "extra"`},
+		{name: "unknown flag", args: []string{"-nope"}, wantErr: "flag provided but not defined: -nope"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseTopFlags(tc.args, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, o)
+		})
+	}
+	if _, err := parseTopFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+// topFakeNomad serves one GPU node, one allocation on it and no queue, and
+// records the tokens it was sent.
+type topFakeNomad struct {
+	mu     sync.Mutex
+	tokens []string
+	ns     []string
+	fail   atomic.Bool
+}
+
+func (f *topFakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.tokens = append(f.tokens, r.Header.Get("X-Nomad-Token"))
+	if ns := r.URL.Query().Get("namespace"); ns != "" {
+		f.ns = append(f.ns, r.URL.Path+"="+ns)
+	}
+	f.mu.Unlock()
+	if f.fail.Load() {
+		http.Error(w, "no leader", 500)
+		return
+	}
+	uuid := "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+	var v any
+	switch r.URL.Path {
+	case "/v1/nodes":
+		v = []*api.NodeListStub{{
+			ID: "11111111-0000", Name: "gpu-1", NodePool: "default", Status: "ready", SchedulingEligibility: "eligible",
+			NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{{
+				Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H100 80GB HBM3",
+				Instances: []*api.NodeDevice{{ID: uuid, Healthy: true}},
+			}}},
+		}}
+	case "/v1/allocations":
+		v = []*api.AllocationListStub{{
+			ID: "a1b2c3d4-0000", Namespace: "default", JobID: "train", TaskGroup: "g", NodeID: "11111111-0000", ClientStatus: "running",
+			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+				"t": {Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H100 80GB HBM3", DeviceIDs: []string{uuid}}}},
+			}},
+		}}
+	case "/v1/evaluations":
+		v = []*api.Evaluation{}
+	case "/v1/client/stats":
+		u := 70.0
+		v = &api.HostStats{DeviceStats: []*api.DeviceGroupStats{{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H100 80GB HBM3",
+			InstanceStats: map[string]*api.DeviceStats{uuid: {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{
+				"GPU utilization": {FloatNumeratorVal: &u, Unit: "%"},
+			}}}}}}}
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func clearTopNomadEnv(t *testing.T) {
+	for _, k := range []string{"NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION", "NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"} {
+		t.Setenv(k, "")
+	}
+}
+
+func TestTopJSON(t *testing.T) {
+	clearTopNomadEnv(t)
+	f := &topFakeNomad{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+
+	tests := []struct {
+		name      string
+		env       map[string]string
+		args      []string
+		wantToken string
+		wantNS    string
+	}{
+		{"flags", nil, []string{"-address", srv.URL, "-token", "flag-token"}, "flag-token", "*"},
+		{"environment", map[string]string{"NOMAD_ADDR": srv.URL, "NOMAD_TOKEN": "env-token", "NOMAD_NAMESPACE": "ml"}, nil, "env-token", "ml"},
+		{"flags beat the environment", map[string]string{"NOMAD_ADDR": "http://127.0.0.1:1", "NOMAD_TOKEN": "env-token"},
+			[]string{"-address", srv.URL, "-token", "flag-token", "-namespace", "prod"}, "flag-token", "prod"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			f.mu.Lock()
+			f.tokens, f.ns = nil, nil
+			f.mu.Unlock()
+			var out, errOut strings.Builder
+			if rc := run(append([]string{"top", "-json"}, tc.args...), &out, &errOut); rc != 0 {
+				t.Fatalf("rc %d: %s", rc, errOut.String())
+			}
+			var v clusterview.View
+			if err := json.Unmarshal([]byte(out.String()), &v); err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if len(v.Nodes) != 1 || len(v.Nodes[0].GPUs) != 1 {
+				t.Fatalf("view %s", out.String())
+			}
+			g := v.Nodes[0].GPUs[0]
+			if len(g.Allocations) != 1 || g.Allocations[0].Job != "train" || g.UtilizationPct == nil || *g.UtilizationPct != 70 {
+				t.Errorf("GPU %+v", g)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, tok := range f.tokens {
+				if tok != tc.wantToken {
+					t.Errorf("token %q sent, want %q", tok, tc.wantToken)
+				}
+			}
+			if !slices.Contains(f.ns, "/v1/allocations="+tc.wantNS) || !slices.Contains(f.ns, "/v1/evaluations="+tc.wantNS) {
+				t.Errorf("namespaces asked %v, want %s", f.ns, tc.wantNS)
+			}
+		})
+	}
+}
+
+func TestTopOnceAndErrors(t *testing.T) {
+	clearTopNomadEnv(t)
+	f := &topFakeNomad{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+
+	var out, errOut strings.Builder
+	if rc := run([]string{"top", "-once", "-address", srv.URL}, &out, &errOut); rc != 0 {
+		t.Fatalf("rc %d: %s", rc, errOut.String())
+	}
+	for _, want := range []string{"NODE gpu-1", "GPU-aaaaaaaa", "70%", "train/g/t a1b2c3d4", "QUEUE  no GPU work waiting"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("frame lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "\x1b[") {
+		t.Error("-once frame has ANSI escapes")
+	}
+
+	tests := []struct {
+		name   string
+		args   []string
+		rc     int
+		stderr string
+	}{
+		{"unreachable", []string{"top", "-json", "-address", "http://127.0.0.1:1"}, 1, "nomad-gpu top: list nodes:"},
+		{"bad flag", []string{"top", "-interval", "1ms"}, 2, "nomad-gpu top: -interval 1ms"},
+		{"help", []string{"top", "-h"}, 0, "usage: nomad-gpu top [flags]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			if rc := run(tc.args, &out, &errOut); rc != tc.rc || !strings.Contains(errOut.String(), tc.stderr) {
+				t.Errorf("rc %d, stderr %q; want %d, %q", rc, errOut.String(), tc.rc, tc.stderr)
+			}
+		})
+	}
+}
+
+// topSyncBuffer is a writer the watch loop and the test share.
+type topSyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *topSyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *topSyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestWatchRedrawsAndSurvivesErrors(t *testing.T) {
+	clearTopNomadEnv(t)
+	f := &topFakeNomad{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o, err := parseTopFlags([]string{"-address", srv.URL, "-interval", "100ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := o.reader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out topSyncBuffer
+	done := make(chan int)
+	go func() { done <- top(ctx, o, r, &out, io.Discard) }()
+
+	waitFor := func(what string, cond func(string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond(out.String()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in\n%q", what, out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("two frames", func(s string) bool { return strings.Count(s, ansiClear+"nomad-gpu top") >= 2 })
+	f.fail.Store(true)
+	waitFor("an error frame", func(s string) bool { return strings.Contains(s, "error: list nodes:") })
+	f.fail.Store(false)
+	n := strings.Count(out.String(), ansiClear)
+	waitFor("recovery", func(s string) bool {
+		return strings.Count(s, ansiClear) > n+1 && strings.HasSuffix(strings.TrimRight(s[strings.LastIndex(s, ansiClear):], "\n"), "Ctrl-C quits") &&
+			strings.Contains(s[strings.LastIndex(s, ansiClear):], "NODE gpu-1")
+	})
+	cancel()
+	select {
+	case rc := <-done:
+		if rc != 0 {
+			t.Errorf("rc %d after interrupt", rc)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch did not stop on interrupt")
+	}
+	if !strings.Contains(out.String(), "refresh every 100ms; Ctrl-C quits") {
+		t.Errorf("no footer")
+	}
+}

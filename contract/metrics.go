@@ -1,0 +1,174 @@
+package contract
+
+// Prometheus metrics. Both plugins serve them on their own metrics.address
+// (off by default), each on a registry of its own. Dashboards and alert rules
+// are written against these names and labels, so they are part of the
+// contract: DeviceMetrics and DriverMetrics list every metric each plugin
+// exports, with its type and labels, and the exporters are built from these
+// lists, so an exported metric cannot be missing from them.
+//
+// Labels that name a node, allocation, job, group or task are those of
+// Nomad's own allocation telemetry (nomad_client_allocs_*), so the series
+// join with it: host (the node name; Nomad's own when the agent sets
+// telemetry { use_node_name = true }, otherwise its hostname), namespace,
+// job (the job's name), task_group, alloc_id and task.
+
+// MetricType is a metric's Prometheus type.
+type MetricType string
+
+const (
+	Gauge     MetricType = "gauge"
+	Counter   MetricType = "counter"
+	Histogram MetricType = "histogram"
+)
+
+// Metric is one exported metric: its name, type, help text and variable
+// labels, in the order the exporter fills them.
+type Metric struct {
+	Name   string
+	Type   MetricType
+	Help   string
+	Labels []string
+}
+
+// Label names.
+const (
+	LabelHost       = "host"
+	LabelDeviceID   = "device_id"   // the Nomad device ID: GPU- or MIG- UUID, or MPS share ID
+	LabelDeviceType = "device_type" // SliceGPU, SliceMIG or SliceMPS
+	LabelGPU        = "gpu"         // the physical GPU's NVML index
+	LabelDeviceName = "device_name" // the Nomad device group's name (product, MIG profile, or shared GPU's UUID)
+	LabelGPUUUID    = "gpu_uuid"    // the physical GPU's GPU- UUID
+	LabelModel      = "model"       // the physical GPU's product name
+	LabelMIGProfile = "mig_profile"
+	LabelPCIBusID   = "pci_bus_id"
+	LabelUUID       = "uuid" // a GPU- or MIG- UUID as NVML names it
+	LabelXID        = "xid"
+	LabelErrorType  = "error_type"
+	LabelNamespace  = "namespace"
+	LabelJob        = "job"
+	LabelTaskGroup  = "task_group"
+	LabelAllocID    = "alloc_id"
+	LabelTask       = "task"
+	LabelResult     = "result"
+	LabelReason     = "reason"
+)
+
+// Label values.
+const (
+	ECCCorrected   = "corrected"
+	ECCUncorrected = "uncorrected"
+
+	CheckpointCommitted = "committed" // committed and restorable
+	CheckpointFailed    = "failed"    // the commit was refused or failed
+	CheckpointTimeout   = "timeout"   // not committed within commit_timeout of a stop
+
+	KillGPUMemory = "gpu_memory" // the GPU-memory watchdog killed the task
+)
+
+// DeviceLabels identify a device's series; TaskLabels a task's.
+var (
+	DeviceLabels = []string{LabelHost, LabelDeviceID, LabelDeviceType, LabelGPU}
+	TaskLabels   = []string{LabelHost, LabelNamespace, LabelJob, LabelTaskGroup, LabelAllocID, LabelTask}
+)
+
+// Device plugin (nomad-device-gpu) metrics. Device series exist for every
+// device Nomad is offered: whole GPUs, MIG instances and MPS shares. A MIG
+// instance's and an MPS share's temperature, power, clocks and ECC counts are
+// those of their GPU, as in `nomad node status -stats`; a value NVML does not
+// report for a device has no series.
+const (
+	MetricDeviceInfo             = "nomad_gpu_device_info"
+	MetricDeviceHealthy          = "nomad_gpu_device_healthy"
+	MetricDeviceAllocated        = "nomad_gpu_device_allocated"
+	MetricDeviceAllocationInfo   = "nomad_gpu_device_allocation_info"
+	MetricDeviceAllocationsKnown = "nomad_gpu_device_allocations_known"
+	MetricDeviceUtilization      = "nomad_gpu_device_utilization_percent"
+	MetricDeviceMemUtilization   = "nomad_gpu_device_memory_utilization_percent"
+	MetricDeviceMemoryUsed       = "nomad_gpu_device_memory_used_bytes"
+	MetricDeviceMemoryTotal      = "nomad_gpu_device_memory_total_bytes"
+	MetricDeviceTemperature      = "nomad_gpu_device_temperature_celsius"
+	MetricDevicePower            = "nomad_gpu_device_power_watts"
+	MetricDeviceSMClock          = "nomad_gpu_device_sm_clock_hertz"
+	MetricDeviceMemClock         = "nomad_gpu_device_memory_clock_hertz"
+	MetricDeviceECCErrors        = "nomad_gpu_device_ecc_errors_total"
+	MetricDeviceMPSThreadPercent = "nomad_gpu_device_mps_active_thread_percent"
+	MetricXIDErrors              = "nomad_gpu_xid_errors_total"
+)
+
+// Task driver (gpu) metrics, one series set per task (see TaskLabels).
+const (
+	MetricTaskGPUMemoryUsed      = "nomad_gpu_task_gpu_memory_used_bytes"
+	MetricTaskGPUMemoryLimit     = "nomad_gpu_task_gpu_memory_limit_bytes"
+	MetricTaskCheckpointRequests = "nomad_gpu_task_checkpoint_requests_total"
+	MetricTaskCheckpoints        = "nomad_gpu_task_checkpoints_total"
+	MetricTaskCheckpointDuration = "nomad_gpu_task_checkpoint_duration_seconds"
+	MetricTaskCheckpointReqDur   = "nomad_gpu_task_checkpoint_request_duration_seconds"
+	MetricTaskCheckpointSize     = "nomad_gpu_task_checkpoint_size_bytes"
+	MetricTaskCheckpointLastOK   = "nomad_gpu_task_checkpoint_last_success_timestamp_seconds"
+	MetricTaskRestores           = "nomad_gpu_task_restores_total"
+	MetricTaskPreemptions        = "nomad_gpu_task_preemptions_total"
+	MetricTaskEnforcementKills   = "nomad_gpu_task_enforcement_kills_total"
+)
+
+func with(base []string, extra ...string) []string {
+	return append(append([]string(nil), base...), extra...)
+}
+
+// DeviceMetrics lists every metric the device plugin exports.
+func DeviceMetrics() []Metric {
+	return []Metric{
+		{MetricDeviceInfo, Gauge, "Always 1: a device Nomad is offered (whole GPU, MIG instance or MPS share) and what it is.",
+			with(DeviceLabels, LabelDeviceName, LabelGPUUUID, LabelModel, LabelMIGProfile, LabelPCIBusID)},
+		{MetricDeviceHealthy, Gauge, "1 when the device is healthy as Nomad sees it, 0 when an XID event or an NVML failure marked it unhealthy.", DeviceLabels},
+		{MetricDeviceAllocated, Gauge, "1 when a running or pending allocation on this node holds the device, 0 when it is free; absent while the node's allocations cannot be read from Nomad.", DeviceLabels},
+		{MetricDeviceAllocationInfo, Gauge, "Always 1: the task of an allocation that holds the device; joins device series to Nomad's allocation metrics.",
+			[]string{LabelHost, LabelDeviceID, LabelNamespace, LabelJob, LabelTaskGroup, LabelAllocID, LabelTask}},
+		{MetricDeviceAllocationsKnown, Gauge, "1 when the plugin read this node's allocations from the Nomad API, so nomad_gpu_device_allocated is known; 0 when it cannot.", []string{LabelHost}},
+		{MetricDeviceUtilization, Gauge, "Share of time a kernel ran on the GPU (MIG, MPS: the instance's or GPU's, where NVML reports it), in percent.", DeviceLabels},
+		{MetricDeviceMemUtilization, Gauge, "Share of time device memory was read or written, in percent.", DeviceLabels},
+		{MetricDeviceMemoryUsed, Gauge, "GPU memory in use: the whole GPU's or MIG instance's; for an MPS share, what its task uses of the share.", DeviceLabels},
+		{MetricDeviceMemoryTotal, Gauge, "GPU memory of the whole GPU or MIG instance; for an MPS share, its pinned memory limit.", DeviceLabels},
+		{MetricDeviceTemperature, Gauge, "GPU temperature.", DeviceLabels},
+		{MetricDevicePower, Gauge, "GPU power draw.", DeviceLabels},
+		{MetricDeviceSMClock, Gauge, "Current SM clock.", DeviceLabels},
+		{MetricDeviceMemClock, Gauge, "Current memory clock.", DeviceLabels},
+		{MetricDeviceECCErrors, Counter, "Volatile ECC error count (since the NVIDIA driver loaded), corrected or uncorrected.", with(DeviceLabels, LabelErrorType)},
+		{MetricDeviceMPSThreadPercent, Gauge, "The SM share of an MPS share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per share), in percent.", DeviceLabels},
+		{MetricXIDErrors, Counter, "XID error events NVML reported since the plugin started, by the GPU- or MIG- UUID it named, including XIDs the health policy ignores.",
+			[]string{LabelHost, LabelUUID, LabelXID}},
+	}
+}
+
+// DriverMetrics lists every metric the gpu task driver exports. A task's
+// series go when Nomad destroys the task, after the plugin's
+// metrics.task_retention, so that the last scrape sees how it ended.
+func DriverMetrics() []Metric {
+	return []Metric{
+		{MetricTaskGPUMemoryUsed, Gauge, "GPU memory the task's processes hold on a GPU or MIG instance, as the GPU-memory watchdog last measured it.", with(TaskLabels, LabelUUID)},
+		{MetricTaskGPUMemoryLimit, Gauge, "The task's GPU memory limit on a GPU or MIG instance (its MPS shares' pinned memory, or the MIG instance's memory); absent for whole GPUs.", with(TaskLabels, LabelUUID)},
+		{MetricTaskCheckpointRequests, Counter, "Checkpoints the driver asked the task for (the checkpoint signal): on stop and on the checkpoint interval.", TaskLabels},
+		{MetricTaskCheckpoints, Counter, "Checkpoints by result: committed, failed (refused or not written), timeout (not committed within commit_timeout of a stop).", with(TaskLabels, LabelResult)},
+		{MetricTaskCheckpointDuration, Histogram, "Time the driver took to commit a checkpoint (manifest, sync, rename into a generation).", TaskLabels},
+		{MetricTaskCheckpointReqDur, Histogram, "Time from the driver's checkpoint signal to the commit, for checkpoints the driver asked for.", TaskLabels},
+		{MetricTaskCheckpointSize, Gauge, "Size of the task's last committed checkpoint.", TaskLabels},
+		{MetricTaskCheckpointLastOK, Gauge, "When the task's last checkpoint was committed, in seconds since the epoch.", TaskLabels},
+		{MetricTaskRestores, Counter, "Runs of the task that restored a committed checkpoint.", TaskLabels},
+		{MetricTaskPreemptions, Counter, "Stops of the task because Nomad preempted its allocation.", TaskLabels},
+		{MetricTaskEnforcementKills, Counter, "Kills of the task by the driver's enforcement, by reason (gpu_memory: over its GPU memory limit).", with(TaskLabels, LabelReason)},
+	}
+}
+
+// SeriesNames lists the names a query can use for ms: a histogram's
+// <name>_bucket, <name>_sum and <name>_count, every other metric's name.
+func SeriesNames(ms []Metric) []string {
+	var out []string
+	for _, m := range ms {
+		if m.Type == Histogram {
+			out = append(out, m.Name+"_bucket", m.Name+"_sum", m.Name+"_count")
+			continue
+		}
+		out = append(out, m.Name)
+	}
+	return out
+}

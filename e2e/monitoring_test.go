@@ -1,0 +1,364 @@
+package e2e
+
+// The monitoring loop against real parts: a sim GPU node with both
+// plugins' metrics on, nomad-gpu-apm's cluster figures, and a real
+// Prometheus server scraping all three with the alert rules of
+// jobs/monitoring. Its query API must return every metric the dashboard
+// and the rules use; utilisation must follow sim-load; the idle-GPU alert,
+// its `for` shortened, must go from pending to firing.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
+)
+
+// metricRef finds our metric names in PromQL.
+var metricRef = regexp.MustCompile(`\bnomad_gpu_[a-z0-9_]+`)
+
+// monitoringQueries are the dashboard's panel queries and the rules'
+// expressions, by where they come from.
+func monitoringQueries(t testing.TB) map[string]string {
+	t.Helper()
+	dir := filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring")
+	out := map[string]string{}
+	b, err := os.ReadFile(filepath.Join(dir, "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	for _, p := range dash.Panels {
+		for i, tg := range p.Targets {
+			out[fmt.Sprintf("panel %q target %d", p.Title, i)] = tg.Expr
+		}
+	}
+	rules, err := os.ReadFile(filepath.Join(dir, "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One expr per rule; the file is ours and keeps each `expr:` a block
+	// or a line.
+	var alert string
+	lines := strings.Split(string(rules), "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if a, ok := strings.CutPrefix(l, "- alert: "); ok {
+			alert = a
+		}
+		if e, ok := strings.CutPrefix(l, "expr:"); ok {
+			e = strings.TrimSpace(e)
+			if e == "|" {
+				e = ""
+				for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "          ") {
+					i++
+					e += strings.TrimSpace(lines[i]) + " "
+				}
+			}
+			out["rule "+alert] = e
+		}
+	}
+	return out
+}
+
+// exportedSeries are every series name our components export.
+func exportedSeries() map[string]string {
+	out := map[string]string{}
+	for _, ms := range [][]contract.Metric{contract.DeviceMetrics(), contract.DriverMetrics()} {
+		for _, n := range contract.SeriesNames(ms) {
+			out[n] = "plugins"
+		}
+	}
+	for _, n := range apm.MetricNames() {
+		out[n] = "nomad-gpu-apm"
+	}
+	return out
+}
+
+// Every metric a panel or a rule names is one we export, and the rules
+// pass promtool.
+func TestMonitoringNamesExportedMetrics(t *testing.T) {
+	exported := exportedSeries()
+	qs := monitoringQueries(t)
+	if len(qs) < 20 {
+		t.Fatalf("only %d queries found in jobs/monitoring", len(qs))
+	}
+	for where, q := range qs {
+		refs := metricRef.FindAllString(q, -1)
+		if len(refs) == 0 {
+			t.Errorf("%s names no nomad_gpu metric: %s", where, q)
+		}
+		for _, r := range refs {
+			if _, ok := exported[r]; !ok {
+				t.Errorf("%s uses %s, which nothing exports", where, r)
+			}
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("e2e: no promtool (apt-get install prometheus); skipping the rule check")
+	}
+	dir := filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring")
+	for _, args := range [][]string{{"check", "rules", filepath.Join(dir, "alerts.yml")}, {"check", "config", filepath.Join(dir, "prometheus.yml")}} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestMonitoringWithPrometheus(t *testing.T) {
+	cluster.PrometheusBinary(t)
+	cluster.RequirePlugin(t, "nomad-device-gpu")
+	cluster.RequirePlugin(t, "nomad-driver-gpu")
+	cli := cluster.RequirePlugin(t, "nomad-gpu")
+	apmBin := cluster.RequirePlugin(t, "nomad-gpu-apm")
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+	}
+	devAddr, drvAddr, apmAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	node := newGPUNode(t)
+	// The plugins reach Nomad through the server here, whose agent is not
+	// the node's: node_name says which node they are.
+	node.deviceHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}", devAddr, c.Server().HTTPAddr())
+	node.driverHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", drvAddr, c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
+	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.BinDir(t), ExtraHCL: node.hcl(t)})
+	n := c.WaitForNode(t, "gpu-1", func(n *api.Node) bool {
+		d := n.Drivers["gpu"]
+		return d != nil && d.Healthy && len(deviceGroups(n)) == 5
+	}, 2*time.Minute)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	apmc, err := autoscaler.Launch(ctx, apmBin, autoscaler.TypeAPM, map[string]string{"metrics_address": apmAddr},
+		autoscaler.WithNomad(&api.Config{Address: c.Server().HTTPAddr()}))
+	if err != nil {
+		t.Fatalf("launching nomad-gpu-apm: %v", err)
+	}
+	defer apmc.Kill()
+
+	rules, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The idle-GPU rule's 10 minutes, shortened so the test sees it fire.
+	shortened := strings.Replace(string(rules), "for: 10m", "for: 6s", 1)
+	if shortened == string(rules) {
+		t.Fatal("alerts.yml has no `for: 10m` to shorten")
+	}
+	prom := c.StartPrometheus(t, cluster.PrometheusOptions{
+		Targets: map[string][]string{"nomad-gpu-device": {devAddr}, "nomad-gpu-driver": {drvAddr}, "nomad-gpu-apm": {apmAddr}},
+		Rules:   map[string]string{"alerts.yml": shortened},
+	})
+
+	// Work for every figure: a GPU under sim load; a
+	// checkpointing task stopped and run again (commit, restore); an MPS
+	// task the watchdog kills; an XID; a job that cannot be placed.
+	c.RunJob(t, holdJob("loaded", "nvidia/gpu", 1, cli+" sim-load --util 90 --duration 25s; sleep 3600"))
+	c.RunJob(t, holdJob("queued", "nvidia/gpu", 9, "sleep 1"))
+	ckpt := counterJob("ckpt", "batch", 50, 1, true)
+	c.RunJob(t, ckpt)
+	first := nextAlloc(t, c, "ckpt", 0, 2*time.Minute)
+	waitProgress(t, c, first.ID, 20)
+	c.StopJob(t, "ckpt", false)
+	waitTerminal(t, c, first.ID)
+	c.RunJob(t, ckpt)
+	nextAlloc(t, c, "ckpt", 1, 2*time.Minute)
+
+	c.RunJob(t, holdJob("greedy", "nvidia/mps", 1, "sleep 3600"))
+	greedy := nextAlloc(t, c, "greedy", 0, 2*time.Minute)
+	ctl := gpu.OpenControl(node.control)
+	if err := ctl.SetProcessMemory(uint32(allocTaskPID(t, c, node, greedy.ID)), deviceGPU(t, greedy), 70000); err != nil {
+		t.Fatal(err)
+	}
+	loaded := nextAlloc(t, c, "loaded", 0, 2*time.Minute)
+	var loadedGPU string
+	for _, d := range loaded.AllocatedResources.Tasks["t"].Devices {
+		loadedGPU = d.DeviceIDs[0]
+	}
+	if err := ctl.InjectXID(firstOtherGPU(t, n, loadedGPU), 48); err != nil {
+		t.Fatal(err)
+	}
+
+	// Utilisation follows the load: up while sim-load runs, down after.
+	waitQuery(t, prom, fmt.Sprintf(`nomad_gpu_device_utilization_percent{device_id=%q} >= 80`, loadedGPU), 90*time.Second)
+	waitQuery(t, prom, fmt.Sprintf(`nomad_gpu_device_utilization_percent{device_id=%q} < 10`, loadedGPU), 90*time.Second)
+
+	// Every metric the dashboard and the rules use is there.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var missing []string
+		for _, name := range usedMetrics(t) {
+			if len(prom.Query(t, fmt.Sprintf(`count({__name__=%q})`, name))) == 0 {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus has no series of %v", missing)
+		}
+		time.Sleep(2 * time.Second)
+	}
+
+	// A GPU held idle pages: pending first, then firing. (The loaded GPU
+	// idles too once its sim-load is over: the rule's state is watched
+	// from before that, per device.)
+	c.RunJob(t, holdJob("idle", "nvidia/gpu", 1, "sleep 3600"))
+	idle := nextAlloc(t, c, "idle", 0, 2*time.Minute)
+	idleGPU := idle.AllocatedResources.Tasks["t"].Devices[0].DeviceIDs[0]
+	var seen []string
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		st := prom.AlertState(t, "GPUAllocatedButIdle", idleGPU)
+		if len(seen) == 0 || seen[len(seen)-1] != st {
+			seen = append(seen, st)
+		}
+		if st == "firing" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GPUAllocatedButIdle states %v, want pending then firing", seen)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if !contains(seen, "pending") {
+		t.Errorf("GPUAllocatedButIdle states %v: never pending before firing", seen)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// usedMetrics are the names the dashboard and rules use, sorted.
+func usedMetrics(t testing.TB) []string {
+	set := map[string]bool{}
+	for _, q := range monitoringQueries(t) {
+		for _, r := range metricRef.FindAllString(q, -1) {
+			set[r] = true
+		}
+	}
+	var out []string
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func waitQuery(t testing.TB, p *cluster.Prometheus, expr string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for len(p.Query(t, expr)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no result for %s after %s", expr, d)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// holdJob is a service job whose task runs script on count devices.
+func holdJob(id, device string, count int, script string) string {
+	return fmt.Sprintf(`
+job %q {
+  type = "service"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "t" {
+      driver       = "gpu"
+      kill_timeout = "3s"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", %q]
+      }
+      resources {
+        cpu    = 20
+        memory = 32
+        device %q {
+          count = %d
+        }
+      }
+    }
+  }
+}`, id, script, device, count)
+}
+
+// deviceGPU is the GPU UUID the alloc's first device sits on (an MPS
+// share's ID starts with its GPU's UUID).
+func deviceGPU(t testing.TB, a *api.Allocation) string {
+	t.Helper()
+	for _, d := range a.AllocatedResources.Tasks["t"].Devices {
+		id := d.DeviceIDs[0]
+		if i := strings.Index(id, "-mps-"); i > 0 {
+			return id[:i]
+		}
+		return id
+	}
+	t.Fatalf("alloc %s holds no device", a.ID)
+	return ""
+}
+
+// firstOtherGPU is a whole GPU of the node other than skip.
+func firstOtherGPU(t testing.TB, n *api.Node, skip string) string {
+	t.Helper()
+	for _, d := range n.NodeResources.Devices {
+		if d.Type != "gpu" {
+			continue
+		}
+		for _, in := range d.Instances {
+			if in.ID != skip {
+				return in.ID
+			}
+		}
+	}
+	t.Fatal("no other whole GPU")
+	return ""
+}
