@@ -140,7 +140,23 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-func TestMonitoringWithPrometheus(t *testing.T) {
+// monitored is a Nomad server with one sim GPU client (gpu-1) whose
+// device plugin and driver export metrics, nomad-gpu-apm exporting the
+// cluster figures, and a Prometheus server scraping all three.
+type monitored struct {
+	c    *cluster.Cluster
+	node gpuNode
+	n    *api.Node
+	prom *cluster.Prometheus
+	// cli is bin/nomad-gpu, which tasks may run (sim-load).
+	cli string
+}
+
+// startMonitoredCluster starts a monitored cluster, with alerts.yml loaded
+// after edit (nil: as it is). It skips the test without Prometheus, the
+// plugins or root. Everything stops with the test.
+func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monitored {
+	t.Helper()
 	cluster.PrometheusBinary(t)
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
@@ -163,27 +179,39 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 	}, 2*time.Minute)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	apmc, err := autoscaler.Launch(ctx, apmBin, autoscaler.TypeAPM, map[string]string{"metrics_address": apmAddr},
 		autoscaler.WithNomad(&api.Config{Address: c.Server().HTTPAddr()}))
 	if err != nil {
 		t.Fatalf("launching nomad-gpu-apm: %v", err)
 	}
-	defer apmc.Kill()
+	t.Cleanup(apmc.Kill)
 
 	rules, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring", "alerts.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The idle-GPU rule's 10 minutes, shortened so the test sees it fire.
-	shortened := strings.Replace(string(rules), "for: 10m", "for: 6s", 1)
-	if shortened == string(rules) {
-		t.Fatal("alerts.yml has no `for: 10m` to shorten")
+	body := string(rules)
+	if edit != nil {
+		body = edit(body)
 	}
 	prom := c.StartPrometheus(t, cluster.PrometheusOptions{
 		Targets: map[string][]string{"nomad-gpu-device": {devAddr}, "nomad-gpu-driver": {drvAddr}, "nomad-gpu-apm": {apmAddr}},
-		Rules:   map[string]string{"alerts.yml": shortened},
+		Rules:   map[string]string{"alerts.yml": body},
 	})
+	return &monitored{c: c, node: node, n: n, prom: prom, cli: cli}
+}
+
+func TestMonitoringWithPrometheus(t *testing.T) {
+	// The idle-GPU rule's 10 minutes, shortened so the test sees it fire.
+	m := startMonitoredCluster(t, func(rules string) string {
+		shortened := strings.Replace(rules, "for: 10m", "for: 6s", 1)
+		if shortened == rules {
+			t.Fatal("alerts.yml has no `for: 10m` to shorten")
+		}
+		return shortened
+	})
+	c, node, n, prom, cli := m.c, m.node, m.n, m.prom, m.cli
 
 	// Work for every figure: a GPU under sim load; a
 	// checkpointing task stopped and run again (commit, restore); an MPS

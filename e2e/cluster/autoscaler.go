@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -50,10 +47,9 @@ type AutoscalerOptions struct {
 
 // Autoscaler is a nomad-autoscaler agent process of the cluster.
 type Autoscaler struct {
-	dir, logPath string
-	port         int
-	cmd          *exec.Cmd
-	done         chan struct{}
+	*process
+	dir  string
+	port int
 }
 
 // LogPath is where the agent's output goes.
@@ -75,7 +71,7 @@ func (c *Cluster) StartAutoscaler(t testing.TB, o AutoscalerOptions) *Autoscaler
 	if err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	a := &Autoscaler{dir: filepath.Join(c.dir, "autoscaler"), port: port, done: make(chan struct{})}
+	a := &Autoscaler{dir: filepath.Join(c.dir, "autoscaler"), port: port}
 	policyDir := filepath.Join(a.dir, "policies")
 	if err := os.MkdirAll(policyDir, 0o755); err != nil {
 		t.Fatalf("e2e: %v", err)
@@ -113,59 +109,15 @@ policy {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	a.logPath = filepath.Join(a.dir, "autoscaler.log")
-	logf, err := os.Create(a.logPath)
+	proc, err := c.startProcess("nomad-autoscaler", a.dir, bin, "agent", "-config", cfgPath)
 	if err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	cmd := exec.Command(bin, "agent", "-config", cfgPath)
-	cmd.Dir = a.dir
-	cmd.Env = append(append(os.Environ(), markerEnv+"="+c.marker), c.env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := spawn(cmd); err != nil {
-		logf.Close()
-		t.Fatalf("e2e: starting nomad-autoscaler: %v", err)
+	a.process = proc
+	if err := proc.waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/v1/health", port), agentServeTimeout); err != nil {
+		t.Fatalf("e2e: %v", err)
 	}
-	a.cmd = cmd
-	go func() { cmd.Wait(); logf.Close(); close(a.done) }()
-	c.mu.Lock()
-	c.stoppers = append(c.stoppers, stopper{name: "nomad-autoscaler", log: a.logPath, stop: a.stop})
-	c.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(context.Background(), agentServeTimeout)
-	defer cancel()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/health", port))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return a
-			}
-		}
-		select {
-		case <-a.done:
-			t.Fatalf("e2e: nomad-autoscaler exited at start:\n%s", tailFile(a.logPath, 40))
-		case <-ctx.Done():
-			t.Fatalf("e2e: nomad-autoscaler not healthy after %s:\n%s", agentServeTimeout, tailFile(a.logPath, 40))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// stop kills the agent and the plugins it launched (its process group).
-func (a *Autoscaler) stop() {
-	if a.cmd == nil || a.cmd.Process == nil {
-		return
-	}
-	pid := a.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	select {
-	case <-a.done:
-	case <-time.After(15 * time.Second):
-	}
+	return a
 }
 
 // WaitForLog waits until the agent's log holds want and returns the log.

@@ -3,12 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,11 +32,9 @@ func PrometheusBinary(t testing.TB) string {
 
 // Prometheus is a real Prometheus server scraping the test's endpoints.
 type Prometheus struct {
-	URL     string
-	API     promv1.API
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
+	*process
+	URL string
+	API promv1.API
 }
 
 // PrometheusOptions configures StartPrometheus.
@@ -95,60 +91,21 @@ func (c *Cluster) StartPrometheus(t testing.TB, o PrometheusOptions) *Prometheus
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	p := &Prometheus{URL: fmt.Sprintf("http://127.0.0.1:%d", port), logPath: filepath.Join(dir, "prometheus.log"), done: make(chan struct{})}
-	logf, err := os.Create(p.logPath)
+	proc, err := c.startProcess("prometheus", dir, bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--web.enable-lifecycle")
 	if err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--web.enable-lifecycle")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), markerEnv+"="+c.marker)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := spawn(cmd); err != nil {
-		logf.Close()
-		t.Fatalf("e2e: starting prometheus: %v", err)
-	}
-	p.cmd = cmd
-	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
-	c.mu.Lock()
-	c.stoppers = append(c.stoppers, stopper{name: "prometheus", log: p.logPath, stop: p.stop})
-	c.mu.Unlock()
-
+	p := &Prometheus{URL: fmt.Sprintf("http://127.0.0.1:%d", port), process: proc}
 	client, err := promapi.NewClient(promapi.Config{Address: p.URL})
 	if err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
 	p.API = promv1.NewAPI(client)
-	deadline := time.Now().Add(agentServeTimeout)
-	for {
-		if resp, err := http.Get(p.URL + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("e2e: prometheus exited at start:\n%s", tailFile(p.logPath, 40))
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("e2e: prometheus not ready:\n%s", tailFile(p.logPath, 40))
-		}
+	if err := proc.waitHTTP(p.URL+"/-/ready", agentServeTimeout); err != nil {
+		t.Fatalf("e2e: %v", err)
 	}
-}
-
-func (p *Prometheus) stop() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-	}
+	return p
 }
 
 // Query evaluates expr now.
