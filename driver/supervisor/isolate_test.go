@@ -140,7 +140,9 @@ func TestExecJoinsTheNamespace(t *testing.T) {
 	// An exec session has a Landlock domain of its own, and may still
 	// signal the task: the namespace, not a signal scope, fences the task.
 	out, err = exec.Command(testExecutable(t), "exec-shim", s.StateDir, "--", "/bin/sh", "-c",
-		`for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sleep ] && kill -TERM ${p#/proc/}; done`).CombinedOutput()
+		// The loop's status is its last test's, which depends on how the
+		// pids sort: the kill's own status is what counts.
+		`for p in /proc/[0-9]*; do if [ "$(cat $p/comm 2>/dev/null)" = sleep ]; then kill -TERM ${p#/proc/} || exit 1; fi; done`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("exec kill: %v: %s", err, out)
 	}
