@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -108,8 +109,9 @@ func (c *Client) Probe(ctx context.Context) error {
 	if strings.Contains(err.Error(), "ACL support disabled") {
 		return nil
 	}
-	if c.api.Address() == "" {
-		return err
+	var unreachable *url.Error
+	if errors.As(err, &unreachable) {
+		return fmt.Errorf("the Nomad API at %s cannot be reached (%v); checked again every 30s", c.api.Address(), unreachable.Err)
 	}
 	return fmt.Errorf("the agent refuses the token (%v): nomad.token needs submit-job and variable read/write on %s*", err, VariablePrefix)
 }

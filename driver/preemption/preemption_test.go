@@ -104,3 +104,38 @@ func TestStopReason(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestProbe(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	cases := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    string // "" for no error
+	}{
+		{"token accepted", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"AccessorID":"a"}`)) }, ""},
+		{"ACLs off", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "ACL support disabled", http.StatusBadRequest)
+		}, ""},
+		{"token refused", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Permission denied", http.StatusForbidden) }, "the agent refuses the token"},
+		{"agent down", nil, "cannot be reached"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			addr := gone.URL
+			if c.handler != nil {
+				srv := httptest.NewServer(c.handler)
+				defer srv.Close()
+				addr = srv.URL
+			}
+			cl, err := New(addr, "secret")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = cl.Probe(context.Background())
+			if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Fatalf("Probe: %v, want %q", err, c.want)
+			}
+		})
+	}
+}
