@@ -11,7 +11,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -347,16 +346,11 @@ func TestAutoscalerPoliciesInJobs(t *testing.T) {
 func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 	bin := cluster.AutoscalerBinary(t)
 	plugins := autoscalerPlugins(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "agent", "-config", filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "agent.hcl"),
-		"-plugin-dir", plugins, "-policy-dir", t.TempDir(), "-http-bind-address", "127.0.0.1", "-http-bind-port", fmt.Sprint(port))
+		"-plugin-dir", plugins, "-policy-dir", t.TempDir(), "-http-bind-address", "127.0.0.1", "-http-bind-port", addr[strings.LastIndexByte(addr, ':')+1:])
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -374,7 +368,7 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 			t.Fatalf("the agent did not come up:\n%s", log.String())
 		case <-time.After(250 * time.Millisecond):
 		}
-		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/health", port)); err == nil {
+		if resp, err := http.Get("http://" + addr + "/v1/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return

@@ -213,17 +213,7 @@ func taskEvents(t testing.TB, c *cluster.Cluster, allocID string) string {
 // task has exited, so its log and events are complete.
 func waitTerminal(t testing.TB, c *cluster.Cluster, allocID string) *api.Allocation {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		a, _, err := c.API().Allocations().Info(allocID, nil)
-		if err == nil && a.ClientTerminalStatus() {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("alloc %s not terminal: %s (%v)", allocID, cluster.AllocSummary(a), err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return waitTerminalWithin(t, c, allocID, time.Minute)
 }
 
 func jobPriority(t testing.TB, c *cluster.Cluster, id string) int {

@@ -216,8 +216,8 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 	// Work for every figure: a GPU under sim load; a
 	// checkpointing task stopped and run again (commit, restore); an MPS
 	// task the watchdog kills; an XID; a job that cannot be placed.
-	c.RunJob(t, holdJob("loaded", "nvidia/gpu", 1, cli+" sim-load --util 90 --duration 25s; sleep 3600"))
-	c.RunJob(t, holdJob("queued", "nvidia/gpu", 9, "sleep 1"))
+	c.RunJob(t, loadJob("loaded", "service", "nvidia/gpu", 1, 1, cli+" sim-load --util 90 --duration 25s; sleep 3600"))
+	c.RunJob(t, loadJob("queued", "service", "nvidia/gpu", 9, 1, "sleep 1"))
 	ckpt := counterJob("ckpt", "batch", 50, 1, true)
 	c.RunJob(t, ckpt)
 	first := nextAlloc(t, c, "ckpt", 0, 2*time.Minute)
@@ -227,7 +227,7 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 	c.RunJob(t, ckpt)
 	nextAlloc(t, c, "ckpt", 1, 2*time.Minute)
 
-	c.RunJob(t, holdJob("greedy", "nvidia/mps", 1, "sleep 3600"))
+	c.RunJob(t, loadJob("greedy", "service", "nvidia/mps", 1, 1, "sleep 3600"))
 	greedy := nextAlloc(t, c, "greedy", 0, 2*time.Minute)
 	ctl := gpu.OpenControl(node.control)
 	if err := ctl.SetProcessMemory(uint32(allocTaskPID(t, c, node, greedy.ID)), deviceGPU(t, greedy), 70000); err != nil {
@@ -267,7 +267,7 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 	// A GPU held idle pages: pending first, then firing. (The loaded GPU
 	// idles too once its sim-load is over: the rule's state is watched
 	// from before that, per device.)
-	c.RunJob(t, holdJob("idle", "nvidia/gpu", 1, "sleep 3600"))
+	c.RunJob(t, loadJob("idle", "service", "nvidia/gpu", 1, 1, "sleep 3600"))
 	idle := nextAlloc(t, c, "idle", 0, 2*time.Minute)
 	idleGPU := idle.AllocatedResources.Tasks["t"].Devices[0].DeviceIDs[0]
 	var seen []string
@@ -324,39 +324,6 @@ func waitQuery(t testing.TB, p *cluster.Prometheus, expr string, d time.Duration
 		}
 		time.Sleep(time.Second)
 	}
-}
-
-// holdJob is a service job whose task runs script on count devices.
-func holdJob(id, device string, count int, script string) string {
-	return fmt.Sprintf(`
-job %q {
-  type = "service"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver       = "gpu"
-      kill_timeout = "3s"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", %q]
-      }
-      resources {
-        cpu    = 20
-        memory = 32
-        device %q {
-          count = %d
-        }
-      }
-    }
-  }
-}`, id, script, device, count)
 }
 
 // deviceGPU is the GPU UUID the alloc's first device sits on (an MPS

@@ -113,24 +113,6 @@ func (s *server) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*ba
 	return &basepb.SetConfigResponse{}, nil
 }
 
-// service is one gRPC service of a plugin, as go-plugin dispenses it:
-// register adds it to the plugin's server, newClient wraps the agent side's
-// connection in the service's client.
-type service struct {
-	plugin.NetRPCUnsupportedPlugin
-	register  func(*grpc.Server)
-	newClient func(*grpc.ClientConn) any
-}
-
-func (s *service) GRPCServer(_ *plugin.GRPCBroker, srv *grpc.Server) error {
-	s.register(srv)
-	return nil
-}
-
-func (s *service) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return s.newClient(conn), nil
-}
-
 // PluginSet is the go-plugin map the agent dispenses from: "base" (the
 // BasePlugin service for impl) and the plugin's own service under key
 // ("device", "driver"). register adds that service for impl and logger (never
@@ -141,13 +123,13 @@ func PluginSet(impl Plugin, logger hclog.Logger, key string, register func(*grpc
 		logger = hclog.NewNullLogger()
 	}
 	return map[string]plugin.Plugin{
-		"base": &service{
-			register:  func(s *grpc.Server) { basepb.RegisterBasePluginServer(s, &server{impl: impl, logger: logger}) },
-			newClient: func(c *grpc.ClientConn) any { return basepb.NewBasePluginClient(c) },
+		"base": &GRPCService{
+			Register:  func(s *grpc.Server) { basepb.RegisterBasePluginServer(s, &server{impl: impl, logger: logger}) },
+			NewClient: func(_ context.Context, c *grpc.ClientConn) any { return basepb.NewBasePluginClient(c) },
 		},
-		key: &service{
-			register:  func(s *grpc.Server) { register(s, logger) },
-			newClient: newClient,
+		key: &GRPCService{
+			Register:  func(s *grpc.Server) { register(s, logger) },
+			NewClient: func(_ context.Context, c *grpc.ClientConn) any { return newClient(c) },
 		},
 	}
 }
