@@ -23,12 +23,11 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
 const (
@@ -38,22 +37,22 @@ const (
 
 // targetValuePolicy scales the pool with the built-in target-value on the
 // GPUs allocated.
-func targetValuePolicy(controlURL string, max int) string {
+func targetValuePolicy(controlURL string, min, max int, p tracereplay.Policy) string {
 	return fmt.Sprintf(`
 scaling "gpu-pool" {
   enabled = true
-  min     = 1
+  min     = %d
   max     = %d
 
   policy {
-    cooldown            = "4s"
-    evaluation_interval = "2s"
+    cooldown            = %q
+    evaluation_interval = %q
 
     check "allocated" {
       source = "nomad-gpu"
       query  = "gpu_alloc_pct{node_pool=gpu}"
       strategy "target-value" {
-        target = 70
+        target = %g
       }
     }
 
@@ -62,7 +61,7 @@ scaling "gpu-pool" {
     }
   }
 }
-`, max, controlURL)
+`, min, max, p.Cooldown, p.EvalInterval, p.TargetAlloc, controlURL)
 }
 
 type burstResult struct {
@@ -81,7 +80,9 @@ func BenchmarkAutoscalerBurst(b *testing.B) {
 	}{
 		{"gpu-queue", func(u string) string { return gpuPoolPolicy(u, 0, 4) }, 0},
 		{"gpu-queue-min1", func(u string) string { return gpuPoolPolicy(u, 1, 4) }, 1},
-		{"target-value", func(u string) string { return targetValuePolicy(u, 4) }, 1},
+		{"target-value", func(u string) string {
+			return targetValuePolicy(u, 1, 4, tracereplay.Policy{EvalInterval: 2 * time.Second, Cooldown: 4 * time.Second, TargetAlloc: 70})
+		}, 1},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
@@ -100,21 +101,7 @@ func replayBurst(b *testing.B, policy func(string) string, minNodes int) burstRe
 	if minNodes > 0 {
 		// The floor a target-value pool keeps, there before the burst as
 		// it would be in a cluster that has run for a while.
-		resp, err := http.Post(pool.URL()+"/scale", "application/json", strings.NewReader(fmt.Sprintf(`{"count":%d,"reason":"min"}`, minNodes)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		resp.Body.Close()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			if ready, _, _, _ := pool.snapshot(); ready >= minNodes {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("the pool did not reach its min of %d", minNodes)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
+		pool.scaleTo(b, minNodes, 2*time.Minute)
 	}
 	var r burstResult
 	before := pool.scalings()

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
 // autoscalerPlugins makes the autoscaler's plugin dir: our APM and
@@ -63,6 +64,16 @@ target "sim-pool" {
 // gpuPoolPolicy scales the sim pool on the queue (from zero, as fast as
 // the queue needs) and in when its GPUs idle.
 func gpuPoolPolicy(controlURL string, min, max int) string {
+	return gpuQueuePolicy(controlURL, min, max, 5, tracereplay.Policy{
+		EvalInterval: 2 * time.Second, Cooldown: 4 * time.Second, MaxScaleUp: 4, MaxScaleDown: 4,
+		IdleFloor: 30, ScaleInAfter: 15 * time.Second,
+	}, 20*time.Second)
+}
+
+// gpuQueuePolicy is the gpu-queue scaling policy of the sim pool: out on
+// the nodes the queue needs (nodes of gpusPerNode whole GPUs) or on any
+// queued allocation, in when the GPUs allocated stay under the floor.
+func gpuQueuePolicy(controlURL string, min, max, gpusPerNode int, p tracereplay.Policy, boot time.Duration) string {
 	return fmt.Sprintf(`
 scaling "gpu-pool" {
   enabled = true
@@ -70,18 +81,18 @@ scaling "gpu-pool" {
   max     = %d
 
   policy {
-    cooldown            = "4s"
-    evaluation_interval = "2s"
+    cooldown            = %q
+    evaluation_interval = %q
 
     check "capacity" {
       source       = "nomad-gpu"
-      query        = "nodes_needed{node_pool=gpu,gpus_per_node=5}"
+      query        = "nodes_needed{node_pool=gpu,gpus_per_node=%d}"
       query_window = "1m"
       strategy "gpu-queue" {
         signal       = "nodes_needed"
         pool         = "gpu"
-        max_scale_up = 4
-        boot_time    = "20s"
+        max_scale_up = %d
+        boot_time    = %q
       }
     }
     check "queue" {
@@ -99,9 +110,9 @@ scaling "gpu-pool" {
       strategy "gpu-queue" {
         signal         = "util"
         pool           = "gpu"
-        floor          = 30
-        scale_in_after = "15s"
-        max_scale_down = 4
+        floor          = %g
+        scale_in_after = %q
+        max_scale_down = %d
       }
     }
 
@@ -110,7 +121,7 @@ scaling "gpu-pool" {
     }
   }
 }
-`, min, max, controlURL)
+`, min, max, p.Cooldown, p.EvalInterval, gpusPerNode, p.MaxScaleUp, boot, p.IdleFloor, p.ScaleInAfter, p.MaxScaleDown, controlURL)
 }
 
 // burstJob is a batch job on the gpu pool holding one whole GPU for hold.

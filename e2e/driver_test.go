@@ -33,6 +33,49 @@ type gpuNode struct {
 	// driverHCL and deviceHCL are extra HCL in the gpu driver's and the
 	// device plugin's config blocks.
 	driverHCL, deviceHCL string
+	// layout is how the node's GPUs are split; nil: defaultLayout.
+	layout *nodeLayout
+}
+
+// nodeLayout says which of a sim node's 8 GPUs are in MIG mode (with
+// which instances) and which are offered as MPS shares.
+type nodeLayout struct {
+	mig         []int
+	migProfiles []string
+	mps         []int
+	mpsShares   int
+}
+
+// defaultLayout: MIG on GPUs 6 and 7, GPU 4 as 4 MPS shares, 5 whole GPUs.
+var defaultLayout = nodeLayout{
+	mig: []int{6, 7}, migProfiles: []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"},
+	mps: []int{4}, mpsShares: 4,
+}
+
+// blocks is the layout's sim mig block and device plugin mps block.
+func (l nodeLayout) blocks() (mig, mps string) {
+	list := func(xs []int, quote bool) string {
+		var b strings.Builder
+		for i, x := range xs {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if quote {
+				fmt.Fprintf(&b, "%q", fmt.Sprint(x))
+			} else {
+				fmt.Fprint(&b, x)
+			}
+		}
+		return b.String()
+	}
+	if len(l.mig) > 0 {
+		profiles, _ := json.Marshal(l.migProfiles)
+		mig = fmt.Sprintf("\n      mig {\n        gpus     = [%s]\n        profiles = %s\n      }", list(l.mig, false), profiles)
+	}
+	if len(l.mps) > 0 {
+		mps = fmt.Sprintf("\n    mps {\n      gpus   = [%s]\n      shares = %d\n    }", list(l.mps, true), l.mpsShares)
+	}
+	return mig, mps
 }
 
 func newGPUNode(t testing.TB) gpuNode {
@@ -61,14 +104,15 @@ func (n gpuNode) checkpointRoot() string {
 
 func (n gpuNode) hcl(t testing.TB) string {
 	fake := filepath.Join(cluster.RepoRoot(t), "driver/mps/testdata/fake-nvidia-cuda-mps-control")
+	layout := defaultLayout
+	if n.layout != nil {
+		layout = *n.layout
+	}
+	mig, mps := layout.blocks()
 	sim := fmt.Sprintf(`
       system       = "dgxh100"
       seed         = "e2e-driver"
-      control_file = %q
-      mig {
-        gpus     = [6, 7]
-        profiles = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
-      }`, n.control)
+      control_file = %q%s`, n.control, mig)
 	return fmt.Sprintf(`
 telemetry {
   publish_allocation_metrics = true
@@ -80,11 +124,7 @@ plugin "nomad-device-gpu" {
     fingerprint_period = "2s"
     mps_pipe_root      = %[1]q
     sim {%[2]s
-    }
-    mps {
-      gpus   = ["4"]
-      shares = 4
-    }%[8]s
+    }%[9]s%[8]s
   }
 }
 plugin "nomad-driver-gpu" {
@@ -105,7 +145,7 @@ plugin "nomad-driver-gpu" {
       }
     }
   }
-}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(n.driverHCL, "    "), indentHCL(n.deviceHCL, "    "))
+}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(n.driverHCL, "    "), indentHCL(n.deviceHCL, "    "), mps)
 }
 
 // gpuJob is a service job whose task prints its GPU env, then loops; it

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,10 @@ type simPool struct {
 	errs    []error
 	// scales counts the scale requests that changed the count.
 	scales int
+	// configure, when set, shapes each new node before it starts.
+	configure func(*gpuNode)
+	// boots are how long each node took to start.
+	boots []time.Duration
 }
 
 type simNode struct {
@@ -130,9 +135,14 @@ func (p *simPool) fail(err error) {
 func (p *simPool) start(s *simNode) {
 	defer func() { p.mu.Lock(); p.busy--; p.mu.Unlock() }()
 	n := newGPUNode(p.t)
+	if p.configure != nil {
+		p.configure(&n)
+	}
+	begun := time.Now()
 	a, err := p.c.TryAddClient(cluster.ClientOptions{
 		Name: s.name, PluginDir: cluster.BinDir(p.t), ExtraHCL: n.hcl(p.t),
-		ClientHCL: fmt.Sprintf("node_pool = %q", p.pool),
+		// gc_max_allocs: a replay's preempted allocations keep their logs.
+		ClientHCL: fmt.Sprintf("node_pool = %q\ngc_max_allocs = 5000", p.pool),
 	})
 	if err != nil {
 		p.fail(fmt.Errorf("starting %s: %w", s.name, err))
@@ -140,6 +150,7 @@ func (p *simPool) start(s *simNode) {
 	}
 	p.mu.Lock()
 	s.agent, s.state = a, "ready"
+	p.boots = append(p.boots, time.Since(begun))
 	p.mu.Unlock()
 }
 
@@ -230,6 +241,49 @@ func (p *simPool) remove(s *simNode) {
 	delete(p.nodes, s.name)
 	p.removed = append(p.removed, removedNode{name: s.name, running: running})
 	p.mu.Unlock()
+}
+
+// scaleTo asks the pool for n nodes, as the target plugin does, and waits
+// until n are ready.
+func (p *simPool) scaleTo(t testing.TB, n int, timeout time.Duration) {
+	t.Helper()
+	resp, err := http.Post(p.URL()+"/scale", "application/json", strings.NewReader(fmt.Sprintf(`{"count":%d,"reason":"test"}`, n)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scaling the pool to %d: %s", n, resp.Status)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ready, _, _, errs := p.snapshot()
+		if len(errs) > 0 {
+			t.Fatalf("scaling the pool to %d: %v", n, errs)
+		}
+		if ready >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool has %d of %d nodes ready after %v", ready, n, timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// up is the nodes the pool has in any state: starting, ready or being
+// removed, each of which a cloud would bill.
+func (p *simPool) up() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.nodes)
+}
+
+// bootTimes are how long the pool's nodes took to start.
+func (p *simPool) bootTimes() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Duration(nil), p.boots...)
 }
 
 // scalings is how many scale requests changed the pool's count.

@@ -3,12 +3,9 @@
 package snapshot
 
 import (
-	"bufio"
 	"fmt"
-	"image/color"
 	"io"
 	"math"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -17,10 +14,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Width and Height are the PNG's size in pixels.
@@ -196,29 +189,13 @@ func (nice) Ticks(min, max float64) []plot.Tick {
 // Render writes the panel as a Width×Height PNG.
 func Render(w io.Writer, pn Panel) error {
 	scale, unit := unitScale(pn.Unit)
-	p := plot.New()
-	p.Title.Text = pn.Title
-	p.Title.TextStyle.Font.Size = vg.Points(13)
-	p.X.Label.Text = "time since start (mm:ss)"
-	p.Y.Label.Text = unit
-	p.X.Tick.Marker = mmss{}
-	p.Y.Tick.Marker = nice{}
-	p.Title.Padding = vg.Points(6)
-	p.Add(plotter.NewGrid())
-	p.X.Min = 0
-	end := pn.End
-	p.Y.Min = 0
-	p.Y.Max = 1
-	if pn.Unit == "percent" || pn.Unit == "percentunit" {
-		p.Y.Max = 100
+	c := Chart{Title: pn.Title, XLabel: "time since start (mm:ss)", YLabel: unit, XTicks: mmss{}, YMax: 1}
+	percent := pn.Unit == "percent" || pn.Unit == "percentunit"
+	if percent {
+		c.YMax = 100
 	}
-	leg := plot.NewLegend()
-	leg.Top = true
-	leg.Left = true
-	leg.TextStyle.Font.Size = vg.Points(8.5)
-	leg.ThumbnailWidth = vg.Points(20)
-	ss := keepLargest(pn.Series, MaxSeries)
-	for i, s := range ss {
+	end := pn.End
+	for i, s := range keepLargest(pn.Series, MaxSeries) {
 		xys := make(plotter.XYs, 0, len(s.Points))
 		for _, pt := range s.Points {
 			if math.IsNaN(pt.V) || math.IsInf(pt.V, 0) {
@@ -226,8 +203,8 @@ func Render(w io.Writer, pn Panel) error {
 			}
 			v := pt.V * scale
 			xys = append(xys, plotter.XY{X: pt.T.Sub(pn.Start).Seconds(), Y: v})
-			p.Y.Max = math.Max(p.Y.Max, v)
-			p.Y.Min = math.Min(p.Y.Min, v)
+			c.YMax = math.Max(c.YMax, v)
+			c.YMin = math.Min(c.YMin, v)
 			if pt.T.After(end) {
 				end = pt.T
 			}
@@ -235,56 +212,18 @@ func Render(w io.Writer, pn Panel) error {
 		if len(xys) == 0 {
 			continue
 		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.6)
-		l.Dashes = plotutil.Dashes(i % 3)
-		p.Add(l)
-		leg.Add(abbreviate(s.Label), l)
+		c.Lines = append(c.Lines, Line{Label: abbreviate(s.Label), XYs: xys, Color: i, Dashes: i % 3})
 	}
-	if p.Y.Max > 1 && pn.Unit != "percent" && pn.Unit != "percentunit" {
-		p.Y.Max *= 1.08
+	if c.YMax > 1 && !percent {
+		c.YMax *= 1.08
 	}
-	p.X.Max = math.Max(end.Sub(pn.Start).Seconds(), 10)
-	if len(ss) == 0 {
-		leg.Add("(no data)")
-	}
-
-	wpt, hpt := vg.Length(Width)*72/dpi, vg.Length(Height)*72/dpi
-	img := vgimg.NewWith(vgimg.UseWH(wpt, hpt), vgimg.UseDPI(dpi), vgimg.UseBackgroundColor(color.White))
-	dc := draw.New(img)
-	// The legend gets a column on the right, as wide as its longest entry.
-	var lw vg.Length
-	for _, s := range ss {
-		lw = max(lw, leg.TextStyle.Width(abbreviate(s.Label)))
-	}
-	lw = min(max(lw+leg.ThumbnailWidth+vg.Points(14), vg.Points(70)), wpt/2)
-	plotC := draw.Crop(dc, 0, -lw, 0, 0)
-	legC := draw.Crop(dc, wpt-lw+vg.Points(4), 0, vg.Points(6), -vg.Points(28))
-	p.Draw(plotC)
-	leg.Draw(legC)
-	png := vgimg.PngCanvas{Canvas: img}
-	bw := bufio.NewWriter(w)
-	if _, err := png.WriteTo(bw); err != nil {
-		return err
-	}
-	return bw.Flush()
+	c.XMax = math.Max(end.Sub(pn.Start).Seconds(), 10)
+	return c.Render(w)
 }
 
 // WriteFile renders the panel to path.
 func WriteFile(path string, pn Panel) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := Render(f, pn); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeFile(path, func(w io.Writer) error { return Render(w, pn) })
 }
 
 // Slug is a file name for a panel title: lower case, words joined by -.

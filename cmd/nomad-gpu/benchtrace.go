@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/report"
+)
+
+func init() {
+	register("bench-trace", command{
+		summary: "replay a GPU job trace on the cluster model and report utilisation, waits and cost",
+		run:     runBenchTrace,
+	})
+}
+
+const benchTraceUsage = `usage: nomad-gpu bench-trace [flags]
+
+Replays a GPU job trace (the replay CSV format, or the Philly extract
+converted on the fly) on a discrete-event model of the Nomad scheduler and
+the autoscaler, once per configuration compared (baseline, each part of
+nomad-gpu on its own, and all of them), and writes a Markdown report with
+plots to -out. It runs clusters of 1,000 nodes and traces of 10,000+ jobs
+in seconds. The same replay on real Nomad agents, which also calibrates
+this model, is 'make bench-trace' (README: Trace replay).
+
+-convert writes the selected jobs as a replay CSV instead, for editing or
+for another tool.
+
+Flags:
+`
+
+func runBenchTrace(args []string, stdout, stderr io.Writer) int {
+	var p tracereplay.Params
+	fs := flag.NewFlagSet("bench-trace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchTraceUsage)
+		fs.PrintDefaults()
+	}
+	p.Register(fs)
+	out := fs.String("out", "bench-trace", "directory the report and plots are written to")
+	convert := fs.String("convert", "", `write the selected jobs to this replay CSV ("-": stdout) and exit`)
+	// The model runs in trace time; its -compression only scales its
+	// wall-clock latencies and policy times. 1 models a cluster in real
+	// time; a real run's compression models that run.
+	fs.Lookup("compression").DefValue = "1"
+	p.Compression = 1
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	setup, err := p.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
+		return 2
+	}
+	if *convert != "" {
+		w := stdout
+		if *convert != "-" {
+			f, err := os.Create(*convert)
+			if err != nil {
+				fmt.Fprintf(stderr, "nomad-gpu bench-trace: convert: %v\n", err)
+				return 1
+			}
+			defer f.Close()
+			w = f
+		}
+		if err := tracereplay.WriteCSV(w, setup.Trace); err != nil {
+			fmt.Fprintf(stderr, "nomad-gpu bench-trace: convert: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "%s\n", setup.Trace.Source)
+		return 0
+	}
+
+	started := time.Now()
+	var results []tracereplay.Result
+	for _, cfg := range setup.Configs {
+		r, err := model.Run(setup.Trace, model.Options{
+			Cluster: setup.Cluster, Config: cfg, Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
+			Compression: setup.Compression, Horizon: setup.Horizon,
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-gpu bench-trace: %s: %v\n", cfg.Name, err)
+			return 1
+		}
+		results = append(results, r)
+	}
+	name := p.CSV
+	if name == "" {
+		name = p.Philly
+	}
+	err = report.Write(*out, report.Run{
+		Title: "Trace replay (model): " + filepath.Base(name), Trace: setup.Trace, Seed: setup.Seed,
+		Attribution: setup.Attribution, Model: results, Started: started, Elapsed: time.Since(started),
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: %d jobs × %d configs on %d–%d nodes in %s; report: %s\n", setup.Trace.Source, len(setup.Trace.Jobs),
+		len(setup.Configs), setup.Cluster.MinNodes, setup.Cluster.MaxNodes, time.Since(started).Round(time.Millisecond), filepath.Join(*out, "report.md"))
+	return 0
+}

@@ -1,0 +1,179 @@
+// Package model is the discrete-event model of the Nomad scheduler and the
+// nomad-autoscaler that tracereplay calls engine "model". It replays a
+// Trace in trace time. Policy and Latencies are wall-clock figures, and the
+// model multiplies them by Options.Compression. Its rules:
+//
+//   - Nodes. Each node has Cluster.WholeGPUs whole GPUs. With Slices it
+//     also has MPSGPUs GPUs of MPSShares shares each and MIGGPUs GPUs with
+//     the instances MIGProfiles. A job asks for Cluster.Slice and runs in
+//     one allocation on one node. It fits a node with Count free instances
+//     of its kind (of its profile for MIG). MPS shares may come from
+//     several MPS GPUs of the node; they are taken from the most used GPU
+//     first, and MIG instances from the most used MIG GPU first.
+//   - Scheduling. Waiting jobs are taken by effective priority (highest
+//     first), then arrival, then trace order: Nomad's eval broker. Each one
+//     is placed on its own, so no head-of-line blocking. The node is the
+//     fitting ready node that holds the most GPU-equivalents (binpack),
+//     ties to the lowest node index. A placed job holds its devices at
+//     once and runs Latencies.Start later. A job that did not fit is
+//     retried only when capacity of its device kind is freed: a finish, a
+//     preemption's leftover, a node ready, or a raised priority ending.
+//     That is a blocked evaluation being unblocked.
+//   - Preemption (Features.Preemption). A job that does not fit may
+//     preempt allocations (running or still starting) on one node whose
+//     effective priority is at least 10 below its own, and only if that
+//     makes it fit. The victims hold its device kind. On each node they
+//     are picked lowest priority first, then the larger allocation, then
+//     the newest job. Victims not needed after all are then dropped,
+//     highest priority first. The node chosen frees the fewest
+//     GPU-equivalents, then has the lowest highest victim priority, then
+//     the lowest index. A victim stops at once with its checkpoint
+//     committed (LostWork 0), keeps its progress and waits again, still
+//     ordered by its arrival. Its effective priority is the preemptor's
+//     for PreemptionCooldown, so the preemptor's priority cannot preempt
+//     it meanwhile. Like the driver's re-registered job, it also waits and
+//     preempts at that priority, so one preemption can set off a chain
+//     among its peers. The preemptor runs Latencies.Start +
+//     Latencies.Preempt after placement. Each resume adds one entry to
+//     JobRecord.Starts.
+//   - Autoscaling (Features.Autoscale). The pool starts with Cluster.Nodes
+//     clamped to [MinNodes, MaxNodes], all ready. Without autoscaling it
+//     is Cluster.Nodes, fixed. The autoscaler evaluates every
+//     EvalInterval, from EvalInterval on. It skips an evaluation, and
+//     observes nothing, within Cooldown of its last action. "Count" is
+//     the booting and ready nodes. "Alloc %" is the GPU-equivalents held
+//     × 100 / the GPUs of ready nodes (0 with none ready).
+//   - gpu-queue. nodes_needed is a best-fit-decreasing packing of the
+//     waiting jobs' slices into empty nodes, per device kind. The kinds
+//     share nodes, so it takes the largest count over the kinds. It leaves
+//     out jobs that no empty node fits. If nodes_needed, minus the nodes
+//     still booting (the plugin's in-flight ledger), is above 0, the
+//     autoscaler adds that many nodes, at most MaxScaleUp and within
+//     MaxNodes. If nodes_needed is 0 and alloc % has stayed below
+//     IdleFloor at every evaluation for ScaleInAfter, it removes up to
+//     MaxScaleDown idle ready nodes (no allocation, highest index first),
+//     never going below MinNodes.
+//   - target-value. The desired count is ⌈count × alloc % / TargetAlloc⌉,
+//     clamped to [MinNodes, MaxNodes]. A count of 0 stays 0. Growth adds
+//     the difference. Shrinking removes idle ready nodes only.
+//   - A new node is ready Latencies.Boot after the request. A node being
+//     removed takes no work and holds no GPUs at once. It still counts in
+//     Sample.Nodes until Latencies.Remove later.
+//   - Timeline. Samples are taken at 0, SampleEvery, ... and at Horizon,
+//     after that instant's events and placements. Nodes counts booting,
+//     ready and removing nodes. GPUs counts the physical GPUs of ready
+//     nodes. Allocated counts the GPU-equivalents held. Busy is the sum of
+//     held × EffectiveUtil/100 over running jobs. Queued counts the jobs
+//     submitted and not running, placed ones waiting out their start
+//     latency included.
+//   - Fragmentation is |stranded ∪ slices| / free, each instance counted
+//     once (an instance is a whole GPU, an MPS share or a MIG instance).
+//     It counts the free instances of ready nodes. "Stranded" is, when a
+//     job waits unplaced, a node's free instances of a kind that no such
+//     job's slice fits in. "Slices" are the free MPS shares and MIG instances of
+//     GPUs with at least one instance held. This is
+//     nomad_gpu_cluster_fragmentation_ratio; it is 0 when nothing is free.
+//   - The run stops at Horizon. Jobs still running are not Done. Jobs
+//     arriving after Horizon are never submitted (no Starts).
+package model
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+)
+
+// Version is the model's Result.Version: bump it when a rule above
+// changes, so reports can tell results of different rules apart.
+const Version = "model-1"
+
+// Options say what the model replays on and how.
+type Options struct {
+	Cluster   tracereplay.Cluster
+	Config    tracereplay.Config
+	Policy    tracereplay.Policy
+	Latencies tracereplay.Latencies
+	// Compression is trace seconds per wall-clock second; Policy and
+	// Latencies times it are trace time. 0 means 1.
+	Compression float64
+	// Horizon ends the measured period, trace time. 0 means the last
+	// arrival plus a tenth of the trace's span, or the longest job's
+	// duration when every job arrives at 0.
+	Horizon time.Duration
+	// SampleEvery is the timeline's step, trace time; 0 means Horizon/600.
+	SampleEvery time.Duration
+}
+
+// Run replays tr under o and returns what the model measured.
+func Run(tr tracereplay.Trace, o Options) (tracereplay.Result, error) {
+	if err := validate(tr, &o); err != nil {
+		return tracereplay.Result{}, err
+	}
+	s := newSim(tr, o)
+	s.run()
+	return s.result(), nil
+}
+
+func validate(tr tracereplay.Trace, o *Options) error {
+	if err := o.Cluster.Validate(); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if err := o.Config.Validate(); err != nil {
+		return fmt.Errorf("config %q: %w", o.Config.Name, err)
+	}
+	c := o.Compression
+	if c == 0 {
+		o.Compression = 1
+	} else if c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+		return fmt.Errorf("compression: %v; allowed: a number above 0 (0: 1)", c)
+	}
+	if o.Horizon < 0 {
+		return fmt.Errorf("horizon: %s; allowed: 0 (default) or more", o.Horizon)
+	}
+	if o.SampleEvery < 0 {
+		return fmt.Errorf("sample_every: %s; allowed: 0 (default) or more", o.SampleEvery)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"latencies.start", o.Latencies.Start}, {"latencies.boot", o.Latencies.Boot},
+		{"latencies.remove", o.Latencies.Remove}, {"latencies.preempt", o.Latencies.Preempt},
+		{"policy.eval_interval", o.Policy.EvalInterval}, {"policy.cooldown", o.Policy.Cooldown},
+		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: %s; allowed: 0 or more", d.name, d.v)
+		}
+	}
+	switch o.Config.Autoscale {
+	case tracereplay.AutoscaleGPUQueue:
+		if o.Policy.MaxScaleUp < 1 {
+			return fmt.Errorf("policy.max_scale_up: %d; allowed: 1 or more", o.Policy.MaxScaleUp)
+		}
+		if o.Policy.MaxScaleDown < 1 {
+			return fmt.Errorf("policy.max_scale_down: %d; allowed: 1 or more", o.Policy.MaxScaleDown)
+		}
+	case tracereplay.AutoscaleTargetValue:
+		if !(o.Policy.TargetAlloc > 0) {
+			return fmt.Errorf("policy.target_alloc: %v; allowed: above 0", o.Policy.TargetAlloc)
+		}
+	}
+	if o.Config.Autoscale != "" && time.Duration(float64(o.Policy.EvalInterval)*o.Compression) <= 0 {
+		// Zero would evaluate forever at one instant.
+		return fmt.Errorf("policy.eval_interval: %s; allowed: above 0 with autoscale %q", o.Policy.EvalInterval, o.Config.Autoscale)
+	}
+	for i, j := range tr.Jobs {
+		switch {
+		case j.Arrival < 0:
+			return fmt.Errorf("jobs[%d] %q: arrival %s; allowed: 0 or more", i, j.ID, j.Arrival)
+		case j.Duration < 0:
+			return fmt.Errorf("jobs[%d] %q: duration %s; allowed: 0 or more", i, j.ID, j.Duration)
+		case j.Priority < 0 || j.Priority > maxPriority:
+			return fmt.Errorf("jobs[%d] %q: priority %d; allowed: 1 to %d, or 0 (default %d)", i, j.ID, j.Priority, maxPriority, tracereplay.DefaultPriority)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,641 @@
+package model
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+)
+
+const sec = time.Second
+
+func fixed(nodes, gpus int) tracereplay.Cluster {
+	return tracereplay.Cluster{Nodes: nodes, MinNodes: nodes, MaxNodes: nodes, GPUsPerNode: gpus}
+}
+
+func wjob(id string, at, dur time.Duration, gpus int) tracereplay.Job {
+	return tracereplay.Job{ID: id, Arrival: at, Duration: dur, GPUs: gpus, Fraction: 1}
+}
+
+func frac(id string, at, dur time.Duration, f float64) tracereplay.Job {
+	return tracereplay.Job{ID: id, Arrival: at, Duration: dur, GPUs: 1, Fraction: f}
+}
+
+func prio(j tracereplay.Job, p int) tracereplay.Job { j.Priority = p; return j }
+
+func mustRun(t *testing.T, jobs []tracereplay.Job, o Options) tracereplay.Result {
+	t.Helper()
+	r, err := Run(tracereplay.Trace{Jobs: jobs}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Jobs) != len(jobs) {
+		t.Fatalf("%d job records for %d jobs", len(r.Jobs), len(jobs))
+	}
+	for i := range jobs {
+		if r.Jobs[i].ID != jobs[i].ID {
+			t.Fatalf("record %d is %q, want %q (trace order)", i, r.Jobs[i].ID, jobs[i].ID)
+		}
+	}
+	return r
+}
+
+// firstStart is when a job first ran; -1 if never.
+func firstStart(r tracereplay.JobRecord) time.Duration {
+	if len(r.Starts) == 0 {
+		return -1
+	}
+	return r.Starts[0]
+}
+
+func TestPlacementTimes(t *testing.T) {
+	tests := []struct {
+		name  string
+		cl    tracereplay.Cluster
+		f     tracereplay.Features
+		start time.Duration
+		jobs  []tracereplay.Job
+		// starts and finishes per job, -1: never.
+		starts, finishes []time.Duration
+	}{
+		{
+			name: "single job waits the start latency", cl: fixed(1, 8), start: 2 * sec,
+			jobs:   []tracereplay.Job{wjob("a", 10*sec, 100*sec, 1)},
+			starts: []time.Duration{12 * sec}, finishes: []time.Duration{112 * sec},
+		},
+		{
+			name: "two whole-node jobs run back to back", cl: fixed(1, 8),
+			jobs:   []tracereplay.Job{wjob("a", 0, 100*sec, 8), wjob("b", 0, 50*sec, 8)},
+			starts: []time.Duration{0, 100 * sec}, finishes: []time.Duration{100 * sec, 150 * sec},
+		},
+		{
+			name: "back to back with start latency", cl: fixed(1, 8), start: sec,
+			jobs:   []tracereplay.Job{wjob("a", 0, 100*sec, 8), wjob("b", 0, 50*sec, 8)},
+			starts: []time.Duration{sec, 102 * sec}, finishes: []time.Duration{101 * sec, 152 * sec},
+		},
+		{
+			name:   "fractional jobs take a whole GPU without slices",
+			cl:     tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 1, MPSGPUs: 1, MPSShares: 2},
+			jobs:   []tracereplay.Job{frac("a", 0, 100*sec, 0.5), frac("b", 0, 100*sec, 0.5)},
+			starts: []time.Duration{0, 100 * sec}, finishes: []time.Duration{100 * sec, 200 * sec},
+		},
+		{
+			name:   "fractional jobs share an MPS GPU with slices",
+			cl:     tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 1, MPSGPUs: 1, MPSShares: 2},
+			f:      tracereplay.Features{Slices: true},
+			jobs:   []tracereplay.Job{frac("a", 0, 100*sec, 0.5), frac("b", 0, 100*sec, 0.5)},
+			starts: []time.Duration{0, 0}, finishes: []time.Duration{100 * sec, 100 * sec},
+		},
+		{
+			name: "fractional jobs share a MIG GPU with slices",
+			cl: tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 1, MIGGPUs: 1,
+				MIGProfiles: []string{"3g.40gb", "3g.40gb", "1g.10gb"}},
+			f:    tracereplay.Features{Slices: true},
+			jobs: []tracereplay.Job{frac("a", 0, 100*sec, 0.4), frac("b", 0, 100*sec, 0.4), frac("c", 0, 100*sec, 0.4)},
+			// Two 3g instances, so the third waits.
+			starts: []time.Duration{0, 0, 100 * sec}, finishes: []time.Duration{100 * sec, 100 * sec, 200 * sec},
+		},
+		{
+			name: "no head-of-line blocking", cl: fixed(1, 8),
+			jobs: []tracereplay.Job{
+				wjob("a", 0, 100*sec, 4), prio(wjob("big", sec, 10*sec, 8), 90), prio(wjob("small", 2*sec, 10*sec, 2), 10),
+			},
+			starts: []time.Duration{0, 100 * sec, 2 * sec}, finishes: []time.Duration{100 * sec, 110 * sec, 12 * sec},
+		},
+		{
+			// Binpack puts d next to a and b, leaving node 1 room for e.
+			name: "binpack", cl: fixed(2, 8),
+			jobs: []tracereplay.Job{
+				wjob("a", 0, 100*sec, 4), wjob("b", sec, 100*sec, 2), wjob("c", 2*sec, 100*sec, 4),
+				wjob("d", 3*sec, 100*sec, 2), wjob("e", 4*sec, 100*sec, 4),
+			},
+			starts:   []time.Duration{0, sec, 2 * sec, 3 * sec, 4 * sec},
+			finishes: []time.Duration{100 * sec, 101 * sec, 102 * sec, 103 * sec, 104 * sec},
+		},
+		{
+			name: "priority orders the queue", cl: fixed(1, 1),
+			jobs: []tracereplay.Job{
+				wjob("a", 0, 10*sec, 1), prio(wjob("low", sec, 10*sec, 1), 20), prio(wjob("high", 2*sec, 10*sec, 1), 80),
+			},
+			starts: []time.Duration{0, 20 * sec, 10 * sec}, finishes: []time.Duration{10 * sec, 30 * sec, 20 * sec},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mustRun(t, tt.jobs, Options{
+				Cluster: tt.cl, Config: tracereplay.Config{Name: tt.name, Features: tt.f},
+				Latencies: tracereplay.Latencies{Start: tt.start}, Horizon: 1000 * sec,
+			})
+			for i, rec := range r.Jobs {
+				if got := firstStart(rec); got != tt.starts[i] {
+					t.Errorf("%s started at %s, want %s", rec.ID, got, tt.starts[i])
+				}
+				if tt.finishes[i] < 0 {
+					if rec.Done {
+						t.Errorf("%s done at %s, want not done", rec.ID, rec.Finish)
+					}
+				} else if !rec.Done || rec.Finish != tt.finishes[i] {
+					t.Errorf("%s: done %v at %s, want done at %s", rec.ID, rec.Done, rec.Finish, tt.finishes[i])
+				}
+				if rec.Preemptions != 0 {
+					t.Errorf("%s preempted %d times without preemption", rec.ID, rec.Preemptions)
+				}
+			}
+		})
+	}
+}
+
+func TestPreemption(t *testing.T) {
+	const low = 20
+	tests := []struct {
+		name     string
+		preempt  bool
+		high     int
+		preempts bool
+	}{
+		{"off", false, 80, false},
+		{"on, gap 60", true, 80, true},
+		{"on, gap 10", true, low + 10, true},
+		{"on, gap 9", true, low + 9, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			jobs := []tracereplay.Job{
+				prio(wjob("low", 0, 100*sec, 8), low),
+				prio(wjob("high", 10*sec, 50*sec, 8), tt.high),
+			}
+			r := mustRun(t, jobs, Options{
+				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: tt.preempt}},
+				Policy:    tracereplay.Policy{PreemptionCooldown: 30 * sec},
+				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 1000 * sec,
+			})
+			lo, hi := r.Jobs[0], r.Jobs[1]
+			if !lo.Done || !hi.Done {
+				t.Fatalf("low done %v, high done %v", lo.Done, hi.Done)
+			}
+			if !tt.preempts {
+				if lo.Preemptions != 0 || len(lo.Starts) != 1 || lo.Finish != 101*sec {
+					t.Errorf("low: %+v, want one uninterrupted run to 101s", lo)
+				}
+				if firstStart(hi) != 102*sec {
+					t.Errorf("high started at %s, want 102s (after low)", firstStart(hi))
+				}
+				return
+			}
+			// high preempts at 10s, runs from 13s to 63s; low waits
+			// again, is placed at 63s and runs its last 91s from 64s.
+			if hi.Starts[0] != 13*sec || hi.Finish != 63*sec {
+				t.Errorf("high ran %v to %s, want 13s to 63s", hi.Starts, hi.Finish)
+			}
+			if lo.Preemptions != 1 || lo.LostWork != 0 || len(lo.Starts) != 2 {
+				t.Fatalf("low: %+v, want 1 preemption, 2 starts, no lost work", lo)
+			}
+			ran := (10*sec - lo.Starts[0]) + (lo.Finish - lo.Starts[1])
+			if ran != 100*sec || lo.Starts[1] != 64*sec {
+				t.Errorf("low starts %v, finish %s: ran %s, want 100s from a resume at 64s", lo.Starts, lo.Finish, ran)
+			}
+		})
+	}
+}
+
+// TestPreemptionCooldown: low is preempted by mid and resumes raised to
+// mid's priority; next (15 above low, 5 below mid) may preempt it only
+// once the cooldown is over.
+func TestPreemptionCooldown(t *testing.T) {
+	tests := []struct {
+		name     string
+		cooldown time.Duration
+		next     time.Duration // when next starts
+		preempts int           // low's preemptions
+	}{
+		{"no cooldown", 0, 73 * sec, 2},
+		{"cooldown 100s", 100 * sec, 113 * sec, 2},
+		{"cooldown longer than the run", 10000 * sec, 64*sec + 1000*sec - 9*sec + sec, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			jobs := []tracereplay.Job{
+				prio(wjob("low", 0, 1000*sec, 8), 20),
+				prio(wjob("mid", 10*sec, 50*sec, 8), 40),
+				prio(wjob("next", 70*sec, 10*sec, 8), 35),
+			}
+			r := mustRun(t, jobs, Options{
+				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true}},
+				Policy:    tracereplay.Policy{PreemptionCooldown: tt.cooldown},
+				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 5000 * sec,
+			})
+			lo, next := r.Jobs[0], r.Jobs[2]
+			if lo.Preemptions != tt.preempts {
+				t.Errorf("low preempted %d times, want %d", lo.Preemptions, tt.preempts)
+			}
+			if firstStart(next) != tt.next {
+				t.Errorf("next started at %s, want %s", firstStart(next), tt.next)
+			}
+			if !lo.Done || len(lo.Starts) != tt.preempts+1 {
+				t.Errorf("low: %+v, want done after %d starts", lo, tt.preempts+1)
+			}
+		})
+	}
+}
+
+func TestPreemptionPicksTheCheapestNode(t *testing.T) {
+	// Node 0 holds one 4-GPU low job and a 4-GPU mid one, node 1 two
+	// 2-GPU low jobs and a 4-GPU mid one. A 4-GPU high job preempts
+	// 4 GPU-equivalents either way, and the single 4-GPU job on node 0
+	// (lower index); never the mid jobs (gap 5).
+	jobs := []tracereplay.Job{
+		prio(wjob("lo4", 0, 500*sec, 4), 20),
+		prio(wjob("mid-a", 0, 500*sec, 4), 75),
+		prio(wjob("lo2a", sec, 500*sec, 2), 20),
+		prio(wjob("lo2b", sec, 500*sec, 2), 20),
+		prio(wjob("mid-b", sec, 500*sec, 4), 75),
+		prio(wjob("high", 10*sec, 10*sec, 4), 80),
+	}
+	r := mustRun(t, jobs, Options{
+		Cluster: fixed(2, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true}},
+		Horizon: 100 * sec,
+	})
+	want := []int{1, 0, 0, 0, 0, 0}
+	for i, rec := range r.Jobs {
+		if rec.Preemptions != want[i] {
+			t.Errorf("%s preempted %d times, want %d", rec.ID, rec.Preemptions, want[i])
+		}
+	}
+	if firstStart(r.Jobs[5]) != 10*sec {
+		t.Errorf("high started at %s, want 10s", firstStart(r.Jobs[5]))
+	}
+}
+
+func autoscaled(strategy string, nodes, lo, hi int) Options {
+	return Options{
+		Cluster: tracereplay.Cluster{Nodes: nodes, MinNodes: lo, MaxNodes: hi, GPUsPerNode: 8},
+		Config:  tracereplay.Config{Name: strategy, Features: tracereplay.Features{Autoscale: strategy}},
+		Policy: tracereplay.Policy{
+			EvalInterval: 10 * sec, Cooldown: 20 * sec, MaxScaleUp: 2, MaxScaleDown: 1,
+			IdleFloor: 30, ScaleInAfter: 60 * sec, TargetAlloc: 50,
+		},
+		Latencies:   tracereplay.Latencies{Boot: 30 * sec, Remove: 10 * sec},
+		Horizon:     3000 * sec,
+		SampleEvery: 5 * sec,
+	}
+}
+
+func sampleAt(t *testing.T, r tracereplay.Result, at time.Duration) tracereplay.Sample {
+	t.Helper()
+	for _, s := range r.Timeline {
+		if s.At == at {
+			return s
+		}
+	}
+	t.Fatalf("no sample at %s", at)
+	return tracereplay.Sample{}
+}
+
+func TestGPUQueueScalesOutAndIn(t *testing.T) {
+	jobs := []tracereplay.Job{
+		wjob("a", 0, 1000*sec, 8), wjob("b", 0, 1000*sec, 8), wjob("c", 0, 1000*sec, 8),
+		wjob("d", 0, 5000*sec, 8), // still running when the others are done
+	}
+	o := autoscaled(tracereplay.AutoscaleGPUQueue, 1, 0, 4)
+	o.Policy.IdleFloor = 60 // d alone on 4, 3 and 2 nodes is below it
+	r := mustRun(t, jobs, o)
+	// 10s: 3 needed, +2 (max_scale_up), ready at 40s; 30s (cooldown
+	// over): 3 needed, 2 booting, +1, ready at 60s.
+	for _, c := range []struct {
+		at          time.Duration
+		nodes, gpus int
+	}{{5 * sec, 1, 8}, {10 * sec, 3, 8}, {25 * sec, 3, 8}, {30 * sec, 4, 8}, {40 * sec, 4, 24}, {60 * sec, 4, 32}} {
+		if s := sampleAt(t, r, c.at); s.Nodes != c.nodes || s.GPUs != float64(c.gpus) {
+			t.Errorf("at %s: %d nodes, %v GPUs; want %d, %d", c.at, s.Nodes, s.GPUs, c.nodes, c.gpus)
+		}
+	}
+	wantStart := []time.Duration{0, 40 * sec, 40 * sec, 60 * sec}
+	for i, rec := range r.Jobs {
+		if firstStart(rec) != wantStart[i] || len(rec.Starts) != 1 {
+			t.Errorf("%s started %v, want once at %s", rec.ID, rec.Starts, wantStart[i])
+		}
+	}
+	// d holds its node to the end: the pool shrinks to it alone, never
+	// below.
+	last := r.Timeline[len(r.Timeline)-1]
+	if last.Nodes != 1 || last.Allocated != 8 || r.Jobs[3].Done {
+		t.Errorf("at the horizon: %+v, d done %v; want d alone on 1 node", last, r.Jobs[3].Done)
+	}
+	maxNodes := 0
+	for _, s := range r.Timeline {
+		maxNodes = max(maxNodes, s.Nodes)
+		if s.Allocated > s.GPUs {
+			t.Fatalf("at %s: %v allocated on %v GPUs", s.At, s.Allocated, s.GPUs)
+		}
+	}
+	if maxNodes != 4 {
+		t.Errorf("at most %d nodes, want 4 (max_nodes)", maxNodes)
+	}
+}
+
+func TestGPUQueueKeepsMinNodes(t *testing.T) {
+	o := autoscaled(tracereplay.AutoscaleGPUQueue, 3, 2, 4)
+	r := mustRun(t, []tracereplay.Job{wjob("a", 0, 10*sec, 1)}, o)
+	if last := r.Timeline[len(r.Timeline)-1]; last.Nodes != 2 {
+		t.Errorf("%d nodes at the horizon, want min_nodes 2", last.Nodes)
+	}
+}
+
+func TestGPUQueueIgnoresUnfittableJobs(t *testing.T) {
+	o := autoscaled(tracereplay.AutoscaleGPUQueue, 1, 1, 4)
+	r := mustRun(t, []tracereplay.Job{wjob("huge", 0, 10*sec, 16)}, o)
+	// Clipped to 8, it fits a node; a 16-GPU job cannot be asked for.
+	if firstStart(r.Jobs[0]) != 0 {
+		t.Errorf("clipped job started at %s, want 0", firstStart(r.Jobs[0]))
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 jobs asked for more whole GPUs than a node has; clipped to 8") {
+		t.Errorf("notes %q, want the clipped job", r.Notes)
+	}
+
+	// Under slices a node has 6 whole GPUs: an 8-GPU job is clipped to 6,
+	// runs at once and does not grow the pool.
+	o.Cluster.MPSGPUs, o.Cluster.MPSShares = 2, 4
+	o.Config.Slices = true
+	r = mustRun(t, []tracereplay.Job{wjob("wide", 0, 10*sec, 8)}, o)
+	for _, s := range r.Timeline {
+		if s.Nodes != 1 {
+			t.Fatalf("at %s: %d nodes for a job one node holds, want 1", s.At, s.Nodes)
+		}
+	}
+	if firstStart(r.Jobs[0]) != 0 || r.Jobs[0].Slice.Count != 6 || !strings.Contains(strings.Join(r.Notes, "\n"), "clipped to 6") {
+		t.Errorf("wide started %v on %+v; notes %q", r.Jobs[0].Starts, r.Jobs[0].Slice, r.Notes)
+	}
+}
+
+func TestTargetValue(t *testing.T) {
+	jobs := []tracereplay.Job{wjob("a", 0, 1000*sec, 8), wjob("b", 0, 1000*sec, 8)}
+	t.Run("never scales from zero", func(t *testing.T) {
+		r := mustRun(t, jobs, autoscaled(tracereplay.AutoscaleTargetValue, 0, 0, 4))
+		for _, s := range r.Timeline {
+			if s.Nodes != 0 {
+				t.Fatalf("at %s: %d nodes, want 0", s.At, s.Nodes)
+			}
+		}
+		if len(r.Jobs[0].Starts) != 0 {
+			t.Errorf("a started without nodes: %v", r.Jobs[0].Starts)
+		}
+	})
+	t.Run("follows the allocation", func(t *testing.T) {
+		// One node 100 % allocated, target 50 %: 2 nodes at 10s, ready
+		// at 40s; b runs there. Both done: down to min_nodes 1, idle
+		// nodes only.
+		r := mustRun(t, jobs, autoscaled(tracereplay.AutoscaleTargetValue, 1, 1, 4))
+		if s := sampleAt(t, r, 10*sec); s.Nodes != 2 {
+			t.Errorf("at 10s: %d nodes, want 2", s.Nodes)
+		}
+		if firstStart(r.Jobs[1]) != 40*sec {
+			t.Errorf("b started at %s, want 40s", firstStart(r.Jobs[1]))
+		}
+		if s := sampleAt(t, r, 500*sec); s.Nodes != 4 {
+			// 2 nodes at 100 %: desired 4.
+			t.Errorf("at 500s: %d nodes, want 4", s.Nodes)
+		}
+		if last := r.Timeline[len(r.Timeline)-1]; last.Nodes != 1 {
+			t.Errorf("at the horizon: %d nodes, want 1", last.Nodes)
+		}
+		for _, rec := range r.Jobs {
+			if len(rec.Starts) != 1 || !rec.Done {
+				t.Errorf("%s: %+v, want one run to completion", rec.ID, rec)
+			}
+		}
+	})
+}
+
+func TestFragmentation(t *testing.T) {
+	// One node: 1 whole GPU and 2 MPS GPUs of 4 shares. A quarter-GPU
+	// job holds a share of MPS GPU 0, so its 3 free shares are free
+	// slices of a partly used GPU: 3 of the 8 free instances.
+	cl := tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 3, MPSGPUs: 2, MPSShares: 4}
+	o := Options{Cluster: cl, Config: tracereplay.Config{Features: tracereplay.Features{Slices: true}},
+		Horizon: 100 * sec, SampleEvery: 10 * sec}
+	tests := []struct {
+		name string
+		jobs []tracereplay.Job
+		want float64
+	}{
+		{"idle", nil, 0},
+		{"a partly used MPS GPU", []tracereplay.Job{frac("q", 0, 1000*sec, 0.25)}, 3.0 / 8},
+		// The whole GPU is held and a whole-GPU job waits: the free shares
+		// are of no use to it, and all stranded.
+		{"a job waits", []tracereplay.Job{frac("q", 0, 1000*sec, 0.25), wjob("one", 0, 1000*sec, 1), wjob("two", 0, 1000*sec, 1)}, 1},
+		// The whole GPU is held; the MPS GPUs are full but for one share.
+		{"one share free", []tracereplay.Job{
+			wjob("one", 0, 1000*sec, 1), frac("h1", 0, 1000*sec, 0.5), frac("h2", 0, 1000*sec, 0.5),
+			frac("h3", 0, 1000*sec, 0.75)}, 1},
+		{"nothing free", []tracereplay.Job{wjob("one", 0, 1000*sec, 1), frac("h1", 0, 1000*sec, 1.0/2),
+			frac("h2", 0, 1000*sec, 1.0/2), frac("h3", 0, 1000*sec, 1.0/2), frac("h4", 0, 1000*sec, 1.0/2)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mustRun(t, tt.jobs, o)
+			if s := sampleAt(t, r, 50*sec); s.Fragmentation != tt.want {
+				t.Errorf("fragmentation %v, want %v (%+v)", s.Fragmentation, tt.want, s)
+			}
+		})
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	jobs := []tracereplay.Job{
+		{ID: "a", Arrival: 0, Duration: 2000 * sec, GPUs: 2, Fraction: 1, Util: 50},
+		wjob("late", 900*sec, 10*sec, 1),
+	}
+	r := mustRun(t, jobs, Options{Cluster: fixed(2, 8), Latencies: tracereplay.Latencies{Start: 10 * sec},
+		Config: tracereplay.Config{Name: "x"}, Compression: 3, Horizon: 600 * sec})
+	if len(r.Timeline) != samplesDefault+1 || r.Timeline[0].At != 0 || r.Timeline[samplesDefault].At != 600*sec {
+		t.Fatalf("%d samples from %s to %s, want %d from 0 to 600s", len(r.Timeline), r.Timeline[0].At,
+			r.Timeline[len(r.Timeline)-1].At, samplesDefault+1)
+	}
+	// Start latency 10s × compression 3.
+	if s := sampleAt(t, r, 29*sec); s.Allocated != 2 || s.Busy != 0 || s.Queued != 1 || s.GPUs != 16 || s.Nodes != 2 {
+		t.Errorf("at 29s: %+v, want 2 allocated, 0 busy, 1 queued", s)
+	}
+	if s := sampleAt(t, r, 30*sec); s.Allocated != 2 || s.Busy != 1 || s.Queued != 0 {
+		t.Errorf("at 30s: %+v, want 2 allocated, 1 busy, 0 queued", s)
+	}
+	a, late := r.Jobs[0], r.Jobs[1]
+	if a.Done || len(a.Starts) != 1 || len(late.Starts) != 0 || late.Done {
+		t.Errorf("at the horizon: a %+v, late %+v; want a running, late never submitted", a, late)
+	}
+	if r.Engine != "model" || r.Version != Version || r.Compression != 3 || r.Horizon != 600*sec || r.Config.Name != "x" {
+		t.Errorf("result header %q %q %v %s %q", r.Engine, r.Version, r.Compression, r.Horizon, r.Config.Name)
+	}
+	if r.Jobs[0].Slice != (tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2}) {
+		t.Errorf("slice %+v", r.Jobs[0].Slice)
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 jobs arrive after the horizon") {
+		t.Errorf("notes %q", r.Notes)
+	}
+}
+
+func TestDefaultHorizon(t *testing.T) {
+	jobs := []tracereplay.Job{wjob("a", 0, 10*sec, 1), wjob("b", 1000*sec, 10*sec, 1)}
+	r := mustRun(t, jobs, Options{Cluster: fixed(1, 8)})
+	if r.Horizon != 1100*sec || r.Compression != 1 {
+		t.Errorf("horizon %s, compression %v; want 1100s, 1", r.Horizon, r.Compression)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	ok := Options{Cluster: fixed(1, 8)}
+	tests := []struct {
+		name string
+		mod  func(*Options)
+		jobs []tracereplay.Job
+		want string
+	}{
+		{"gpus per node", func(o *Options) { o.Cluster.GPUsPerNode = 0 }, nil, "gpus_per_node"},
+		{"strategy", func(o *Options) { o.Config.Autoscale = "spot" }, nil, "autoscale"},
+		{"compression", func(o *Options) { o.Compression = -1 }, nil, "compression"},
+		{"horizon", func(o *Options) { o.Horizon = -sec }, nil, "horizon"},
+		{"latency", func(o *Options) { o.Latencies.Boot = -sec }, nil, "latencies.boot"},
+		{"eval interval", func(o *Options) {
+			o.Config.Autoscale = tracereplay.AutoscaleTargetValue
+			o.Policy.TargetAlloc = 70
+		}, nil, "policy.eval_interval"},
+		{"max scale up", func(o *Options) {
+			o.Config.Autoscale = tracereplay.AutoscaleGPUQueue
+			o.Policy = tracereplay.DefaultPolicy()
+			o.Policy.MaxScaleUp = 0
+		}, nil, "policy.max_scale_up"},
+		{"duration", func(*Options) {}, []tracereplay.Job{wjob("a", 0, -sec, 1)}, "duration"},
+		{"priority", func(*Options) {}, []tracereplay.Job{prio(wjob("a", 0, sec, 1), 101)}, "priority"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := ok
+			tt.mod(&o)
+			_, err := Run(tracereplay.Trace{Jobs: tt.jobs}, o)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// synthetic is a deterministic trace: n jobs arriving over span, a mix of
+// 1, 2, 4 and 8 whole GPUs and fractions, three priority tiers.
+func synthetic(n int, span time.Duration, meanDur time.Duration) tracereplay.Trace {
+	rng := rand.New(rand.NewPCG(1, 2))
+	jobs := make([]tracereplay.Job, n)
+	at := time.Duration(0)
+	step := span / time.Duration(n)
+	for i := range jobs {
+		at += time.Duration(rng.ExpFloat64() * float64(step))
+		j := tracereplay.Job{ID: "j" + strconv.Itoa(i), Arrival: at, GPUs: 1, Fraction: 1,
+			Duration: time.Duration(rng.ExpFloat64() * float64(meanDur)).Round(time.Second),
+			Util:     float64(20 + rng.IntN(80))}
+		switch x := rng.IntN(100); {
+		case x < 35:
+		case x < 50:
+			j.GPUs = 2
+		case x < 62:
+			j.GPUs = 4
+		case x < 67:
+			j.GPUs = 8
+		default:
+			j.Fraction = []float64{0.1, 0.25, 0.5, 0.75}[rng.IntN(4)]
+		}
+		switch x := rng.IntN(100); {
+		case x < 25:
+			j.Priority = 20
+		case x < 85:
+			j.Priority = 50
+		default:
+			j.Priority = 80
+		}
+		jobs[i] = j
+	}
+	return tracereplay.Trace{Jobs: jobs, Source: "synthetic"}
+}
+
+// bigOptions: 1000-node pool of 8-GPU nodes with one MPS and one MIG GPU
+// each, every feature on.
+func bigOptions(nodes, minNodes, maxNodes int) Options {
+	return Options{
+		Cluster: tracereplay.Cluster{Nodes: nodes, MinNodes: minNodes, MaxNodes: maxNodes, GPUsPerNode: 8,
+			MPSGPUs: 1, MPSShares: 4, MIGGPUs: 1, MIGProfiles: []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"}},
+		Config: tracereplay.Config{Name: "nomad-gpu", Features: tracereplay.Features{
+			Slices: true, Preemption: true, Autoscale: tracereplay.AutoscaleGPUQueue}},
+		Policy:      tracereplay.DefaultPolicy(),
+		Latencies:   tracereplay.DefaultLatencies(),
+		Compression: 60,
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	tr := synthetic(2000, 6*time.Hour, 2*time.Hour)
+	o := bigOptions(20, 10, 100)
+	a, err := Run(tr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(tr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two runs of the same inputs differ")
+	}
+	preempted, done := 0, 0
+	for _, j := range a.Jobs {
+		preempted += j.Preemptions
+		if j.Done {
+			done++
+		}
+	}
+	if preempted == 0 || done == 0 {
+		t.Errorf("%d preemptions, %d done: the trace should exercise both", preempted, done)
+	}
+}
+
+func TestModel10kJobs1000NodesRuns(t *testing.T) {
+	tr := synthetic(10000, 6*time.Hour, 4*time.Hour)
+	r, err := Run(tr, bigOptions(200, 100, 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Jobs) != len(tr.Jobs) {
+		t.Fatalf("%d records for %d jobs", len(r.Jobs), len(tr.Jobs))
+	}
+	started, done, preempted, maxNodes := 0, 0, 0, 0
+	for i, j := range r.Jobs {
+		if j.ID != tr.Jobs[i].ID {
+			t.Fatalf("record %d is %q, want %q", i, j.ID, tr.Jobs[i].ID)
+		}
+		if len(j.Starts) > 0 {
+			started++
+		}
+		if j.Done {
+			done++
+		}
+		preempted += j.Preemptions
+	}
+	for _, s := range r.Timeline {
+		maxNodes = max(maxNodes, s.Nodes)
+	}
+	t.Logf("%d started, %d done, %d preemptions, up to %d nodes, notes %q", started, done, preempted, maxNodes, r.Notes)
+	if started == 0 || done == 0 {
+		t.Errorf("%d started, %d done", started, done)
+	}
+}
+
+func BenchmarkModel10kJobs1000Nodes(b *testing.B) {
+	tr := synthetic(10000, 6*time.Hour, 4*time.Hour)
+	o := bigOptions(200, 100, 1000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Run(tr, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

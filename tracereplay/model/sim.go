@@ -1,0 +1,877 @@
+package model
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+)
+
+// maxPriority is Nomad's highest job priority.
+const maxPriority = 100
+
+// preemptGap is how far below a job's priority Nomad preempts.
+const preemptGap = 10
+
+// samplesDefault is the timeline's length when Options.SampleEvery is 0.
+const samplesDefault = 600
+
+type jobStateKind uint8
+
+const (
+	jobFuture  jobStateKind = iota // not arrived yet
+	jobWaiting                     // in a sub-queue, holding nothing
+	jobPending                     // placed, waiting out its start latency
+	jobRunning
+	jobDone
+)
+
+type nodeStateKind uint8
+
+const (
+	nodeBooting nodeStateKind = iota
+	nodeReady
+	nodeRemoving
+	nodeGone
+)
+
+// group is one kind of device instance a node offers: whole GPUs, MPS
+// shares, or the instances of one MIG profile. Capacity of one group never
+// serves another's requests, which is what lets the scheduler keep its
+// retry bookkeeping per group.
+type group struct {
+	kind, profile string
+	// perNode is the instances one node has.
+	perNode int
+	// units is one instance's GPU-equivalents in units of 1/unitsPerGPU,
+	// integers so that sums of shares and sevenths stay exact.
+	units int
+}
+
+type job struct {
+	g, k      int // group and instance count
+	units     int // held, in units
+	base      int // priority of the trace
+	prio      int // effective priority, raised after a preemption
+	arrival   time.Duration
+	remaining time.Duration
+	util      float64
+	state     jobStateKind
+	// epoch invalidates run and finish events of an earlier allocation;
+	// raise invalidates the end of an earlier raised priority.
+	epoch, raise uint32
+	node         int32
+	allocPos     int32 // in its node's allocs
+	since        time.Duration
+	sq           int32 // sub-queue
+	qi           int32 // position in the sub-queue's heap
+	mps          []int16
+	mig          int32 // slot held, MIG GPU × len(profiles) + profile index
+}
+
+type node struct {
+	state    nodeStateKind
+	free     []int   // per group
+	pos      []int32 // position in buckets[g][free[g]], per group
+	readyPos int32
+	held     int // units
+	allocs   []int32
+	mpsUsed  []int  // shares held, per MPS GPU
+	mig      []bool // held, per MIG slot
+	migUsed  []int  // instances held, per MIG GPU
+}
+
+type eventKind uint8
+
+const (
+	evArrive eventKind = iota
+	evRun
+	evFinish
+	evNodeReady
+	evNodeGone
+	evRaiseEnd
+	evScale
+	evSample
+)
+
+// class orders an instant's events: every state change first, then (after
+// the scheduler's pass) the autoscaler, then the sample, so both see the
+// instant's placements.
+func (k eventKind) class() uint8 {
+	switch k {
+	case evScale:
+		return 1
+	case evSample:
+		return 2
+	}
+	return 0
+}
+
+type event struct {
+	t     time.Duration
+	class uint8
+	kind  eventKind
+	id    int32
+	epoch uint32
+	seq   uint64
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	a, b := &h[i], &h[j]
+	if a.t != b.t {
+		return a.t < b.t
+	}
+	if a.class != b.class {
+		return a.class < b.class
+	}
+	return a.seq < b.seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// subqueue holds the waiting jobs of one shape (group, count). Jobs of one
+// shape that come later in the broker's order can fit only where the first
+// fits, so a pass stops at a sub-queue's first failure instead of trying
+// every waiting job.
+type subqueue struct {
+	s    *sim
+	g, k int
+	ids  []int32
+	mi   int // position in the pass's merge heap; -1 outside it
+	// tried is the head that last failed and triedCap the group's capacity
+	// version then: the head is not tried again until one changes.
+	tried    int32
+	triedCap uint64
+}
+
+func (q *subqueue) Len() int           { return len(q.ids) }
+func (q *subqueue) Less(i, j int) bool { return q.s.before(q.ids[i], q.ids[j]) }
+func (q *subqueue) Swap(i, j int) {
+	q.ids[i], q.ids[j] = q.ids[j], q.ids[i]
+	q.s.jobs[q.ids[i]].qi = int32(i)
+	q.s.jobs[q.ids[j]].qi = int32(j)
+}
+func (q *subqueue) Push(x any) {
+	id := x.(int32)
+	q.s.jobs[id].qi = int32(len(q.ids))
+	q.ids = append(q.ids, id)
+}
+func (q *subqueue) Pop() any {
+	id := q.ids[len(q.ids)-1]
+	q.ids = q.ids[:len(q.ids)-1]
+	q.s.jobs[id].qi = -1
+	return id
+}
+
+// mergeHeap orders a pass's sub-queues by their heads: the broker's order
+// over every waiting job.
+type mergeHeap struct {
+	s   *sim
+	sqs []int
+}
+
+func (m *mergeHeap) Len() int { return len(m.sqs) }
+func (m *mergeHeap) Less(i, j int) bool {
+	return m.s.before(m.s.sqs[m.sqs[i]].ids[0], m.s.sqs[m.sqs[j]].ids[0])
+}
+func (m *mergeHeap) Swap(i, j int) {
+	m.sqs[i], m.sqs[j] = m.sqs[j], m.sqs[i]
+	m.s.sqs[m.sqs[i]].mi = i
+	m.s.sqs[m.sqs[j]].mi = j
+}
+func (m *mergeHeap) Push(x any) {
+	q := x.(int)
+	m.s.sqs[q].mi = len(m.sqs)
+	m.sqs = append(m.sqs, q)
+}
+func (m *mergeHeap) Pop() any {
+	q := m.sqs[len(m.sqs)-1]
+	m.sqs = m.sqs[:len(m.sqs)-1]
+	m.s.sqs[q].mi = -1
+	return q
+}
+
+type sim struct {
+	o      Options
+	cl     tracereplay.Cluster
+	f      tracereplay.Features
+	groups []group
+	// unitsPerGPU is 7 × the MPS shares per GPU: a share is 7 units, a
+	// MIG seventh MPSShares units.
+	unitsPerGPU int
+	mpsGroup    int   // -1 without MPS
+	slotGroup   []int // group of each MIG profile slot
+	mpsShares   int
+
+	// Trace-time figures.
+	start, preemptDelay, boot, remove     time.Duration
+	evalEvery, cooldown, scaleInAfter     time.Duration
+	raiseFor, horizon, sampleEvery        time.Duration
+	samples                               int
+	now                                   time.Duration
+	seq                                   uint64
+	events                                eventHeap
+	dirty                                 bool
+	nodes                                 []node
+	buckets                               [][][]int32 // [group][free] → node ids
+	ready                                 []int32
+	nBooting, nReady, nRemoving, heldUnit int
+
+	jobs    []job
+	recs    []tracereplay.JobRecord
+	sqs     []subqueue
+	capVer  []uint64
+	cntPrio [][maxPriority + 1]int // allocations held, per group and effective priority
+	waiting int
+	pending int
+	merge   mergeHeap
+
+	hasAction  bool
+	lastAction time.Duration
+	low        bool
+	lowSince   time.Duration
+
+	timeline []tracereplay.Sample
+	notes    []string
+	// Scratch space for preemption.
+	cand, chosen, best []int32
+}
+
+func newSim(tr tracereplay.Trace, o Options) *sim {
+	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1}
+	s.merge.s = s
+	c := o.Compression
+	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * c)) }
+	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
+	s.boot, s.remove = scale(o.Latencies.Boot), scale(o.Latencies.Remove)
+	s.evalEvery, s.cooldown, s.scaleInAfter = scale(o.Policy.EvalInterval), scale(o.Policy.Cooldown), scale(o.Policy.ScaleInAfter)
+	s.raiseFor = scale(o.Policy.PreemptionCooldown)
+
+	s.buildGroups()
+	s.buildJobs(tr)
+	s.horizon = o.Horizon
+	if s.horizon == 0 {
+		s.horizon = defaultHorizon(tr)
+	}
+	s.samples = samplesDefault
+	if o.SampleEvery > 0 {
+		s.sampleEvery = o.SampleEvery
+	}
+
+	n := s.cl.Nodes
+	if s.f.Autoscale != "" {
+		n = min(max(n, s.cl.MinNodes), s.cl.MaxNodes)
+	}
+	for range n {
+		id := s.addNode()
+		s.setReady(id)
+	}
+	for i := range s.jobs {
+		if s.jobs[i].arrival <= s.horizon {
+			s.push(s.jobs[i].arrival, evArrive, int32(i), 0)
+		}
+	}
+	s.push(0, evSample, 0, 0)
+	if s.f.Autoscale != "" {
+		s.push(s.evalEvery, evScale, 0, 0)
+	}
+	return s
+}
+
+func defaultHorizon(tr tracereplay.Trace) time.Duration {
+	var last, longest time.Duration
+	for _, j := range tr.Jobs {
+		last = max(last, j.Arrival)
+		longest = max(longest, j.Duration)
+	}
+	if last == 0 {
+		return longest
+	}
+	return last + tr.Span()/10
+}
+
+func (s *sim) buildGroups() {
+	cl := s.cl
+	s.mpsShares = 1
+	if s.f.Slices && cl.MPSGPUs > 0 {
+		s.mpsShares = cl.MPSShares
+	}
+	s.unitsPerGPU = 7 * s.mpsShares
+	s.groups = append(s.groups, group{kind: "gpu", perNode: cl.WholeGPUs(s.f), units: s.unitsPerGPU})
+	if s.f.Slices && cl.MPSGPUs > 0 {
+		s.mpsGroup = len(s.groups)
+		s.groups = append(s.groups, group{kind: "mps", perNode: cl.MPSGPUs * cl.MPSShares, units: 7})
+	}
+	if s.f.Slices && cl.MIGGPUs > 0 {
+		for _, p := range cl.MIGProfiles {
+			g := s.groupOf("mig", p)
+			if g < 0 {
+				sev, _ := tracereplay.MIGSevenths(p) // Validate checked it
+				g = len(s.groups)
+				s.groups = append(s.groups, group{kind: "mig", profile: p, units: sev * s.mpsShares})
+			}
+			s.groups[g].perNode += cl.MIGGPUs
+			s.slotGroup = append(s.slotGroup, g)
+		}
+	}
+	s.buckets = make([][][]int32, len(s.groups))
+	for g := range s.groups {
+		s.buckets[g] = make([][]int32, s.groups[g].perNode+1)
+	}
+	s.capVer = make([]uint64, len(s.groups))
+	s.cntPrio = make([][maxPriority + 1]int, len(s.groups))
+}
+
+func (s *sim) groupOf(kind, profile string) int {
+	for g := range s.groups {
+		if s.groups[g].kind == kind && s.groups[g].profile == profile {
+			return g
+		}
+	}
+	return -1
+}
+
+func (s *sim) buildJobs(tr tracereplay.Trace) {
+	s.jobs = make([]job, len(tr.Jobs))
+	s.recs = make([]tracereplay.JobRecord, len(tr.Jobs))
+	sqOf := map[[2]int]int32{} // lookups only: sub-queues are kept in order of first use
+	clipped := 0
+	unfit := make([]int, len(s.groups))
+	for i, tj := range tr.Jobs {
+		sl := s.cl.Slice(tj, s.f)
+		g := s.groupOf(sl.Kind, sl.Profile)
+		if g < 0 {
+			panic(fmt.Sprintf("model: slice %+v has no device group", sl)) // Cluster.Slice only asks for what the layout has
+		}
+		if sl.Kind == "gpu" && sl.Count < tj.GPUs {
+			clipped++
+		}
+		if sl.Count > s.groups[g].perNode {
+			unfit[g]++
+		}
+		key := [2]int{g, sl.Count}
+		q, ok := sqOf[key]
+		if !ok {
+			q = int32(len(s.sqs))
+			sqOf[key] = q
+			s.sqs = append(s.sqs, subqueue{g: g, k: sl.Count, mi: -1, tried: -1})
+		}
+		p := tj.EffectivePriority()
+		s.jobs[i] = job{
+			g: g, k: sl.Count, units: sl.Count * s.groups[g].units, base: p, prio: p,
+			arrival: tj.Arrival, remaining: tj.Duration, util: tj.EffectiveUtil(),
+			node: -1, allocPos: -1, sq: q, qi: -1, mig: -1,
+		}
+		s.recs[i] = tracereplay.JobRecord{ID: tj.ID, Arrival: tj.Arrival, Slice: sl}
+	}
+	for i := range s.sqs {
+		s.sqs[i].s = s
+	}
+	if clipped > 0 {
+		s.notes = append(s.notes, fmt.Sprintf("%d jobs asked for more whole GPUs than a node has; clipped to %d", clipped, s.cl.WholeGPUs(s.f)))
+	}
+	for g, n := range unfit {
+		if n > 0 {
+			gr := s.groups[g]
+			what := "whole GPUs"
+			if s.f.Slices && gr.kind == "gpu" {
+				what = "whole GPUs (the others being MPS or MIG GPUs)"
+			} else if gr.kind != "gpu" {
+				what = gr.kind + " instances"
+			}
+			s.notes = append(s.notes, fmt.Sprintf("%d jobs ask for more %s than a node offers (%d); they never run", n, what, gr.perNode))
+		}
+	}
+}
+
+func (s *sim) push(t time.Duration, k eventKind, id int32, epoch uint32) {
+	s.seq++
+	heap.Push(&s.events, event{t: t, class: k.class(), kind: k, id: id, epoch: epoch, seq: s.seq})
+}
+
+// before is the eval broker's order: effective priority, then arrival,
+// then trace order.
+func (s *sim) before(a, b int32) bool {
+	x, y := &s.jobs[a], &s.jobs[b]
+	if x.prio != y.prio {
+		return x.prio > y.prio
+	}
+	if x.arrival != y.arrival {
+		return x.arrival < y.arrival
+	}
+	return a < b
+}
+
+func (s *sim) run() {
+	for len(s.events) > 0 {
+		e := s.events[0]
+		if e.t > s.horizon {
+			break
+		}
+		if s.dirty && (e.t > s.now || e.class > 0) {
+			s.dirty = false
+			s.schedule()
+			continue // the pass may have added events at this instant
+		}
+		heap.Pop(&s.events)
+		s.now = e.t
+		s.handle(e)
+	}
+	// Placements at the horizon start nothing, so a last pass is moot.
+}
+
+func (s *sim) handle(e event) {
+	switch e.kind {
+	case evArrive:
+		s.enqueue(e.id)
+		s.dirty = true
+	case evRun:
+		j := &s.jobs[e.id]
+		if j.epoch != e.epoch || j.state != jobPending {
+			return
+		}
+		j.state = jobRunning
+		s.pending--
+		j.since = s.now
+		s.recs[e.id].Starts = append(s.recs[e.id].Starts, s.now)
+		s.push(s.now+j.remaining, evFinish, e.id, j.epoch)
+	case evFinish:
+		j := &s.jobs[e.id]
+		if j.epoch != e.epoch || j.state != jobRunning {
+			return
+		}
+		s.release(e.id)
+		j.state = jobDone
+		j.remaining = 0
+		s.recs[e.id].Done, s.recs[e.id].Finish = true, s.now
+		s.capVer[j.g]++
+		s.dirty = true
+	case evNodeReady:
+		if s.nodes[e.id].state == nodeBooting {
+			s.setReady(e.id)
+			for g := range s.capVer {
+				s.capVer[g]++
+			}
+			s.dirty = true
+		}
+	case evNodeGone:
+		s.nodes[e.id].state = nodeGone
+		s.nRemoving--
+	case evRaiseEnd:
+		s.endRaise(e.id, e.epoch)
+	case evScale:
+		s.autoscale()
+		s.push(s.now+s.evalEvery, evScale, 0, 0)
+	case evSample:
+		s.sample()
+		if next, ok := s.nextSample(e.epoch + 1); ok {
+			s.push(next, evSample, 0, e.epoch+1)
+		}
+	}
+}
+
+// nextSample is the i-th sample's time: i × SampleEvery, with a last one
+// at the horizon; by default the horizon split in samplesDefault steps.
+func (s *sim) nextSample(i uint32) (time.Duration, bool) {
+	if s.sampleEvery == 0 {
+		if s.horizon == 0 || int(i) > s.samples {
+			return 0, false
+		}
+		return time.Duration(int64(s.horizon)/int64(s.samples)*int64(i) +
+			int64(s.horizon)%int64(s.samples)*int64(i)/int64(s.samples)), true
+	}
+	prev := time.Duration(i-1) * s.sampleEvery
+	if prev >= s.horizon {
+		return 0, false
+	}
+	return min(time.Duration(i)*s.sampleEvery, s.horizon), true
+}
+
+// Nodes.
+
+func (s *sim) addNode() int32 {
+	cl := s.cl
+	n := node{state: nodeBooting, free: make([]int, len(s.groups)), pos: make([]int32, len(s.groups)), readyPos: -1}
+	for g := range s.groups {
+		n.free[g] = s.groups[g].perNode
+		n.pos[g] = -1
+	}
+	if s.mpsGroup >= 0 {
+		n.mpsUsed = make([]int, cl.MPSGPUs)
+	}
+	if len(s.slotGroup) > 0 {
+		n.mig = make([]bool, cl.MIGGPUs*len(s.slotGroup))
+		n.migUsed = make([]int, cl.MIGGPUs)
+	}
+	s.nodes = append(s.nodes, n)
+	s.nBooting++
+	return int32(len(s.nodes) - 1)
+}
+
+func (s *sim) setReady(id int32) {
+	n := &s.nodes[id]
+	n.state = nodeReady
+	s.nBooting--
+	n.readyPos = int32(len(s.ready))
+	s.ready = append(s.ready, id)
+	s.nReady++
+	for g, f := range n.free {
+		s.bucketAdd(g, f, id)
+	}
+}
+
+// startRemoval takes an idle ready node out of service.
+func (s *sim) startRemoval(id int32) {
+	n := &s.nodes[id]
+	for g, f := range n.free {
+		s.bucketDel(g, f, id)
+	}
+	last := s.ready[len(s.ready)-1]
+	s.ready[n.readyPos] = last
+	s.nodes[last].readyPos = n.readyPos
+	s.ready = s.ready[:len(s.ready)-1]
+	n.readyPos = -1
+	n.state = nodeRemoving
+	s.nReady--
+	s.nRemoving++
+	s.push(s.now+s.remove, evNodeGone, id, 0)
+}
+
+func (s *sim) bucketAdd(g, f int, id int32) {
+	if f == 0 {
+		return
+	}
+	b := &s.buckets[g][f]
+	s.nodes[id].pos[g] = int32(len(*b))
+	*b = append(*b, id)
+}
+
+func (s *sim) bucketDel(g, f int, id int32) {
+	if f == 0 {
+		return
+	}
+	b := s.buckets[g][f]
+	p := s.nodes[id].pos[g]
+	last := b[len(b)-1]
+	b[p] = last
+	s.nodes[last].pos[g] = p
+	s.buckets[g][f] = b[:len(b)-1]
+	s.nodes[id].pos[g] = -1
+}
+
+func (s *sim) changeFree(id int32, g, delta int) {
+	n := &s.nodes[id]
+	old := n.free[g]
+	n.free[g] = old + delta
+	if n.state == nodeReady {
+		s.bucketDel(g, old, id)
+		s.bucketAdd(g, old+delta, id)
+	}
+}
+
+// Queue.
+
+func (s *sim) enqueue(id int32) {
+	j := &s.jobs[id]
+	j.state = jobWaiting
+	s.waiting++
+	q := &s.sqs[j.sq]
+	heap.Push(q, id)
+	if q.mi >= 0 {
+		heap.Fix(&s.merge, q.mi)
+	}
+}
+
+func (s *sim) dequeue(id int32) {
+	j := &s.jobs[id]
+	q := &s.sqs[j.sq]
+	heap.Remove(q, int(j.qi))
+	s.waiting--
+	if q.mi >= 0 {
+		if q.Len() == 0 {
+			heap.Remove(&s.merge, q.mi)
+		} else {
+			heap.Fix(&s.merge, q.mi)
+		}
+	}
+}
+
+// Allocations.
+
+// place gives a waiting job its devices on node id; it runs after delay.
+func (s *sim) place(id int32, nid int32, delay time.Duration) {
+	s.dequeue(id)
+	j := &s.jobs[id]
+	n := &s.nodes[nid]
+	switch {
+	case j.g == s.mpsGroup:
+		j.mps = j.mps[:0]
+		for need := j.k; need > 0; {
+			// The most used GPU with room, so shares stay together.
+			best := -1
+			for i, u := range n.mpsUsed {
+				if u < s.mpsShares && (best < 0 || u > n.mpsUsed[best]) {
+					best = i
+				}
+			}
+			take := min(need, s.mpsShares-n.mpsUsed[best])
+			n.mpsUsed[best] += take
+			need -= take
+			j.mps = append(j.mps, int16(best), int16(take))
+		}
+	case s.groups[j.g].kind == "mig":
+		best := -1
+		p := len(s.slotGroup)
+		for gpu := range n.migUsed {
+			if best >= 0 && n.migUsed[gpu] <= n.migUsed[best/p] {
+				continue
+			}
+			for slot, g := range s.slotGroup {
+				if g == j.g && !n.mig[gpu*p+slot] {
+					best = gpu*p + slot
+					break
+				}
+			}
+		}
+		n.mig[best] = true
+		n.migUsed[best/p]++
+		j.mig = int32(best)
+	}
+	s.changeFree(nid, j.g, -j.k)
+	n.held += j.units
+	s.heldUnit += j.units
+	j.node = nid
+	j.allocPos = int32(len(n.allocs))
+	n.allocs = append(n.allocs, id)
+	s.cntPrio[j.g][j.prio]++
+	j.state = jobPending
+	s.pending++
+	j.epoch++
+	s.push(s.now+delay, evRun, id, j.epoch)
+}
+
+// release frees a placed job's devices; the caller sets its state.
+func (s *sim) release(id int32) {
+	j := &s.jobs[id]
+	nid := j.node
+	n := &s.nodes[nid]
+	switch j.state {
+	case jobPending:
+		s.pending--
+	case jobRunning:
+		j.remaining -= s.now - j.since
+	}
+	for i := 0; i < len(j.mps); i += 2 {
+		n.mpsUsed[j.mps[i]] -= int(j.mps[i+1])
+	}
+	j.mps = j.mps[:0]
+	if j.mig >= 0 {
+		n.mig[j.mig] = false
+		n.migUsed[int(j.mig)/len(s.slotGroup)]--
+		j.mig = -1
+	}
+	s.changeFree(nid, j.g, j.k)
+	n.held -= j.units
+	s.heldUnit -= j.units
+	last := n.allocs[len(n.allocs)-1]
+	n.allocs[j.allocPos] = last
+	s.jobs[last].allocPos = j.allocPos
+	n.allocs = n.allocs[:len(n.allocs)-1]
+	j.node, j.allocPos = -1, -1
+	s.cntPrio[j.g][j.prio]--
+}
+
+func (s *sim) endRaise(id int32, raise uint32) {
+	j := &s.jobs[id]
+	if j.raise != raise || j.prio == j.base {
+		return
+	}
+	switch j.state {
+	case jobWaiting:
+		j.prio = j.base
+		heap.Fix(&s.sqs[j.sq], int(j.qi))
+	case jobPending, jobRunning:
+		s.cntPrio[j.g][j.prio]--
+		j.prio = j.base
+		s.cntPrio[j.g][j.prio]++
+		// It may be preemptable now: blocked jobs of its kind look again.
+		s.capVer[j.g]++
+		s.dirty = true
+	default:
+		j.prio = j.base
+	}
+}
+
+// Scheduling.
+
+// schedule is one scheduler pass at this instant: every sub-queue whose
+// head may fit now is worked through in the broker's order until its
+// first job that neither fits nor can preempt. It repeats while a pass
+// left sub-queues worth another look (a preemption's leftover, a victim
+// that waits again).
+func (s *sim) schedule() {
+	for {
+		s.merge.sqs = s.merge.sqs[:0]
+		for i := range s.sqs {
+			q := &s.sqs[i]
+			q.mi = -1
+			if q.Len() > 0 && (q.ids[0] != q.tried || q.triedCap != s.capVer[q.g]) {
+				q.mi = len(s.merge.sqs)
+				s.merge.sqs = append(s.merge.sqs, i)
+			}
+		}
+		if len(s.merge.sqs) == 0 {
+			return
+		}
+		heap.Init(&s.merge)
+		for s.merge.Len() > 0 {
+			qi := s.merge.sqs[0]
+			q := &s.sqs[qi]
+			id := q.ids[0]
+			if s.tryPlace(id) || (s.f.Preemption && s.tryPreempt(id)) {
+				continue // dequeue kept the merge heap in order
+			}
+			q.tried, q.triedCap = id, s.capVer[q.g]
+			heap.Remove(&s.merge, q.mi)
+		}
+		for i := range s.sqs {
+			s.sqs[i].mi = -1
+		}
+	}
+}
+
+// bestNode is the fitting ready node holding the most, ties to the lowest
+// index: Nomad's binpack.
+func (s *sim) bestNode(g, k int) int32 {
+	best, bestHeld := int32(-1), -1
+	for f := k; f < len(s.buckets[g]); f++ {
+		for _, id := range s.buckets[g][f] {
+			if h := s.nodes[id].held; h > bestHeld || h == bestHeld && id < best {
+				best, bestHeld = id, h
+			}
+		}
+	}
+	return best
+}
+
+func (s *sim) tryPlace(id int32) bool {
+	j := &s.jobs[id]
+	if j.k > s.groups[j.g].perNode {
+		return false
+	}
+	nid := s.bestNode(j.g, j.k)
+	if nid < 0 {
+		return false
+	}
+	s.place(id, nid, s.start)
+	return true
+}
+
+// tryPreempt looks for the node where preempting the fewest
+// GPU-equivalents of lower-priority allocations lets the job fit, and
+// does it.
+func (s *sim) tryPreempt(id int32) bool {
+	j := &s.jobs[id]
+	g, k, lim := j.g, j.k, j.prio-preemptGap
+	if lim < 1 || k > s.groups[g].perNode {
+		return false
+	}
+	some := false
+	for p := 1; p <= lim; p++ {
+		if s.cntPrio[g][p] > 0 {
+			some = true
+			break
+		}
+	}
+	if !some {
+		return false
+	}
+	bestNode, bestUnits, bestPrio := int32(-1), 0, 0
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		avail := n.free[g]
+		s.cand = s.cand[:0]
+		for _, a := range n.allocs {
+			if v := &s.jobs[a]; v.g == g && v.prio <= lim {
+				avail += v.k
+				s.cand = append(s.cand, a)
+			}
+		}
+		if avail < k || len(s.cand) == 0 {
+			continue
+		}
+		slices.SortFunc(s.cand, func(a, b int32) int {
+			x, y := &s.jobs[a], &s.jobs[b]
+			if x.prio != y.prio {
+				return x.prio - y.prio
+			}
+			if x.k != y.k {
+				return y.k - x.k
+			}
+			return int(b - a)
+		})
+		have := n.free[g]
+		s.chosen = s.chosen[:0]
+		for _, a := range s.cand {
+			if have >= k {
+				break
+			}
+			s.chosen = append(s.chosen, a)
+			have += s.jobs[a].k
+		}
+		// Drop victims that turned out not to be needed, the highest
+		// priority first.
+		for i := len(s.chosen) - 1; i >= 0; i-- {
+			if c := s.jobs[s.chosen[i]].k; have-c >= k {
+				have -= c
+				s.chosen = slices.Delete(s.chosen, i, i+1)
+			}
+		}
+		units, prio := 0, 0
+		for _, a := range s.chosen {
+			units += s.jobs[a].units
+			prio = max(prio, s.jobs[a].prio)
+		}
+		if bestNode < 0 || units < bestUnits || units == bestUnits && (prio < bestPrio || prio == bestPrio && nid < bestNode) {
+			bestNode, bestUnits, bestPrio = nid, units, prio
+			s.best = append(s.best[:0], s.chosen...)
+		}
+	}
+	if bestNode < 0 {
+		return false
+	}
+	freed := 0
+	for _, v := range s.best {
+		s.release(v)
+		freed += s.jobs[v].k
+	}
+	s.place(id, bestNode, s.start+s.preemptDelay)
+	for _, v := range s.best {
+		vj := &s.jobs[v]
+		vj.epoch++
+		s.recs[v].Preemptions++
+		if s.raiseFor > 0 {
+			vj.prio = j.prio
+			vj.raise++
+			s.push(s.now+s.raiseFor, evRaiseEnd, v, vj.raise)
+		}
+		s.enqueue(v)
+	}
+	if freed > k {
+		// More was freed than the preemptor took: its kind has room again.
+		s.capVer[g]++
+	}
+	return true
+}

@@ -1,0 +1,370 @@
+// Package tracereplay replays a GPU job trace on a cluster and measures
+// what the cluster made of it: how full it was, how long jobs waited, how
+// fragmented its free GPUs were, what preemption cost and how many
+// node-minutes it used. `make bench-trace` replays a trace on a real Nomad
+// cluster with sim GPUs (the e2e harness, engine "nomad") and on the
+// discrete-event model of package model (engine "model"), for each
+// configuration compared, and package report turns the Results into a
+// Markdown report with plots.
+//
+// All times here are trace time: the trace's own seconds, whatever the
+// compression a real replay ran at. A real engine converts its wall-clock
+// measurements back by multiplying them by the compression factor.
+package tracereplay
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Job is one job of a trace.
+type Job struct {
+	// ID names the job; unique within a trace.
+	ID string
+	// Arrival is when the job is submitted, from the trace's zero.
+	Arrival time.Duration
+	// Duration is how long it runs once placed, without interruption.
+	Duration time.Duration
+	// GPUs is the whole GPUs it asks for (≥ 1); 1 when Fraction < 1.
+	GPUs int
+	// Fraction is the share of one GPU it asks for, in (0, 1]; 1 asks
+	// for GPUs whole GPUs.
+	Fraction float64
+	// MemoryMiB is the GPU memory it needs per GPU; 0 when not given.
+	MemoryMiB int
+	// Priority is its Nomad job priority, 1 to 100; 0 when not given
+	// (Nomad's default 50).
+	Priority int
+	// Util is the GPU utilisation its load runs at, in percent (0, 100];
+	// 0 when not given (DefaultUtil).
+	Util float64
+}
+
+// DefaultPriority and DefaultUtil stand in for a Job's unset fields.
+const (
+	DefaultPriority = 50
+	DefaultUtil     = 80
+)
+
+// EffectivePriority is the job's priority, DefaultPriority when unset.
+func (j Job) EffectivePriority() int {
+	if j.Priority == 0 {
+		return DefaultPriority
+	}
+	return j.Priority
+}
+
+// EffectiveUtil is the job's utilisation, DefaultUtil when unset.
+func (j Job) EffectiveUtil() float64 {
+	if j.Util == 0 {
+		return DefaultUtil
+	}
+	return j.Util
+}
+
+// Fractional reports whether the job asks for part of one GPU.
+func (j Job) Fractional() bool { return j.Fraction > 0 && j.Fraction < 1 }
+
+// Trace is a replayable job list, sorted by Arrival.
+type Trace struct {
+	Jobs []Job
+	// Source says where the jobs came from and how they were picked, for
+	// the report ("philly.csv: busiest 6h window from 2017-10-04 21:14:49,
+	// 300 of 1947 jobs, seed 1").
+	Source string
+}
+
+// Span is the time from the trace's zero to its last arrival.
+func (t Trace) Span() time.Duration {
+	if len(t.Jobs) == 0 {
+		return 0
+	}
+	return t.Jobs[len(t.Jobs)-1].Arrival
+}
+
+// Features are the parts of nomad-gpu a configuration turns on. The zero
+// value is the baseline: whole GPUs only, no preemption, a fixed node
+// count (what Nomad with the stock NVIDIA device plugin gives).
+type Features struct {
+	// Slices sends fractional requests to MPS shares or MIG slices
+	// where the node layout has them (Layout.Slice); without it every
+	// job takes whole GPUs.
+	Slices bool
+	// Preemption enables Nomad's priority preemption for batch jobs,
+	// with checkpoints on every stop (a preempted job resumes where it
+	// was) and the preemption cooldown.
+	Preemption bool
+	// Autoscale names the strategy that scales the node pool between
+	// Cluster.MinNodes and MaxNodes: "gpu-queue" or "target-value"; ""
+	// keeps Cluster.Nodes fixed.
+	Autoscale string
+}
+
+// Autoscale strategies a configuration may name.
+const (
+	AutoscaleNone        = ""
+	AutoscaleGPUQueue    = "gpu-queue"
+	AutoscaleTargetValue = "target-value"
+)
+
+// Validate says what is wrong with f, naming the field.
+func (f Features) Validate() error {
+	switch f.Autoscale {
+	case AutoscaleNone, AutoscaleGPUQueue, AutoscaleTargetValue:
+		return nil
+	}
+	return fmt.Errorf("autoscale: %q is not a strategy; allowed: %q, %q or none", f.Autoscale, AutoscaleGPUQueue, AutoscaleTargetValue)
+}
+
+// Config is one configuration compared in a run.
+type Config struct {
+	// Name is how the report calls it ("baseline", "nomad-gpu",
+	// "+slices").
+	Name string
+	Features
+}
+
+// Cluster is the cluster's shape, the same for every configuration of a
+// run.
+type Cluster struct {
+	// Nodes is the node count of a fixed cluster and the count an
+	// autoscaled pool starts with.
+	Nodes int
+	// MinNodes and MaxNodes bound an autoscaled pool.
+	MinNodes, MaxNodes int
+	// GPUsPerNode is each node's physical GPUs.
+	GPUsPerNode int
+	// MPSGPUs of each node's GPUs are offered as MPSShares MPS shares
+	// each when a configuration has Slices (whole GPUs otherwise).
+	MPSGPUs, MPSShares int
+	// MIGGPUs further GPUs of each node are in MIG mode with the
+	// instances MIGProfiles when a configuration has Slices.
+	MIGGPUs     int
+	MIGProfiles []string
+}
+
+// Validate says what is wrong with c, naming the field.
+func (c Cluster) Validate() error {
+	switch {
+	case c.GPUsPerNode < 1:
+		return fmt.Errorf("gpus_per_node: %d; allowed: 1 or more", c.GPUsPerNode)
+	case c.Nodes < 0:
+		return fmt.Errorf("nodes: %d; allowed: 0 or more", c.Nodes)
+	case c.MinNodes < 0 || c.MinNodes > c.MaxNodes:
+		return fmt.Errorf("min_nodes, max_nodes: %d, %d; allowed: 0 ≤ min ≤ max", c.MinNodes, c.MaxNodes)
+	case c.MPSGPUs < 0 || c.MIGGPUs < 0 || c.MPSGPUs+c.MIGGPUs > c.GPUsPerNode:
+		return fmt.Errorf("mps_gpus, mig_gpus: %d, %d; allowed: 0 or more, together at most gpus_per_node (%d)", c.MPSGPUs, c.MIGGPUs, c.GPUsPerNode)
+	case c.MPSGPUs > 0 && (c.MPSShares < 2 || c.MPSShares > 48):
+		return fmt.Errorf("mps_shares: %d; allowed: 2 to 48", c.MPSShares)
+	case c.MIGGPUs > 0 && len(c.MIGProfiles) == 0:
+		return fmt.Errorf("mig_profiles: empty with mig_gpus %d; allowed: profiles such as 3g.40gb, 1g.10gb", c.MIGGPUs)
+	}
+	sevenths := 0
+	for i, p := range c.MIGProfiles {
+		g, err := MIGSevenths(p)
+		if err != nil {
+			return fmt.Errorf("mig_profiles[%d]: %w", i, err)
+		}
+		sevenths += g
+	}
+	if c.MIGGPUs > 0 && sevenths > 7 {
+		return fmt.Errorf("mig_profiles: %v take %d sevenths of a GPU; allowed: at most 7", c.MIGProfiles, sevenths)
+	}
+	return nil
+}
+
+// MIGSevenths is the compute share of a MIG profile ("3g.40gb") in
+// sevenths of a GPU: its leading g count.
+func MIGSevenths(profile string) (int, error) {
+	var g, mem int
+	if _, err := fmt.Sscanf(profile, "%dg.%dgb", &g, &mem); err != nil || g < 1 || g > 7 {
+		return 0, fmt.Errorf("%q is not a MIG profile; allowed: <1-7>g.<memory>gb, such as 1g.10gb", profile)
+	}
+	return g, nil
+}
+
+// Slice is what a job runs on.
+type Slice struct {
+	// Kind is "gpu", "mps" or "mig".
+	Kind string
+	// Count is the whole GPUs, MPS shares or MIG instances asked.
+	Count int
+	// Profile is the MIG profile; "" otherwise.
+	Profile string
+	// GPUs is the GPU-equivalents held: whole GPUs, shares / shares
+	// per GPU, or the profile's sevenths / 7.
+	GPUs float64
+}
+
+// Device is the Nomad device name a job asks for this slice with:
+// nvidia/gpu, nvidia/mps or nvidia/mig/<profile>.
+func (s Slice) Device() string {
+	switch s.Kind {
+	case "mps":
+		return "nvidia/mps"
+	case "mig":
+		return "nvidia/mig/" + s.Profile
+	}
+	return "nvidia/gpu"
+}
+
+// Slice maps a job's request onto this cluster's layout under a
+// configuration: with Slices, a fractional request takes the fewest MPS
+// shares that cover its fraction when the nodes offer MPS; else, with MIG,
+// the smallest profile whose compute share covers it; else one whole GPU.
+// A whole-GPU request asks for min(GPUs, WholeGPUs) whole GPUs: a job
+// cannot span nodes, and with Slices a node has fewer whole GPUs. Every engine maps jobs through here.
+func (c Cluster) Slice(j Job, f Features) Slice {
+	if f.Slices && j.Fractional() {
+		if c.MPSGPUs > 0 {
+			n := max(1, int(math.Ceil(j.Fraction*float64(c.MPSShares)-1e-9)))
+			if n < c.MPSShares {
+				return Slice{Kind: "mps", Count: n, GPUs: float64(n) / float64(c.MPSShares)}
+			}
+		}
+		if c.MIGGPUs > 0 {
+			best, bestG := "", 8
+			for _, p := range c.MIGProfiles {
+				g, err := MIGSevenths(p)
+				if err == nil && float64(g)/7 >= j.Fraction-1e-9 && g < bestG {
+					best, bestG = p, g
+				}
+			}
+			if best != "" {
+				return Slice{Kind: "mig", Count: 1, Profile: best, GPUs: float64(bestG) / 7}
+			}
+		}
+	}
+	n := max(1, min(j.GPUs, c.WholeGPUs(f)))
+	return Slice{Kind: "gpu", Count: n, GPUs: float64(n)}
+}
+
+// WholeGPUs is the GPUs a node offers whole under f.
+func (c Cluster) WholeGPUs(f Features) int {
+	if f.Slices {
+		return c.GPUsPerNode - c.MPSGPUs - c.MIGGPUs
+	}
+	return c.GPUsPerNode
+}
+
+// Result is what one engine measured for one configuration.
+type Result struct {
+	// Engine is "nomad" (real agents) or "model".
+	Engine string
+	// Version is the Nomad version a real run used, or the model's.
+	Version string
+	Config  Config
+	Cluster Cluster
+	// Compression is trace seconds per wall-clock second of a real run;
+	// the model runs in trace time and records the compression it was
+	// calibrated for (its latencies are wall-clock ones times it).
+	Compression float64
+	// Horizon is the end of the measured period; figures cover
+	// [0, Horizon]. Work not done by then is cut off there.
+	Horizon time.Duration
+	// Jobs holds one record per trace job, in trace order.
+	Jobs []JobRecord
+	// Timeline samples the cluster over [0, Horizon], in time order.
+	Timeline []Sample
+	// Notes are things the engine saw that the figures do not show
+	// (jobs clipped to a node's GPUs, placement errors), one line each.
+	Notes []string
+}
+
+// JobRecord is what happened to one job.
+type JobRecord struct {
+	ID      string
+	Arrival time.Duration
+	// Starts are the times its allocations started running: the first
+	// is its wait's end, each later one a resume after a preemption.
+	Starts []time.Duration
+	// Finish is when it completed; valid with Done.
+	Finish time.Duration
+	Done   bool
+	// Preemptions counts the times it was preempted.
+	Preemptions int
+	// LostWork is the run time it had to redo after preemptions: work
+	// since its last checkpoint.
+	LostWork time.Duration
+	// Slice is what it ran on.
+	Slice Slice
+}
+
+// Sample is the cluster at one instant.
+type Sample struct {
+	At time.Duration
+	// Nodes are the nodes up: started and not yet removed, booting ones
+	// included (they cost node-minutes).
+	Nodes int
+	// GPUs are the physical GPUs of ready nodes.
+	GPUs float64
+	// Allocated are the GPU-equivalents held by allocations.
+	Allocated float64
+	// Busy are the GPU-equivalents busy: Σ utilisation × held.
+	Busy float64
+	// Fragmentation is the share of free device instances that no
+	// queued request can use or that are free slices of a partly used
+	// GPU, as nomad_gpu_cluster_fragmentation_ratio (0 when none free).
+	Fragmentation float64
+	// Queued are the jobs submitted and not running.
+	Queued int
+}
+
+// Policy is how the cluster's control loops behave, in wall-clock time
+// of the deployment: a real replay writes these into its autoscaler
+// policy and plugin configs, and the model multiplies them by the
+// compression to get trace time. Every engine reads the same Policy.
+type Policy struct {
+	// EvalInterval and Cooldown are the scaling policy's
+	// evaluation_interval and cooldown.
+	EvalInterval, Cooldown time.Duration
+	// MaxScaleUp and MaxScaleDown bound one scaling action (gpu-queue's
+	// max_scale_up and max_scale_down).
+	MaxScaleUp, MaxScaleDown int
+	// IdleFloor is the GPU allocation percentage under which gpu-queue
+	// scales in, once it has been under it for ScaleInAfter.
+	IdleFloor    float64
+	ScaleInAfter time.Duration
+	// TargetAlloc is target-value's target GPU allocation percentage.
+	TargetAlloc float64
+	// PreemptionCooldown is the driver's preemption { cooldown }.
+	PreemptionCooldown time.Duration
+	// CommitTimeout is the tasks' checkpoint { commit_timeout }.
+	CommitTimeout time.Duration
+}
+
+// DefaultPolicy is what `make bench-trace` runs with.
+func DefaultPolicy() Policy {
+	return Policy{
+		EvalInterval:       2 * time.Second,
+		Cooldown:           4 * time.Second,
+		MaxScaleUp:         4,
+		MaxScaleDown:       2,
+		IdleFloor:          30,
+		ScaleInAfter:       10 * time.Second,
+		TargetAlloc:        70,
+		PreemptionCooldown: 10 * time.Second,
+		CommitTimeout:      10 * time.Second,
+	}
+}
+
+// Latencies are how long the cluster's mechanics take, wall-clock: the
+// model's calibration parameters, measured by a real run.
+type Latencies struct {
+	// Start is from a placeable job's submission to its task running.
+	Start time.Duration
+	// Boot is from a scale-out's request to its node being ready.
+	Boot time.Duration
+	// Remove is from a scale-in's request to its node being gone.
+	Remove time.Duration
+	// Preempt is from a preemptor's submission to the preempted task
+	// stopped with its checkpoint committed.
+	Preempt time.Duration
+}
+
+// DefaultLatencies are the figures a real replay on this kind of machine
+// measured (2 cores, sim GPUs); a calibrated run measures its own.
+func DefaultLatencies() Latencies {
+	return Latencies{Start: 1 * time.Second, Boot: 8 * time.Second, Remove: 3 * time.Second, Preempt: 1 * time.Second}
+}

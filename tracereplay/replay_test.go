@@ -1,0 +1,129 @@
+package tracereplay
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClusterSlice(t *testing.T) {
+	mps := Cluster{GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
+	mig := Cluster{GPUsPerNode: 8, MIGGPUs: 1, MIGProfiles: []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"}}
+	slices := Features{Slices: true}
+	tests := []struct {
+		name string
+		c    Cluster
+		j    Job
+		f    Features
+		want Slice
+	}{
+		{"whole", mps, Job{GPUs: 2, Fraction: 1}, slices, Slice{Kind: "gpu", Count: 2, GPUs: 2}},
+		{"a fraction without slices takes a GPU", mps, Job{GPUs: 1, Fraction: 0.25}, Features{}, Slice{Kind: "gpu", Count: 1, GPUs: 1}},
+		{"a quarter is one share", mps, Job{GPUs: 1, Fraction: 0.25}, slices, Slice{Kind: "mps", Count: 1, GPUs: 0.25}},
+		{"a bit more than a quarter is two", mps, Job{GPUs: 1, Fraction: 0.3}, slices, Slice{Kind: "mps", Count: 2, GPUs: 0.5}},
+		{"every share is a whole GPU", mps, Job{GPUs: 1, Fraction: 0.9}, slices, Slice{Kind: "gpu", Count: 1, GPUs: 1}},
+		{"MIG: the smallest profile that covers", mig, Job{GPUs: 1, Fraction: 0.25}, slices, Slice{Kind: "mig", Count: 1, Profile: "2g.20gb", GPUs: 2.0 / 7}},
+		{"MIG: a seventh", mig, Job{GPUs: 1, Fraction: 0.1}, slices, Slice{Kind: "mig", Count: 1, Profile: "1g.10gb", GPUs: 1.0 / 7}},
+		{"MIG: none covers", mig, Job{GPUs: 1, Fraction: 0.6}, slices, Slice{Kind: "gpu", Count: 1, GPUs: 1}},
+		{"clipped to a node", mps, Job{GPUs: 16, Fraction: 1}, Features{}, Slice{Kind: "gpu", Count: 8, GPUs: 8}},
+		{"clipped to a node's whole GPUs", mps, Job{GPUs: 16, Fraction: 1}, slices, Slice{Kind: "gpu", Count: 6, GPUs: 6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.Slice(tt.j, tt.f); got != tt.want {
+				t.Errorf("Slice = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClusterValidate(t *testing.T) {
+	ok := Cluster{Nodes: 4, MinNodes: 2, MaxNodes: 6, GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
+	tests := []struct {
+		name string
+		edit func(*Cluster)
+		want string
+	}{
+		{"valid", func(*Cluster) {}, ""},
+		{"no GPUs", func(c *Cluster) { c.GPUsPerNode = 0 }, "gpus_per_node: 0; allowed: 1 or more"},
+		{"min above max", func(c *Cluster) { c.MinNodes = 7 }, "min_nodes, max_nodes: 7, 6"},
+		{"too many slice GPUs", func(c *Cluster) { c.MPSGPUs = 9 }, "mps_gpus, mig_gpus: 9, 0"},
+		{"shares", func(c *Cluster) { c.MPSShares = 1 }, "mps_shares: 1; allowed: 2 to 48"},
+		{"MIG without profiles", func(c *Cluster) { c.MIGGPUs = 1 }, "mig_profiles: empty"},
+		{"bad profile", func(c *Cluster) { c.MIGGPUs, c.MIGProfiles = 1, []string{"big"} }, `mig_profiles[0]: "big" is not a MIG profile`},
+		{"profiles over a GPU", func(c *Cluster) { c.MIGGPUs, c.MIGProfiles = 1, []string{"4g.40gb", "4g.40gb"} }, "take 8 sevenths"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ok
+			tt.edit(&c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseConfigs(t *testing.T) {
+	got, err := ParseConfigs(DefaultConfigs, AutoscaleGPUQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Config{
+		{Name: "baseline"},
+		{Name: "+slices", Features: Features{Slices: true}},
+		{Name: "+preemption", Features: Features{Preemption: true}},
+		{Name: "+autoscale", Features: Features{Autoscale: AutoscaleGPUQueue}},
+		{Name: "nomad-gpu", Features: Features{Slices: true, Preemption: true, Autoscale: AutoscaleGPUQueue}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ParseConfigs = %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("config %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	tv, err := ParseConfigs("baseline, nomad-gpu", AutoscaleTargetValue)
+	if err != nil || tv[1].Name != "nomad-gpu (target-value)" || tv[1].Autoscale != AutoscaleTargetValue || tv[0].Autoscale != "" {
+		t.Errorf("with target-value: %+v, %v", tv, err)
+	}
+	for list, msg := range map[string]string{
+		"baseline,fast":     `configs: "fast" is not a configuration; allowed: baseline, +slices`,
+		"baseline,baseline": `configs: "baseline" is listed twice`,
+	} {
+		if _, err := ParseConfigs(list, AutoscaleGPUQueue); err == nil || !strings.HasPrefix(err.Error(), msg) {
+			t.Errorf("ParseConfigs(%q) = %v, want %q", list, err, msg)
+		}
+	}
+	if _, err := ParseConfigs("+autoscale", "hpa"); err == nil || !strings.Contains(err.Error(), `strategy: autoscale: "hpa" is not a strategy`) {
+		t.Errorf("a bad strategy: %v", err)
+	}
+}
+
+func TestParamsLoadErrors(t *testing.T) {
+	base := Params{Jobs: 10, Compression: 360, Nodes: 4, MinNodes: 2, MaxNodes: 6, GPUsPerNode: 8, Configs: "baseline", Strategy: AutoscaleGPUQueue}
+	tests := []struct {
+		name string
+		edit func(*Params)
+		want string
+	}{
+		{"compression", func(p *Params) { p.Compression = 0 }, "compression: 0; allowed: a number above 0"},
+		{"jobs", func(p *Params) { p.Jobs = -1 }, "jobs: -1; allowed: 0 (all) or more"},
+		{"no trace", func(*Params) {}, "philly: no trace given"},
+		{"missing trace", func(p *Params) { p.CSV = "/nonexistent.csv" }, "trace: open /nonexistent.csv"},
+		{"cluster", func(p *Params) { p.GPUsPerNode = 0 }, "gpus_per_node: 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := base
+			tt.edit(&p)
+			if _, err := p.Load(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}

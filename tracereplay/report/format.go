@@ -1,0 +1,131 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// kind is how a figure is printed and how its calibration error is told.
+type kind int
+
+const (
+	ratio    kind = iota // a fraction, printed in %; errors in percentage points
+	duration             // seconds of trace time
+	count
+	hours
+)
+
+// row is one figure of the tables.
+type row struct {
+	name string
+	kind kind
+	get  func(Figures) float64
+	// of, when set, is what the figure is out of ("290 / 300").
+	of func(Figures) int
+}
+
+func durationRow(name string, get func(Figures) time.Duration) row {
+	return row{name: name, kind: duration, get: func(f Figures) float64 { return get(f).Seconds() }}
+}
+
+func countRow(name string, get func(Figures) int) row {
+	return row{name: name, kind: count, get: func(f Figures) float64 { return float64(get(f)) }}
+}
+
+var rows = []row{
+	{name: "GPU allocated util", kind: ratio, get: func(f Figures) float64 { return f.AllocUtil }},
+	{name: "GPU busy util", kind: ratio, get: func(f Figures) float64 { return f.BusyUtil }},
+	{name: "fragmentation mean", kind: ratio, get: func(f Figures) float64 { return f.FragMean }},
+	durationRow("wait mean", func(f Figures) time.Duration { return f.WaitMean }),
+	durationRow("wait p50", func(f Figures) time.Duration { return f.WaitP50 }),
+	durationRow("wait p95", func(f Figures) time.Duration { return f.WaitP95 }),
+	durationRow("wait max", func(f Figures) time.Duration { return f.WaitMax }),
+	countRow("unstarted", func(f Figures) int { return f.Unstarted }),
+	durationRow("JCT mean", func(f Figures) time.Duration { return f.JCTMean }),
+	durationRow("JCT p50", func(f Figures) time.Duration { return f.JCTP50 }),
+	durationRow("JCT p95", func(f Figures) time.Duration { return f.JCTP95 }),
+	{name: "done / jobs", kind: count, get: func(f Figures) float64 { return float64(f.Done) }, of: func(f Figures) int { return f.Jobs }},
+	countRow("preemptions", func(f Figures) int { return f.Preemptions }),
+	{name: "lost GPU-hours", kind: hours, get: func(f Figures) float64 { return f.LostGPUHours }},
+	{name: "node-hours", kind: hours, get: func(f Figures) float64 { return f.NodeHours }},
+	countRow("peak nodes", func(f Figures) int { return f.PeakNodes }),
+}
+
+// cell prints a figure.
+func (rw row) cell(f Figures) string {
+	s := value(rw.kind, rw.get(f))
+	if rw.of != nil {
+		s += fmt.Sprintf(" / %d", rw.of(f))
+	}
+	return s
+}
+
+// calibrated prints model figure m with its error against real figure r.
+func (rw row) calibrated(m, r Figures) string {
+	return rw.cell(m) + " (±" + calibrationError(rw.kind, rw.get(m), rw.get(r)) + ")"
+}
+
+func value(k kind, v float64) string {
+	switch k {
+	case ratio:
+		return fmt.Sprintf("%.1f %%", 100*v)
+	case duration:
+		return Human(seconds(v))
+	case count:
+		return fmt.Sprintf("%.0f", v)
+	}
+	if v < 10 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// calibrationError tells how far model figure m is from real figure r:
+// percentage points for ratios, whose relative error would blow up near
+// 0 %; a relative error for the rest, or the absolute difference when r
+// is 0 and a relative one does not exist.
+func calibrationError(k kind, m, r float64) string {
+	d := math.Abs(m - r)
+	switch {
+	case k == ratio:
+		return fmt.Sprintf("%.1f pp", 100*d)
+	case r == 0:
+		return value(k, d)
+	}
+	return percent(d / math.Abs(r))
+}
+
+// relativeError is |m−r|/|r|; ok is false when r is 0.
+func relativeError(m, r float64) (e float64, ok bool) {
+	if r == 0 {
+		return 0, false
+	}
+	return math.Abs(m-r) / math.Abs(r), true
+}
+
+func percent(e float64) string {
+	if e < 0.1 {
+		return fmt.Sprintf("%.1f %%", 100*e)
+	}
+	return fmt.Sprintf("%.0f %%", 100*e)
+}
+
+// Human prints d for a reader: "1h 02m", "14m 05s", "45s", "2.5s".
+// Below an hour the seconds matter; above it they are noise.
+func Human(d time.Duration) string {
+	if d < 0 {
+		return "-" + Human(-d)
+	}
+	if d < 10*time.Second && d%time.Second != 0 {
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", d.Seconds()), ".0") + "s"
+	}
+	if s := d.Round(time.Second); s < time.Minute {
+		return fmt.Sprintf("%ds", s/time.Second)
+	} else if s < time.Hour {
+		return fmt.Sprintf("%dm %02ds", s/time.Minute, s%time.Minute/time.Second)
+	}
+	d = d.Round(time.Minute)
+	return fmt.Sprintf("%dh %02dm", d/time.Hour, d%time.Hour/time.Minute)
+}

@@ -1,0 +1,381 @@
+package report
+
+import (
+	"image/png"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+)
+
+const h = time.Hour
+
+func TestCompute(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    tracereplay.Result
+		want Figures
+	}{
+		{
+			name: "step integral, censored waits, lost work",
+			r: tracereplay.Result{
+				Horizon: 10 * h,
+				Timeline: []tracereplay.Sample{
+					{At: 0, Nodes: 2, GPUs: 16, Allocated: 8, Busy: 4, Fragmentation: 0.5},
+					{At: 4 * h, Nodes: 4, GPUs: 32, Allocated: 32, Busy: 16},
+					// After the horizon: not counted, not even for the peak.
+					{At: 12 * h, Nodes: 100, GPUs: 800, Allocated: 800, Busy: 800, Fragmentation: 1},
+				},
+				Jobs: []tracereplay.JobRecord{
+					{ID: "a", Arrival: 0, Starts: []time.Duration{1 * h}, Done: true, Finish: 3 * h, Slice: tracereplay.Slice{GPUs: 1}},
+					{ID: "b", Arrival: 1 * h, Starts: []time.Duration{90 * time.Minute, 5 * h}, Done: true, Finish: 7 * h,
+						Preemptions: 1, LostWork: 30 * time.Minute, Slice: tracereplay.Slice{GPUs: 4}},
+					{ID: "c", Arrival: 2 * h},                                  // waits until the horizon: 8h
+					{ID: "d", Arrival: 9 * h, Starts: []time.Duration{11 * h}}, // starts after it: 1h, unstarted
+				},
+			},
+			want: Figures{
+				AllocUtil: 224.0 / 256, BusyUtil: 112.0 / 256, FragMean: 0.2,
+				// Waits 1h, 30m, 8h, 1h.
+				WaitMean: 2*h + 37*time.Minute + 30*time.Second, WaitP50: 1 * h, WaitP95: 6*h + 57*time.Minute, WaitMax: 8 * h,
+				Unstarted: 2,
+				// JCTs 3h, 6h.
+				JCTMean: 4*h + 30*time.Minute, JCTP50: 4*h + 30*time.Minute, JCTP95: 5*h + 51*time.Minute,
+				Done: 2, Jobs: 4, Preemptions: 1, LostGPUHours: 2, NodeHours: 32, PeakNodes: 4,
+			},
+		},
+		{
+			name: "first sample stands for the time before it; fractional slice",
+			r: tracereplay.Result{
+				Horizon:  2 * h,
+				Timeline: []tracereplay.Sample{{At: 1 * h, Nodes: 1, GPUs: 8, Allocated: 2, Busy: 1, Fragmentation: 0.25}},
+				Jobs: []tracereplay.JobRecord{
+					{Arrival: 0, Starts: []time.Duration{0}, Preemptions: 3, LostWork: 2 * h, Slice: tracereplay.Slice{Kind: "mig", GPUs: 0.25}},
+				},
+			},
+			want: Figures{AllocUtil: 0.25, BusyUtil: 0.125, FragMean: 0.25, Jobs: 1, Preemptions: 3, LostGPUHours: 0.5, NodeHours: 2, PeakNodes: 1},
+		},
+		{
+			name: "nothing measured",
+			r:    tracereplay.Result{},
+			want: Figures{},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Compute(tc.r)
+			floats := []struct {
+				name      string
+				got, want float64
+			}{
+				{"AllocUtil", got.AllocUtil, tc.want.AllocUtil},
+				{"BusyUtil", got.BusyUtil, tc.want.BusyUtil},
+				{"FragMean", got.FragMean, tc.want.FragMean},
+				{"LostGPUHours", got.LostGPUHours, tc.want.LostGPUHours},
+				{"NodeHours", got.NodeHours, tc.want.NodeHours},
+			}
+			for _, f := range floats {
+				if math.IsNaN(f.got) || math.Abs(f.got-f.want) > 1e-9 {
+					t.Errorf("%s = %v, want %v", f.name, f.got, f.want)
+				}
+			}
+			durations := []struct {
+				name      string
+				got, want time.Duration
+			}{
+				{"WaitMean", got.WaitMean, tc.want.WaitMean},
+				{"WaitP50", got.WaitP50, tc.want.WaitP50},
+				{"WaitP95", got.WaitP95, tc.want.WaitP95},
+				{"WaitMax", got.WaitMax, tc.want.WaitMax},
+				{"JCTMean", got.JCTMean, tc.want.JCTMean},
+				{"JCTP50", got.JCTP50, tc.want.JCTP50},
+				{"JCTP95", got.JCTP95, tc.want.JCTP95},
+			}
+			for _, d := range durations {
+				if (d.got - d.want).Abs() > time.Millisecond {
+					t.Errorf("%s = %v, want %v", d.name, d.got, d.want)
+				}
+			}
+			ints := [][3]any{
+				{"Unstarted", got.Unstarted, tc.want.Unstarted},
+				{"Done", got.Done, tc.want.Done},
+				{"Jobs", got.Jobs, tc.want.Jobs},
+				{"Preemptions", got.Preemptions, tc.want.Preemptions},
+				{"PeakNodes", got.PeakNodes, tc.want.PeakNodes},
+			}
+			for _, i := range ints {
+				if i[1] != i[2] {
+					t.Errorf("%s = %v, want %v", i[0], i[1], i[2])
+				}
+			}
+		})
+	}
+}
+
+func TestHuman(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{2500 * time.Millisecond, "2.5s"},
+		{45 * time.Second, "45s"},
+		{59700 * time.Millisecond, "1m 00s"},
+		{14*time.Minute + 5*time.Second, "14m 05s"},
+		{59*time.Minute + 59*time.Second + 600*time.Millisecond, "1h 00m"},
+		{1*h + 2*time.Minute + 29*time.Second, "1h 02m"},
+		{26*h + 3*time.Minute, "26h 03m"},
+		{-90 * time.Second, "-1m 30s"},
+	} {
+		if got := Human(tc.d); got != tc.want {
+			t.Errorf("Human(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+func rowNamed(t *testing.T, name string) row {
+	t.Helper()
+	i := slices.IndexFunc(rows, func(r row) bool { return r.name == name })
+	if i < 0 {
+		t.Fatalf("no row %q", name)
+	}
+	return rows[i]
+}
+
+func TestCalibrationCells(t *testing.T) {
+	for _, tc := range []struct {
+		row  string
+		m, r Figures
+		want string
+	}{
+		{"GPU allocated util", Figures{AllocUtil: 0.612}, Figures{AllocUtil: 0.581}, "61.2 % (±3.1 pp)"},
+		// Ratios stay in points even against 0.
+		{"fragmentation mean", Figures{FragMean: 0.05}, Figures{}, "5.0 % (±5.0 pp)"},
+		{"wait p95", Figures{WaitP95: 14*time.Minute + 5*time.Second}, Figures{WaitP95: 755 * time.Second}, "14m 05s (±12 %)"},
+		{"wait mean", Figures{WaitMean: 45 * time.Second}, Figures{}, "45s (±45s)"},
+		{"preemptions", Figures{Preemptions: 21}, Figures{Preemptions: 20}, "21 (±5.0 %)"},
+		{"unstarted", Figures{Unstarted: 3}, Figures{}, "3 (±3)"},
+		{"lost GPU-hours", Figures{LostGPUHours: 1.2}, Figures{}, "1.20 (±1.20)"},
+		{"node-hours", Figures{NodeHours: 30}, Figures{NodeHours: 40}, "30.0 (±25 %)"},
+		{"done / jobs", Figures{Done: 270, Jobs: 300}, Figures{Done: 300, Jobs: 300}, "270 / 300 (±10 %)"},
+	} {
+		if got := rowNamed(t, tc.row).calibrated(tc.m, tc.r); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.row, got, tc.want)
+		}
+	}
+}
+
+func TestCalibrationMean(t *testing.T) {
+	r := Figures{AllocUtil: 0.5, WaitMean: 10 * time.Minute, Done: 100, Jobs: 100, NodeHours: 10}
+	m := Figures{AllocUtil: 0.6, WaitMean: 15 * time.Minute, Done: 100, Jobs: 100, NodeHours: 10, Preemptions: 7}
+	// Figures with real 0 (preemptions among them) are left out: 20 %, 50 %, 0, 0.
+	mean, n, worst, worstErr := calibration(m, r)
+	if n != 4 || math.Abs(mean-0.175) > 1e-9 || worst != "wait mean" || math.Abs(worstErr-0.5) > 1e-9 {
+		t.Errorf("calibration = %v over %d, worst %q %v; want 0.175 over 4, worst wait mean 0.5", mean, n, worst, worstErr)
+	}
+}
+
+// synth replays a made-up trace on a made-up cluster, coarsely (whole
+// minutes, GPUs pooled across nodes), so that the report has plausible
+// results to show; stretch scales job durations to make a model differ.
+func synth(engine string, cfg tracereplay.Config, c tracereplay.Cluster, stretch float64) tracereplay.Result {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const horizon = 6 * h
+	type job struct {
+		rec  tracereplay.JobRecord
+		gpus float64
+		left time.Duration
+	}
+	var jobs []*job
+	for at := time.Duration(0); at < 5*h; at += time.Duration(2+rng.IntN(8)) * time.Minute {
+		j := tracereplay.Job{ID: "j", Arrival: at, Duration: time.Duration(float64(20+rng.IntN(90))*stretch) * time.Minute, GPUs: 1 + rng.IntN(4), Fraction: 1}
+		if rng.IntN(3) == 0 {
+			j.Fraction = 0.3
+		}
+		s := c.Slice(j, cfg.Features)
+		jobs = append(jobs, &job{rec: tracereplay.JobRecord{ID: j.ID, Arrival: at, Slice: s}, gpus: s.GPUs, left: j.Duration})
+	}
+	nodes := c.Nodes
+	r := tracereplay.Result{Engine: engine, Version: map[string]string{"nomad": "1.11.0", "model": "model/1"}[engine], Config: cfg, Cluster: c, Compression: 60, Horizon: horizon}
+	for now := time.Duration(0); now <= horizon; now += time.Minute {
+		var held, busy, queued float64
+		var running []*job
+		for _, j := range jobs {
+			if j.rec.Arrival <= now && !j.rec.Done && len(j.rec.Starts) > 0 {
+				running = append(running, j)
+				held += j.gpus
+			}
+		}
+		for _, j := range jobs {
+			if j.rec.Arrival > now || len(j.rec.Starts) > 0 {
+				continue
+			}
+			if held+j.gpus <= float64(nodes*c.GPUsPerNode) {
+				j.rec.Starts = append(j.rec.Starts, now)
+				held += j.gpus
+				running = append(running, j)
+			} else {
+				queued += j.gpus
+			}
+		}
+		for _, j := range running {
+			busy += 0.8 * j.gpus
+			if j.left -= time.Minute; j.left <= 0 {
+				j.rec.Done, j.rec.Finish = true, now+time.Minute
+			}
+		}
+		free := float64(nodes*c.GPUsPerNode) - held
+		frag := 0.0
+		if free > 0 && queued > 0 {
+			frag = math.Min(1, queued/(free+queued))
+		}
+		r.Timeline = append(r.Timeline, tracereplay.Sample{At: now, Nodes: nodes, GPUs: float64(nodes * c.GPUsPerNode), Allocated: held, Busy: busy, Fragmentation: frag})
+		if cfg.Autoscale != "" && now%(10*time.Minute) == 0 {
+			want := int(math.Ceil((held + queued) / float64(c.GPUsPerNode)))
+			nodes = max(c.MinNodes, min(c.MaxNodes, want))
+		}
+	}
+	for _, j := range jobs {
+		r.Jobs = append(r.Jobs, j.rec)
+	}
+	return r
+}
+
+func sampleRun(real bool) Run {
+	c := tracereplay.Cluster{Nodes: 3, MinNodes: 1, MaxNodes: 6, GPUsPerNode: 4, MPSGPUs: 1, MPSShares: 4, MIGGPUs: 1, MIGProfiles: []string{"3g.40gb", "2g.20gb", "1g.10gb"}}
+	cfgs := []tracereplay.Config{
+		{Name: "baseline"},
+		{Name: "+slices", Features: tracereplay.Features{Slices: true}},
+		{Name: "nomad-gpu", Features: tracereplay.Features{Slices: true, Preemption: true, Autoscale: tracereplay.AutoscaleGPUQueue}},
+	}
+	run := Run{
+		Title:       "Trace replay: synthetic",
+		Trace:       tracereplay.Trace{Source: "synthetic: 2–9 min apart, 20–110 min long", Jobs: []tracereplay.Job{{ID: "a"}, {ID: "b", Arrival: 5 * h}}},
+		Seed:        7,
+		Attribution: "Synthetic jobs; no trace licence applies.",
+		Started:     time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+		Elapsed:     12*time.Minute + 3*time.Second,
+	}
+	for _, cfg := range cfgs {
+		if real {
+			run.Real = append(run.Real, synth("nomad", cfg, c, 1))
+		}
+		run.Model = append(run.Model, synth("model", cfg, c, 1.1))
+	}
+	if real {
+		run.Real[0].Notes = []string{"3 jobs clipped to a node's 4 GPUs"}
+	}
+	return run
+}
+
+var pngLink = regexp.MustCompile(`!\[[^\]]*\]\(([^)]+)\)`)
+
+func TestWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		run      Run
+		prefixes []string
+		calib    bool
+	}{
+		{"real and model", sampleRun(true), []string{"real", "model"}, true},
+		{"model only", sampleRun(false), []string{"model"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "out")
+			if tc.name == "real and model" {
+				if d := os.Getenv("REPORT_SAMPLE_OUT"); d != "" {
+					dir = d
+				}
+			}
+			if err := Write(dir, tc.run); err != nil {
+				t.Fatal(err)
+			}
+			md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := string(md)
+			want := []string{"# Trace replay: synthetic", "## Method", tc.run.Attribution, tc.run.Trace.Source, "2 jobs", "seed 7", "2026-03-01 12:00:00 UTC", "12m 03s",
+				"4 GPUs per node", "1 GPU in MIG mode as 3g.40gb + 2g.20gb + 1g.10gb", "60×", "horizon 6h 00m"}
+			for _, r := range slices.Concat(tc.run.Real, tc.run.Model) {
+				want = append(want, "| "+r.Config.Name+" |")
+			}
+			for _, rw := range rows {
+				want = append(want, "| "+rw.name+" |")
+			}
+			main := tc.run.Real
+			if len(main) == 0 {
+				main = tc.run.Model
+			}
+			// A computed figure, as the table prints it.
+			want = append(want, rows[0].cell(Compute(main[0])))
+			if tc.calib {
+				want = append(want, "version 1.11.0", "### Calibration", "3 jobs clipped", rows[0].calibrated(Compute(tc.run.Model[1]), Compute(tc.run.Real[1])))
+			}
+			for _, w := range want {
+				if !strings.Contains(s, w) {
+					t.Errorf("report.md lacks %q", w)
+				}
+			}
+			if got := strings.Contains(s, "(±"); got != tc.calib {
+				t.Errorf("calibration errors shown: %v, want %v", got, tc.calib)
+			}
+
+			var links []string
+			for _, m := range pngLink.FindAllStringSubmatch(s, -1) {
+				links = append(links, m[1])
+			}
+			var files []string
+			for _, p := range tc.prefixes {
+				for _, f := range []string{"utilisation", "nodes", "fragmentation", "wait-cdf"} {
+					files = append(files, p+"-"+f+".png")
+				}
+			}
+			if !slices.Equal(links, files) {
+				t.Errorf("report links %v, want %v", links, files)
+			}
+			onDisk, _ := filepath.Glob(filepath.Join(dir, "*.png"))
+			if len(onDisk) != len(files) {
+				t.Errorf("%d PNGs written, want %d: %v", len(onDisk), len(files), onDisk)
+			}
+			for _, f := range files {
+				fh, err := os.Open(filepath.Join(dir, f))
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				img, err := png.Decode(fh)
+				fh.Close()
+				if err != nil {
+					t.Errorf("%s: not a PNG: %v", f, err)
+					continue
+				}
+				if b := img.Bounds(); b.Dx() != snapshot.Width || b.Dy() != snapshot.Height {
+					t.Errorf("%s: %dx%d, want %dx%d", f, b.Dx(), b.Dy(), snapshot.Width, snapshot.Height)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteEdges(t *testing.T) {
+	if err := Write(t.TempDir(), Run{}); err == nil {
+		t.Error("Write of a run without results: no error")
+	}
+	// A result that measured nothing still gets its report and plots.
+	run := Run{Model: []tracereplay.Result{{Engine: "model", Config: tracereplay.Config{Name: "empty"}, Cluster: tracereplay.Cluster{GPUsPerNode: 1}}}}
+	dir := t.TempDir()
+	if err := Write(dir, run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "model-wait-cdf.png")); err != nil {
+		t.Error(err)
+	}
+}
