@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
 	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
@@ -138,7 +139,7 @@ func (d *Driver) reconcile(rt *runtimeState) {
 		if cgroupNames[name] {
 			continue
 		}
-		if g, ok := cgroups.Find(root, name); ok {
+		if g, ok := cgroups.Find(root, name); ok && settled(g.Paths(), time.Now()) {
 			if pids, err := g.Pids(); err == nil && len(pids) == 0 {
 				if err := g.Destroy(); err != nil {
 					d.logger.Debug("removing an empty cgroup no task records", "cgroup", name, "error", err)
@@ -146,6 +147,25 @@ func (d *Driver) reconcile(rt *runtimeState) {
 			}
 		}
 	}
+}
+
+// orphanCgroupGrace is how old an unrecorded empty cgroup must be before
+// the start-up sweep removes it. Another Nomad client on the same host
+// (same cgroup_root) creates its task's group a moment before the task
+// joins it; a sweep that took such a young, still empty group would fail
+// that task's start ("join cgroup …: no such file or directory").
+const orphanCgroupGrace = 2 * time.Minute
+
+// settled reports whether every directory of a group is older than
+// orphanCgroupGrace at now.
+func settled(paths []string, now time.Time) bool {
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil || now.Sub(fi.ModTime()) < orphanCgroupGrace {
+			return false
+		}
+	}
+	return len(paths) > 0
 }
 
 func empty(dir string) bool {

@@ -261,7 +261,10 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if cfg.Preemption {
 		driverHCL += fmt.Sprintf("\npreemption {\ncooldown = %q\n}", s.Policy.PreemptionCooldown)
 	}
-	pool.configure = func(n *gpuNode) { n.layout, n.driverHCL = layout, driverHCL }
+	// One checkpoint root for the pool, as on a shared filesystem: a
+	// preempted job may resume on another node.
+	shared := newGPUNode(t).checkpointRoot()
+	pool.configure = func(n *gpuNode) { n.layout, n.driverHCL, n.sharedCheckpoints = layout, driverHCL, shared }
 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -332,6 +335,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	at := func(w time.Time) time.Duration { return trace(w.Sub(t0)) }
 	var waits []float64
 	failed := false
+	slow := 0
 	for _, j := range s.Trace.Jobs {
 		rec := tracereplay.JobRecord{ID: j.ID, Arrival: j.Arrival, Slice: s.Cluster.Slice(j, cfg.Features)}
 		allocs := byJob[j.ID]
@@ -362,6 +366,15 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			}
 		}
 		res.Jobs = append(res.Jobs, rec)
+		if os.Getenv("BENCH_TRACE_DEBUG") != "" && len(rec.Starts) > 0 && slow < 3 &&
+			(!rec.Done || rec.Finish-rec.Starts[0] > 2*j.Duration+10*time.Minute) && rec.Arrival < s.Horizon/2 {
+			slow++
+			for _, a := range allocs {
+				if info, _, err := c.API().Allocations().Info(a.ID, nil); err == nil {
+					t.Logf("%s: slow job %s (duration %s): %s", cfg.Name, j.ID, j.Duration, cluster.AllocSummary(info))
+				}
+			}
+		}
 		for _, a := range allocs {
 			// A replay whose tasks fail measures nothing: say why, once.
 			if a.ClientStatus == api.AllocClientStatusFailed && !failed {
