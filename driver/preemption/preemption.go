@@ -299,11 +299,20 @@ func (c *Client) restoreJob(ctx context.Context, cd Cooldown) (string, error) {
 	if job.Stop != nil && *job.Stop {
 		return "the job is stopped", nil
 	}
+	if job.Status != nil && *job.Status == jobStatusDead {
+		// Registering a finished batch job again runs it again: its work
+		// would be done twice for a priority no allocation needs now.
+		return fmt.Sprintf("left at priority %d: the job has finished, and registering it again would run it again", cd.Raised), nil
+	}
 	if err := c.setPriority(ctx, job, cd.Original); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("priority %d restored (raised to %d)", cd.Original, cd.Raised), nil
 }
+
+// jobStatusDead is Nomad's status of a job with nothing left to run (the
+// api package has no constant for it).
+const jobStatusDead = "dead"
 
 func deref(p *int) int {
 	if p == nil {

@@ -139,3 +139,45 @@ func TestProbe(t *testing.T) {
 		})
 	}
 }
+
+func TestRestoreJob(t *testing.T) {
+	cd := Cooldown{Namespace: "ml", JobID: "train", Original: 30, Raised: 80}
+	cases := []struct {
+		name       string
+		job        api.Job
+		want       string
+		registered bool
+	}{
+		{"running", api.Job{Priority: ptr(80), Status: ptr("running")}, "priority 30 restored (raised to 80)", true},
+		{"finished", api.Job{Priority: ptr(80), Status: ptr("dead")}, "left at priority 80: the job has finished", false},
+		{"stopped", api.Job{Priority: ptr(80), Status: ptr("dead"), Stop: ptr(true)}, "the job is stopped", false},
+		{"changed", api.Job{Priority: ptr(60), Status: ptr("running")}, "left at priority 60: changed since", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			registered := false
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodGet && r.URL.Path == "/v1/job/train":
+					job := c.job
+					job.ID, job.Namespace, job.JobModifyIndex = ptr("train"), ptr("ml"), ptr(uint64(7))
+					json.NewEncoder(w).Encode(job)
+				case r.Method == http.MethodPut && r.URL.Path == "/v1/jobs":
+					registered = true
+					w.Write([]byte(`{"EvalID":"e"}`))
+				default:
+					http.Error(w, "unexpected "+r.Method+" "+r.URL.String(), http.StatusBadRequest)
+				}
+			}))
+			defer srv.Close()
+			cl, err := New(srv.URL, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			note, err := cl.restoreJob(context.Background(), cd)
+			if err != nil || !strings.HasPrefix(note, c.want) || registered != c.registered {
+				t.Fatalf("restoreJob: %q, %v, registered %v; want %q, registered %v", note, err, registered, c.want, c.registered)
+			}
+		})
+	}
+}
