@@ -143,7 +143,6 @@ func calibrate(l tracereplay.Latencies, boots, starts []time.Duration) tracerepl
 		if len(xs) == 0 {
 			return 0
 		}
-		sort.Float64s(xs)
 		return time.Duration(quantile.Of(xs, 0.5) * float64(time.Second))
 	}
 	if d := med(boots); d > 0 {
@@ -387,7 +386,6 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	}
 	m := replayMeasures{boots: pool.bootTimes()}
 	if len(waits) > 0 {
-		sort.Float64s(waits)
 		m.startLatency = time.Duration(quantile.Of(waits, 0.1) * float64(time.Second))
 	}
 	_, _, removed, errs := pool.snapshot()

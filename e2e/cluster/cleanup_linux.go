@@ -187,12 +187,12 @@ func unmountUnder(dir string, d time.Duration) []string {
 	}
 }
 
-// removeAllocCgroups removes (empty) cgroups Nomad made for the given
-// allocations: <root>/nomad.slice/... (v2) and <root>/<ctrl>/nomad/... (v1),
-// whose names start with the allocation ID. Best effort.
-func removeAllocCgroups(allocIDs []string) {
+// allocCgroupDirs finds the cgroups Nomad and our driver made for the
+// given allocations: <root>/nomad*/... (v2) and <root>/<ctrl>/nomad*/...
+// (v1), whose names start with the allocation ID.
+func allocCgroupDirs(allocIDs []string) []string {
 	if len(allocIDs) == 0 {
-		return
+		return nil
 	}
 	roots, _ := filepath.Glob("/sys/fs/cgroup/nomad*")
 	more, _ := filepath.Glob("/sys/fs/cgroup/*/nomad*")
@@ -216,8 +216,31 @@ func removeAllocCgroups(allocIDs []string) {
 			return nil
 		})
 	}
-	for _, d := range dirs {
+	return dirs
+}
+
+// removeAllocCgroups removes the (empty) cgroups of the given allocations.
+// Best effort.
+func removeAllocCgroups(allocIDs []string) {
+	for _, d := range allocCgroupDirs(allocIDs) {
 		removeCgroupTree(d)
+	}
+}
+
+// thawAllocCgroups thaws the cgroups of the given allocations and their
+// children. A driver killed while it freezes a task's group to kill it
+// leaves the group frozen, and a frozen process takes no signal, not even
+// the SIGKILL of killLeftovers. Best effort.
+func thawAllocCgroups(allocIDs []string) {
+	for _, d := range allocCgroupDirs(allocIDs) {
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil
+			}
+			_ = os.WriteFile(filepath.Join(p, "freezer.state"), []byte("THAWED"), 0) // v1
+			_ = os.WriteFile(filepath.Join(p, "cgroup.freeze"), []byte("0"), 0)      // v2
+			return nil
+		})
 	}
 }
 

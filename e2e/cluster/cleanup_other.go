@@ -23,4 +23,6 @@ func unmountUnder(dir string, d time.Duration) []string { return nil }
 
 func removeAllocCgroups(allocIDs []string) {}
 
+func thawAllocCgroups(allocIDs []string) {}
+
 func sweepStale(t testing.TB) {}

@@ -477,6 +477,7 @@ func (c *Cluster) cleanup(t testing.TB) {
 			t.Errorf("e2e: %s (pid %d) did not exit after SIGKILL", a.name, a.PID())
 		}
 	}
+	thawAllocCgroups(allocIDs)
 	if left := killLeftovers(c.marker, c.dir, 15*time.Second); len(left) > 0 {
 		t.Errorf("e2e: processes left after cleanup: %v", left)
 	}

@@ -48,7 +48,9 @@
 // their process groups, processes the agents left behind (executors, tasks,
 // plugins: found by an environment marker, or a working directory or
 // executable under the cluster's directory), mounts under the cluster's
-// directory, and the task cgroups of the cluster's allocations. When a test
+// directory, and the task cgroups of the cluster's allocations (thawed
+// first: a driver killed while it froze a group to kill it leaves it frozen,
+// and a frozen process takes no signal). When a test
 // fails, the last lines of every agent's log are printed. Agents are also
 // killed if the test binary dies (e.g. `go test -timeout`), and the next
 // Start cleans up what such a run left. Set NOMAD_E2E_KEEP=1 to keep the
