@@ -183,15 +183,16 @@ fi
 echo "finished=$(sofar)"`
 
 // replayJob is the Nomad job of a trace job.
-func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, checkpoint bool) string {
+// With a commitTimeout the task checkpoints; 0 leaves the block out.
+func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration) string {
 	script := strings.NewReplacer("WORK", strconv.FormatInt(work.Milliseconds(), 10),
 		"UTIL", strconv.FormatFloat(j.EffectiveUtil(), 'f', 0, 64), `"$CLI"`, "'"+cli+"'").Replace(replayScript)
 	ck := ""
-	if checkpoint {
-		ck = `
+	if commitTimeout > 0 {
+		ck = fmt.Sprintf(`
         checkpoint {
-          commit_timeout = "10s"
-        }`
+          commit_timeout = %q
+        }`, commitTimeout)
 	}
 	return fmt.Sprintf(`
 job %q {
@@ -294,7 +295,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		})
 	}
 	// The nodes' devices are fingerprinted a moment after they are ready.
-	waitDevices(t, c, pool, s.Cluster.GPUsPerNode, cfg.Features)
+	waitDevices(t, c, pool, s.Cluster.GPUsPerNode)
 
 	wall := func(d time.Duration) time.Duration { return time.Duration(float64(d) / s.Compression) }
 	trace := func(d time.Duration) time.Duration { return time.Duration(float64(d) * s.Compression) }
@@ -315,7 +316,11 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			clipped++
 		}
 		submitted[j.ID] = time.Now()
-		c.RunJob(t, replayJob(j, sl, wall(j.Duration), cli, cfg.Preemption))
+		var commit time.Duration
+		if cfg.Preemption {
+			commit = s.Policy.CommitTimeout
+		}
+		c.RunJob(t, replayJob(j, sl, wall(j.Duration), cli, commit))
 	}
 	res.Timeline = sampler.wait()
 	if clipped > 0 {
@@ -432,7 +437,7 @@ func prerelease(v any) string {
 
 // waitDevices waits until every ready node of the pool shows the devices
 // of its layout, so that the first jobs are not queued for a fingerprint.
-func waitDevices(t testing.TB, c *cluster.Cluster, pool *simPool, gpus int, f tracereplay.Features) {
+func waitDevices(t testing.TB, c *cluster.Cluster, pool *simPool, gpus int) {
 	t.Helper()
 	pool.mu.Lock()
 	var names []string

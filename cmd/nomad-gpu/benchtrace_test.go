@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const benchTraceCSV = `id,arrival_s,duration_s,gpus,gpu_fraction,priority
+a,0,600,1,,30
+b,60,1200,2,,80
+c,120,300,1,0.25,50
+`
+
+func TestBenchTrace(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.csv")
+	if err := os.WriteFile(trace, []byte(benchTraceCSV), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "report")
+	var stdout, stderr bytes.Buffer
+	if rc := run([]string{"bench-trace", "-trace", trace, "-window", "0", "-nodes", "1", "-min-nodes", "1", "-max-nodes", "2", "-out", out}, &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	report, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"baseline", "nomad-gpu", "wait p95", "model-wait-cdf.png"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+
+	stdout.Reset()
+	if rc := run([]string{"bench-trace", "-trace", trace, "-window", "0", "-convert", "-"}, &stdout, &stderr); rc != 0 {
+		t.Fatalf("convert: exit %d: %s", rc, stderr.String())
+	}
+	if lines := strings.Count(stdout.String(), "\n"); lines != 4 || !strings.HasPrefix(stdout.String(), "id,") {
+		t.Errorf("convert wrote %d lines:\n%s", lines, stdout.String())
+	}
+
+	for args, want := range map[string]string{
+		"-trace " + trace + " -configs fast": `configs: "fast" is not a configuration`,
+		"-trace " + trace + " -mps-shares 1": "mps_shares: 1; allowed: 2 to 48",
+		"-trace /nonexistent.csv":            "trace: open /nonexistent.csv",
+	} {
+		stderr.Reset()
+		if rc := run(append([]string{"bench-trace"}, strings.Fields(args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", args, rc, stderr.String(), want)
+		}
+	}
+}
