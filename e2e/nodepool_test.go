@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -135,6 +136,9 @@ func (p *simPool) fail(err error) {
 func (p *simPool) start(s *simNode) {
 	defer func() { p.mu.Lock(); p.busy--; p.mu.Unlock() }()
 	n := newGPUNode(p.t)
+	// The node's own cleanup runs before the cluster's, while its agent
+	// still writes there.
+	p.c.AfterTeardown(func() { os.RemoveAll(n.dir) })
 	if p.configure != nil {
 		p.configure(&n)
 	}

@@ -85,6 +85,8 @@ type Cluster struct {
 	// stoppers are the other processes the cluster started (autoscaler,
 	// Prometheus), stopped before the agents.
 	stoppers []stopper
+	// afterTeardown run once the agents are gone (AfterTeardown).
+	afterTeardown []func()
 }
 
 // stopper is a process of the cluster other than a Nomad agent.
@@ -485,6 +487,12 @@ func (c *Cluster) cleanup(t testing.TB) {
 		t.Errorf("e2e: mounts left under %s: %v", c.dir, left)
 	}
 	removeAllocCgroups(allocIDs)
+	c.mu.Lock()
+	after := c.afterTeardown
+	c.mu.Unlock()
+	for _, f := range after {
+		f()
+	}
 	switch {
 	case os.Getenv("NOMAD_E2E_KEEP") != "":
 		t.Logf("e2e: NOMAD_E2E_KEEP set; keeping %s", c.dir)
@@ -493,6 +501,16 @@ func (c *Cluster) cleanup(t testing.TB) {
 			t.Logf("e2e: remove %s: %v", c.dir, err)
 		}
 	}
+}
+
+// AfterTeardown runs f once the cluster's agents and what they left are
+// gone: for what a test made after Start that the agents write into (a
+// node's plugin dirs), which a t.Cleanup of its own would remove while
+// they still run.
+func (c *Cluster) AfterTeardown(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.afterTeardown = append(c.afterTeardown, f)
 }
 
 // allocIDs lists the IDs of every allocation the cluster knows (best effort,
