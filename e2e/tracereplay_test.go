@@ -112,22 +112,13 @@ func TestTraceReplay(t *testing.T) {
 		modelled = append(modelled, r)
 	}
 	err = report.Write(out, report.Run{
-		Title: "Trace replay: " + filepath.Base(firstNonEmpty(p.CSV, p.Philly)), Trace: setup.Trace, Seed: setup.Seed,
+		Title: "Trace replay: " + filepath.Base(p.TracePath()), Trace: setup.Trace, Seed: setup.Seed,
 		Attribution: setup.Attribution, Real: real, Model: modelled, Started: started, Elapsed: time.Since(started),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("bench-trace: report in %s", filepath.Join(out, "report.md"))
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
 }
 
 // calibrate sets the model's start and boot latencies to this run's

@@ -41,6 +41,14 @@ type Params struct {
 	Strategy string
 }
 
+// TracePath is the file the trace is read from.
+func (p Params) TracePath() string {
+	if p.CSV != "" {
+		return p.CSV
+	}
+	return p.Philly
+}
+
 // DefaultConfigs is the baseline, each part on its own, and all of them.
 const DefaultConfigs = "baseline,+slices,+preemption,+autoscale,nomad-gpu"
 

@@ -100,12 +100,8 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 		}
 		results = append(results, r)
 	}
-	name := p.CSV
-	if name == "" {
-		name = p.Philly
-	}
 	err = report.Write(*out, report.Run{
-		Title: "Trace replay (model): " + filepath.Base(name), Trace: setup.Trace, Seed: setup.Seed,
+		Title: "Trace replay (model): " + filepath.Base(p.TracePath()), Trace: setup.Trace, Seed: setup.Seed,
 		Attribution: setup.Attribution, Model: results, Started: started, Elapsed: time.Since(started),
 	})
 	if err != nil {
