@@ -100,6 +100,7 @@ const (
 const (
 	MetricTaskGPUMemoryUsed      = "nomad_gpu_task_gpu_memory_used_bytes"
 	MetricTaskGPUMemoryLimit     = "nomad_gpu_task_gpu_memory_limit_bytes"
+	MetricTaskGPUUtilization     = "nomad_gpu_task_gpu_utilization_percent"
 	MetricTaskCheckpointRequests = "nomad_gpu_task_checkpoint_requests_total"
 	MetricTaskCheckpoints        = "nomad_gpu_task_checkpoints_total"
 	MetricTaskCheckpointDuration = "nomad_gpu_task_checkpoint_duration_seconds"
@@ -125,7 +126,7 @@ func DeviceMetrics() []Metric {
 		{MetricDeviceAllocationInfo, Gauge, "Always 1: the task of an allocation that holds the device; joins device series to Nomad's allocation metrics.",
 			[]string{LabelHost, LabelDeviceID, LabelNamespace, LabelJob, LabelTaskGroup, LabelAllocID, LabelTask}},
 		{MetricDeviceAllocationsKnown, Gauge, "1 when the plugin read this node's allocations from the Nomad API, so nomad_gpu_device_allocated is known; 0 when it cannot.", []string{LabelHost}},
-		{MetricDeviceUtilization, Gauge, "Share of time a kernel ran on the GPU (MIG, MPS: the instance's or GPU's, where NVML reports it), in percent.", DeviceLabels},
+		{MetricDeviceUtilization, Gauge, "Share of time a kernel ran on the GPU (MIG: the instance's, where NVML reports it), in percent; for an MPS share, its task's utilization of the share as the gpu driver publishes it (0 without a task), else the GPU's.", DeviceLabels},
 		{MetricDeviceMemUtilization, Gauge, "Share of time device memory was read or written, in percent.", DeviceLabels},
 		{MetricDeviceMemoryUsed, Gauge, "GPU memory in use: the whole GPU's or MIG instance's; for an MPS share, what its task uses of the share.", DeviceLabels},
 		{MetricDeviceMemoryTotal, Gauge, "GPU memory of the whole GPU or MIG instance; for an MPS share, its pinned memory limit.", DeviceLabels},
@@ -147,6 +148,7 @@ func DriverMetrics() []Metric {
 	return []Metric{
 		{MetricTaskGPUMemoryUsed, Gauge, "GPU memory the task's processes hold on a GPU or MIG instance, as the GPU-memory watchdog last measured it.", with(TaskLabels, LabelUUID)},
 		{MetricTaskGPUMemoryLimit, Gauge, "The task's GPU memory limit on a GPU or MIG instance (its MPS shares' pinned memory, or the MIG instance's memory); absent for whole GPUs.", with(TaskLabels, LabelUUID)},
+		{MetricTaskGPUUtilization, Gauge, "The task's utilization of its slice on a GPU or MIG instance, in percent of its slice: its processes' SM utilization (NVML per-process samples) over the slice's share of the SMs (MPS: its thread percentage; whole GPU, MIG instance: all), capped at 100; where NVML has no per-process samples, a whole GPU's or MIG instance's own utilization, and none for MPS shares.", with(TaskLabels, LabelUUID)},
 		{MetricTaskCheckpointRequests, Counter, "Checkpoints the driver asked the task for (the checkpoint signal): on stop and on the checkpoint interval.", TaskLabels},
 		{MetricTaskCheckpoints, Counter, "Checkpoints by result: committed, failed (refused or not written), timeout (not committed within commit_timeout of a stop).", with(TaskLabels, LabelResult)},
 		{MetricTaskCheckpointDuration, Histogram, "Time the driver took to commit a checkpoint (manifest, sync, rename into a generation).", TaskLabels},

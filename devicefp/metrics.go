@@ -175,7 +175,19 @@ func (m *deviceMetrics) collectTelemetry(ch chan<- prometheus.Metric, lv []strin
 			ch <- m.gauge(name, float64(*v)*scale, lv...)
 		}
 	}
-	opt(contract.MetricDeviceUtilization, t.GPUUtilPercent, 1)
+	if s.typ == contract.SliceMPS {
+		// Its task's utilisation of the share, where the driver publishes
+		// it; else (an older driver, or NVML samples no per-process
+		// utilisation) the GPU's.
+		u := smp.published(s.gpuUUID)
+		if pct, ok := shareUtilization(u, s.id); ok && u.Util != nil {
+			ch <- m.gauge(contract.MetricDeviceUtilization, pct, lv...)
+		} else {
+			opt(contract.MetricDeviceUtilization, t.GPUUtilPercent, 1)
+		}
+	} else {
+		opt(contract.MetricDeviceUtilization, t.GPUUtilPercent, 1)
+	}
 	opt(contract.MetricDeviceMemUtilization, t.MemUtilPercent, 1)
 	opt(contract.MetricDeviceTemperature, t.TemperatureC, 1)
 	opt(contract.MetricDevicePower, t.PowerMilliW, 1e-3)

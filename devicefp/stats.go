@@ -26,6 +26,7 @@ const (
 	statShareThreads = "MPS thread percentage"
 	statShareMemory  = "MPS memory limit"
 	statShareUsed    = "MPS memory used"
+	statShareUtil    = "MPS utilization"
 )
 
 // shareUsageMaxAge drops figures the driver stopped publishing (no task).
@@ -48,7 +49,7 @@ func (p *Plugin) collectStats(now time.Time) *device.Stats {
 			}
 			ds := deviceStats(s, t, now)
 			if s.typ == contract.SliceMPS {
-				addShareUsage(ds, s, smp.shareUsage(s.gpuUUID))
+				addShareUsage(ds, s, smp.published(s.gpuUUID))
 			}
 			gs.Instances[d.ID] = ds
 		}
@@ -67,7 +68,7 @@ type sampler struct {
 	now      time.Time
 	pipeRoot string
 	tele     map[string]*gpu.Telemetry
-	shares   map[string]map[string]uint64 // GPU UUID → share ID → MiB
+	shares   map[string]gpu.ShareUsage // by GPU UUID; the zero value when nothing (fresh) is published
 }
 
 func (p *Plugin) newSampler(now time.Time) (*sampler, error) {
@@ -76,7 +77,7 @@ func (p *Plugin) newSampler(now time.Time) (*sampler, error) {
 		return nil, err
 	}
 	return &sampler{p: p, inv: inv, now: now, pipeRoot: p.config().MPSPipeRoot,
-		tele: map[string]*gpu.Telemetry{}, shares: map[string]map[string]uint64{}}, nil
+		tele: map[string]*gpu.Telemetry{}, shares: map[string]gpu.ShareUsage{}}, nil
 }
 
 // telemetry is the device's telemetry, nil when NVML cannot read it.
@@ -94,18 +95,38 @@ func (s *sampler) telemetry(uuid string) *gpu.Telemetry {
 	return &t
 }
 
-// shareUsage is what each MPS share of the GPU uses, by share ID, as the
-// driver last published it; nil when it publishes nothing (no task).
-func (s *sampler) shareUsage(gpuUUID string) map[string]uint64 {
+// published is what the driver last published for the GPU's MPS shares;
+// the zero value when it publishes nothing (no task) or stopped.
+func (s *sampler) published(gpuUUID string) gpu.ShareUsage {
 	if u, ok := s.shares[gpuUUID]; ok {
 		return u
 	}
 	u, err := gpu.ReadShareUsage(gpu.ShareUsagePath(s.pipeRoot, gpuUUID))
 	if err != nil || s.now.Sub(u.UpdatedAt) > shareUsageMaxAge {
-		u.Shares = nil
+		u = gpu.ShareUsage{}
 	}
-	s.shares[gpuUUID] = u.Shares
-	return u.Shares
+	s.shares[gpuUUID] = u
+	return u
+}
+
+// shareUsage is what each MPS share of the GPU uses, by share ID, as the
+// driver last published it; nil when it publishes nothing (no task).
+func (s *sampler) shareUsage(gpuUUID string) map[string]uint64 {
+	return s.published(gpuUUID).Shares
+}
+
+// shareUtilization is an MPS share's task's utilisation of the share, in
+// percent, as the driver published it: 0 for a share without a task; false
+// for a share whose task the driver does not measure (a driver that
+// predates it, or NVML samples no per-process utilisation).
+func shareUtilization(u gpu.ShareUsage, id string) (float64, bool) {
+	if v, ok := u.Util[id]; ok {
+		return v, true
+	}
+	if _, task := u.Shares[id]; task {
+		return 0, false
+	}
+	return 0, true
 }
 
 func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats {
@@ -158,9 +179,14 @@ func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats 
 }
 
 // addShareUsage makes an MPS share's summary what its task uses of the
-// share, as the gpu driver measured it; without a task the share uses 0.
-func addShareUsage(ds *device.DeviceStats, s *slice, shares map[string]uint64) {
-	used := int64(shares[s.id])
+// share, as the gpu driver measured it, and adds the task's utilisation of
+// the share (its SMs, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), where measured;
+// without a task the share uses 0 of both.
+func addShareUsage(ds *device.DeviceStats, s *slice, u gpu.ShareUsage) {
+	if pct, ok := shareUtilization(u, s.id); ok {
+		ds.Stats.Attributes[statShareUtil] = &structs.StatValue{FloatNumerator: &pct, Unit: "%", Desc: "utilization of this share's SMs by its task"}
+	}
+	used := int64(u.Shares[s.id])
 	limit := int64(s.memLimitMiB)
 	v := &structs.StatValue{IntNumerator: &used, IntDenominator: &limit, Unit: "MiB", Desc: "GPU memory used by this share's task, per share"}
 	ds.Stats.Attributes[statShareUsed] = v

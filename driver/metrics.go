@@ -19,7 +19,8 @@ var checkpointBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 // taskMetrics is the driver's Prometheus exporter: counters and histograms
 // of what happened to each task, fed by the driver as it happens, and the
-// GPU memory each task holds, read from the watchdog at scrape time. A
+// GPU memory each task holds and its utilisation of its slice, read from
+// the watchdog at scrape time. A
 // task's series carry its node, namespace, job, group, allocation and task
 // (contract.TaskLabels); they go task_retention after the task is
 // destroyed, or stay on while another run of the same task (a restart in the
@@ -29,7 +30,7 @@ type taskMetrics struct {
 	exp *metrics.Exporter
 	now func() time.Time
 
-	memUsed, memLimit *prometheus.Desc
+	memUsed, memLimit, util *prometheus.Desc
 
 	requests  *prometheus.CounterVec
 	results   *prometheus.CounterVec
@@ -78,6 +79,7 @@ func newTaskMetrics(d *Driver) *taskMetrics {
 		d: d, now: time.Now,
 		memUsed:   descs[contract.MetricTaskGPUMemoryUsed],
 		memLimit:  descs[contract.MetricTaskGPUMemoryLimit],
+		util:      descs[contract.MetricTaskGPUUtilization],
 		requests:  counter(contract.MetricTaskCheckpointRequests),
 		results:   counter(contract.MetricTaskCheckpoints),
 		commitDur: histogram(contract.MetricTaskCheckpointDuration),
@@ -276,6 +278,7 @@ func (m *taskMetrics) sweepLocked() {
 func (m *taskMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.memUsed
 	ch <- m.memLimit
+	ch <- m.util
 	for _, v := range m.vectors() {
 		v.Describe(ch)
 	}
@@ -293,8 +296,8 @@ func (m *taskMetrics) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, t := range m.d.store.all() {
-		used, limits := rt.watch.Usage(t.id), rt.watch.Limits(t.id)
-		if len(used) == 0 && len(limits) == 0 {
+		used, limits, util := rt.watch.Usage(t.id), rt.watch.Limits(t.id), rt.watch.Utilization(t.id)
+		if len(used) == 0 && len(limits) == 0 && len(util) == 0 {
 			continue
 		}
 		m.mu.Lock()
@@ -305,6 +308,9 @@ func (m *taskMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		for uuid, mib := range limits {
 			ch <- prometheus.MustNewConstMetric(m.memLimit, prometheus.GaugeValue, float64(mib)*bytesPerMiB, append(lv[:len(lv):len(lv)], uuid)...)
+		}
+		for uuid, pct := range util {
+			ch <- prometheus.MustNewConstMetric(m.util, prometheus.GaugeValue, pct, append(lv[:len(lv):len(lv)], uuid)...)
 		}
 	}
 }

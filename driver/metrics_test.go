@@ -327,10 +327,49 @@ func TestTaskGPUMemoryMetrics(t *testing.T) {
 	}
 }
 
+// A task's utilisation of its slice, per device, from the watchdog's last
+// round: an MPS task holding 2 of 4 shares (50 % of the SMs) flat out is at
+// 100 %, a task at half of a whole GPU at 50 %, a MIG task at its
+// instance's 70 %; it goes with the task.
+func TestTaskGPUUtilizationMetrics(t *testing.T) {
+	d, _ := metricsDriver(t, func(c *Config) { c.Metrics.TaskRetention = time.Hour })
+	src := utilSource{
+		procs: map[string][]gpu.Process{},
+		util:  map[string]map[uint32]float64{"GPU-a": {100: 30, 101: 20, 999: 40}, "GPU-b": {200: 50}, "MIG-c": {300: 70}},
+	}
+	w := gpuwatch.New(src, time.Hour, nil, nil)
+	d.rt.Store(&runtimeState{watch: w})
+	pids := func(p ...int) func() ([]int, error) { return func() ([]int, error) { return p, nil } }
+	mps := fakeTask(d, "a1", "mps", "r1", nil)
+	whole := fakeTask(d, "a2", "whole", "r1", nil)
+	mig := fakeTask(d, "a3", "mig", "r1", nil)
+	w.Add(gpuwatch.Task{ID: mps.id, Mode: gpuwatch.ModeOff, Pids: pids(100, 101),
+		Devices: []gpuwatch.DeviceLimit{{UUID: "GPU-a", LimitMiB: 20480, SharePercent: 50, Shared: true}}})
+	w.Add(gpuwatch.Task{ID: whole.id, Mode: gpuwatch.ModeOff, Pids: pids(200), Devices: []gpuwatch.DeviceLimit{{UUID: "GPU-b", SharePercent: 100}}})
+	w.Add(gpuwatch.Task{ID: mig.id, Mode: gpuwatch.ModeOff, Pids: pids(300), Devices: []gpuwatch.DeviceLimit{{UUID: "MIG-c", LimitMiB: 9856, SharePercent: 100}}})
+	w.Check()
+	name := contract.MetricTaskGPUUtilization
+	want := expectMetric(name,
+		taskRow(name, "a1", "mps", 100, `uuid="GPU-a"`),
+		taskRow(name, "a2", "whole", 50, `uuid="GPU-b"`),
+		taskRow(name, "a3", "mig", 70, `uuid="MIG-c"`),
+	)
+	if err := testutil.CollectAndCompare(d.metrics, strings.NewReader(want), name); err != nil {
+		t.Error(err)
+	}
+	for _, tk := range []*task{mps, whole, mig} {
+		destroy(d, tk)
+		w.Remove(tk.id)
+	}
+	if n := testutil.CollectAndCount(d.metrics, name); n != 0 {
+		t.Fatalf("%d utilization series after destroy", n)
+	}
+}
+
 // Every metric of the contract's list, and nothing else, passes the linter.
 func TestTaskMetricsLintAndContract(t *testing.T) {
 	d, _ := metricsDriver(t, nil)
-	w := gpuwatch.New(fakeSource{"GPU-a": {{PID: 100, UsedMiB: 10}}}, time.Hour, nil, nil)
+	w := gpuwatch.New(utilSource{procs: map[string][]gpu.Process{"GPU-a": {{PID: 100, UsedMiB: 10}}}, util: map[string]map[uint32]float64{"GPU-a": {100: 5}}}, time.Hour, nil, nil)
 	d.rt.Store(&runtimeState{watch: w})
 	tk := fakeTask(d, "a1", "train", "r1", &checkpoint.Run{Restore: &checkpoint.Generation{Seq: 1}})
 	w.Add(gpuwatch.Task{ID: tk.id, Mode: gpuwatch.ModeOff, Devices: []gpuwatch.DeviceLimit{{UUID: "GPU-a", LimitMiB: 100}}, Pids: func() ([]int, error) { return []int{100}, nil }})

@@ -268,6 +268,40 @@ func (s inventorySource) Processes(uuid string) ([]gpu.Process, error) {
 	return inv.Processes(uuid)
 }
 
+// utilizationInventory is what an Inventory needs to report utilisation;
+// *gpu.Inventory is one. An Inventory that is not one reports none.
+type utilizationInventory interface {
+	ProcessUtilization(uuid string, since time.Time) (map[uint32]float64, error)
+	Telemetry(uuid string) (gpu.Telemetry, error)
+}
+
+var _ utilizationInventory = (*gpu.Inventory)(nil)
+
+// ProcessUtilization makes inventorySource a gpuwatch.UtilizationSource.
+func (s inventorySource) ProcessUtilization(uuid string, since time.Time) (map[uint32]float64, error) {
+	inv, err := s.d.inventory()
+	if err != nil {
+		return nil, err
+	}
+	ui, ok := inv.(utilizationInventory)
+	if !ok {
+		return nil, fmt.Errorf("gpu: %s: per-process utilization: %w", uuid, gpu.ErrNotSupported)
+	}
+	return ui.ProcessUtilization(uuid, since)
+}
+
+func (s inventorySource) Telemetry(uuid string) (gpu.Telemetry, error) {
+	inv, err := s.d.inventory()
+	if err != nil {
+		return gpu.Telemetry{}, err
+	}
+	ui, ok := inv.(utilizationInventory)
+	if !ok {
+		return gpu.Telemetry{}, nil
+	}
+	return ui.Telemetry(uuid)
+}
+
 // Shutdown stops the plugin's own loops; tasks keep running under their
 // supervisors and are recovered by the next plugin process.
 func (d *Driver) Shutdown() error {

@@ -29,10 +29,21 @@ const ShareUsageFile = contract.ShareUsageFile
 const maxShareUsageSize = 1 << 20
 
 // ShareUsage maps Nomad device IDs of MPS shares to the GPU memory (MiB)
-// their task's processes use, split evenly over the task's shares.
+// their task's processes use, split evenly over the task's shares, and to
+// their task's utilisation of its slice.
+//
+// Util is each share's task's utilisation of the SMs its shares give it
+// (contract's nomad_gpu_task_gpu_utilization_percent on this GPU), in
+// percent: the same figure for every share of one task. A share whose task
+// is not measured (NVML samples no per-process utilisation) is absent. The
+// driver always writes the key ("util": {} when nothing was measured), so a
+// nil Util after reading means a file from a driver that does not measure
+// utilisation. Readers that predate it ignore the key; files that predate
+// it read with Util nil.
 type ShareUsage struct {
-	UpdatedAt time.Time         `json:"updated_at"`
-	Shares    map[string]uint64 `json:"shares"`
+	UpdatedAt time.Time          `json:"updated_at"`
+	Shares    map[string]uint64  `json:"shares"`
+	Util      map[string]float64 `json:"util"`
 }
 
 func ShareUsagePath(pipeRoot, gpuUUID string) string {

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,5 +99,49 @@ func TestShareUsageFile(t *testing.T) {
 				t.Errorf("ReadShareUsage = %+v, %v; want an error saying %q", u, err, tc.want)
 			}
 		})
+	}
+}
+
+// The per-share utilisation is an addition to the file: a reader that
+// predates it reads a new file as before, and a file that predates it reads
+// with no utilisation (nil, told apart from the driver's empty map).
+func TestShareUsageUtilCompat(t *testing.T) {
+	root := t.TempDir()
+	const g = "GPU-a"
+	path := ShareUsagePath(root, g)
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	u := ShareUsage{UpdatedAt: now, Shares: map[string]uint64{g + "-mps-0": 1000}, Util: map[string]float64{g + "-mps-0": 87.5}}
+	if err := WriteShareUsage(path, u); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadShareUsage(path)
+	if err != nil || got.Util[g+"-mps-0"] != 87.5 || got.Shares[g+"-mps-0"] != 1000 {
+		t.Fatalf("read back %+v, %v", got, err)
+	}
+	// An older reader: the struct as it was, strict about nothing else.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old struct {
+		UpdatedAt time.Time         `json:"updated_at"`
+		Shares    map[string]uint64 `json:"shares"`
+	}
+	if err := json.Unmarshal(b, &old); err != nil || !old.UpdatedAt.Equal(now) || old.Shares[g+"-mps-0"] != 1000 {
+		t.Errorf("an older reader: %+v, %v", old, err)
+	}
+	// Nothing measured: the key is still written.
+	if err := WriteShareUsage(path, ShareUsage{UpdatedAt: now, Shares: map[string]uint64{}, Util: map[string]float64{}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadShareUsage(path); err != nil || got.Util == nil {
+		t.Errorf("empty util: %+v, %v", got, err)
+	}
+	// An older driver's file.
+	if err := os.WriteFile(path, []byte(`{"updated_at":"2026-12-02T10:00:00Z","shares":{"GPU-a-mps-0":1000}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadShareUsage(path); err != nil || got.Util != nil || got.Shares[g+"-mps-0"] != 1000 {
+		t.Errorf("an older driver's file: %+v, %v", got, err)
 	}
 }

@@ -1,7 +1,9 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -166,4 +168,58 @@ func containsPID(ps []Process, pid uint32) bool {
 		}
 	}
 	return false
+}
+
+// ErrNotSupported is returned (wrapped) for a value the device cannot
+// report at all, e.g. per-process utilization on a GPU or MIG instance
+// whose driver does not sample it.
+var ErrNotSupported = errors.New("not supported by the device")
+
+// ProcessUtilization reads each process's SM utilization on a device, in
+// percent of that device's SMs (a MIG instance's own, for a MIG- UUID), by
+// PID, over NVML's samples newer than since (the zero time: every sample
+// NVML still holds). Several samples of one PID are averaged. A process
+// that ran no kernel in that time is absent. It fails with ErrNotSupported
+// (wrapped) where NVML does not sample per-process utilization on the
+// device, with ErrUnknownDevice for an unknown UUID.
+func (i *Inventory) ProcessUtilization(uuid string, since time.Time) (map[uint32]float64, error) {
+	i.life.RLock()
+	defer i.life.RUnlock()
+	if i.closed {
+		return nil, ErrClosed
+	}
+	ref, err := i.lookup(uuid)
+	if err != nil {
+		return nil, err
+	}
+	var lastSeen uint64
+	if !since.IsZero() && since.UnixMicro() > 0 {
+		lastSeen = uint64(since.UnixMicro())
+	}
+	samples, ret := ref.dev.GetProcessUtilization(lastSeen)
+	switch {
+	case ret == nvml.ERROR_NOT_FOUND:
+		// No sample newer than lastSeen: nothing ran.
+		return map[uint32]float64{}, nil
+	case ret == nvml.ERROR_INSUFFICIENT_SIZE && len(samples) == 0:
+		// go-nvml's answer when NVML counts no sample.
+		return map[uint32]float64{}, nil
+	case absent(ret):
+		return nil, fmt.Errorf("gpu: %s: per-process utilization: %w", uuid, ErrNotSupported)
+	case ret != nvml.SUCCESS:
+		return nil, fmt.Errorf("gpu: %s: %w", uuid, nvmlErr("process utilization", ret))
+	}
+	sum := make(map[uint32]float64, len(samples))
+	n := make(map[uint32]int, len(samples))
+	for _, s := range samples {
+		if lastSeen > 0 && s.TimeStamp <= lastSeen {
+			continue
+		}
+		sum[s.Pid] += float64(s.SmUtil)
+		n[s.Pid]++
+	}
+	for pid, c := range n {
+		sum[pid] = min(100, sum[pid]/float64(c))
+	}
+	return sum, nil
 }

@@ -1,6 +1,7 @@
 // Package gpuwatch measures the GPU memory each task uses, through NVML's
 // per-process accounting, and acts on a task that goes over its slice's
-// memory.
+// memory. Where its source also samples SM utilisation (UtilizationSource),
+// it measures each task's utilisation of its slice in the same round.
 //
 // Neither MPS nor a whole process tree is bounded by the hardware: an MPS
 // client's pinned-memory limit lives in its own environment and MIG
@@ -13,6 +14,7 @@ package gpuwatch
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -30,6 +32,18 @@ const DefaultInterval = 5 * time.Second
 // *gpu.Inventory is one.
 type Source interface {
 	Processes(uuid string) ([]gpu.Process, error)
+}
+
+// UtilizationSource is a Source that also samples SM utilisation;
+// *gpu.Inventory is one. ProcessUtilization is each pid's SM percent of the
+// device over the samples newer than since, failing with gpu.ErrNotSupported
+// (wrapped) where the device does not sample it; Telemetry is then asked for
+// the device's own utilisation. A Source that is not one measures memory
+// only.
+type UtilizationSource interface {
+	Source
+	ProcessUtilization(uuid string, since time.Time) (map[uint32]float64, error)
+	Telemetry(uuid string) (gpu.Telemetry, error)
 }
 
 // Mode says what happens to a task over its limit.
@@ -68,6 +82,24 @@ func ParseMode(s string) (Mode, error) {
 type DeviceLimit struct {
 	UUID     string
 	LimitMiB uint64
+	// SharePercent is the slice's share of the device's SMs, what the
+	// task's utilisation is measured against: an MPS client's
+	// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (its shares' on that GPU, summed);
+	// 100 for a whole GPU or a MIG instance, whose utilisation NVML reports
+	// of the instance's own SMs. 0 is taken as 100.
+	SharePercent float64
+	// Shared says other tasks' processes may run on the device (MPS), so
+	// the device's own utilisation is not the task's: where NVML samples no
+	// per-process utilisation, the task's is then unknown.
+	Shared bool
+}
+
+// share is SharePercent, 0 read as 100.
+func (d DeviceLimit) share() float64 {
+	if d.SharePercent <= 0 || d.SharePercent > 100 {
+		return 100
+	}
+	return d.SharePercent
 }
 
 // Task is a task under watch.
@@ -97,6 +129,7 @@ type Violation struct {
 // for concurrent use.
 type Watchdog struct {
 	src         Source
+	util        UtilizationSource // nil: src samples no utilisation
 	interval    time.Duration
 	log         hclog.Logger
 	onViolation func(Violation)
@@ -107,6 +140,9 @@ type Watchdog struct {
 	tasks   map[string]*watched
 	gen     uint64
 	devErrs map[string]string // last Processes error per device, to log changes only
+	// utilErrs is the last utilisation sampling error per device, to log
+	// changes only.
+	utilErrs map[string]string
 }
 
 type watched struct {
@@ -114,6 +150,7 @@ type watched struct {
 	gen   uint64 // tells a re-added task from the one a round started with
 	usage map[string]uint64
 	over  map[string]bool
+	util  map[string]float64 // of its slice, in percent; only devices measured in the last round
 }
 
 // New returns a watchdog over src. onViolation is called outside the
@@ -128,9 +165,10 @@ func New(src Source, interval time.Duration, logger hclog.Logger, onViolation fu
 	if onViolation == nil {
 		onViolation = func(Violation) {}
 	}
+	us, _ := src.(UtilizationSource)
 	return &Watchdog{
-		src: src, interval: interval, log: logger, onViolation: onViolation,
-		tasks: map[string]*watched{}, devErrs: map[string]string{},
+		src: src, util: us, interval: interval, log: logger, onViolation: onViolation,
+		tasks: map[string]*watched{}, devErrs: map[string]string{}, utilErrs: map[string]string{},
 	}
 }
 
@@ -149,7 +187,7 @@ func (w *Watchdog) Add(t Task) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.gen++
-	w.tasks[t.ID] = &watched{t: t, gen: w.gen, usage: map[string]uint64{}, over: map[string]bool{}}
+	w.tasks[t.ID] = &watched{t: t, gen: w.gen, usage: map[string]uint64{}, over: map[string]bool{}, util: map[string]float64{}}
 }
 
 // Remove stops watching a task.
@@ -170,6 +208,28 @@ func (w *Watchdog) Usage(taskID string) map[string]uint64 {
 	}
 	out := make(map[string]uint64, len(t.usage))
 	for k, v := range t.usage {
+		out[k] = v
+	}
+	return out
+}
+
+// Utilization returns the task's utilisation of its slice on each device
+// UUID, in percent (0 to 100), as the last round measured it: the SM
+// percent of the device its own pids ran kernels on, over the slice's share
+// of the device's SMs (DeviceLimit.SharePercent). A whole GPU or MIG
+// instance whose NVML samples no per-process utilisation reports the
+// device's own utilisation (the task holds it alone); an MPS share there,
+// or a device that could not be sampled, is absent. Nil when nothing was
+// measured (or the source samples no utilisation).
+func (w *Watchdog) Utilization(taskID string) map[string]float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.tasks[taskID]
+	if t == nil || len(t.util) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(t.util))
+	for k, v := range t.util {
 		out[k] = v
 	}
 	return out
@@ -207,8 +267,9 @@ func (w *Watchdog) Run(ctx context.Context) {
 	}
 }
 
-// Check runs one round: one Processes call per device any task uses, then
-// each task's sum over its own pids, then the callbacks.
+// Check runs one round: one Processes call per device any task uses (and,
+// with a UtilizationSource, one ProcessUtilization call), then each task's
+// sum over its own pids, then the callbacks.
 func (w *Watchdog) Check() {
 	w.round.Lock()
 	defer w.round.Unlock()
@@ -216,10 +277,12 @@ func (w *Watchdog) Check() {
 	tasks := w.snapshotTasks()
 	// NVML calls and the pid walks run without the lock: they can be slow
 	// and Add/Remove must not wait on them.
-	procs := w.sampleDevices(devicesOf(tasks))
+	devices := devicesOf(tasks)
+	procs := w.sampleDevices(devices)
+	utils := w.sampleUtilization(devices, time.Now())
 	results := make([]*measured, len(tasks))
 	for i, s := range tasks {
-		results[i] = w.measure(s.t, procs)
+		results[i] = w.measure(s.t, procs, utils)
 	}
 	w.report(w.judge(tasks, results))
 }
@@ -235,6 +298,7 @@ type taskSnapshot struct {
 type measured struct {
 	used map[string]uint64
 	pids map[string][]int
+	util map[string]float64
 }
 
 // snapshotTasks copies the watched tasks, sorted by ID.
@@ -281,9 +345,73 @@ func (w *Watchdog) sampleDevices(devices []string) map[string]map[int]uint64 {
 	return procs
 }
 
-// measure sums t's own pids' memory on each of its sampled devices. It
-// returns nil when t's pids cannot be listed.
-func (w *Watchdog) measure(t Task, procs map[string]map[int]uint64) *measured {
+// deviceUtil is one device's utilisation samples in a round: per pid where
+// NVML samples it, else (perPID nil) the device's own, if known.
+type deviceUtil struct {
+	perPID map[int]float64
+	device *float64
+}
+
+// sampleUtilization asks the source once per device for each pid's SM
+// utilisation since one interval ago; where the device samples none, for
+// the device's own. A device that cannot be sampled is left out.
+func (w *Watchdog) sampleUtilization(devices []string, now time.Time) map[string]deviceUtil {
+	if w.util == nil {
+		return nil
+	}
+	out := make(map[string]deviceUtil, len(devices))
+	for _, uuid := range devices {
+		pu, err := w.util.ProcessUtilization(uuid, now.Add(-w.interval))
+		if err == nil {
+			m := make(map[int]float64, len(pu))
+			for pid, pct := range pu {
+				m[int(pid)] += pct
+			}
+			out[uuid] = deviceUtil{perPID: m}
+			w.noteUtilError(uuid, nil)
+			continue
+		}
+		if !errors.Is(err, gpu.ErrNotSupported) {
+			w.noteUtilError(uuid, err)
+			continue
+		}
+		t, terr := w.util.Telemetry(uuid)
+		if terr != nil || t.GPUUtilPercent == nil {
+			if terr == nil {
+				terr = errors.New("the device reports no utilization either")
+			}
+			w.noteUtilError(uuid, fmt.Errorf("%w; %w", err, terr))
+			continue
+		}
+		w.noteUtilError(uuid, nil)
+		u := float64(*t.GPUUtilPercent)
+		out[uuid] = deviceUtil{device: &u}
+	}
+	return out
+}
+
+// sliceUtil is a task's utilisation of its slice on d from the device's
+// samples; false when it cannot be told.
+func sliceUtil(d DeviceLimit, du deviceUtil, own map[int]bool) (float64, bool) {
+	if du.perPID == nil {
+		if du.device == nil || d.Shared {
+			return 0, false
+		}
+		return min(100, max(0, *du.device)), true
+	}
+	var sum float64
+	for pid, pct := range du.perPID {
+		if own[pid] {
+			sum += pct
+		}
+	}
+	return min(100, max(0, sum/d.share()*100)), true
+}
+
+// measure sums t's own pids' memory on each of its sampled devices, and
+// their utilisation of its slice. It returns nil when t's pids cannot be
+// listed.
+func (w *Watchdog) measure(t Task, procs map[string]map[int]uint64, utils map[string]deviceUtil) *measured {
 	var pids []int
 	if t.Pids != nil {
 		var err error
@@ -297,8 +425,13 @@ func (w *Watchdog) measure(t Task, procs map[string]map[int]uint64) *measured {
 	for _, p := range pids {
 		own[p] = true
 	}
-	r := &measured{used: map[string]uint64{}, pids: map[string][]int{}}
+	r := &measured{used: map[string]uint64{}, pids: map[string][]int{}, util: map[string]float64{}}
 	for _, d := range t.Devices {
+		if du, ok := utils[d.UUID]; ok {
+			if u, ok := sliceUtil(d, du, own); ok {
+				r.util[d.UUID] = u
+			}
+		}
 		m, ok := procs[d.UUID]
 		if !ok {
 			continue
@@ -330,6 +463,7 @@ func (w *Watchdog) judge(tasks []taskSnapshot, results []*measured) []Violation 
 		if r == nil || cur == nil || cur.gen != s.gen {
 			continue
 		}
+		cur.util = r.util
 		for _, d := range s.t.Devices {
 			used, ok := r.used[d.UUID]
 			if !ok {
@@ -389,5 +523,26 @@ func (w *Watchdog) noteDeviceError(uuid string, err error) {
 		w.log.Warn("cannot list GPU processes; tasks on this device are not measured", "device", uuid, "error", err)
 	case msg == "" && prev != "":
 		w.log.Info("GPU processes readable again", "device", uuid)
+	}
+}
+
+func (w *Watchdog) noteUtilError(uuid string, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	w.mu.Lock()
+	prev := w.utilErrs[uuid]
+	if msg == "" {
+		delete(w.utilErrs, uuid)
+	} else {
+		w.utilErrs[uuid] = msg
+	}
+	w.mu.Unlock()
+	switch {
+	case msg != "" && msg != prev:
+		w.log.Warn("cannot sample GPU utilization; tasks' utilization on this device is not measured", "device", uuid, "error", err)
+	case msg == "" && prev != "":
+		w.log.Info("GPU utilization readable again", "device", uuid)
 	}
 }

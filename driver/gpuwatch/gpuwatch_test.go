@@ -93,8 +93,8 @@ func TestUsageCountsOwnPidsOnly(t *testing.T) {
 			procs: map[string][]gpu.Process{devA: {
 				{PID: 10, UsedMiB: 100}, {PID: 11, UsedMiB: 200}, {PID: 20, UsedMiB: 5000}, {PID: 999, UsedMiB: 7}}},
 			tasks: []Task{
-				{ID: "t1", Devices: []DeviceLimit{{devA, 1000}}, Pids: pidsOf(10, 11, 12)},
-				{ID: "t2", Devices: []DeviceLimit{{devA, 8000}}, Pids: pidsOf(20)},
+				{ID: "t1", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 1000}}, Pids: pidsOf(10, 11, 12)},
+				{ID: "t2", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 8000}}, Pids: pidsOf(20)},
 			},
 			want: map[string]map[string]uint64{"t1": {devA: 300}, "t2": {devA: 5000}},
 		},
@@ -104,13 +104,13 @@ func TestUsageCountsOwnPidsOnly(t *testing.T) {
 				devA: {{PID: 10, UsedMiB: 100}},
 				devB: {{PID: 20, UsedMiB: 50}},
 				migC: {{PID: 11, UsedMiB: 64}}},
-			tasks: []Task{{ID: "t1", Devices: []DeviceLimit{{devA, 0}, {devB, 0}, {migC, 0}}, Pids: pidsOf(10, 11)}},
+			tasks: []Task{{ID: "t1", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 0}, {UUID: devB, LimitMiB: 0}, {UUID: migC, LimitMiB: 0}}, Pids: pidsOf(10, 11)}},
 			want:  map[string]map[string]uint64{"t1": {devA: 100, devB: 0, migC: 64}},
 		},
 		{
 			name:  "task without pids",
 			procs: map[string][]gpu.Process{devA: {{PID: 10, UsedMiB: 100}}},
-			tasks: []Task{{ID: "t1", Devices: []DeviceLimit{{devA, 0}}}},
+			tasks: []Task{{ID: "t1", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 0}}}},
 			want:  map[string]map[string]uint64{"t1": {devA: 0}},
 		},
 	}
@@ -154,7 +154,7 @@ func TestViolationModes(t *testing.T) {
 			src := newFakeSource()
 			var rec recorder
 			w := New(src, time.Hour, nil, rec.record)
-			w.Add(Task{ID: "t", Devices: []DeviceLimit{{devA, 1000}}, Pids: pidsOf(10, 11), Mode: tc.mode})
+			w.Add(Task{ID: "t", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 1000}}, Pids: pidsOf(10, 11), Mode: tc.mode})
 			wantMode := tc.mode
 			if wantMode == "" {
 				wantMode = ModeKill
@@ -187,9 +187,9 @@ func TestOneProcessesCallPerDevicePerRound(t *testing.T) {
 	src := newFakeSource()
 	src.set(devA, gpu.Process{PID: 10, UsedMiB: 1})
 	w := New(src, time.Hour, nil, nil)
-	w.Add(Task{ID: "t1", Devices: []DeviceLimit{{devA, 100}, {devB, 100}}, Pids: pidsOf(10)})
-	w.Add(Task{ID: "t2", Devices: []DeviceLimit{{devA, 100}}, Pids: pidsOf(11)})
-	w.Add(Task{ID: "t3", Devices: []DeviceLimit{{devA, 100}, {migC, 100}}, Pids: pidsOf(12)})
+	w.Add(Task{ID: "t1", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}, {UUID: devB, LimitMiB: 100}}, Pids: pidsOf(10)})
+	w.Add(Task{ID: "t2", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}}, Pids: pidsOf(11)})
+	w.Add(Task{ID: "t3", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}, {UUID: migC, LimitMiB: 100}}, Pids: pidsOf(12)})
 	for range 3 {
 		w.Check()
 	}
@@ -204,8 +204,8 @@ func TestRemoveStopsTracking(t *testing.T) {
 	src.set(devB, gpu.Process{PID: 20, UsedMiB: 5000})
 	var rec recorder
 	w := New(src, time.Hour, nil, rec.record)
-	w.Add(Task{ID: "t1", Devices: []DeviceLimit{{devA, 100}}, Pids: pidsOf(10), Mode: ModeKill})
-	w.Add(Task{ID: "t2", Devices: []DeviceLimit{{devB, 100}}, Pids: pidsOf(20), Mode: ModeKill})
+	w.Add(Task{ID: "t1", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}}, Pids: pidsOf(10), Mode: ModeKill})
+	w.Add(Task{ID: "t2", Devices: []DeviceLimit{{UUID: devB, LimitMiB: 100}}, Pids: pidsOf(20), Mode: ModeKill})
 	w.Check()
 	if got := rec.take(); len(got) != 2 {
 		t.Fatalf("violations %+v, want two", got)
@@ -225,7 +225,7 @@ func TestRemoveStopsTracking(t *testing.T) {
 		t.Errorf("device of the removed task still queried: %v -> %v", before, after)
 	}
 	// Re-adding starts a new episode with no figures.
-	w.Add(Task{ID: "t1", Devices: []DeviceLimit{{devA, 100}}, Pids: pidsOf(10), Mode: ModeWarn})
+	w.Add(Task{ID: "t1", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}}, Pids: pidsOf(10), Mode: ModeWarn})
 	if w.Usage("t1") != nil {
 		t.Error("re-added task has figures before its first round")
 	}
@@ -242,7 +242,7 @@ func TestFailuresKeepLastFigures(t *testing.T) {
 	w := New(src, time.Hour, nil, rec.record)
 	var pidErr error
 	var mu sync.Mutex
-	w.Add(Task{ID: "t", Devices: []DeviceLimit{{devA, 100}}, Mode: ModeWarn, Pids: func() ([]int, error) {
+	w.Add(Task{ID: "t", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}}, Mode: ModeWarn, Pids: func() ([]int, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return []int{10}, pidErr
@@ -296,7 +296,7 @@ func TestCallbackMayRemove(t *testing.T) {
 		kills = append(kills, v.TaskID)
 		w.Remove(v.TaskID)
 	})
-	w.Add(Task{ID: "t", Devices: []DeviceLimit{{devA, 100}}, Pids: pidsOf(10)})
+	w.Add(Task{ID: "t", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}}, Pids: pidsOf(10)})
 	w.Check()
 	w.Check()
 	if !slices.Equal(kills, []string{"t"}) {
@@ -309,7 +309,7 @@ func TestRun(t *testing.T) {
 	src.set(devA, gpu.Process{PID: 10, UsedMiB: 500})
 	fired := make(chan Violation, 100)
 	w := New(src, 5*time.Millisecond, nil, func(v Violation) { fired <- v })
-	w.Add(Task{ID: "t", Devices: []DeviceLimit{{devA, 100}}, Pids: pidsOf(10)})
+	w.Add(Task{ID: "t", Devices: []DeviceLimit{{UUID: devA, LimitMiB: 100}}, Pids: pidsOf(10)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -389,7 +389,7 @@ func TestSimBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Add(Task{ID: "mps", Devices: mpsLimits, Pids: pidsOf(4001, 4002), Mode: ModeKill})
-	w.Add(Task{ID: "neighbour", Devices: []DeviceLimit{{gpu0, 40960}}, Pids: pidsOf(5001), Mode: ModeKill})
+	w.Add(Task{ID: "neighbour", Devices: []DeviceLimit{{UUID: gpu0, LimitMiB: 40960}}, Pids: pidsOf(5001), Mode: ModeKill})
 	migMem := func(uuid string) uint64 {
 		if uuid == mig.UUID {
 			return mig.MemoryMiB

@@ -2,7 +2,9 @@ package gpuwatch
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
@@ -14,6 +16,12 @@ import (
 //   - mig: each visible MIG instance, limited to its memory, migMemMiB(uuid);
 //   - gpu: each visible GPU with LimitMiB 0, measured for stats only, since
 //     nothing else can allocate on a GPU the task holds whole.
+//
+// SharePercent is 100 for gpu and mig; for mps it is
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, the client's SM share on each of its
+// GPUs (the device plugin sets it to the task's shares' thread percentages
+// summed; MPS enforces that one number on every GPU of the client), 100
+// when absent (MPS then does not limit the client); mps devices are Shared.
 //
 // A task without visible devices has none. When NOMAD_GPU_SLICE_TYPE is
 // absent the type follows from the UUIDs and the pinned limit variable.
@@ -48,7 +56,7 @@ func DeviceLimits(env map[string]string, migMemMiB func(uuid string) uint64) ([]
 	switch typ {
 	case contract.SliceGPU:
 		for _, u := range visible {
-			out = append(out, DeviceLimit{UUID: u})
+			out = append(out, DeviceLimit{UUID: u, SharePercent: 100})
 		}
 	case contract.SliceMIG:
 		for _, u := range visible {
@@ -62,7 +70,7 @@ func DeviceLimits(env map[string]string, migMemMiB func(uuid string) uint64) ([]
 			if m == 0 {
 				return nil, fmt.Errorf("%s: MIG instance %q has no known memory size on this node", contract.EnvCUDAVisibleDevices, u)
 			}
-			out = append(out, DeviceLimit{UUID: u, LimitMiB: m})
+			out = append(out, DeviceLimit{UUID: u, LimitMiB: m, SharePercent: 100})
 		}
 	case contract.SliceMPS:
 		limits := map[int]uint64{}
@@ -77,8 +85,16 @@ func DeviceLimits(env map[string]string, migMemMiB func(uuid string) uint64) ([]
 				return nil, fmt.Errorf("%s: device ordinal %d, but %s lists %d device(s)", contract.EnvMPSPinnedMemLimit, ord, contract.EnvCUDAVisibleDevices, len(visible))
 			}
 		}
+		share := 100.0
+		if v := strings.TrimSpace(env[contract.EnvMPSThreadPercentage]); v != "" {
+			t, err := strconv.ParseFloat(v, 64)
+			if err != nil || math.IsNaN(t) || t <= 0 || t > 100 {
+				return nil, fmt.Errorf("%s: %q is not a percentage above 0 and at most 100", contract.EnvMPSThreadPercentage, v)
+			}
+			share = t
+		}
 		for i, u := range visible {
-			out = append(out, DeviceLimit{UUID: u, LimitMiB: limits[i]})
+			out = append(out, DeviceLimit{UUID: u, LimitMiB: limits[i], SharePercent: share, Shared: true})
 		}
 	default:
 		return nil, fmt.Errorf("%s: %q is not one of %s, %s, %s", contract.EnvSliceType, typ, contract.SliceGPU, contract.SliceMIG, contract.SliceMPS)

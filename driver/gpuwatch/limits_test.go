@@ -29,22 +29,33 @@ func TestDeviceLimits(t *testing.T) {
 		{
 			name: "mps, one GPU",
 			env:  map[string]string{contract.EnvCUDAVisibleDevices: g0, contract.EnvSliceType: contract.SliceMPS, contract.EnvMPSPinnedMemLimit: "0=20480M"},
-			want: []DeviceLimit{{g0, 20480}},
+			want: []DeviceLimit{{g0, 20480, 100, true}},
 		},
 		{
 			name: "mps, two GPUs, limits by ordinal",
 			env:  map[string]string{contract.EnvCUDAVisibleDevices: g0 + "," + g1, contract.EnvSliceType: contract.SliceMPS, contract.EnvMPSPinnedMemLimit: "1=8G,0=4096M"},
-			want: []DeviceLimit{{g0, 4096}, {g1, 8192}},
+			want: []DeviceLimit{{g0, 4096, 100, true}, {g1, 8192, 100, true}},
 		},
 		{
 			name: "mps, a GPU without an entry is measured only",
 			env:  map[string]string{contract.EnvCUDAVisibleDevices: g0 + "," + g1, contract.EnvSliceType: contract.SliceMPS, contract.EnvMPSPinnedMemLimit: "1=8G"},
-			want: []DeviceLimit{{g0, 0}, {g1, 8192}},
+			want: []DeviceLimit{{g0, 0, 100, true}, {g1, 8192, 100, true}},
 		},
 		{
 			name: "mps inferred from the pinned limit",
 			env:  map[string]string{contract.EnvCUDAVisibleDevices: g0, contract.EnvMPSPinnedMemLimit: "0=1G"},
-			want: []DeviceLimit{{g0, 1024}},
+			want: []DeviceLimit{{g0, 1024, 100, true}},
+		},
+		{
+			name: "mps, the thread percentage is the share of each GPU",
+			env: map[string]string{contract.EnvCUDAVisibleDevices: g0 + "," + g1, contract.EnvSliceType: contract.SliceMPS,
+				contract.EnvMPSPinnedMemLimit: "0=10G,1=10G", contract.EnvMPSThreadPercentage: "50"},
+			want: []DeviceLimit{{g0, 10240, 50, true}, {g1, 10240, 50, true}},
+		},
+		{
+			name:    "mps, bad thread percentage",
+			env:     map[string]string{contract.EnvCUDAVisibleDevices: g0, contract.EnvSliceType: contract.SliceMPS, contract.EnvMPSThreadPercentage: "0"},
+			wantErr: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "0" is not a percentage`,
 		},
 		{
 			name:    "mps, ordinal beyond the visible devices",
@@ -59,12 +70,12 @@ func TestDeviceLimits(t *testing.T) {
 		{
 			name: "mig",
 			env:  map[string]string{contract.EnvCUDAVisibleDevices: m0 + "," + m1, contract.EnvSliceType: contract.SliceMIG},
-			want: []DeviceLimit{{m0, 9856}, {m1, 40192}},
+			want: []DeviceLimit{{m0, 9856, 100, false}, {m1, 40192, 100, false}},
 		},
 		{
 			name: "mig inferred from the UUID",
 			env:  map[string]string{contract.EnvCUDAVisibleDevices: m1},
-			want: []DeviceLimit{{m1, 40192}},
+			want: []DeviceLimit{{m1, 40192, 100, false}},
 		},
 		{
 			name:    "mig of unknown size",
@@ -79,7 +90,7 @@ func TestDeviceLimits(t *testing.T) {
 		{
 			name: "whole GPUs are measured only",
 			env:  map[string]string{contract.EnvCUDAVisibleDevices: g0 + ", " + g1 + "," + g0, contract.EnvSliceType: contract.SliceGPU},
-			want: []DeviceLimit{{g0, 0}, {g1, 0}},
+			want: []DeviceLimit{{g0, 0, 100, false}, {g1, 0, 100, false}},
 		},
 		{
 			name:    "index instead of UUID",

@@ -294,6 +294,32 @@ func (d *Device) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Retur
 	return nil, nvml.SUCCESS
 }
 
+// GetProcessUtilization reports, per process with a live load record of
+// known pid, the utilisation its load puts on the GPU (for a MIG-mode GPU,
+// what its instances' loads put on it, weighted by their share of the
+// slices), with the samples newer than lastSeenTimestamp (microseconds
+// since the epoch, as NVML's); ERROR_NOT_FOUND when there are none, as in
+// NVML.
+func (d *Device) GetProcessUtilization(lastSeenTimestamp uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	if d.lost() {
+		return nil, nvml.ERROR_GPU_IS_LOST
+	}
+	return samplesSince(d.srv.view.Load().procUtil[d.uuid], lastSeenTimestamp)
+}
+
+func samplesSince(all []nvml.ProcessUtilizationSample, lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	var out []nvml.ProcessUtilizationSample
+	for _, s := range all {
+		if s.TimeStamp > lastSeen {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return out, nvml.SUCCESS
+}
+
 func copyProcs(p []nvml.ProcessInfo) []nvml.ProcessInfo {
 	if len(p) == 0 {
 		return nil
@@ -430,4 +456,14 @@ func (m *MigDevice) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Re
 		return nil, nvml.ERROR_GPU_IS_LOST
 	}
 	return nil, nvml.SUCCESS
+}
+
+// GetProcessUtilization reports the utilisation each load of known pid puts
+// on the instance, in percent of the instance's own SMs (see the Device
+// method). Real NVML may not support it on MIG devices.
+func (m *MigDevice) GetProcessUtilization(lastSeenTimestamp uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	if m.lost() {
+		return nil, nvml.ERROR_GPU_IS_LOST
+	}
+	return samplesSince(m.parent.srv.view.Load().procUtil[m.uuid], lastSeenTimestamp)
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -359,12 +360,32 @@ type loadSum struct {
 	bytes    uint64
 }
 
+// pidUtil is what one writer pid puts on one device, in percent.
+type pidUtil struct{ sm, mem float64 }
+
 // sumLoads adds up the live loads per device of this node and lists the
-// processes they stand for. Entries naming no device of the node are
-// ignored.
-func (s *Server) sumLoads(loads []liveLoad, now time.Time) (map[string]*loadSum, map[string][]nvml.ProcessInfo) {
+// processes they stand for, with the utilisation each such process puts on
+// each device (a MIG instance's also on its parent, weighted by the
+// instance's share of the GPU's compute slices). Entries naming no device
+// of the node are ignored.
+func (s *Server) sumLoads(loads []liveLoad, now time.Time) (map[string]*loadSum, map[string][]nvml.ProcessInfo, map[string]map[uint32]*pidUtil) {
 	sums := map[string]*loadSum{}
 	procs := map[string][]nvml.ProcessInfo{}
+	utils := map[string]map[uint32]*pidUtil{}
+	addUtil := func(uuid string, pid uint32, sm, mem float64) {
+		m := utils[uuid]
+		if m == nil {
+			m = map[uint32]*pidUtil{}
+			utils[uuid] = m
+		}
+		u := m[pid]
+		if u == nil {
+			u = &pidUtil{}
+			m[pid] = u
+		}
+		u.sm += sm
+		u.mem += mem
+	}
 	for _, l := range loads {
 		r := l.rec.rampAt(now)
 		for i := range l.rec.Devices {
@@ -392,14 +413,31 @@ func (s *Server) sumLoads(loads []liveLoad, now time.Time) (map[string]*loadSum,
 				continue
 			}
 			pi := nvml.ProcessInfo{Pid: l.pid, UsedGpuMemory: b, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}
+			sm, mem := min(100, r*e.UtilPercent), min(100, r*e.MemUtilPercent)
 			if mig != nil {
 				pi.GpuInstanceId, pi.ComputeInstanceId = mig.gi, mig.ci
 				procs[mig.parent.uuid] = append(procs[mig.parent.uuid], pi)
+				w := float64(mig.giProfile.SliceCount) / maxSlices
+				addUtil(mig.parent.uuid, l.pid, sm*w, mem*w)
 			}
 			procs[e.UUID] = append(procs[e.UUID], pi)
+			addUtil(e.UUID, l.pid, sm, mem)
 		}
 	}
-	return sums, procs
+	return sums, procs, utils
+}
+
+// utilSamples turns what each writer pid puts on a device into the samples
+// GetProcessUtilization reports, one per pid, stamped at (the view's) now
+// in microseconds as NVML stamps them; sorted by pid.
+func utilSamples(utils map[uint32]*pidUtil, now time.Time) []nvml.ProcessUtilizationSample {
+	out := make([]nvml.ProcessUtilizationSample, 0, len(utils))
+	pct := func(x float64) uint32 { return uint32(min(100, math.Round(x))) }
+	for pid, u := range utils {
+		out = append(out, nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: uint64(now.UnixMicro()), SmUtil: pct(u.sm), MemUtil: pct(u.mem)})
+	}
+	slices.SortFunc(out, func(a, b nvml.ProcessUtilizationSample) int { return cmp.Compare(a.Pid, b.Pid) })
+	return out
 }
 
 // withLoad is base plus a load, rounded and capped at 100 %.

@@ -81,7 +81,13 @@
 // the device's total. A live record whose writer's pid is known is listed
 // by GetComputeRunningProcesses on each device it names (a MIG instance's
 // also on its parent, with the instance's GPU and compute instance ids),
-// using that device's share of its memory.
+// using that device's share of its memory, and by GetProcessUtilization
+// with r×u (and r×m) of its entry for that device, capped at 100 % and
+// rounded (an instance's entry also on its parent, × slices(I)/7): the
+// utilisation, of the device named, that the process puts there. Samples
+// are stamped with the time of the node's last poll; only those newer than
+// the caller's lastSeenTimestamp are returned (ERROR_NOT_FOUND when none,
+// as in NVML). The control file's utilisation belongs to no process.
 //
 // Power, temperature and SM clock are the physical GPU's, from its
 // utilisation u: power = idle + (TDP − idle) × u/100 (e.g. dgxh100 70 W to
@@ -343,6 +349,9 @@ type view struct {
 	procs     map[string][]nvml.ProcessInfo
 	usedBytes map[string]uint64
 	lostGPUs  map[string]bool
+	// procUtil is each device's per-process utilisation samples, from the
+	// live loads whose writer's pid is known.
+	procUtil map[string][]nvml.ProcessUtilizationSample
 }
 
 // derive applies the model documented in load.go ("Simulated work").
@@ -353,6 +362,7 @@ func (s *Server) derive(st ControlState, loads []liveLoad, now time.Time) *view 
 		procs:     map[string][]nvml.ProcessInfo{},
 		usedBytes: map[string]uint64{},
 		lostGPUs:  map[string]bool{},
+		procUtil:  map[string][]nvml.ProcessUtilizationSample{},
 	}
 	base := map[string]nvml.Utilization{}
 	for uuid, u := range st.Utilization {
@@ -360,7 +370,10 @@ func (s *Server) derive(st ControlState, loads []liveLoad, now time.Time) *view 
 			base[uuid] = nvml.Utilization{Gpu: min(u.GPUPercent, 100), Memory: min(u.MemPercent, 100)}
 		}
 	}
-	sums, loadProcs := s.sumLoads(loads, now)
+	sums, loadProcs, loadUtils := s.sumLoads(loads, now)
+	for uuid, u := range loadUtils {
+		v.procUtil[uuid] = utilSamples(u, now)
+	}
 	load := func(uuid string) loadSum {
 		if a := sums[uuid]; a != nil {
 			return *a
