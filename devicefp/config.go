@@ -46,7 +46,9 @@ type NomadAPIConfig struct {
 
 // MPSConfig offers the listed GPUs as MPS shares instead of whole GPUs.
 type MPSConfig struct {
-	// GPUs are indexes or GPU- UUIDs; "all" means every GPU not in MIG mode.
+	// GPUs are indexes or GPU- UUIDs of GPUs with MIG disabled: MPS shares
+	// are not offered inside MIG instances, and SetConfig refuses a GPU
+	// that is in MIG mode. "all" means every GPU not in MIG mode.
 	GPUs   []string `hcl:"gpus"`
 	Shares int      `hcl:"shares" default:"2"`
 }

@@ -83,11 +83,78 @@ func (p *Plugin) SetConfig(c any, agent *base.AgentConfig) error {
 		return err
 	}
 	p.mu.Lock()
+	prev, hadInv := p.cfg, p.inv != nil
 	p.cfg = cfg
 	p.mu.Unlock()
+	if err := p.checkMPSGPUs(cfg); err != nil {
+		// A refused config leaves the plugin as it was.
+		p.mu.Lock()
+		p.cfg = prev
+		inv := p.inv
+		if !hadInv {
+			p.inv = nil
+		}
+		p.mu.Unlock()
+		if !hadInv && inv != nil {
+			inv.Close()
+		}
+		return err
+	}
 	// Only the runtime launch gets the agent's config: validation
 	// launches must not serve metrics.
 	p.metrics.setConfig(cfg, agent != nil)
+	return nil
+}
+
+// checkMPSGPUs refuses mps blocks naming a GPU that is in MIG mode: MPS
+// shares are offered only on GPUs with MIG disabled, and the GPU would
+// otherwise be offered as MIG instances with no word about the mps block.
+// The MIG mode is known only from the inventory, so this opens it (the
+// fingerprint reuses it); an inventory that cannot be read now is left to
+// the fingerprint, which reports it. "all" means every GPU not in MIG mode
+// and never fails.
+func (p *Plugin) checkMPSGPUs(cfg *Config) error {
+	named := false
+	for _, m := range cfg.MPS {
+		for _, id := range m.GPUs {
+			if r, err := parseGPURef(id); err == nil && !r.all {
+				named = true
+			}
+		}
+	}
+	if !named {
+		return nil
+	}
+	inv, err := p.inventory()
+	if err != nil {
+		p.logger.Warn("cannot check the GPUs of the mps blocks now", "error", err)
+		return nil
+	}
+	snap, err := inv.Snapshot()
+	if err != nil {
+		p.logger.Warn("cannot check the GPUs of the mps blocks now", "error", err)
+		return nil
+	}
+	return mpsOnMIG(cfg, snap)
+}
+
+// mpsOnMIG is the error for the first GPU an mps block names that is in MIG
+// mode in snap, nil when there is none.
+func mpsOnMIG(cfg *Config, snap *gpu.Snapshot) error {
+	for i, m := range cfg.MPS {
+		for j, id := range m.GPUs {
+			r, err := parseGPURef(id)
+			if err != nil || r.all || r.mig {
+				continue
+			}
+			for k := range snap.GPUs {
+				g := &snap.GPUs[k]
+				if g.UUID != "" && g.MIGEnabled && r.matches(g.Index, g.UUID) {
+					return fmt.Errorf("mps[%d].gpus[%d]: GPU %d (%s) is in MIG mode; MPS shares are offered only on GPUs with MIG disabled", i, j, g.Index, g.UUID)
+				}
+			}
+		}
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
 	"github.com/nomad-gpu/nomad-gpu/driver/landlock"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
@@ -25,6 +26,10 @@ type Config struct {
 	// none. Root is denied by default, as by Nomad's exec and raw_exec.
 	DeniedHostUIDs string `hcl:"denied_host_uids" default:"0"`
 	DeniedHostGIDs string `hcl:"denied_host_gids" default:"0"`
+	// SupervisorBinary is the per-task supervisor executable. "" looks for
+	// it in ../libexec/ beside the driver's directory, outside plugin_dir,
+	// which Nomad scans and where every non-plugin file draws a warning.
+	SupervisorBinary string `hcl:"supervisor_binary"`
 	// CgroupRoot is the parent cgroup of every task's cgroup.
 	CgroupRoot string `hcl:"cgroup_root" default:"nomad-gpu"`
 	// GPUMemoryWatchdog acts on a task over its slice's GPU memory:
@@ -156,8 +161,11 @@ func (c *Config) Validate() error {
 	if err := c.Isolation.validate(); err != nil {
 		return err
 	}
-	if c.CgroupRoot == "" || filepath.IsAbs(c.CgroupRoot) || filepath.Clean(c.CgroupRoot) != c.CgroupRoot {
-		return fmt.Errorf("cgroup_root: %q must be a relative cgroup name such as \"nomad-gpu\"", c.CgroupRoot)
+	if c.SupervisorBinary != "" && !filepath.IsAbs(c.SupervisorBinary) {
+		return fmt.Errorf("supervisor_binary: %q must be an absolute path to the nomad-driver-gpu-supervisor executable", c.SupervisorBinary)
+	}
+	if err := cgroups.ValidName(c.CgroupRoot); err != nil {
+		return fmt.Errorf("cgroup_root: %q is not a cgroup name (%v); allowed: one directory name such as \"nomad-gpu\", created under each cgroup hierarchy's root", c.CgroupRoot, err)
 	}
 	if _, err := gpuwatch.ParseMode(c.GPUMemoryWatchdog); err != nil {
 		return fmt.Errorf("gpu_memory_watchdog: %q is not a mode; allowed: \"kill\", \"warn\", \"off\"", c.GPUMemoryWatchdog)

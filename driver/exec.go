@@ -26,7 +26,7 @@ func (d *Driver) execCommand(ctx context.Context, t *task, argv []string) (*exec
 	spec := t.proc.Spec()
 	// The shim joins the task's cgroups and drops to its user before exec,
 	// exactly as for the task itself.
-	cmd := exec.CommandContext(ctx, d.executable, append([]string{"exec-shim", spec.StateDir, "--"}, argv...)...)
+	cmd := exec.CommandContext(ctx, d.supervisor(), append([]string{"exec-shim", spec.StateDir, "--"}, argv...)...)
 	// The shim runs as root until it drops to the task's user: it must not
 	// see the task's environment (LD_PRELOAD…) or start in its directory.
 	// Enter hands both to the command from the task's spec.

@@ -30,7 +30,7 @@ func (d *Driver) isolation() supervisor.Probe {
 	d.probeMu.Lock()
 	defer d.probeMu.Unlock()
 	if d.probe == nil || time.Since(d.probe.at) > probeMaxAge {
-		d.probe = &isolationProbe{Probe: supervisor.ProbeIsolation(d.ctx, d.executable), at: time.Now()}
+		d.probe = &isolationProbe{Probe: supervisor.ProbeIsolation(d.ctx, d.supervisor()), at: time.Now()}
 	}
 	return d.probe.Probe
 }

@@ -44,7 +44,7 @@ type Inventory interface {
 
 // Driver is the plugin. Locking, so that no field is read without the lock
 // that guards its writes:
-//   - cfgMu guards cfg (SetConfig may come at any time);
+//   - cfgMu guards cfg and executable (SetConfig may come at any time);
 //   - store has its own lock and holds every task;
 //   - rt is written once, under initMu, by runtime(), and read lock-free
 //     through the atomic pointer: nil until the plugin runs tasks;
@@ -121,24 +121,59 @@ func New(logger hclog.Logger) *Driver {
 	return d
 }
 
-// SupervisorBinary is the small per-task supervisor installed next to the
-// plugin; without it the plugin binary supervises tasks itself.
+// SupervisorBinary is the small per-task supervisor; without it the plugin
+// binary supervises tasks itself.
 const SupervisorBinary = "nomad-driver-gpu-supervisor"
 
+// SupervisorDir is where the supervisor is looked for, relative to the
+// driver's directory: outside plugin_dir, since Nomad warns about every file
+// or directory there that is not a configured plugin.
+const SupervisorDir = "../libexec"
+
+// supervisorExecutable is the installed supervisor (in SupervisorDir, or
+// beside the driver as installs before SupervisorDir had it), else the
+// driver's own binary.
 func supervisorExecutable() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	small := filepath.Join(filepath.Dir(exe), SupervisorBinary)
-	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-		return small
+	for _, dir := range []string{SupervisorDir, "."} {
+		small := filepath.Join(filepath.Dir(exe), dir, SupervisorBinary)
+		if executableFile(small) == nil {
+			return small
+		}
 	}
 	return exe
 }
 
+// executableFile says why path is not an executable regular file.
+func executableFile(path string) error {
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return err
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file", path)
+	case st.Mode()&0o111 == 0:
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}
+
 // SetExecutable points the supervisor at another binary (tests).
-func (d *Driver) SetExecutable(path string) { d.executable = path }
+func (d *Driver) SetExecutable(path string) {
+	d.cfgMu.Lock()
+	d.executable = path
+	d.cfgMu.Unlock()
+}
+
+// supervisor is the executable that supervises tasks and runs exec shims.
+func (d *Driver) supervisor() string {
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
+	return d.executable
+}
 
 func (d *Driver) Info() base.Info {
 	return base.Info{Type: base.TypeDriver, Name: PluginName, Version: Version, APIVersions: []string{base.APIVersion}}
@@ -155,8 +190,16 @@ func (d *Driver) SetConfig(c any, agent *base.AgentConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if cfg.SupervisorBinary != "" {
+		if err := executableFile(cfg.SupervisorBinary); err != nil {
+			return fmt.Errorf("supervisor_binary: %v; allowed: the path of an installed nomad-driver-gpu-supervisor", err)
+		}
+	}
 	d.cfgMu.Lock()
 	d.cfg = cfg
+	if cfg.SupervisorBinary != "" {
+		d.executable = cfg.SupervisorBinary
+	}
 	d.cfgMu.Unlock()
 	// Only the runtime launch gets the agent's config: validation
 	// launches must not serve metrics.
@@ -223,6 +266,12 @@ func (d *Driver) runtime() (*runtimeState, error) {
 	nomad, err := preemption.New(cfg.Nomad.Address, cfg.Nomad.Token)
 	if err != nil {
 		return nil, err
+	}
+	if sup := d.supervisor(); filepath.Base(sup) == SupervisorBinary {
+		d.logger.Info("tasks are supervised by", "supervisor", sup)
+	} else {
+		// Works, at about 18 MiB resident per task instead of 4.5 MiB.
+		d.logger.Warn("no "+SupervisorBinary+" installed (looked in "+SupervisorDir+" and beside the driver, and supervisor_binary is unset); the driver binary supervises tasks itself, using more memory per task", "supervisor", sup)
 	}
 	rt := &runtimeState{mps: m, caps: caps, ckpt: store, nomad: nomad}
 	rt.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)

@@ -189,7 +189,7 @@ func (d *Driver) createCgroups(t *task, p *startPlan) error {
 	}
 	g, err := cgroups.Create(d.config().CgroupRoot, cgroupName(p.cfg), limits)
 	if err != nil {
-		return fmt.Errorf("cgroups: %w", err)
+		return err // already says "cgroups: …"
 	}
 	t.group = g
 	return nil
@@ -286,7 +286,7 @@ func (d *Driver) startSupervisor(t *task, p *startPlan) error {
 	spec := supervisor.Spec{
 		TaskID:      cfg.ID,
 		StateDir:    filepath.Join(t.dir, supervisorDir),
-		Executable:  d.executable,
+		Executable:  d.supervisor(),
 		Command:     tc.Command,
 		Args:        tc.Args,
 		Env:         envList(env),

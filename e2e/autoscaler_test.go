@@ -35,7 +35,7 @@ func autoscalerPlugins(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"nomad-gpu-apm", "gpu-queue"} {
-		if err := os.Symlink(cluster.RequirePlugin(t, name), filepath.Join(dir, name)); err != nil {
+		if err := os.Symlink(cluster.RequireBinary(t, name), filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}

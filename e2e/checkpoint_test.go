@@ -132,7 +132,7 @@ func checkpointCluster(t testing.TB, nodes []gpuNode, driverHCL string) *cluster
 	var opts []cluster.ClientOptions
 	for i := range nodes {
 		nodes[i].driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), driverHCL)
-		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.BinDir(t), ExtraHCL: nodes[i].hcl(t)})
+		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: nodes[i].hcl(t)})
 	}
 	c.StartClients(t, opts...)
 	for i := range nodes {

@@ -99,7 +99,7 @@ func TestDevicePlugin(t *testing.T) {
 	control := filepath.Join(t.TempDir(), "sim-control.json")
 	c := cluster.Start(t, cluster.Options{
 		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: devicePluginHCL(control)},
+		Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: devicePluginHCL(control)},
 	})
 	node := c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(deviceGroups(n)) == 6 }, 2*time.Minute)
 
@@ -330,12 +330,12 @@ func TestDevicePluginConfigAndRestart(t *testing.T) {
 	control := filepath.Join(t.TempDir(), "sim-control.json")
 	c := cluster.Start(t, cluster.Options{
 		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: devicePluginHCL(control)},
+		Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: devicePluginHCL(control)},
 	})
 
 	t.Run("bad config refuses to start", func(t *testing.T) {
 		bad := strings.Replace(devicePluginHCL(control), "shares = 4", "shares = 1", 1)
-		a, err := c.TryAddClient(cluster.ClientOptions{Name: "bad-config", PluginDir: cluster.BinDir(t), ExtraHCL: bad})
+		a, err := c.TryAddClient(cluster.ClientOptions{Name: "bad-config", PluginDir: cluster.PluginDir(t), ExtraHCL: bad})
 		if err == nil {
 			t.Fatal("client with mps.shares = 1 started")
 		}

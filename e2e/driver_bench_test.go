@@ -157,7 +157,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	for _, v := range isoVariants {
 		n := newGPUNode(b)
 		nodes = append(nodes, n)
-		opts = append(opts, cluster.ClientOptions{Name: v.node(), PluginDir: cluster.BinDir(b), ExtraHCL: withIsolation(b, n.hcl(b), v.isolation)})
+		opts = append(opts, cluster.ClientOptions{Name: v.node(), PluginDir: cluster.PluginDir(b), ExtraHCL: withIsolation(b, n.hcl(b), v.isolation)})
 	}
 	c.StartClients(b, opts...)
 	for _, v := range isoVariants {

@@ -164,7 +164,7 @@ func (p churnProbe) count() churnCounts {
 func TestDriverChurn(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
-	cluster.RequirePlugin(t, "nomad-driver-gpu-supervisor")
+	cluster.RequireBinary(t, "libexec/nomad-driver-gpu-supervisor")
 	if os.Geteuid() != 0 {
 		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
 	}
@@ -187,7 +187,7 @@ func TestDriverChurn(t *testing.T) {
 	hcl = strings.Replace(hcl, anchor, fmt.Sprintf("%s\n    cgroup_root       = %q", anchor, cgroupRoot), 1)
 	c := cluster.Start(t, cluster.Options{
 		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: hcl},
+		Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: hcl},
 	})
 	c.WaitForNode(t, "client-1", func(n *api.Node) bool { return n.Drivers["gpu"] != nil && n.Drivers["gpu"].Healthy }, 2*time.Minute)
 	marker := randHex(t, 8)

@@ -195,7 +195,7 @@ func startGPUCluster(t *testing.T) (*cluster.Cluster, gpuNode) {
 	node := newGPUNode(t)
 	c := cluster.Start(t, cluster.Options{
 		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: node.hcl(t)},
+		Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)},
 	})
 	c.WaitForNode(t, "client-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]

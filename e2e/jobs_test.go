@@ -104,7 +104,7 @@ func TestWorkloadJobs(t *testing.T) {
 	var opts []cluster.ClientOptions
 	for _, p := range pools {
 		n := newGPUNode(t)
-		opts = append(opts, cluster.ClientOptions{Name: "gpu-" + p, PluginDir: cluster.BinDir(t), ExtraHCL: n.hcl(t), ClientHCL: fmt.Sprintf("node_pool = %q", p)})
+		opts = append(opts, cluster.ClientOptions{Name: "gpu-" + p, PluginDir: cluster.PluginDir(t), ExtraHCL: n.hcl(t), ClientHCL: fmt.Sprintf("node_pool = %q", p)})
 	}
 	c.StartClients(t, opts...)
 	for _, p := range pools {

@@ -160,8 +160,8 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 	cluster.PrometheusBinary(t)
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
-	cli := cluster.RequirePlugin(t, "nomad-gpu")
-	apmBin := cluster.RequirePlugin(t, "nomad-gpu-apm")
+	cli := cluster.RequireBinary(t, "nomad-gpu")
+	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")
 	if os.Geteuid() != 0 {
 		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
 	}
@@ -172,7 +172,7 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 	// the node's: node_name says which node they are.
 	node.deviceHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}", devAddr, c.Server().HTTPAddr())
 	node.driverHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", drvAddr, c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
-	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.BinDir(t), ExtraHCL: node.hcl(t)})
+	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)})
 	n := c.WaitForNode(t, "gpu-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]
 		return d != nil && d.Healthy && len(deviceGroups(n)) == 5

@@ -144,7 +144,7 @@ func (p *simPool) start(s *simNode) {
 	}
 	begun := time.Now()
 	a, err := p.c.TryAddClient(cluster.ClientOptions{
-		Name: s.name, PluginDir: cluster.BinDir(p.t), ExtraHCL: n.hcl(p.t),
+		Name: s.name, PluginDir: cluster.PluginDir(p.t), ExtraHCL: n.hcl(p.t),
 		// gc_max_allocs: a replay's preempted allocations keep their logs.
 		ClientHCL: fmt.Sprintf("node_pool = %q\ngc_max_allocs = 5000", p.pool),
 	})

@@ -240,8 +240,8 @@ func layoutFor(c tracereplay.Cluster, f tracereplay.Features) *nodeLayout {
 
 // replayOnNomad replays the trace on a fresh cluster in configuration cfg.
 func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (tracereplay.Result, replayMeasures) {
-	cli := cluster.RequirePlugin(t, "nomad-gpu")
-	apmBin := cluster.RequirePlugin(t, "nomad-gpu-apm")
+	cli := cluster.RequireBinary(t, "nomad-gpu")
+	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	if cfg.Preemption {
 		enablePreemption(t, c)

@@ -230,14 +230,14 @@ func TestIntegrationQueue(t *testing.T) {
 // job summary does not).
 func TestIntegrationSimNode(t *testing.T) {
 	cluster.NomadBinary(t)
-	if _, err := os.Stat(filepath.Join(cluster.BinDir(t), "nomad-device-gpu")); err != nil {
+	if _, err := os.Stat(filepath.Join(cluster.PluginDir(t), "nomad-device-gpu")); err != nil {
 		t.Skip("nomad-device-gpu not built (make build); skipping")
 	}
 	control := filepath.Join(t.TempDir(), "sim-control.json")
 	c := cluster.Start(t, cluster.Options{
 		Clients: 1,
 		Client: cluster.ClientOptions{
-			PluginDir: cluster.BinDir(t),
+			PluginDir: cluster.PluginDir(t),
 			ClientHCL: `node_pool = "gpu"
 node_class = "a100"`,
 			ExtraHCL: fmt.Sprintf(`

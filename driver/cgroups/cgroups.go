@@ -219,14 +219,31 @@ func Describe() (Version, string) {
 	return l.version, desc
 }
 
+// ValidName says why s cannot be one cgroup directory name, nil when it can:
+// groups are created one level below the hierarchy's root, so a name is a
+// single path element.
+func ValidName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case s == "." || s == "..":
+		return errors.New(`"." and ".." are not group names`)
+	case strings.ContainsRune(s, '/'):
+		return errors.New(`one name without "/" is allowed`)
+	case strings.ContainsAny(s, "\x00\n"):
+		return errors.New("contains a NUL or newline")
+	}
+	return nil
+}
+
 // Create makes (or reuses) the group for one task and applies limits. root is
 // shared by all tasks of this driver ("nomad-gpu"), name identifies the task
 // ("<allocID>.<task>"); neither may contain a slash. On error the task's
 // directories are removed again unless processes are already in them.
 func Create(root, name string, limits Limits) (*Group, error) {
 	for _, s := range []string{root, name} {
-		if s == "" || s == "." || s == ".." || strings.ContainsRune(s, '/') {
-			return nil, fmt.Errorf("cgroups: invalid group name %q", s)
+		if err := ValidName(s); err != nil {
+			return nil, fmt.Errorf("cgroups: invalid group name %q: %w", s, err)
 		}
 	}
 	l := probe()

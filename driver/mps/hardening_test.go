@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
@@ -499,6 +500,7 @@ func TestAdoptChecksIdentity(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			waitExeced(t, cmd.Process.Pid, "sleep")
 			id, err := procfs.Identify(cmd.Process.Pid)
 			if err != nil {
 				t.Fatal(err)
@@ -560,6 +562,8 @@ func TestFindDaemonTrustsNoPidFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			// Until the child has exec'd sleep, its environ is still ours.
+			waitExeced(t, cmd.Process.Pid, "sleep")
 			if err := os.WriteFile(filepath.Join(pipe, pidFileName), []byte(itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -606,5 +610,22 @@ func TestTasks(t *testing.T) {
 	}
 	if got := newManager(t, testConfig(t, root)).Tasks(); !slices.Equal(got, []string{"t9"}) {
 		t.Errorf("Tasks() after restart = %v", got)
+	}
+}
+
+// waitExeced waits until process pid runs the program named name: between
+// fork and exec a child still has its parent's command line and environment.
+func waitExeced(t *testing.T, pid int, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		argv, _ := os.ReadFile("/proc/" + itoa(pid) + "/cmdline")
+		if arg0, _, _ := strings.Cut(string(argv), "\x00"); filepath.Base(arg0) == name {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not exec %s within 10s (cmdline %q)", pid, name, argv)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

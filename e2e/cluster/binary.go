@@ -54,23 +54,41 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
-// BinDir returns the repository's bin/ directory, where `make build` puts the
-// plugin binaries; pass it as ClientOptions.PluginDir. It does not check
-// that any binary is there: use RequirePlugin for that.
+// BinDir returns the repository's bin/ directory, where `make build` puts
+// the autoscaler plugins and the CLI. It does not check that any binary is
+// there: use RequireBinary for that.
 func BinDir(t testing.TB) string {
 	t.Helper()
 	return filepath.Join(RepoRoot(t), "bin")
 }
 
-// RequirePlugin returns the path of the executable plugin binary name in
-// BinDir, and fails the test (it does not skip: e2e runs after `make
+// PluginDir returns bin/plugins, where `make build` puts the Nomad plugins
+// and nothing else; pass it as ClientOptions.PluginDir.
+func PluginDir(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(BinDir(t), "plugins")
+}
+
+// RequirePlugin returns the path of the Nomad plugin binary name in
+// PluginDir, and fails the test (it does not skip: e2e runs after `make
 // build`) when it is missing.
 func RequirePlugin(t testing.TB, name string) string {
 	t.Helper()
-	p := filepath.Join(BinDir(t), name)
+	return requireExecutable(t, filepath.Join(PluginDir(t), name))
+}
+
+// RequireBinary is RequirePlugin for a binary at rel under BinDir:
+// "nomad-gpu", "gpu-queue", "libexec/nomad-driver-gpu-supervisor".
+func RequireBinary(t testing.TB, rel string) string {
+	t.Helper()
+	return requireExecutable(t, filepath.Join(BinDir(t), rel))
+}
+
+func requireExecutable(t testing.TB, p string) string {
+	t.Helper()
 	fi, err := os.Stat(p)
 	if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		t.Fatalf("e2e: plugin binary %s is missing or not executable; run `make build` first", p)
+		t.Fatalf("e2e: binary %s is missing or not executable; run `make build` first", p)
 	}
 	return p
 }

@@ -52,7 +52,7 @@ type Options struct {
 type ClientOptions struct {
 	// Name is the agent and node name. Empty: client-<n>.
 	Name string
-	// PluginDir is the agent's plugin_dir, normally BinDir(t). Empty: Nomad's
+	// PluginDir is the agent's plugin_dir, normally PluginDir(t). Empty: Nomad's
 	// default (<data_dir>/plugins).
 	PluginDir string
 	// ClientHCL is extra HCL placed inside the `client { }` block, e.g.

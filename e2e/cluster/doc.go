@@ -21,7 +21,7 @@
 //		cluster.RequirePlugin(t, "nomad-device-gpu") // fails if `make build` was not run
 //		c := cluster.Start(t, cluster.Options{      // skips if there is no nomad binary
 //			Clients: 1,
-//			Client:  cluster.ClientOptions{PluginDir: cluster.BinDir(t), ExtraHCL: gpuPlugin},
+//			Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: gpuPlugin},
 //		})
 //		node := c.WaitForNode(t, "client-1", func(n *api.Node) bool {
 //			return n.NodeResources != nil && len(n.NodeResources.Devices) > 0

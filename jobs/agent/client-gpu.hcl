@@ -1,5 +1,6 @@
-# Nomad client config for a GPU node: install bin/nomad-device-gpu,
-# bin/nomad-driver-gpu and bin/nomad-driver-gpu-supervisor into plugin_dir.
+# Nomad client config for a GPU node: install bin/plugins/* (and nothing
+# else) into plugin_dir, and bin/libexec/nomad-driver-gpu-supervisor into
+# /opt/nomad/libexec (../libexec from plugin_dir, where the driver looks).
 # Every key of the plugins' config is listed with its default.
 # Run: nomad agent -config client-gpu.hcl
 #
@@ -57,7 +58,8 @@ plugin "nomad-driver-gpu" {
     default_user        = "nobody"  # tasks without a `user`
     denied_host_uids    = "0"       # users tasks may not run as ("0,10-20"; "" for none)
     denied_host_gids    = "0"       # groups (primary or supplementary) tasks may not have
-    cgroup_root         = "nomad-gpu"
+    cgroup_root         = "nomad-gpu" # one cgroup name, made under each hierarchy's root
+    supervisor_binary   = ""          # "": ../libexec/nomad-driver-gpu-supervisor from the driver
     gpu_memory_watchdog = "kill"    # or "warn", "off"
     watchdog_interval   = "5s"
 
