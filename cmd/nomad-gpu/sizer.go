@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/sizing"
+	"github.com/nomad-gpu/nomad-gpu/sizing/history"
+)
+
+func init() {
+	register("sizer", command{
+		summary: "keep the GPU history of the cluster's tasks and resize those whose policy is auto",
+		run:     runSizer,
+	})
+}
+
+const sizerUsage = `usage: nomad-gpu sizer [flags]
+
+Every -interval: records each GPU task's utilisation and memory (from the
+nodes' device stats) and how its runs end in the history file, sizes every
+job holding GPUs, and resizes the tasks whose sizing policy (meta
+nomad_gpu_sizing) is auto, that checkpoint, and that were not resized within
+their nomad_gpu_sizing_interval: it registers the job with the new device
+request (guarded by the job's modify index), and the gpu driver checkpoints
+the task before Nomad replaces it, so the new allocation resumes from that
+checkpoint. Tasks under recommend are logged only; nomad-gpu recommend JOB
+shows why.
+
+One sizer per cluster: the history file is locked while it runs.
+
+Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION and the TLS variables, as
+the nomad CLI reads them; the flags override them. The token needs
+read-job and submit-job in the namespaces of the sized jobs, and node:read.
+
+Flags:
+`
+
+type sizerOptions struct {
+	address, token, region  string
+	historyPath, prometheus string
+	interval, window        time.Duration
+	retention               time.Duration
+	minSamples              int
+	minSpan                 time.Duration
+	once                    bool
+	logLevel                string
+}
+
+func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
+	o := &sizerOptions{}
+	fs := flag.NewFlagSet("sizer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, sizerUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.address, "address", "", "Nomad HTTP API address (default $NOMAD_ADDR or http://127.0.0.1:4646)")
+	fs.StringVar(&o.token, "token", "", "ACL token (default $NOMAD_TOKEN)")
+	fs.StringVar(&o.region, "region", "", "region (default $NOMAD_REGION)")
+	fs.StringVar(&o.historyPath, "history", "", "the history file (bbolt; created if missing)")
+	fs.StringVar(&o.prometheus, "prometheus", "", "read utilisation and memory from this Prometheus (the gpu driver's task metrics) instead of sampling the nodes")
+	fs.DurationVar(&o.interval, "interval", time.Minute, "time between rounds: the sample rate of the history")
+	fs.DurationVar(&o.window, "window", 6*time.Hour, "how far back a recommendation reads")
+	fs.DurationVar(&o.retention, "retention", history.DefaultRetention, "how long samples and finished runs are kept")
+	fs.IntVar(&o.minSamples, "min-samples", sizing.DefaultThresholds.MinSamples, "samples a task needs before it is resized")
+	fs.DurationVar(&o.minSpan, "min-span", sizing.DefaultThresholds.MinSpan, "time its samples must span before it is resized")
+	fs.BoolVar(&o.once, "once", false, "one round, then exit")
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.historyPath == "":
+		return nil, errors.New("-history is required: the file the sizer keeps its run records (and, without -prometheus, its samples) in")
+	case o.interval < time.Second:
+		return nil, fmt.Errorf("-interval %v: must be at least 1s", o.interval)
+	case o.window <= 0:
+		return nil, fmt.Errorf("-window %v: must be positive", o.window)
+	case o.retention < o.window:
+		return nil, fmt.Errorf("-retention %v: must be at least -window (%v), or recommendations read history already dropped", o.retention, o.window)
+	case o.minSamples < 1:
+		return nil, fmt.Errorf("-min-samples %d: must be at least 1", o.minSamples)
+	case o.minSpan < 0:
+		return nil, fmt.Errorf("-min-span %v: must not be negative", o.minSpan)
+	case hclog.LevelFromString(o.logLevel) == hclog.NoLevel:
+		return nil, fmt.Errorf("-log-level %q: allowed: trace, debug, info, warn, error", o.logLevel)
+	}
+	return o, nil
+}
+
+func runSizer(args []string, stdout, stderr io.Writer) int {
+	o, err := parseSizerFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "nomad-gpu sizer:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := hclog.New(&hclog.LoggerOptions{Name: "sizer", Output: stderr, Level: hclog.LevelFromString(o.logLevel)})
+	if err := sizerLoop(ctx, o, logger, stdout); err != nil {
+		fmt.Fprintln(stderr, "nomad-gpu sizer:", err)
+		return 1
+	}
+	return 0
+}
+
+// sizerLoop runs rounds until ctx ends (or one with -once). A failed round
+// is logged and retried at the next tick: Nomad being briefly away must
+// not stop the sizer.
+func sizerLoop(ctx context.Context, o *sizerOptions, logger hclog.Logger, stdout io.Writer) error {
+	st, err := history.Open(o.historyPath, history.Options{Retention: o.retention})
+	if err != nil {
+		return fmt.Errorf("-history: %w", err)
+	}
+	defer st.Close()
+	cfg := api.DefaultConfig()
+	for _, kv := range []struct {
+		flag string
+		dst  *string
+	}{{o.address, &cfg.Address}, {o.token, &cfg.SecretID}, {o.region, &cfg.Region}} {
+		if kv.flag != "" {
+			*kv.dst = kv.flag
+		}
+	}
+	cl, err := api.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	th := sizing.DefaultThresholds
+	th.MinSamples, th.MinSpan = o.minSamples, o.minSpan
+	s := &sizing.Sizer{Nomad: cl, Store: st, Window: o.window, Thresholds: th, Logger: logger}
+	if o.prometheus != "" {
+		p, err := history.NewPrometheus(o.prometheus, st, history.PromOptions{})
+		if err != nil {
+			return fmt.Errorf("-prometheus: %w", err)
+		}
+		s.Samples = p
+	}
+	logger.Info("sizer started", "history", o.historyPath, "interval", o.interval, "window", o.window)
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	for {
+		rep, err := s.Step(ctx, time.Now())
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && o.once:
+			return err
+		case err != nil:
+			logger.Error("round failed; the next round tries again", "error", err)
+		default:
+			logger.Debug("round", "samples", rep.Samples, "runs", rep.Runs, "tasks", len(rep.Results), "resized", len(rep.Resized))
+		}
+		if o.once {
+			for _, r := range rep.Resized {
+				fmt.Fprintf(stdout, "resized %s: %s\n", r.Key, r.Reason)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
