@@ -14,6 +14,8 @@ import (
 type Decision struct {
 	Apply bool
 	Hold  string // why it is not applied; "" when applied or nothing to do
+	// Rule names the rule that holds it: "mode", "checkpoint", "interval".
+	Rule string
 }
 
 // Decide applies the policy to a recommendation: only auto resizes, only a
@@ -24,11 +26,11 @@ func Decide(p Policy, r Recommendation, checkpoints bool, lastResize, now time.T
 	case r.Change == Keep:
 		return Decision{}
 	case p.Mode != ModeAuto:
-		return Decision{Hold: fmt.Sprintf("%s is %s: recommended only", MetaMode, p.Mode)}
+		return Decision{Rule: "mode", Hold: fmt.Sprintf("%s is %s: recommended only", MetaMode, p.Mode)}
 	case !checkpoints:
-		return Decision{Hold: "the task does not checkpoint (no checkpoint block in its gpu driver config): recommended only, never restarted"}
+		return Decision{Rule: "checkpoint", Hold: "the task does not checkpoint (no checkpoint block in its gpu driver config): recommended only, never restarted"}
 	case !lastResize.IsZero() && now.Sub(lastResize) < p.Interval:
-		return Decision{Hold: fmt.Sprintf("last resized %s ago; %s is %s", now.Sub(lastResize).Round(time.Second), MetaInterval, p.Interval)}
+		return Decision{Rule: "interval", Hold: fmt.Sprintf("last resized %s ago; %s is %s", now.Sub(lastResize).Round(time.Second), MetaInterval, p.Interval)}
 	}
 	return Decision{Apply: true}
 }
@@ -114,7 +116,9 @@ func Resize(job *api.Job, group, task string, to history.Slice, reason string, n
 	if to.Kind == history.SliceMIG {
 		d.Name = "nvidia/mig/" + to.Profile
 	}
-	t.SetMeta(MetaLastResize, fmt.Sprintf("%s %s → %s: %s", now.UTC().Format(time.RFC3339), describe(cur), describe(to), reason))
+	// Whole seconds, rounded up: read back, the interval never ends early.
+	at := now.Add(time.Second - 1).Truncate(time.Second)
+	t.SetMeta(MetaLastResize, fmt.Sprintf("%s %s → %s: %s", at.UTC().Format(time.RFC3339), describe(cur), describe(to), reason))
 	return nil
 }
 

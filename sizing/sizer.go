@@ -22,6 +22,24 @@ type Sizer struct {
 	Window     time.Duration  // how far back Recommend reads
 	Thresholds Thresholds
 	Logger     hclog.Logger
+
+	// held is the last recommendation logged per task that was not
+	// applied, so that one repeated every round is logged once.
+	held map[history.Key]string
+}
+
+// logHeld logs a recommendation that is not applied: at info when the
+// recommended slice or the reason it is held changed, else at debug.
+func (s *Sizer) logHeld(r TaskResult) {
+	if s.held == nil {
+		s.held = map[history.Key]string{}
+	}
+	line := describe(r.Recommendation.Recommended) + "|" + r.Decision.Rule
+	log := s.Logger.Debug
+	if s.held[r.Key] != line {
+		s.held[r.Key], log = line, s.Logger.Info
+	}
+	log("recommendation", "task", r.Key.String(), "summary", r.Recommendation.Summary(), "held", r.Decision.Hold)
 }
 
 // Resized is one resize a Step made.
@@ -135,7 +153,7 @@ func (s *Sizer) Step(ctx context.Context, now time.Time) (StepReport, error) {
 			}
 			if !r.Decision.Apply {
 				if r.Recommendation.Change != Keep {
-					s.Logger.Info("recommendation", "task", r.Key.String(), "summary", r.Recommendation.Summary(), "held", r.Decision.Hold)
+					s.logHeld(r)
 				}
 				continue
 			}

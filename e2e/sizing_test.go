@@ -1,0 +1,219 @@
+package e2e
+
+// Right-sizing against a real Nomad: `nomad-gpu sizer` samples the MPS
+// shares of running tasks through Nomad's node device stats and resizes the
+// jobs whose policy is auto. A starved job grows one step per interval up
+// to its max and resumes from its checkpoint each time; an idle one shrinks
+// to its min; a job under recommend and one that does not checkpoint are
+// never restarted.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/sizing"
+)
+
+// sizingInterval is the jobs' nomad_gpu_sizing_interval.
+const sizingInterval = 40 * time.Second
+
+// sizedLoadJob is a batch job whose task counts as counterScript does while
+// `nomad-gpu sim-load` keeps its MPS shares at util % (none at 0).
+func sizedLoadJob(id, cli string, shares, util int, checkpoint bool, meta map[string]string) string {
+	script := counterScript
+	if util > 0 {
+		script = fmt.Sprintf("%s sim-load --util %d --duration 1h &\n%s", cli, util, counterScript)
+	}
+	ck := ""
+	if checkpoint {
+		ck = `
+        checkpoint {
+          commit_timeout = "15s"
+        }`
+	}
+	var m strings.Builder
+	for k, v := range meta {
+		fmt.Fprintf(&m, "    %s = %q\n", k, v)
+	}
+	return fmt.Sprintf(`
+job %q {
+  type = "batch"
+  meta {
+%s  }
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "t" {
+      driver       = "gpu"
+      kill_timeout = "20s"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", %q]%s
+      }
+      resources {
+        cpu    = 20
+        memory = 32
+        device "nvidia/mps" {
+          count = %d
+        }
+      }
+    }
+  }
+}`, id, m.String(), script, ck, shares)
+}
+
+// sharesOf is how many MPS shares the allocation holds.
+func sharesOf(a *api.Allocation) int {
+	if a.AllocatedResources == nil || a.AllocatedResources.Tasks["t"] == nil {
+		return 0
+	}
+	n := 0
+	for _, d := range a.AllocatedResources.Tasks["t"].Devices {
+		if d.Type == "mps" {
+			n += len(d.DeviceIDs)
+		}
+	}
+	return n
+}
+
+func TestSizerResizesAutoJobs(t *testing.T) {
+	cluster.RequirePlugin(t, "nomad-device-gpu")
+	cluster.RequirePlugin(t, "nomad-driver-gpu")
+	cli := cluster.RequireBinary(t, "nomad-gpu")
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+	}
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	node := newGPUNode(t)
+	// GPUs 4 and 5 as 8 MPS shares each: every size asked fits on one GPU
+	// whatever the other jobs hold.
+	layout := defaultLayout
+	layout.mps, layout.mpsShares = []int{4, 5}, 8
+	node.layout = &layout
+	node.driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
+	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)})
+	c.WaitForNode(t, "gpu-1", func(n *api.Node) bool {
+		d := n.Drivers["gpu"]
+		return d != nil && d.Healthy && len(deviceGroups(n)) == 6
+	}, 2*time.Minute)
+
+	auto := func(min, max string) map[string]string {
+		return map[string]string{sizing.MetaMode: "auto", sizing.MetaMin: min, sizing.MetaMax: max, sizing.MetaInterval: sizingInterval.String()}
+	}
+	c.RunJob(t, sizedLoadJob("starved", cli, 1, 100, true, auto("1", "4")))
+	c.RunJob(t, sizedLoadJob("idle", cli, 4, 0, true, auto("2", "8")))
+	c.RunJob(t, sizedLoadJob("watched", cli, 2, 100, true, map[string]string{sizing.MetaMode: "recommend"}))
+	c.RunJob(t, sizedLoadJob("nockpt", cli, 2, 100, false, auto("1", "8")))
+	first := map[string]*api.Allocation{}
+	for _, id := range []string{"starved", "idle", "watched", "nockpt"} {
+		first[id] = nextAlloc(t, c, id, 0, 2*time.Minute)
+	}
+
+	logPath := filepath.Join(t.TempDir(), "sizer.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	sizer := exec.Command(cli, "sizer", "-address", c.Server().HTTPAddr(), "-history", filepath.Join(t.TempDir(), "history.db"),
+		"-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m", "-log-level", "debug")
+	sizer.Stdout, sizer.Stderr = logf, logf
+	if err := sizer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sizer.Process.Kill(); _ = sizer.Wait() })
+	sizerLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	defer func() {
+		if t.Failed() {
+			t.Logf("sizer log:\n%s", sizerLog())
+		}
+	}()
+
+	// resumed checks that next restored what prev committed on its way out.
+	resumed := func(id string, prev, next *api.Allocation) {
+		t.Helper()
+		waitTerminal(t, c, prev.ID)
+		before := counts(c.AllocLogs(t, prev.ID, "t", "stdout"))
+		log := c.WaitForAllocLogs(t, next.ID, "t", "stdout", "restored=", time.Minute)
+		if before["committed"] == 0 || before["committed"] != before["signal"] || counts(log)["restored"] != before["committed"] {
+			t.Fatalf("%s: the resized task committed %v on its way out and its replacement restored %d:\n%s", id, before, counts(log)["restored"], log)
+		}
+	}
+
+	// The starved job: 1 → 2 shares, then 2 → 4 not within the interval,
+	// then held at its max of 4 however starved.
+	grown := nextAlloc(t, c, "starved", 1, 2*time.Minute)
+	if got := sharesOf(grown); got != 2 {
+		t.Fatalf("starved job resized to %d shares, want 2", got)
+	}
+	resumed("starved", first["starved"], grown)
+	again := nextAlloc(t, c, "starved", 2, 2*time.Minute)
+	if got := sharesOf(again); got != 4 {
+		t.Fatalf("starved job resized again to %d shares, want 4", got)
+	}
+	// Less a second: each allocation is created a moment after its round.
+	if gap := time.Unix(0, again.CreateTime).Sub(time.Unix(0, grown.CreateTime)); gap < sizingInterval-time.Second {
+		t.Errorf("starved job resized again %v after the last resize, within its %v interval", gap, sizingInterval)
+	}
+	resumed("starved", grown, again)
+
+	// The idle job: 4 → 2, its min, and no further.
+	shrunk := nextAlloc(t, c, "idle", 1, time.Minute)
+	if got := sharesOf(shrunk); got != 2 {
+		t.Fatalf("idle job resized to %d shares, want its min 2", got)
+	}
+	resumed("idle", first["idle"], shrunk)
+
+	// Past another interval nothing else moved: the bounds hold, and the
+	// recommend and no-checkpoint jobs run their first allocation still.
+	time.Sleep(sizingInterval + 10*time.Second)
+	for id, n := range map[string]int{"starved": 3, "idle": 2, "watched": 1, "nockpt": 1} {
+		stubs, _, err := c.API().Jobs().Allocations(id, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stubs) != n {
+			t.Errorf("job %s has %d allocations, want %d", id, len(stubs), n)
+		}
+		if j, _, err := c.API().Jobs().Info(id, nil); err != nil || (n == 1 && *j.Version != 0) {
+			t.Errorf("job %s: version %v, %v; want it never registered again", id, j.Version, err)
+		}
+	}
+	for _, id := range []string{"watched", "nockpt"} {
+		if a, _, err := c.API().Allocations().Info(first[id].ID, nil); err != nil || a.ClientStatus != "running" {
+			t.Errorf("job %s's allocation is not running: %v", id, err)
+		}
+	}
+
+	// Each resize is in the job's history with its reason, and in the log.
+	j, _, err := c.API().Jobs().Info("starved", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := j.TaskGroups[0].Tasks[0].Meta[sizing.MetaLastResize]; !strings.Contains(last, "→ 4 MPS shares") {
+		t.Errorf("task meta %s = %q, want the last resize's reason", sizing.MetaLastResize, last)
+	}
+	log := sizerLog()
+	for _, want := range []string{"resized: task=default/starved/g/t from=\"1 MPS share\" to=\"2 MPS shares\"", "task=default/watched/g/t", "recommended only"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("sizer log lacks %q", want)
+		}
+	}
+	for _, id := range []string{"starved", "idle", "watched", "nockpt"} {
+		c.StopJob(t, id, true)
+	}
+}
