@@ -123,25 +123,7 @@ func TestSizerResizesAutoJobs(t *testing.T) {
 		first[id] = nextAlloc(t, c, id, 0, 2*time.Minute)
 	}
 
-	logPath := filepath.Join(t.TempDir(), "sizer.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	sizer := exec.Command(cli, "sizer", "-address", c.Server().HTTPAddr(), "-history", filepath.Join(t.TempDir(), "history.db"),
-		"-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m", "-log-level", "debug")
-	sizer.Stdout, sizer.Stderr = logf, logf
-	if err := sizer.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sizer.Process.Kill(); _ = sizer.Wait() })
-	sizerLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
-	defer func() {
-		if t.Failed() {
-			t.Logf("sizer log:\n%s", sizerLog())
-		}
-	}()
+	sizerLog := startSizer(t, c, cli, "-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m", "-log-level", "debug")
 
 	// resumed checks that next restored what prev committed on its way out.
 	resumed := func(id string, prev, next *api.Allocation) {
@@ -216,4 +198,107 @@ func TestSizerResizesAutoJobs(t *testing.T) {
 	for _, id := range []string{"starved", "idle", "watched", "nockpt"} {
 		c.StopJob(t, id, true)
 	}
+}
+
+// startSizer runs `nomad-gpu sizer` against the cluster until the test
+// ends, and returns a func reading its log (logged when the test fails).
+func startSizer(t *testing.T, c *cluster.Cluster, cli string, args ...string) func() string {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "sizer.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
+	sizer := exec.Command(cli, append([]string{"sizer", "-address", c.Server().HTTPAddr(), "-history", filepath.Join(t.TempDir(), "history.db")}, args...)...)
+	sizer.Stdout, sizer.Stderr = logf, logf
+	if err := sizer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	read := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	t.Cleanup(func() {
+		_ = sizer.Process.Kill()
+		_ = sizer.Wait()
+		if t.Failed() {
+			t.Logf("sizer log:\n%s", read())
+		}
+	})
+	return read
+}
+
+// A job whose deadline it would miss behind a busy node is raised a tier,
+// preempts its way in (the busy job checkpoints), starts before its
+// deadline, and gets its priority back once it has run.
+func TestSizerDeadline(t *testing.T) {
+	cli := cluster.RequireBinary(t, "nomad-gpu")
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+	}
+	c := checkpointCluster(t, []gpuNode{newGPUNode(t)}, "")
+	enablePreemption(t, c)
+	gpus := wholeGPUs(t, c, "gpu-1")
+	c.RunJob(t, counterJob("busy", "batch", 30, gpus, true))
+	busy := nextAlloc(t, c, "busy", 0, 2*time.Minute)
+	waitProgress(t, c, busy.ID, 20)
+
+	// Nothing is known of how long busy runs, so the sizer takes the wait
+	// as -deadline-lead (60s): past the latest start 15 s from now.
+	deadline := time.Now().Add(75 * time.Second)
+	c.RunJob(t, fmt.Sprintf(`
+job "urgent" {
+  type     = "batch"
+  priority = 30
+  meta {
+    %s = %q
+  }
+  group "g" {
+    task "t" {
+      driver = "gpu"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo READY; sleep 10"]
+      }
+      resources {
+        cpu    = 20
+        memory = 32
+        device "nvidia/gpu" {
+          count = 1
+        }
+      }
+    }
+  }
+}`, sizing.MetaDeadline, deadline.UTC().Format(time.RFC3339)))
+	sizerLog := startSizer(t, c, cli, "-interval", "2s", "-deadline-lead", "60s", "-raise-every", "10s", "-priority-tiers", "70,40", "-max-priority", "80")
+
+	urgent := nextAlloc(t, c, "urgent", 0, 90*time.Second)
+	if p := jobPriority(t, c, "urgent"); p != 40 && p != 70 {
+		t.Errorf("urgent runs at priority %d, want a raise to 40 or 70", p)
+	}
+	st := urgent.TaskStates["t"]
+	if st == nil || st.StartedAt.IsZero() || !st.StartedAt.Before(deadline) {
+		t.Fatalf("urgent started at %v, deadline %v", st, deadline)
+	}
+	preempted := waitTerminal(t, c, busy.ID)
+	if preempted.PreemptedByAllocation != urgent.ID {
+		t.Errorf("busy was not preempted by urgent: %s", cluster.AllocSummary(preempted))
+	}
+	if ck := counts(c.AllocLogs(t, busy.ID, "t", "stdout")); ck["committed"] == 0 {
+		t.Errorf("busy did not checkpoint on its way out: %v", ck)
+	}
+
+	// Once it has run, its priority is its own again.
+	waitTerminal(t, c, urgent.ID)
+	for end := time.Now().Add(30 * time.Second); jobPriority(t, c, "urgent") != 30; time.Sleep(time.Second) {
+		if time.Now().After(end) {
+			t.Fatalf("urgent's priority is %d after it ran, want 30 back", jobPriority(t, c, "urgent"))
+		}
+	}
+	log := sizerLog()
+	for _, want := range []string{"deadline priority: namespace=default job=urgent from=30 to=40", "restore=true"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("sizer log lacks %q", want)
+		}
+	}
+	c.StopJob(t, "busy", true)
+	c.StopJob(t, "urgent", true)
 }

@@ -22,6 +22,11 @@ type Sizer struct {
 	Window     time.Duration  // how far back Recommend reads
 	Thresholds Thresholds
 	Logger     hclog.Logger
+	// Deadlines is how job deadlines are served; nil: DefaultDeadlines.
+	Deadlines *DeadlineConfig
+	// Forecast predicts queued jobs' waits and run times for deadlines;
+	// nil: not predicted, and DeadlineConfig.Lead stands in.
+	Forecast func(ctx context.Context, now time.Time) (Forecasts, error)
 
 	// held is the last recommendation logged per task that was not
 	// applied, so that one repeated every round is logged once.
@@ -51,10 +56,11 @@ type Resized struct {
 
 // StepReport says what one Step did.
 type StepReport struct {
-	Samples int
-	Runs    int
-	Results []TaskResult
-	Resized []Resized
+	Samples   int
+	Runs      int
+	Results   []TaskResult
+	Resized   []Resized
+	Deadlines []DeadlineChange
 }
 
 // Step runs one round at now.
@@ -69,7 +75,8 @@ func (s *Sizer) Step(ctx context.Context, now time.Time) (StepReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("list nodes: %w", err)
 	}
-	jobList, _, err := s.Nomad.Jobs().List((&api.QueryOptions{Namespace: "*"}).WithContext(ctx))
+	// meta=true: the list carries job meta, where deadlines are.
+	jobList, _, err := s.Nomad.Jobs().List((&api.QueryOptions{Namespace: "*", Params: map[string]string{"meta": "true"}}).WithContext(ctx))
 	if err != nil {
 		return rep, fmt.Errorf("list jobs: %w", err)
 	}
@@ -84,6 +91,15 @@ func (s *Sizer) Step(ctx context.Context, now time.Time) (StepReport, error) {
 	byID := map[string]*api.AllocationListStub{}
 	for _, a := range allocs {
 		byID[a.ID] = a
+	}
+	started := map[[2]string]bool{}
+	for _, a := range allocs {
+		if a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusComplete {
+			started[[2]string{a.Namespace, a.JobID}] = true
+		}
+	}
+	if rep.Deadlines, err = s.stepDeadlines(ctx, jobList, started, s.queuedWaits(ctx, now), now); err != nil {
+		return rep, err
 	}
 	tasks := GPUTasks(allocs)
 	var running []TaskDevices
@@ -179,4 +195,36 @@ func (s *Sizer) Step(ctx context.Context, now time.Time) (StepReport, error) {
 		rep.Resized = append(rep.Resized, resized...)
 	}
 	return rep, nil
+}
+
+// queuedWaits are the predicted waits of queued jobs (the longest of their
+// groups), from Forecast when set.
+func (s *Sizer) queuedWaits(ctx context.Context, now time.Time) queuedWait {
+	unknown := func(string, string) (time.Duration, time.Duration, bool) { return 0, 0, false }
+	if s.Forecast == nil {
+		return unknown
+	}
+	f, err := s.Forecast(ctx, now)
+	if err != nil {
+		s.Logger.Warn("no wait forecast this round; deadlines use the lead", "error", err)
+		return unknown
+	}
+	type est struct{ wait, runtime time.Duration }
+	waits := map[[2]string]est{}
+	for _, q := range f.Queued {
+		if !q.Wait.Known {
+			continue
+		}
+		k := [2]string{q.Namespace, q.Job}
+		e := waits[k]
+		e.wait = max(e.wait, q.Wait.Duration())
+		if q.Runtime.Known {
+			e.runtime = max(e.runtime, q.Runtime.Duration())
+		}
+		waits[k] = e
+	}
+	return func(ns, job string) (time.Duration, time.Duration, bool) {
+		e, ok := waits[[2]string{ns, job}]
+		return e.wait, e.runtime, ok
+	}
 }

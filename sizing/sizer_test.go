@@ -29,7 +29,8 @@ type fakeCluster struct {
 	jobs       map[string]*api.Job
 	util       map[string]float64 // job → MPS utilisation of its shares
 	registered []api.JobRegisterRequest
-	conflict   bool // registrations fail as if the job changed meanwhile
+	conflict   bool            // registrations fail as if the job changed meanwhile
+	pending    map[string]bool // jobs queued, without an allocation
 }
 
 func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +48,9 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/v1/allocations":
 		var out []*api.AllocationListStub
 		for id, j := range f.jobs {
+			if f.pending[id] {
+				continue
+			}
 			out = append(out, &api.AllocationListStub{ID: fmt.Sprintf("%s-v%d", id, *j.JobModifyIndex), Namespace: "default", JobID: id, TaskGroup: "g", NodeID: "n1",
 				ClientStatus: "running", CreateTime: time.Unix(1000, 0).UnixNano(),
 				AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
@@ -73,7 +77,15 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/v1/jobs" && r.Method == http.MethodGet:
 		var out []*api.JobListStub
 		for id, j := range f.jobs {
-			out = append(out, &api.JobListStub{ID: id, Namespace: "default", Priority: *j.Priority, JobModifyIndex: *j.JobModifyIndex})
+			stub := &api.JobListStub{ID: id, Namespace: "default", Priority: *j.Priority, JobModifyIndex: *j.JobModifyIndex, Status: "running",
+				JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Running: 1}}}}
+			if f.pending[id] {
+				stub.Status, stub.JobSummary.Summary["g"] = "pending", api.TaskGroupSummary{Queued: 1}
+			}
+			if r.URL.Query().Get("meta") == "true" {
+				stub.Meta = j.Meta
+			}
+			out = append(out, stub)
 		}
 		_ = json.NewEncoder(w).Encode(out)
 	case r.URL.Path == "/v1/jobs":
@@ -188,5 +200,70 @@ func TestSizerStep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A queued job that would miss its deadline is raised one tier per
+// RaiseEvery up to the highest tier, and given its priority back once it
+// runs; one whose deadline is far is left alone.
+func TestSizerDeadlines(t *testing.T) {
+	start := time.Now().Truncate(time.Second)
+	late, far := sizedJob("late", "off", true), sizedJob("far", "off", true)
+	prio := 30
+	late.Priority, far.Priority = &prio, ptr(30)
+	late.Meta[MetaDeadline] = start.Add(5 * time.Minute).UTC().Format(time.RFC3339)
+	far.Meta[MetaDeadline] = start.Add(3 * time.Hour).UTC().Format(time.RFC3339)
+	f := &fakeCluster{t: t, jobs: map[string]*api.Job{"late": late, "far": far}, util: map[string]float64{},
+		pending: map[string]bool{"late": true, "far": true}}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	cl, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := history.Open(filepath.Join(t.TempDir(), "h.db"), history.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := &Sizer{Nomad: cl, Store: st, Window: time.Hour, Thresholds: DefaultThresholds, Logger: hclog.NewNullLogger(),
+		Deadlines: &DeadlineConfig{Tiers: []int{70, 40}, MaxPriority: 90, Lead: 10 * time.Minute, RaiseEvery: time.Minute}}
+	priority := func(id string) int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return *f.jobs[id].Priority
+	}
+	var got []int
+	for i := range 8 { // 4 minutes, 30 s apart
+		rep, err := s.Step(context.Background(), start.Add(time.Duration(i)*30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range rep.Deadlines {
+			if c.Job != "late" || c.Restore || !strings.Contains(c.Reason, "wait unknown") {
+				t.Errorf("round %d: change %+v", i, c)
+			}
+			got = append(got, c.To)
+		}
+	}
+	if !slices.Equal(got, []int{40, 70}) || priority("late") != 70 || priority("far") != 30 {
+		t.Fatalf("raises %v, late at %d, far at %d; want 40 then 70 a minute later, far untouched", got, priority("late"), priority("far"))
+	}
+	if r, ok, err := st.Raise(context.Background(), "default", "late"); !ok || err != nil || r.Original != 30 || r.Raised != 70 {
+		t.Fatalf("raise record %+v %v %v", r, ok, err)
+	}
+
+	f.mu.Lock()
+	f.pending["late"] = false
+	f.mu.Unlock()
+	rep, err := s.Step(context.Background(), start.Add(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Deadlines) != 1 || !rep.Deadlines[0].Restore || rep.Deadlines[0].To != 30 || priority("late") != 30 {
+		t.Fatalf("after it started: %+v, priority %d; want restored to 30", rep.Deadlines, priority("late"))
+	}
+	if _, ok, _ := st.Raise(context.Background(), "default", "late"); ok {
+		t.Fatal("the raise record outlived the restore")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
@@ -37,6 +38,11 @@ the task before Nomad replaces it, so the new allocation resumes from that
 checkpoint. Tasks under recommend are logged only; nomad-gpu recommend JOB
 shows why.
 
+Deadlines: a queued job whose meta nomad_gpu_deadline (RFC 3339) would be
+missed at its predicted wait and run time gets its priority raised to the
+next tier (-priority-tiers, at most -max-priority), one tier per
+-raise-every; once it runs, it gets its priority back (an in-place update).
+
 One sizer per cluster: the history file is locked while it runs.
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION and the TLS variables, as
@@ -55,6 +61,7 @@ type sizerOptions struct {
 	minSpan                 time.Duration
 	once                    bool
 	logLevel                string
+	deadlines               sizing.DeadlineConfig
 }
 
 func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
@@ -75,11 +82,20 @@ func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
 	fs.DurationVar(&o.retention, "retention", history.DefaultRetention, "how long samples and finished runs are kept")
 	fs.IntVar(&o.minSamples, "min-samples", sizing.DefaultThresholds.MinSamples, "samples a task needs before it is resized")
 	fs.DurationVar(&o.minSpan, "min-span", sizing.DefaultThresholds.MinSpan, "time its samples must span before it is resized")
+	tiers := fs.String("priority-tiers", "70,40", "priority tiers' lower bounds, decreasing (as the APM's priority_tiers): a deadline raise goes one tier up")
+	fs.IntVar(&o.deadlines.MaxPriority, "max-priority", sizing.DefaultDeadlines.MaxPriority, "the highest priority a deadline raise gives")
+	fs.DurationVar(&o.deadlines.Lead, "deadline-lead", sizing.DefaultDeadlines.Lead, "the wait assumed for a queued job whose wait cannot be predicted")
+	fs.DurationVar(&o.deadlines.RaiseEvery, "raise-every", sizing.DefaultDeadlines.RaiseEvery, "least time between two deadline raises of one job")
 	fs.BoolVar(&o.once, "once", false, "one round, then exit")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	t, err := apm.ParseTiers(*tiers)
+	if err != nil {
+		return nil, fmt.Errorf("-priority-tiers %q: %v", *tiers, err)
+	}
+	o.deadlines.Tiers = t
 	switch {
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -95,6 +111,10 @@ func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
 		return nil, fmt.Errorf("-min-samples %d: must be at least 1", o.minSamples)
 	case o.minSpan < 0:
 		return nil, fmt.Errorf("-min-span %v: must not be negative", o.minSpan)
+	case o.deadlines.MaxPriority < 1 || o.deadlines.MaxPriority > 100:
+		return nil, fmt.Errorf("-max-priority %d: allowed: 1 to 100 (Nomad's job priorities)", o.deadlines.MaxPriority)
+	case o.deadlines.Lead < 0 || o.deadlines.RaiseEvery < 0:
+		return nil, fmt.Errorf("-deadline-lead and -raise-every must not be negative")
 	case hclog.LevelFromString(o.logLevel) == hclog.NoLevel:
 		return nil, fmt.Errorf("-log-level %q: allowed: trace, debug, info, warn, error", o.logLevel)
 	}
@@ -144,7 +164,7 @@ func sizerLoop(ctx context.Context, o *sizerOptions, logger hclog.Logger, stdout
 	}
 	th := sizing.DefaultThresholds
 	th.MinSamples, th.MinSpan = o.minSamples, o.minSpan
-	s := &sizing.Sizer{Nomad: cl, Store: st, Window: o.window, Thresholds: th, Logger: logger}
+	s := &sizing.Sizer{Nomad: cl, Store: st, Window: o.window, Thresholds: th, Logger: logger, Deadlines: &o.deadlines}
 	if o.prometheus != "" {
 		p, err := history.NewPrometheus(o.prometheus, st, history.PromOptions{})
 		if err != nil {

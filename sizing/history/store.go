@@ -87,11 +87,12 @@ var (
 	bucketRuns          = []byte("runs")            // alloc ID -> encodeRun
 	bucketRunsByCreated = []byte("runs_by_created") // timeKey(created, alloc) -> empty
 	bucketRunsByKey     = []byte("runs_by_key")     // bucket per task: timeKey(created, alloc) -> empty
+	bucketRaises        = []byte("priority_raises") // "<namespace>\x00<job>" -> JSON PriorityRaise
 	metaFormat          = []byte("format")
 	metaRunCount        = []byte("run_count")
 )
 
-var dataBuckets = [][]byte{bucketSamples, bucketSampleCounts, bucketRuns, bucketRunsByCreated, bucketRunsByKey}
+var dataBuckets = [][]byte{bucketSamples, bucketSampleCounts, bucketRuns, bucketRunsByCreated, bucketRunsByKey, bucketRaises}
 
 // Store is the bbolt-file history: a Source and a Recorder. It is safe for
 // concurrent use.
