@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // Endpoints the plugin calls, as Stats names them.
@@ -161,6 +162,7 @@ type jobInfo struct {
 type groupInfo struct {
 	asks       []DeviceAsk
 	classRules []ClassRule
+	task       string // the first task, by name, asking for a GPU slice
 }
 
 type summaryEntry struct {
@@ -485,7 +487,9 @@ func (c *cache) fetchAllocs(index uint64) (any, uint64, error) {
 		if c.metrics {
 			k := jobKey{s.Namespace, s.JobID}
 			want[k] = max(want[k], s.JobVersion)
-			d.runs = append(d.runs, runOf(s))
+			r := runOf(s)
+			r.Tasks = sizing.RunsOf([]*api.AllocationListStub{s}, nil, nil)
+			d.runs = append(d.runs, r)
 		}
 		if s.ClientStatus == api.AllocClientStatusPending {
 			d.pending = append(d.pending, pendingAlloc{
@@ -497,7 +501,7 @@ func (c *cache) fetchAllocs(index uint64) (any, uint64, error) {
 	if c.metrics {
 		prio := c.priorities(want)
 		for i := range d.runs {
-			d.runs[i].Priority = prio[jobKey{d.runs[i].Namespace, d.runs[i].JobID}]
+			d.runs[i].setPriority(prio[jobKey{d.runs[i].Namespace, d.runs[i].JobID}])
 		}
 		for i := range d.pending {
 			d.pending[i].priority = prio[jobKey{d.pending[i].ns, d.pending[i].job}]
@@ -571,11 +575,12 @@ func (c *cache) fetchFinished(index uint64) (any, uint64, error) {
 		}
 		k := jobKey{s.Namespace, s.JobID}
 		want[k] = max(want[k], s.JobVersion)
+		r.Tasks = sizing.RunsOf([]*api.AllocationListStub{s}, nil, nil)
 		runs = append(runs, r)
 	}
 	prio := c.priorities(want)
 	for i := range runs {
-		runs[i].Priority = prio[jobKey{runs[i].Namespace, runs[i].JobID}]
+		runs[i].setPriority(prio[jobKey{runs[i].Namespace, runs[i].JobID}])
 	}
 	return runs, meta.LastIndex, nil
 }
@@ -617,6 +622,14 @@ func runOf(s *api.AllocationListStub) AllocRun {
 		}
 	}
 	return r
+}
+
+// setPriority sets the allocation's and its task runs' job priority.
+func (r *AllocRun) setPriority(p int) {
+	r.Priority = p
+	for i := range r.Tasks {
+		r.Tasks[i].Priority = p
+	}
 }
 
 // priorities returns the priority of each job of want (job → the newest
@@ -883,6 +896,7 @@ func (c *cache) fetchEvals(index uint64) (any, uint64, error) {
 				Pool: j.pool, Datacenters: j.dcs, ClassRules: g.classRules,
 				CapacityBlocked: e.QuotaLimitReached == "",
 				Priority:        e.Priority,
+				Task:            g.task,
 			})
 		}
 	}
@@ -993,6 +1007,9 @@ func jobInfoOf(j *api.Job) *jobInfo {
 					order = append(order, d.Name)
 				}
 				byName[d.Name] += n
+				if n > 0 && isGPUSlice(requestSpec(d.Name)) && (g.task == "" || t.Name < g.task) {
+					g.task = t.Name
+				}
 			}
 		}
 		for _, name := range order {
@@ -1003,6 +1020,19 @@ func jobInfoOf(j *api.Job) *jobInfo {
 		info.groups[*tg.Name] = g
 	}
 	return info
+}
+
+// isGPUSlice reports whether a device request can ask for our GPUs, MIG
+// instances or MPS shares.
+func isGPUSlice(d DeviceSpec) bool {
+	if d.Vendor != "" && d.Vendor != contract.Vendor {
+		return false
+	}
+	switch d.Type {
+	case contract.SliceGPU, contract.SliceMIG, contract.SliceMPS:
+		return true
+	}
+	return false
 }
 
 func classRules(cs []*api.Constraint) []ClassRule {

@@ -11,6 +11,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nomad-gpu/nomad-gpu/sizing"
+	"github.com/nomad-gpu/nomad-gpu/sizing/predict"
 )
 
 // MetricSpec describes one metric family the exporter serves.
@@ -32,6 +35,12 @@ const (
 	labelStat       = "stat"
 	labelList       = "list"
 	labelEndpoint   = "endpoint"
+	labelNamespace  = "namespace"
+	labelJob        = "job"
+	labelTaskGroup  = "task_group"
+	labelTask       = "task"
+	labelAllocID    = "alloc_id"
+	labelBasis      = "basis"
 )
 
 // MetricsPath is where the exporter serves the metrics.
@@ -59,6 +68,9 @@ const (
 	mAllocsStarted
 	mAllocsFinished
 	mFailureRatio
+	mPredictedRuntime
+	mPredictedRemaining
+	mPredictedWait
 	mListUp
 	mNomadRequests
 	numMetrics
@@ -68,6 +80,10 @@ var (
 	capacityLabels = []string{labelPool, labelDatacenter, labelDevice}
 	queueLabels    = []string{labelPool, labelDevice, labelPriority, labelState}
 	taskLabels     = []string{labelPool, labelPriority}
+	// One series per GPU task of a running allocation, one per queued
+	// task group; basis is a sizing.BasisKind, a bounded set.
+	predictedTaskLabels = []string{labelNamespace, labelJob, labelTaskGroup, labelTask, labelAllocID, labelBasis}
+	predictedWaitLabels = []string{labelNamespace, labelJob, labelTaskGroup, labelPool, labelDevice, labelBasis}
 )
 
 // exportedMetrics are every metric family the exporter serves. The package
@@ -113,6 +129,12 @@ var exportedMetrics = [numMetrics]MetricSpec{
 		"GPU allocations that finished within finished_window, by client status (complete, failed, lost)."},
 	mFailureRatio: {"nomad_gpu_cluster_alloc_failure_ratio", "gauge", taskLabels,
 		"Failed plus lost over finished GPU allocations within finished_window."},
+	mPredictedRuntime: {"nomad_gpu_job_predicted_runtime_seconds", "gauge", predictedTaskLabels,
+		"Predicted whole run time of the GPU tasks of running allocations (elapsed plus predicted remaining), from Nomad's allocations of the pool within finished_window: basis job (the task's own last runs' median), pool (the pool's runs of its slice or kind), elapsed (outlived its history or has none: taken to be half done). Only known estimates."},
+	mPredictedRemaining: {"nomad_gpu_job_predicted_remaining_seconds", "gauge", predictedTaskLabels,
+		"Predicted run time left of the GPU tasks of running allocations: the median of the basis's runs that lasted longer than the task has so far, less its elapsed time. Only known estimates."},
+	mPredictedWait: {"nomad_gpu_job_predicted_wait_seconds", "gauge", predictedWaitLabels,
+		"Predicted time until all queued allocations of a blocked task group are placed: a list schedule of its pool's slices of its unit (device) by priority, then age, as running tasks end when predicted (basis fits_now or list_schedule). Only known estimates."},
 	mListUp: {"nomad_gpu_cluster_list_up", "gauge", []string{labelList},
 		"1 when the plugin's list of this kind has been read and has not been failing for over max_staleness."},
 	mNomadRequests: {"nomad_gpu_cluster_nomad_requests_total", "counter", []string{labelEndpoint},
@@ -236,6 +258,22 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(mAllocsFinished, float64(n), k.Pool, k.Priority, outcomes[i])
 		}
 		gauge(mFailureRatio, v.FailureRatio(), k.Pool, k.Priority)
+	}
+	for _, t := range f.Forecast.Tasks {
+		if t.State != sizing.TaskRunning || !t.Remaining.Known {
+			continue
+		}
+		basis := sizing.BasisKind(t.Remaining)
+		lv := []string{t.Key.Namespace, t.Key.Job, t.Key.Group, t.Key.Task, t.AllocID, basis}
+		gauge(mPredictedRuntime, t.Runtime.Seconds, lv...)
+		gauge(mPredictedRemaining, t.Remaining.Seconds, lv...)
+	}
+	for _, w := range f.Forecast.Queued {
+		if !w.Wait.Known {
+			continue
+		}
+		gauge(mPredictedWait, w.Wait.Seconds, w.Namespace, w.Job, w.Group, w.Pool,
+			sizing.UnitLabel(predict.UnitOf(w.Slice)), sizing.BasisKind(w.Wait))
 	}
 }
 

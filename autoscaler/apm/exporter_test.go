@@ -28,6 +28,8 @@ func fullInput() scrapeInput {
 	for i := range runs {
 		runs[i].Pool = "gpu"
 	}
+	// A running GPU task: its predicted runtime and remaining.
+	runs = append(runs, gpuRun("live", "train", "a", "gpu", "running", 1, t0.Add(-time.Minute), time.Time{}))
 	return scrapeInput{
 		snap: &Snapshot{Now: t0, Nodes: nodes,
 			Work: []Work{
@@ -92,8 +94,8 @@ func TestExporterMetricNames(t *testing.T) {
 		t.Errorf("served %v\nlisted %v", got, want)
 	}
 	for _, n := range MetricNames() {
-		if !strings.HasPrefix(n, "nomad_gpu_cluster_") {
-			t.Errorf("%s: not prefixed nomad_gpu_cluster_", n)
+		if !strings.HasPrefix(n, "nomad_gpu_cluster_") && !strings.HasPrefix(n, "nomad_gpu_job_predicted_") {
+			t.Errorf("%s: not prefixed nomad_gpu_cluster_ or nomad_gpu_job_predicted_", n)
 		}
 	}
 }

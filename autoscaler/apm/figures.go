@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // The cluster figures: pure functions of a Snapshot, which the exporter
@@ -115,6 +116,8 @@ type Figures struct {
 	Capacity map[CapacityKey]*CapacityFigure
 	Queue    map[QueueKey]*QueueFigure
 	Tasks    map[TaskKey]*TaskFigure
+	// Forecast is the runtime and wait prediction (ForecastOf).
+	Forecast sizing.Forecasts
 }
 
 // ComputeFigures computes every cluster figure of s. It does not modify s.
@@ -124,6 +127,7 @@ func ComputeFigures(s *Snapshot, o FigureOptions) *Figures {
 		Capacity: CapacityFigures(s),
 		Queue:    QueueFigures(s, o.Tiers),
 		Tasks:    TaskFigures(s, o),
+		Forecast: ForecastOf(s),
 	}
 }
 

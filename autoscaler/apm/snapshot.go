@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
 
 // Snapshot is the cluster state the metrics are computed from. The cache
@@ -113,6 +115,10 @@ type Work struct {
 	// pending alloc, its job's when the cluster figures are on), 0 when
 	// unknown.
 	Priority int
+	// Task is, for a blocked group, its first task (by name) asking for
+	// a GPU, MIG instance or MPS share: whose history predicts the
+	// group's run time (the forecasts). "" when none does.
+	Task string
 }
 
 // AllocRun is one allocation holding devices, as the task figures read it.
@@ -132,6 +138,27 @@ type AllocRun struct {
 	// allocation only, the last task's finish (its last modify time when
 	// no task ran).
 	Created, Started, Finished time.Time
+	// Tasks are the run records of its GPU tasks (sizing.RunsOf), which
+	// the forecasts read: their Pool is left empty (TaskRuns sets it from
+	// the allocation's), their Priority is the allocation's.
+	Tasks []history.Run
+}
+
+// TaskRuns are the run records of the GPU tasks of s.Runs, each with its
+// allocation's pool: the forecasts' input. A new slice; s is not modified.
+func (s *Snapshot) TaskRuns() []history.Run {
+	n := 0
+	for i := range s.Runs {
+		n += len(s.Runs[i].Tasks)
+	}
+	out := make([]history.Run, 0, n)
+	for i := range s.Runs {
+		for _, t := range s.Runs[i].Tasks {
+			t.Pool = s.Runs[i].Pool
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Terminal reports whether the allocation has finished.
