@@ -24,6 +24,12 @@ type Input struct {
 	// Allocs are listed with resources; only pending and running ones
 	// count.
 	Allocs []*api.AllocationListStub
+	// Finished are terminal allocations, listed with resources: the run
+	// history forecasts learn from (with the terminal ones of Allocs).
+	Finished []*api.AllocationListStub
+	// HistoryError says why Finished could not be read; forecasts are
+	// then shown as unknown.
+	HistoryError string
 	// Stats are the nodes' host stats by node ID; a node missing here
 	// shows "stats unavailable".
 	Stats map[string]NodeStats
@@ -87,7 +93,7 @@ const (
 // Build makes the view of in. It is pure: the same input gives the same
 // view, with nodes, GPUs, slices and allocations in a fixed order.
 func Build(in *Input) *View {
-	v := &View{GeneratedAt: in.Now.UTC(), Nodes: []Node{}, Queue: []QueueEntry{}}
+	v := &View{GeneratedAt: in.Now.UTC(), Nodes: []Node{}, Queue: []QueueEntry{}, HistoryError: in.HistoryError}
 	held := heldDevices(in.Allocs)
 	for _, n := range in.Nodes {
 		if n == nil || !in.Filter.matchNode(n) {
@@ -103,6 +109,7 @@ func Build(in *Input) *View {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
 	})
 	v.Queue = buildQueue(in)
+	addForecasts(v, in, held)
 	return v
 }
 

@@ -242,8 +242,9 @@ func TestJSONShape(t *testing.T) {
 		{"mps gpu", mps, "allocations healthy index memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
 		{"unhealthy gpu", gpus[1], "allocations health_description healthy memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
 		{"slice", slice, "alloc healthy id memory_total_mib memory_used_mib profile type utilization_pct"},
-		{"alloc", held, "alloc_id group job namespace task"},
-		{"queue entry", queue, "count devices group job namespace pool reason since state waiting_seconds"},
+		{"alloc", held, "alloc_id group job namespace prediction task"},
+		{"prediction", held.(map[string]any)["prediction"], "basis remaining_seconds runtime_seconds"},
+		{"queue entry", queue, "count devices group job namespace pool prediction_basis reason since state waiting_seconds"},
 		{"device ask", first(queue.(map[string]any)["devices"]), "count name"},
 	}
 	for _, tc := range tests {

@@ -47,9 +47,16 @@
 //	        "profile": "1g.10gb" | "1/4",  // MIG profile; MPS: one of <shares>
 //	        "healthy": true, "health_description": "…",
 //	        "memory_total_mib", "memory_used_mib", "utilization_pct",
-//	        "alloc": null | {"alloc_id", "job", "group", "task", "namespace"}
+//	        "alloc": null | {"alloc_id", "job", "group", "task", "namespace", "prediction"}
 //	      }],
-//	      "allocations": [{"alloc_id", "job", "group", "task", "namespace"}]
+//	      "allocations": [{
+//	        "alloc_id", "job", "group", "task", "namespace",
+//	        "prediction": {               // only for a GPU task forecast (see Forecasts)
+//	          "remaining_seconds": 360,   // null when unknown
+//	          "runtime_seconds": 600,     // whole run: elapsed + remaining; null when unknown
+//	          "basis": "job" | "pool" | "elapsed" | "finished" | "none" | "other"
+//	        }
+//	      }]
 //	    }]
 //	  }],
 //	  "queue": [{
@@ -59,8 +66,12 @@
 //	    "count": 1,                       // allocations waiting
 //	    "waiting_seconds": 42, "since": "2026-12-03T09:59:18Z",
 //	    "reason": "constraint \"missing devices\" filtered 1 node",
-//	    "node": "client-1"                // pending only: where it was placed
-//	  }]
+//	    "node": "client-1",               // pending only: where it was placed
+//	    "predicted_wait_seconds": 360,    // blocked only, when known: until its last allocation is placed
+//	    "predicted_runtime_seconds": 600, // blocked only, when known: one allocation's run time
+//	    "prediction_basis": "fits_now" | "list_schedule" | "none"  // blocked only: what the wait rests on
+//	  }],
+//	  "history_error": "list finished allocations: …" // only when the history could not be read
 //	}
 //
 // memory_used_mib and utilization_pct come from the client's host stats
@@ -80,4 +91,24 @@
 // but still pending on their node, waiting since they were created.
 // A -node-pool filter keeps work whose job targets that pool (or "all");
 // a -node filter drops pending work placed elsewhere.
+//
+// # Forecasts
+//
+// Run times and waits are sizing.Forecast's, the computation behind the
+// APM's nomad_gpu_job_predicted_* metrics, over what the frame read: the
+// run records of the pending and running allocations and of the terminal
+// ones that finished within Reader.HistoryWindow (`top -history-window`,
+// 24h by default; the newest HistoryMaxAllocs at most), each in its node's
+// pool; the free slices per pool and unit (healthy nvidia instances of
+// ready, eligible, not draining nodes that no pending or running
+// allocation holds); and the blocked entries of the queue as queued work
+// (their first GPU task by name, job priority, since and count). Every GPU
+// task of a pending or running allocation gets a prediction, every
+// blocked entry a predicted wait and run time; a figure with nothing to
+// rest on is null, and the basis says what a known one rests on
+// (sizing.BasisKind). When the terminal allocations cannot be listed the
+// frame is still shown, with history_error set and every forecast unknown
+// (basis "none"). The table appends "~12m00s left" to a task whose
+// remaining time is known, and the queue's PREDICTED column shows
+// "wait ~5m00s, run ~30m00s", the part known, or "-".
 package clusterview

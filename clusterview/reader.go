@@ -40,6 +40,11 @@ type Reader struct {
 	CallTimeout time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// HistoryWindow is how far back finished allocations are read as the
+	// run history forecasts learn from (HistoryMaxAllocs of the newest
+	// terminal ones at most); 0 reads none. A failed read of them only
+	// makes the forecasts unknown.
+	HistoryWindow time.Duration
 
 	mu   sync.Mutex
 	jobs map[JobKey]*api.Job
@@ -47,6 +52,13 @@ type Reader struct {
 
 // allocFilter keeps the allocations that hold devices on a node.
 const allocFilter = `ClientStatus == "pending" or ClientStatus == "running"`
+
+// finishedFilter keeps the terminal allocations.
+const finishedFilter = `ClientStatus == "complete" or ClientStatus == "failed" or ClientStatus == "lost"`
+
+// HistoryMaxAllocs bounds the terminal allocations one Read lists (one
+// page, newest first), as the APM's finished_max_allocs does.
+const HistoryMaxAllocs = 2000
 
 // View reads the cluster and builds its view.
 func (r *Reader) View(ctx context.Context, f Filter) (*View, error) {
@@ -89,12 +101,65 @@ func (r *Reader) Read(ctx context.Context, f Filter) (*Input, error) {
 	})
 	wg.Go(func() { evalErr = r.readQueue(ctx, in) })
 	wg.Go(func() { r.readStats(ctx, in) })
+	if r.HistoryWindow > 0 {
+		wg.Go(func() { r.readHistory(ctx, in, now()) })
+	}
 	wg.Wait()
 	if err := errors.Join(allocErr, evalErr); err != nil {
 		return nil, err
 	}
 	in.Now = now()
 	return in, nil
+}
+
+// readHistory lists the terminal allocations holding GPU devices that
+// finished within HistoryWindow of now into in.Finished; a failure is
+// recorded in in.HistoryError.
+func (r *Reader) readHistory(ctx context.Context, in *Input, now time.Time) {
+	q, cancel := r.query(ctx, r.namespace())
+	defer cancel()
+	q.Params["resources"] = "true"
+	q.Filter = finishedFilter
+	q.Reverse = true
+	q.PerPage = HistoryMaxAllocs
+	stubs, _, err := r.Client.Allocations().List(q)
+	if err != nil {
+		in.HistoryError = "list finished allocations: " + errorText(err)
+		return
+	}
+	cut := now.Add(-r.HistoryWindow)
+	for _, a := range stubs {
+		if a == nil || !isTerminal(a) || a.AllocatedResources == nil || len(heldAsks(a)) == 0 {
+			continue
+		}
+		if f := finishedAt(a); f.IsZero() || f.Before(cut) {
+			continue
+		}
+		in.Finished = append(in.Finished, a)
+	}
+}
+
+func isTerminal(a *api.AllocationListStub) bool {
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+// finishedAt is when a terminal allocation ended: its tasks' latest
+// finish, else its modify time; zero when neither is known.
+func finishedAt(a *api.AllocationListStub) time.Time {
+	var f time.Time
+	for _, ts := range a.TaskStates {
+		if ts != nil && ts.FinishedAt.After(f) {
+			f = ts.FinishedAt
+		}
+	}
+	if f.IsZero() && a.ModifyTime > 0 {
+		f = time.Unix(0, a.ModifyTime)
+	}
+	return f
 }
 
 func (r *Reader) namespace() string {

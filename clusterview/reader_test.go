@@ -25,6 +25,9 @@ type fakeNomad struct {
 	summaries  map[string]*api.JobSummary
 	stats      map[string]func(ctx context.Context) (*api.HostStats, int) // by node ID
 	failAllocs bool
+	// finished answer the terminal allocations' list; failHistory fails it.
+	finished    []*api.AllocationListStub
+	failHistory bool
 
 	calls       map[string]int
 	params      map[string]string // path → raw query of the last call
@@ -52,6 +55,11 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.calls[r.URL.Path]++
 	f.params[r.URL.Path] = r.URL.RawQuery
+	history := r.URL.Path == "/v1/allocations" && strings.Contains(r.URL.Query().Get("filter"), "complete")
+	if history {
+		f.calls["history"]++
+		f.params["history"] = r.URL.RawQuery
+	}
 	f.mu.Unlock()
 	reply := func(v any) {
 		w.Header().Set("X-Nomad-Index", "1")
@@ -62,6 +70,12 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
 	case p == "/v1/nodes":
 		reply(f.nodes)
+	case p == "/v1/allocations" && history:
+		if f.failHistory {
+			http.Error(w, "boom", 500)
+			return
+		}
+		reply(f.finished)
 	case p == "/v1/allocations":
 		if f.failAllocs {
 			http.Error(w, "boom", 500)
@@ -309,4 +323,69 @@ func TestReaderErrors(t *testing.T) {
 			t.Errorf("err %v", err)
 		}
 	})
+}
+
+func TestReaderHistory(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	recent := finishedRun("f1", "train", now.Add(-time.Hour), 10*time.Minute)
+	old := finishedRun("f2", "train", now.Add(-48*time.Hour), 10*time.Minute)
+	byModify := finishedRun("f3", "train", now, time.Minute)
+	byModify.TaskStates, byModify.ModifyTime = nil, now.Add(-2*time.Hour).UnixNano()
+	tests := []struct {
+		name        string
+		window      time.Duration
+		failHistory bool
+		calls       int
+		finished    []string
+		histErr     string
+	}{
+		{"off", 0, false, 0, nil, ""},
+		{"within the window, by finish or modify time", 24 * time.Hour, false, 1, []string{"f1", "f3"}, ""},
+		{"a short window", 90 * time.Minute, false, 1, []string{"f1"}, ""},
+		{"a failed list does not fail the frame", 24 * time.Hour, true, 1, nil, "list finished allocations: HTTP 500: boom"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNomad()
+			// A running allocation the server answers is not history.
+			f.finished = []*api.AllocationListStub{recent, old, byModify, fixtureAllocs()[0]}
+			f.failHistory = tc.failHistory
+			r := &Reader{Client: startFake(t, f), HistoryWindow: tc.window, Now: func() time.Time { return now }}
+			in, err := r.Read(context.Background(), Filter{})
+			if err != nil {
+				t.Fatalf("frame failed: %v", err)
+			}
+			var ids []string
+			for _, a := range in.Finished {
+				ids = append(ids, a.ID)
+			}
+			if strings.Join(ids, ",") != strings.Join(tc.finished, ",") || in.HistoryError != tc.histErr {
+				t.Errorf("finished %v, error %q; want %v, %q", ids, in.HistoryError, tc.finished, tc.histErr)
+			}
+			if n := f.count("history"); n != tc.calls {
+				t.Fatalf("%d history lists, want %d", n, tc.calls)
+			}
+			if tc.calls > 0 {
+				f.mu.Lock()
+				q := f.params["history"]
+				f.mu.Unlock()
+				for _, w := range []string{"resources=true", "reverse=true", "per_page=2000", "namespace=%2A"} {
+					if !strings.Contains(q, w) {
+						t.Errorf("history list ?%s lacks %s", q, w)
+					}
+				}
+			}
+			v := Build(in)
+			if v.HistoryError != tc.histErr {
+				t.Errorf("view history_error %q", v.HistoryError)
+			}
+			if tc.failHistory {
+				for _, q := range v.Queue {
+					if q.State == StateBlocked && (q.PredictionBasis != "none" || q.PredictedWaitSeconds != nil) {
+						t.Errorf("forecast despite the failed history: %+v", q)
+					}
+				}
+			}
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // Totals sums up a view for its header line.
@@ -69,6 +70,9 @@ func WriteTable(w io.Writer, v *View) error {
 		b.WriteString("  queue empty")
 	}
 	b.WriteString("\n")
+	if v.HistoryError != "" {
+		b.WriteString("forecasts unknown: " + truncate(v.HistoryError, 120) + "\n")
+	}
 	if len(v.Nodes) == 0 {
 		b.WriteString("\nno GPU nodes\n")
 	}
@@ -134,16 +138,32 @@ func writeQueue(b *strings.Builder, q []QueueEntry) {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  JOB\tNAMESPACE\tGROUP\tSTATE\tDEVICES\tCOUNT\tWAIT\tREASON")
+	fmt.Fprintln(tw, "  JOB\tNAMESPACE\tGROUP\tSTATE\tDEVICES\tCOUNT\tWAIT\tPREDICTED\tREASON")
 	for _, e := range q {
 		asks := make([]string, len(e.Devices))
 		for i, d := range e.Devices {
 			asks[i] = fmt.Sprintf("%s x%d", shortDeviceName(d.Name), d.Count)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Job, e.Namespace, e.Group, e.State,
-			strings.Join(asks, ", "), e.Count, FormatWait(e.WaitingSeconds), truncate(e.Reason, 100))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Job, e.Namespace, e.Group, e.State,
+			strings.Join(asks, ", "), e.Count, FormatWait(e.WaitingSeconds), predicted(e), truncate(e.Reason, 100))
 	}
 	tw.Flush()
+}
+
+// predicted is a queue entry's forecast: "wait ~5m00s, run ~30m00s", the
+// part known, or "-".
+func predicted(e QueueEntry) string {
+	var parts []string
+	if e.PredictedWaitSeconds != nil {
+		parts = append(parts, "wait ~"+FormatWait(*e.PredictedWaitSeconds))
+	}
+	if e.PredictedRuntimeSeconds != nil {
+		parts = append(parts, "run ~"+FormatWait(*e.PredictedRuntimeSeconds))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // FormatWait writes a wait in seconds as 42s, 5m02s, 2h05m or 3d04h.
@@ -212,11 +232,15 @@ func allocList(g GPU) string {
 }
 
 // allocText is job/group/task (alloc ID prefix), the namespace first when
-// it is not "default".
+// it is not "default", and the predicted time left when known
+// ("~12m00s left").
 func allocText(a AllocRef) string {
 	s := a.Job + "/" + a.Group + "/" + a.Task + " " + shortID(a.AllocID)
 	if a.Namespace != "" && a.Namespace != "default" {
 		s = a.Namespace + ":" + s
+	}
+	if p := a.Prediction; p != nil && p.RemainingSeconds != nil && p.Basis != sizing.BasisFinished {
+		s += " ~" + FormatWait(*p.RemainingSeconds) + " left"
 	}
 	return s
 }

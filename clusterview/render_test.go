@@ -25,9 +25,9 @@ NODE gpu-2 (22222222)  ready  pool batch  class -  dc dc1  ineligible  draining 
   -    GPU-dddddddd  NVIDIA A100-SXM4-40GB  whole  ok      -     -           free
 
 QUEUE
-  JOB       NAMESPACE  GROUP  STATE    DEVICES                     COUNT  WAIT   REASON
-  big       default    g      blocked  nvidia/gpu x6               2      1m35s  constraint "missing devices" filtered 1 node
-  notebook  default    g      pending  nvidia/mps/GPU-cccccccc x2  1      30s    placed on gpu-1, not running yet
+  JOB       NAMESPACE  GROUP  STATE    DEVICES                     COUNT  WAIT   PREDICTED  REASON
+  big       default    g      blocked  nvidia/gpu x6               2      1m35s  -          constraint "missing devices" filtered 1 node
+  notebook  default    g      pending  nvidia/mps/GPU-cccccccc x2  1      30s    -          placed on gpu-1, not running yet
 `
 
 func TestWriteTable(t *testing.T) {

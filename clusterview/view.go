@@ -8,6 +8,9 @@ type View struct {
 	GeneratedAt time.Time    `json:"generated_at"`
 	Nodes       []Node       `json:"nodes"`
 	Queue       []QueueEntry `json:"queue"`
+	// HistoryError says why the finished allocations could not be read;
+	// every forecast is then unknown.
+	HistoryError string `json:"history_error,omitempty"`
 }
 
 // Node is one Nomad client and its GPUs.
@@ -75,6 +78,9 @@ type AllocRef struct {
 	Group     string `json:"group"`
 	Task      string `json:"task"`
 	Namespace string `json:"namespace"`
+	// Prediction is the task's forecast: its predicted remaining and
+	// whole run time (sizing.Forecast); left out for a task not forecast.
+	Prediction *Prediction `json:"prediction,omitempty"`
 }
 
 // Queue states.
@@ -98,6 +104,14 @@ type QueueEntry struct {
 	Reason         string      `json:"reason"`
 	// Node is where a pending allocation was placed.
 	Node string `json:"node,omitempty"`
+	// PredictedWaitSeconds is, for blocked work, the predicted time until
+	// its last allocation is placed; PredictedRuntimeSeconds the predicted
+	// run time of one allocation; PredictionBasis what the wait rests on
+	// (a sizing.Basis* kind: "fits_now", "list_schedule", "none"). Nil
+	// when not known; all left out for pending work.
+	PredictedWaitSeconds    *int64 `json:"predicted_wait_seconds,omitempty"`
+	PredictedRuntimeSeconds *int64 `json:"predicted_runtime_seconds,omitempty"`
+	PredictionBasis         string `json:"prediction_basis,omitempty"`
 }
 
 // DeviceAsk is one device request: a jobspec's device name and count.

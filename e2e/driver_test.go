@@ -381,11 +381,15 @@ func TestDriver(t *testing.T) {
 		for {
 			left := taskPIDs(t, node)
 			entries, _ := os.ReadDir(filepath.Join(node.dir, "state", "tasks"))
-			if len(left) == 0 && len(entries) == 0 {
+			var cgroups []string
+			for _, j := range jobs {
+				cgroups = append(cgroups, cluster.TaskCgroups(cluster.TaskRef{AllocID: allocs[j.id], Task: "t"})...)
+			}
+			if len(left) == 0 && len(entries) == 0 && len(cgroups) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("left behind: processes %v, task state %v", left, entries)
+				t.Fatalf("left behind: processes %v, task state %v, cgroups %v", left, entries, cgroups)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}

@@ -34,7 +34,9 @@ const topUsage = `usage: nomad-gpu top [flags]
 Shows every GPU of the cluster's nodes: its MIG instances and MPS shares,
 the allocations holding them (job/group/task), utilisation and memory
 from the device stats, health; then the GPU work that waits, how long
-and why. Redraws every -interval until interrupted; -once draws one frame,
+and why, with the predicted time left of running GPU tasks and the
+predicted wait and run time of blocked work (learnt from the allocations
+that finished within -history-window). Redraws every -interval until interrupted; -once draws one frame,
 -json prints one JSON document (its fields: clusterview/doc.go).
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE and the
@@ -51,6 +53,7 @@ type topOptions struct {
 	filter                            clusterview.Filter
 	json, once                        bool
 	interval, statsTimeout            time.Duration
+	historyWindow                     time.Duration
 }
 
 func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
@@ -72,6 +75,7 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	fs.BoolVar(&o.once, "once", false, "draw one frame and exit")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "time between redraws")
 	fs.DurationVar(&o.statsTimeout, "stats-timeout", clusterview.DefaultStatsTimeout, "how long one node's device stats may take")
+	fs.DurationVar(&o.historyWindow, "history-window", 24*time.Hour, "how far back finished allocations are read to predict run times and waits; 0 reads none")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -83,6 +87,9 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	}
 	if o.statsTimeout <= 0 {
 		return nil, fmt.Errorf("-stats-timeout %v: must be positive", o.statsTimeout)
+	}
+	if o.historyWindow < 0 {
+		return nil, fmt.Errorf("-history-window %v: must not be negative", o.historyWindow)
 	}
 	for _, n := range strings.Split(nodes, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -111,7 +118,7 @@ func (o *topOptions) reader() (*clusterview.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterview.Reader{Client: cl, Namespace: cfg.Namespace, StatsTimeout: o.statsTimeout}, nil
+	return &clusterview.Reader{Client: cl, Namespace: cfg.Namespace, StatsTimeout: o.statsTimeout, HistoryWindow: o.historyWindow}, nil
 }
 
 func runTop(args []string, stdout, stderr io.Writer) int {

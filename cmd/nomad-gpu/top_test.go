@@ -29,10 +29,24 @@ func TestParseTopFlags(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, o *topOptions) {
 			if o.interval != 2*time.Second || o.statsTimeout != clusterview.DefaultStatsTimeout || o.json || o.once ||
-				o.filter.Pool != "" || o.filter.Nodes != nil {
+				o.filter.Pool != "" || o.filter.Nodes != nil || o.historyWindow != 24*time.Hour {
 				t.Errorf("%+v", o)
 			}
 		}},
+		{name: "history window", args: []string{"-history-window", "6h"}, check: func(t *testing.T, o *topOptions) {
+			if o.historyWindow != 6*time.Hour {
+				t.Errorf("history window %v", o.historyWindow)
+			}
+			if r, err := o.reader(); err != nil || r.HistoryWindow != 6*time.Hour {
+				t.Errorf("reader %+v, %v", r, err)
+			}
+		}},
+		{name: "history off", args: []string{"-history-window", "0"}, check: func(t *testing.T, o *topOptions) {
+			if o.historyWindow != 0 {
+				t.Errorf("history window %v", o.historyWindow)
+			}
+		}},
+		{name: "history window negative", args: []string{"-history-window", "-1h"}, wantErr: "-history-window -1h0m0s: must not be negative"},
 		{name: "filters", args: []string{"-node-pool", "gpu", "-node", " a, b,,c "}, check: func(t *testing.T, o *topOptions) {
 			if o.filter.Pool != "gpu" || !slices.Equal(o.filter.Nodes, []string{"a", "b", "c"}) {
 				t.Errorf("%+v", o.filter)

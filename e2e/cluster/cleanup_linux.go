@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -58,6 +59,7 @@ type procInfo struct {
 	marker string // value of markerEnv, "" if absent or unreadable
 	cwd    string
 	exe    string
+	task   TaskRef // NOMAD_ALLOC_ID and NOMAD_TASK_NAME of a task's process
 }
 
 func listProcs() []procInfo {
@@ -76,9 +78,14 @@ func listProcs() []procInfo {
 		p := procInfo{pid: pid}
 		if b, err := os.ReadFile(base + "/environ"); err == nil {
 			for _, kv := range strings.Split(string(b), "\x00") {
-				if v, ok := strings.CutPrefix(kv, markerEnv+"="); ok {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case markerEnv:
 					p.marker = v
-					break
+				case "NOMAD_ALLOC_ID":
+					p.task.AllocID = v
+				case "NOMAD_TASK_NAME":
+					p.task.Task = v
 				}
 			}
 		}
@@ -285,4 +292,68 @@ func sweepStale(t testing.TB) {
 			_ = os.RemoveAll(dir)
 		}
 	}
+}
+
+// driverCgroupRoots are the parents of the gpu driver's task cgroups:
+// <cgroup_root> in the v2 tree and under each v1 controller. Every
+// cgroup_root the e2e suite gives the driver starts with "nomad-gpu".
+func driverCgroupRoots() []string {
+	v2, _ := filepath.Glob("/sys/fs/cgroup/nomad-gpu*")
+	v1, _ := filepath.Glob("/sys/fs/cgroup/*/nomad-gpu*")
+	return append(v2, v1...)
+}
+
+// TaskCgroups lists the cgroups the gpu driver made for the task that are
+// still there (<cgroup_root>/<alloc ID>.<task>, in every hierarchy).
+func TaskCgroups(r TaskRef) []string {
+	var out []string
+	for _, root := range driverCgroupRoots() {
+		p := filepath.Join(root, r.AllocID+"."+r.Task)
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TaskProcesses lists the live processes of the task: those whose
+// environment names its allocation and task, as Nomad sets it for every
+// task.
+func TaskProcesses(r TaskRef) []int {
+	var out []int
+	for _, p := range listProcs() {
+		if p.task == r && !isZombie(p.pid) {
+			out = append(out, p.pid)
+		}
+	}
+	return out
+}
+
+// taskLeaks says what is left of tasks that should have nothing left: their
+// processes and the gpu driver's cgroups for them.
+func taskLeaks(tasks []TaskRef) []string {
+	if len(tasks) == 0 {
+		return nil
+	}
+	want := make(map[TaskRef]bool, len(tasks))
+	for _, r := range tasks {
+		want[r] = true
+	}
+	pids := map[TaskRef][]int{}
+	for _, p := range listProcs() {
+		if want[p.task] && !isZombie(p.pid) {
+			pids[p.task] = append(pids[p.task], p.pid)
+		}
+	}
+	var out []string
+	for _, r := range tasks {
+		if ps := pids[r]; len(ps) > 0 {
+			out = append(out, fmt.Sprintf("task %s is dead in Nomad but its processes %v still run", r, ps))
+		}
+		if cgs := TaskCgroups(r); len(cgs) > 0 {
+			out = append(out, fmt.Sprintf("task %s is dead in Nomad but the driver left its cgroup %s", r, strings.Join(cgs, ", ")))
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -4,6 +4,10 @@ package cluster
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,3 +75,55 @@ func TestCleanupLeavesNothing(t *testing.T) {
 		t.Errorf("cluster dir %s still exists (err=%v)", dir, err)
 	}
 }
+
+// TestTaskLeaks checks that teardown's leak report names what a dead task
+// left: a process carrying its Nomad task environment and a gpu driver
+// cgroup, and nothing once they are gone.
+func TestTaskLeaks(t *testing.T) {
+	ref := TaskRef{AllocID: "e2e-leak-" + strconv.Itoa(os.Getpid()), Task: "t"}
+	if got := taskLeaks([]TaskRef{ref}); len(got) != 0 {
+		t.Fatalf("before: %v", got)
+	}
+	cmd := exec.Command("/bin/sleep", "30")
+	cmd.Env = append(os.Environ(), "NOMAD_ALLOC_ID="+ref.AllocID, "NOMAD_TASK_NAME="+ref.Task)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var cg string
+	if os.Geteuid() == 0 {
+		if ctrls, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs"); len(ctrls) > 0 || fileExists("/sys/fs/cgroup/cgroup.procs") {
+			parent := "/sys/fs/cgroup/nomad-gpu-leaktest-" + strconv.Itoa(os.Getpid())
+			if len(ctrls) > 0 {
+				parent = filepath.Join(filepath.Dir(ctrls[0]), filepath.Base(parent))
+			}
+			cg = filepath.Join(parent, ref.AllocID+"."+ref.Task)
+			if err := os.MkdirAll(cg, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.Remove(cg); _ = os.Remove(parent) })
+		}
+	}
+	got := strings.Join(taskLeaks([]TaskRef{ref, {AllocID: "other", Task: "t"}}), "\n")
+	if want := "task " + ref.String() + " is dead in Nomad but its processes [" + strconv.Itoa(cmd.Process.Pid) + "] still run"; !strings.Contains(got, want) {
+		t.Errorf("leaks %q lack %q", got, want)
+	}
+	if cg != "" && !strings.Contains(got, "the driver left its cgroup "+cg) {
+		t.Errorf("leaks %q do not name the cgroup %s", got, cg)
+	}
+	if strings.Contains(got, "other/t") {
+		t.Errorf("leaks name a task that left nothing: %q", got)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if cg != "" {
+		if err := os.Remove(cg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := taskLeaks([]TaskRef{ref}); len(got) != 0 {
+		t.Errorf("after: %v", got)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -26,3 +26,11 @@ func removeAllocCgroups(allocIDs []string) {}
 func thawAllocCgroups(allocIDs []string) {}
 
 func sweepStale(t testing.TB) {}
+
+func taskLeaks(tasks []TaskRef) []string { return nil }
+
+// TaskCgroups is not tracked here.
+func TaskCgroups(r TaskRef) []string { return nil }
+
+// TaskProcesses is not tracked here.
+func TaskProcesses(r TaskRef) []int { return nil }

@@ -473,11 +473,16 @@ func (c *Cluster) cleanup(t testing.TB) {
 		}
 		s.stop()
 	}
-	allocIDs := c.allocIDs()
+	allocIDs, dead := c.allocs()
 	for _, a := range agents {
 		if a.signal(syscall.SIGKILL, true) && !a.waitExit(15*time.Second) {
 			t.Errorf("e2e: %s (pid %d) did not exit after SIGKILL", a.name, a.PID())
 		}
+	}
+	// What the driver should have freed is checked before the harness
+	// frees anything itself, so its forced cleanup cannot hide a leak.
+	for _, l := range taskLeaks(dead) {
+		t.Errorf("e2e: leak: %s", l)
 	}
 	thawAllocCgroups(allocIDs)
 	if left := killLeftovers(c.marker, c.dir, 15*time.Second); len(left) > 0 {
@@ -513,14 +518,18 @@ func (c *Cluster) AfterTeardown(f func()) {
 	c.afterTeardown = append(c.afterTeardown, f)
 }
 
-// allocIDs lists the IDs of every allocation the cluster knows (best effort,
-// bounded), to find their cgroups after the agents are gone.
-func (c *Cluster) allocIDs() []string {
+// allocs lists the IDs of every allocation the cluster knows, to find
+// their cgroups after the agents are gone, and the tasks Nomad reports dead:
+// their driver has been told to destroy them (Nomad destroys a task's
+// handle before it marks it dead), so nothing of theirs may be left. Best
+// effort, bounded.
+func (c *Cluster) allocs() (ids []string, dead []TaskRef) {
 	if c.api == nil || c.server == nil || !c.server.Running() {
-		return nil
+		return nil, nil
 	}
 	type result struct {
-		ids []string
+		ids  []string
+		dead []TaskRef
 	}
 	ch := make(chan result, 1)
 	go func() {
@@ -529,14 +538,24 @@ func (c *Cluster) allocIDs() []string {
 		if err == nil {
 			for _, s := range stubs {
 				r.ids = append(r.ids, s.ID)
+				for name, ts := range s.TaskStates {
+					if ts != nil && ts.State == "dead" {
+						r.dead = append(r.dead, TaskRef{AllocID: s.ID, Task: name})
+					}
+				}
 			}
 		}
 		ch <- r
 	}()
 	select {
 	case r := <-ch:
-		return r.ids
+		return r.ids, r.dead
 	case <-time.After(5 * time.Second):
-		return nil
+		return nil, nil
 	}
 }
+
+// TaskRef names one task of an allocation.
+type TaskRef struct{ AllocID, Task string }
+
+func (r TaskRef) String() string { return r.AllocID + "/" + r.Task }

@@ -1,0 +1,195 @@
+package clusterview
+
+import (
+	"math"
+	"slices"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/sizing"
+	"github.com/nomad-gpu/nomad-gpu/sizing/predict"
+)
+
+// Prediction is a GPU task's forecast (sizing.Forecast): its predicted
+// remaining and whole run time, null when not known, and what they rest on
+// (a sizing.Basis* kind: "job", "pool", "elapsed", "finished", "none").
+type Prediction struct {
+	RemainingSeconds *int64 `json:"remaining_seconds"`
+	RuntimeSeconds   *int64 `json:"runtime_seconds"`
+	Basis            string `json:"basis"`
+}
+
+// forecastInput is the input of sizing.Forecast for in, built as the APM
+// builds it: the runs of the pending, running and finished allocations,
+// the free slices of schedulable nodes per pool, and the blocked entries
+// of queue as queued work.
+func forecastInput(in *Input, queue []QueueEntry, held map[string]map[string][]AllocRef) sizing.ForecastInput {
+	pools := map[string]string{}
+	for _, n := range in.Nodes {
+		if n != nil {
+			pools[n.ID] = n.NodePool
+		}
+	}
+	prio := map[sizing.JobID]int{}
+	for k, j := range in.Jobs {
+		if j != nil && j.Priority != nil {
+			prio[sizing.JobID{Namespace: k.Namespace, ID: k.ID}] = *j.Priority
+		}
+	}
+	seen := map[string]bool{}
+	var allocs []*api.AllocationListStub
+	for _, a := range slices.Concat(in.Allocs, in.Finished) {
+		if a == nil || seen[a.ID] {
+			continue
+		}
+		seen[a.ID] = true
+		allocs = append(allocs, a)
+	}
+	fi := sizing.ForecastInput{Runs: sizing.RunsOf(allocs, pools, prio), Free: freeSlices(in.Nodes, held)}
+	for _, e := range queue {
+		if e.State != StateBlocked {
+			continue
+		}
+		job := in.Jobs[JobKey{e.Namespace, e.Job}]
+		q := sizing.QueuedWork{Namespace: e.Namespace, Job: e.Job, Group: e.Group, Pool: e.Pool, Since: e.Since, Allocs: e.Count}
+		if job != nil {
+			q.Task = groupTask(job, e.Group)
+			if job.Priority != nil {
+				q.Priority = *job.Priority
+			}
+		}
+		for _, d := range e.Devices {
+			q.Asks = append(q.Asks, sizing.Ask{Name: d.Name, Count: d.Count})
+		}
+		fi.Queued = append(fi.Queued, q)
+	}
+	return fi
+}
+
+// freeSlices are, per node pool and unit, the healthy nvidia device
+// instances of schedulable (ready, eligible, not draining) nodes that no
+// pending or running allocation holds (held: node ID → device ID).
+func freeSlices(nodes []*api.NodeListStub, held map[string]map[string][]AllocRef) map[string]predict.Capacity {
+	out := map[string]predict.Capacity{}
+	for _, n := range nodes {
+		if n == nil || n.Status != api.NodeStatusReady || n.SchedulingEligibility != api.NodeSchedulingEligible || n.Drain || n.NodeResources == nil {
+			continue
+		}
+		for _, d := range n.NodeResources.Devices {
+			if d == nil || d.Vendor != contract.Vendor {
+				continue
+			}
+			var u predict.Unit
+			switch d.Type {
+			case contract.SliceGPU, contract.SliceMPS:
+				u = predict.Unit{Kind: d.Type}
+			case contract.SliceMIG:
+				u = predict.Unit{Kind: d.Type, Profile: d.Name}
+			default:
+				continue
+			}
+			c := out[n.NodePool]
+			if c == nil {
+				c = predict.Capacity{}
+				out[n.NodePool] = c
+			}
+			for _, i := range d.Instances {
+				if i != nil && i.Healthy && len(held[n.ID][i.ID]) == 0 {
+					c[u]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// groupTask is the group's first task, by name, asking for a GPU, MIG
+// instance or MPS share: the task whose history predicts the group.
+func groupTask(job *api.Job, group string) string {
+	var names []string
+	for _, tg := range job.TaskGroups {
+		if tg == nil || tg.Name == nil || *tg.Name != group {
+			continue
+		}
+		for _, t := range tg.Tasks {
+			if t == nil || t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				if d != nil && isGPURequest(d.Name) && (d.Count == nil || *d.Count > 0) {
+					names = append(names, t.Name)
+					break
+				}
+			}
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return slices.Min(names)
+}
+
+// seconds is a Known estimate in whole seconds, nil when not Known.
+func seconds(e predict.Estimate) *int64 {
+	if !e.Known {
+		return nil
+	}
+	s := int64(math.Round(max(e.Seconds, 0)))
+	return &s
+}
+
+// addForecasts computes the forecast of in and attaches it to v: a
+// Prediction to every allocation task forecast, a predicted wait and run
+// time to every blocked queue entry. When the history could not be read
+// every forecast is unknown.
+func addForecasts(v *View, in *Input, held map[string]map[string][]AllocRef) {
+	fc := sizing.Forecast(forecastInput(in, v.Queue, held), in.Now)
+	unknown := in.HistoryError != ""
+
+	type allocTask struct{ alloc, task string }
+	preds := map[allocTask]*Prediction{}
+	for _, t := range fc.Tasks {
+		p := &Prediction{Basis: sizing.BasisNone}
+		if !unknown {
+			p = &Prediction{RemainingSeconds: seconds(t.Remaining), RuntimeSeconds: seconds(t.Runtime), Basis: sizing.BasisKind(t.Remaining)}
+		}
+		preds[allocTask{t.AllocID, t.Key.Task}] = p
+	}
+	for ni := range v.Nodes {
+		for gi := range v.Nodes[ni].GPUs {
+			g := &v.Nodes[ni].GPUs[gi]
+			for ai := range g.Allocations {
+				a := &g.Allocations[ai]
+				a.Prediction = preds[allocTask{a.AllocID, a.Task}]
+			}
+			for si := range g.Slices {
+				if a := g.Slices[si].Alloc; a != nil {
+					a.Prediction = preds[allocTask{a.AllocID, a.Task}]
+				}
+			}
+		}
+	}
+
+	type groupKey struct{ ns, job, group string }
+	waits := map[groupKey]sizing.WaitForecast{}
+	for _, w := range fc.Queued {
+		waits[groupKey{w.Namespace, w.Job, w.Group}] = w
+	}
+	for i := range v.Queue {
+		e := &v.Queue[i]
+		if e.State != StateBlocked {
+			continue
+		}
+		w, ok := waits[groupKey{e.Namespace, e.Job, e.Group}]
+		if !ok {
+			continue
+		}
+		if unknown {
+			e.PredictionBasis = sizing.BasisNone
+			continue
+		}
+		e.PredictedWaitSeconds, e.PredictedRuntimeSeconds = seconds(w.Wait), seconds(w.Runtime)
+		e.PredictionBasis = sizing.BasisKind(w.Wait)
+	}
+}

@@ -1,0 +1,262 @@
+package clusterview
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// finishedRun is a complete allocation of job on node 1 whose task t held
+// a whole GPU for d, ending at end.
+func finishedRun(id, job string, end time.Time, d time.Duration) *api.AllocationListStub {
+	a := allocStub(id, job, node1ID, "complete",
+		&api.AllocatedDeviceResource{Vendor: "nvidia", Type: "gpu", Name: h100, DeviceIDs: []string{gpuB}})
+	a.CreateTime = end.Add(-d - time.Minute).UnixNano()
+	a.TaskStates = map[string]*api.TaskState{"t": {State: "dead", StartedAt: end.Add(-d), FinishedAt: end}}
+	return a
+}
+
+// oneTaskJob is a job whose group g has one task asking for n of dev.
+func oneTaskJob(id, task, dev string, n uint64) *api.Job {
+	return &api.Job{
+		ID: ptr(id), Namespace: ptr("default"), JobModifyIndex: ptr(uint64(10)), NodePool: ptr("gpu"),
+		TaskGroups: []*api.TaskGroup{{Name: ptr("g"), Tasks: []*api.Task{
+			{Name: "zz-cpu", Resources: &api.Resources{}},
+			{Name: task, Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: dev, Count: ptr(n)}}}},
+		}}},
+	}
+}
+
+// forecastInput is the fixture with train's task started 4m ago and the
+// given finished allocations.
+func forecastFixture(finished ...*api.AllocationListStub) *Input {
+	in := fixtureInput()
+	in.Allocs[0].TaskStates = map[string]*api.TaskState{"t": {State: "running", StartedAt: t0.Add(-4 * time.Minute)}}
+	in.Finished = finished
+	return in
+}
+
+// queueBlocked adds a blocked evaluation of job, created a minute ago.
+func queueBlocked(in *Input, job *api.Job) {
+	in.Blocked = append(in.Blocked, blockedEval("e-"+*job.ID, *job.ID, t0.Add(-time.Minute), &api.AllocationMetric{NodesEvaluated: 1, NodePool: "gpu", NodesExhausted: 1}))
+	in.Jobs[JobKey{"default", *job.ID}] = job
+}
+
+func secs(p *int64) string { return num(p) }
+
+func TestBuildTaskPredictions(t *testing.T) {
+	ten := 10 * time.Minute
+	tests := []struct {
+		name string
+		in   *Input
+		// train's prediction: remaining, runtime, basis
+		remaining, runtime, basis string
+	}{
+		{
+			// One run is fewer than predict.MinRuns (3) at every level:
+			// the task is taken to be half done after 4m.
+			name: "one finished run: elapsed doubled", in: forecastFixture(finishedRun("f1", "train", t0.Add(-time.Hour), ten)),
+			remaining: "240", runtime: "480", basis: "elapsed",
+		},
+		{
+			// The median of its own runs longer than 4m (10m), less 4m.
+			name: "three of its own runs: job p50",
+			in: forecastFixture(finishedRun("f1", "train", t0.Add(-3*time.Hour), ten),
+				finishedRun("f2", "train", t0.Add(-2*time.Hour), ten), finishedRun("f3", "train", t0.Add(-time.Hour), ten)),
+			remaining: "360", runtime: "600", basis: "job",
+		},
+		{
+			name: "three runs of other jobs on one GPU: pool p50",
+			in: forecastFixture(finishedRun("f1", "other", t0.Add(-3*time.Hour), ten),
+				finishedRun("f2", "other", t0.Add(-2*time.Hour), 20*time.Minute), finishedRun("f3", "other", t0.Add(-time.Hour), 30*time.Minute)),
+			remaining: "960", runtime: "1200", basis: "pool",
+		},
+		{
+			name: "history unreadable: unknown",
+			in: func() *Input {
+				in := forecastFixture(finishedRun("f1", "train", t0.Add(-time.Hour), ten))
+				in.HistoryError = "list finished allocations: HTTP 500: boom"
+				return in
+			}(),
+			remaining: "nil", runtime: "nil", basis: "none",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Build(tc.in)
+			var train *AllocRef
+			for _, a := range v.Nodes[0].GPUs[0].Allocations {
+				if a.Job == "train" {
+					train = &a
+				}
+			}
+			if train == nil || train.Prediction == nil {
+				t.Fatalf("no prediction for train: %+v", v.Nodes[0].GPUs[0].Allocations)
+			}
+			p := train.Prediction
+			if secs(p.RemainingSeconds) != tc.remaining || secs(p.RuntimeSeconds) != tc.runtime || p.Basis != tc.basis {
+				t.Errorf("prediction %s/%s %s, want %s/%s %s", secs(p.RemainingSeconds), secs(p.RuntimeSeconds), p.Basis,
+					tc.remaining, tc.runtime, tc.basis)
+			}
+			// Tasks never started and without history are unknown.
+			infer := v.Nodes[0].GPUs[3].Slices[0].Alloc
+			if infer == nil || infer.Job != "infer" || infer.Prediction == nil || infer.Prediction.Basis != "none" ||
+				infer.Prediction.RemainingSeconds != nil {
+				t.Errorf("infer %+v", infer)
+			}
+		})
+	}
+}
+
+func TestBuildQueuePredictions(t *testing.T) {
+	ten := 10 * time.Minute
+	history := []*api.AllocationListStub{finishedRun("f1", "train", t0.Add(-3*time.Hour), ten),
+		finishedRun("f2", "train", t0.Add(-2*time.Hour), ten), finishedRun("f3", "train", t0.Add(-time.Hour), ten)}
+	tests := []struct {
+		name             string
+		in               func() *Input
+		job              string
+		wait, run, basis string
+		predicted        string // the PREDICTED column of job's row
+	}{
+		{
+			name: "an ask larger than the pool, no history: unknown", job: "big",
+			in:   func() *Input { return forecastFixture() },
+			wait: "nil", run: "nil", basis: "none", predicted: "-",
+		},
+		{
+			// Six GPUs never fit a pool of one; its run time is the
+			// pool's p50 of whole-GPU runs.
+			name: "an ask larger than the pool: wait unknown, run time known", job: "big",
+			in:   func() *Input { return forecastFixture(history...) },
+			wait: "nil", run: "600", basis: "none", predicted: "run ~10m00s",
+		},
+		{
+			// Shares 0 and 3 are free; no MPS run to predict its run time.
+			name: "two MPS shares fit the free ones now", job: "nb",
+			in: func() *Input {
+				in := forecastFixture(history...)
+				queueBlocked(in, oneTaskJob("nb", "main", "nvidia/mps", 2))
+				return in
+			},
+			wait: "0", run: "nil", basis: "fits_now", predicted: "wait ~0s",
+		},
+		{
+			// gpuB healthy and free, gpuA freed by train in 6m (job p50);
+			// two's run time is the pool's p50 of whole-GPU runs: 10m.
+			name: "two GPUs wait for train to end: list schedule", job: "two",
+			in: func() *Input {
+				in := forecastFixture(history...)
+				in.Nodes[0].NodeResources.Devices[0].Instances[0].Healthy = true
+				queueBlocked(in, oneTaskJob("two", "main", "nvidia/gpu", 2))
+				return in
+			},
+			wait: "360", run: "600", basis: "list_schedule", predicted: "wait ~6m00s, run ~10m00s",
+		},
+		{
+			name: "history unreadable: unknown", job: "two",
+			in: func() *Input {
+				in := forecastFixture(history...)
+				in.Nodes[0].NodeResources.Devices[0].Instances[0].Healthy = true
+				queueBlocked(in, oneTaskJob("two", "main", "nvidia/gpu", 2))
+				in.HistoryError = "boom"
+				return in
+			},
+			wait: "nil", run: "nil", basis: "none", predicted: "-",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Build(tc.in())
+			var e *QueueEntry
+			for i := range v.Queue {
+				if v.Queue[i].Job == tc.job {
+					e = &v.Queue[i]
+				}
+			}
+			if e == nil {
+				t.Fatalf("%s not queued: %+v", tc.job, v.Queue)
+			}
+			if secs(e.PredictedWaitSeconds) != tc.wait || secs(e.PredictedRuntimeSeconds) != tc.run || e.PredictionBasis != tc.basis {
+				t.Errorf("wait %s run %s basis %q, want %s %s %q", secs(e.PredictedWaitSeconds), secs(e.PredictedRuntimeSeconds),
+					e.PredictionBasis, tc.wait, tc.run, tc.basis)
+			}
+			if got := predicted(*e); got != tc.predicted {
+				t.Errorf("PREDICTED %q, want %q", got, tc.predicted)
+			}
+			for _, q := range v.Queue {
+				if q.State == StatePending && (q.PredictionBasis != "" || q.PredictedWaitSeconds != nil) {
+					t.Errorf("pending entry forecast: %+v", q)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteTableForecasts(t *testing.T) {
+	ten := 10 * time.Minute
+	in := forecastFixture(finishedRun("f1", "train", t0.Add(-3*time.Hour), ten),
+		finishedRun("f2", "train", t0.Add(-2*time.Hour), ten), finishedRun("f3", "train", t0.Add(-time.Hour), ten))
+	in.Nodes[0].NodeResources.Devices[0].Instances[0].Healthy = true
+	queueBlocked(in, oneTaskJob("two", "main", "nvidia/gpu", 2))
+	tests := []struct {
+		name   string
+		edit   func(in *Input)
+		want   []string
+		absent []string
+	}{
+		{"forecasts", func(*Input) {}, []string{
+			"train/g/t a0000001 ~6m00s left",
+			"  JOB       NAMESPACE  GROUP  STATE    DEVICES                     COUNT  WAIT   PREDICTED                 REASON",
+			"wait ~6m00s, run ~10m00s",
+		}, []string{"forecasts unknown"}},
+		{"history unreadable", func(in *Input) { in.HistoryError = "list finished allocations: HTTP 500: boom" }, []string{
+			"forecasts unknown: list finished allocations: HTTP 500: boom",
+			"  JOB       NAMESPACE  GROUP  STATE    DEVICES                     COUNT  WAIT   PREDICTED  REASON",
+		}, []string{" left", "wait ~"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.edit(in)
+			var b strings.Builder
+			if err := WriteTable(&b, Build(in)); err != nil {
+				t.Fatal(err)
+			}
+			got := b.String()
+			if !strings.HasPrefix(got, "nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 2  GPUs 5 (3 in use, 0 unhealthy)") {
+				t.Errorf("header changed:\n%s", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("no %q in\n%s", w, got)
+				}
+			}
+			for _, w := range tc.absent {
+				if strings.Contains(got, w) {
+					t.Errorf("%q in\n%s", w, got)
+				}
+			}
+		})
+	}
+}
+
+func TestAllocTextPrediction(t *testing.T) {
+	s := func(n int64) *int64 { return &n }
+	tests := []struct {
+		p    *Prediction
+		want string
+	}{
+		{nil, "j/g/t 01234567"},
+		{&Prediction{Basis: "none"}, "j/g/t 01234567"},
+		{&Prediction{RemainingSeconds: s(720), RuntimeSeconds: s(900), Basis: "job"}, "j/g/t 01234567 ~12m00s left"},
+		{&Prediction{RemainingSeconds: s(0), RuntimeSeconds: s(60), Basis: "finished"}, "j/g/t 01234567"},
+	}
+	for _, tc := range tests {
+		a := AllocRef{AllocID: "0123456789", Job: "j", Group: "g", Task: "t", Namespace: "default", Prediction: tc.p}
+		if got := allocText(a); got != tc.want {
+			t.Errorf("allocText(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
