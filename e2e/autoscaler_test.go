@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
@@ -165,7 +166,7 @@ func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.C
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	plugins := autoscalerPlugins(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})

@@ -28,6 +28,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 const preemptionRounds = 5
@@ -39,7 +40,7 @@ type preemptionSample struct {
 
 func BenchmarkPreemption(b *testing.B) {
 	if os.Geteuid() != 0 {
-		b.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(b, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	b.StopTimer()
 	nodes := []gpuNode{newGPUNode(b)}

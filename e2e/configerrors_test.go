@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // A plugin config mistake stops the client agent when it loads the plugin,
@@ -59,7 +60,7 @@ func TestPluginConfigRefusedAtAgentStart(t *testing.T) {
 
 	t.Run("good config loads without layout warnings", func(t *testing.T) {
 		if os.Geteuid() != 0 {
-			t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+			testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 		}
 		node := newGPUNode(t)
 		a := c.AddClient(t, cluster.ClientOptions{Name: "good", PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)})

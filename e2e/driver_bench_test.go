@@ -54,6 +54,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // latencyRounds is how many jobs per driver and variant are measured:
@@ -146,7 +147,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	cluster.RequirePlugin(b, "nomad-device-gpu")
 	cluster.RequirePlugin(b, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
-		b.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(b, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	// One cluster and one fixed set of jobs, whatever b.N is: the figures
 	// are latencies of single starts, not a per-op cost.

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 const (
@@ -166,7 +167,7 @@ func TestDriverChurn(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	cluster.RequireBinary(t, "libexec/nomad-driver-gpu-supervisor")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	start := time.Now()
 	node := newGPUNode(t)

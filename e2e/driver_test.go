@@ -23,6 +23,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // gpuNode is the plugin config of a simulated GPU node running both plugins.
@@ -190,7 +191,7 @@ func startGPUCluster(t *testing.T) (*cluster.Cluster, gpuNode) {
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	node := newGPUNode(t)
 	c := cluster.Start(t, cluster.Options{

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // jobsFiles lists jobs/ files matching pattern (relative to jobs/).
@@ -92,7 +93,7 @@ func TestWorkloadJobs(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	for _, f := range jobsFiles(t, "pools/*.hcl") {
@@ -124,7 +125,7 @@ func TestWorkloadJobs(t *testing.T) {
 			runInference(t, c, src)
 		},
 		"inference/inference-consul.nomad.hcl": func(t *testing.T, src string) {
-			t.Skip("needs a Consul agent; the Consul variant is checked against a real Consul only where a consul binary is found, and none is on this machine")
+			testenv.Skip(t, testenv.Consul, "the Consul variant runs only against a real Consul agent, which this suite does not start yet")
 		},
 		"batch/burst.nomad.hcl": func(t *testing.T, src string) { runDispatched(t, c, src) },
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
 
@@ -120,7 +121,7 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	}
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("e2e: no promtool (apt-get install prometheus); skipping the rule check")
+		testenv.Skip(t, testenv.Prometheus, "e2e: no promtool (apt-get install prometheus); skipping the rule check")
 	}
 	dir := filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring")
 	for _, args := range [][]string{{"check", "rules", filepath.Join(dir, "alerts.yml")}, {"check", "config", filepath.Join(dir, "prometheus.yml")}} {
@@ -163,7 +164,7 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	devAddr, drvAddr, apmAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})

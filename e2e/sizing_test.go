@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
@@ -95,7 +96,7 @@ func TestSizerResizesAutoJobs(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	node := newGPUNode(t)
@@ -232,7 +233,7 @@ func startSizer(t *testing.T, c *cluster.Cluster, cli string, args ...string) fu
 func TestSizerDeadline(t *testing.T) {
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	c := checkpointCluster(t, []gpuNode{newGPUNode(t)}, "")
 	enablePreemption(t, c)

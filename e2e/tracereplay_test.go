@@ -39,6 +39,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/report"
@@ -75,7 +76,7 @@ func TestTraceReplay(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
-		t.Skip("e2e: the gpu driver needs a root Nomad client; skipping")
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	t.Logf("bench-trace: %s; %d configs, horizon %s (%s wall each)", setup.Trace.Source, len(setup.Configs),
 		setup.Horizon, time.Duration(float64(setup.Horizon)/setup.Compression).Round(time.Second))

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 func TestShareUsageFile(t *testing.T) {
@@ -69,7 +71,7 @@ func TestShareUsageFile(t *testing.T) {
 		}, "invalid character"},
 		{"another user's file", func(t *testing.T, p string) {
 			if os.Geteuid() != 0 {
-				t.Skip("needs root to chown")
+				testenv.Skip(t, testenv.Root, "needs root to chown")
 			}
 			if err := os.WriteFile(p, []byte(`{"shares":{"x":1}}`), 0o644); err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpu/sim"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
 
@@ -231,7 +232,7 @@ func TestIntegrationQueue(t *testing.T) {
 func TestIntegrationSimNode(t *testing.T) {
 	cluster.NomadBinary(t)
 	if _, err := os.Stat(filepath.Join(cluster.PluginDir(t), "nomad-device-gpu")); err != nil {
-		t.Skip("nomad-device-gpu not built (make build); skipping")
+		testenv.Skip(t, testenv.Build, "nomad-device-gpu not built (make build)")
 	}
 	control := filepath.Join(t.TempDir(), "sim-control.json")
 	c := cluster.Start(t, cluster.Options{

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // Tests in this file use the real cgroup filesystem. They need root and a
@@ -63,10 +65,10 @@ func TestMain(m *testing.M) {
 func kernelRoot(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("cgroups: kernel tests need root")
+		testenv.Skip(t, testenv.Root, "cgroups: kernel tests need root")
 	}
 	if v, desc := Describe(); v == None {
-		t.Skip("cgroups: no usable cgroups: " + desc)
+		testenv.Skip(t, testenv.Cgroups, "cgroups: no usable cgroups: "+desc)
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -95,7 +97,7 @@ func newGroup(t *testing.T, root, name string, limits Limits) *Group {
 	t.Helper()
 	g, err := Create(root, name, limits)
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
-		t.Skip("cgroups: cannot create groups here: ", err)
+		testenv.Skip(t, testenv.Cgroups, "cgroups: cannot create groups here: ", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +372,7 @@ func TestKernelDestroy(t *testing.T) {
 	root := kernelRoot(t)
 	g, err := Create(root, "destroy", Limits{MemoryLimitBytes: 128 << 20})
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
-		t.Skip("cgroups: cannot create groups here: ", err)
+		testenv.Skip(t, testenv.Cgroups, "cgroups: cannot create groups here: ", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // The task's user in most tests: nobody.
@@ -22,7 +24,7 @@ const (
 func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the store chowns directories to task users")
+		testenv.Skip(t, testenv.Root, "needs root: the store chowns directories to task users")
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // The library's per-ABI tables are the reference for what each ABI knows.
@@ -131,7 +133,7 @@ func requireLandlock(t *testing.T) int {
 	t.Helper()
 	abi, err := Status()
 	if err != nil {
-		t.Skipf("no Landlock on this kernel: %v", err)
+		testenv.Skipf(t, testenv.Landlock, "no Landlock on this kernel: %v", err)
 	}
 	return abi
 }

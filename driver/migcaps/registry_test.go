@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // Stand-in nodes are regular files; the tests chown them, so they need root.
@@ -36,7 +37,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown stand-in nodes")
+		testenv.Skip(t, testenv.Root, "needs root to chown stand-in nodes")
 	}
 	dir := t.TempDir()
 	f := &fixture{t: t, caps: filepath.Join(dir, "nvidia-caps"), state: filepath.Join(dir, "state", "migcaps.json")}

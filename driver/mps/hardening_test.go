@@ -16,6 +16,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // Users the tests run tasks as; chowning to them needs root.
@@ -27,7 +28,7 @@ const (
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pipe directory is given to the clients' user")
+		testenv.Skip(t, testenv.Root, "needs root: the pipe directory is given to the clients' user")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/driver/landlock"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // BenchmarkStartIsolation is Start, from the call until it returns with the
@@ -42,7 +43,7 @@ import (
 func BenchmarkStartIsolation(b *testing.B) {
 	const minRounds = 40
 	if os.Geteuid() != 0 {
-		b.Skip("namespaces, mounts and Landlock need root")
+		testenv.Skip(b, testenv.Root, "namespaces, mounts and Landlock need root")
 	}
 	exe, err := os.Executable()
 	if err != nil {

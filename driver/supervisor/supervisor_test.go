@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -74,7 +75,7 @@ func randHex(n int) string {
 
 const waitLimit = 20 * time.Second
 
-func testExecutable(t *testing.T) string {
+func testExecutable(t testing.TB) string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -85,7 +86,7 @@ func testExecutable(t *testing.T) string {
 
 // newSpec returns a spec running sh -c script with a minimal environment
 // carrying the marker.
-func newSpec(t *testing.T, script string) Spec {
+func newSpec(t testing.TB, script string) Spec {
 	t.Helper()
 	base := t.TempDir()
 	return Spec{
@@ -102,7 +103,7 @@ func newSpec(t *testing.T, script string) Spec {
 func gatePath(s Spec) string  { return envValue(s.Env, "GATE") }
 func readyPath(s Spec) string { return envValue(s.Env, "READY") }
 
-func openGate(t *testing.T, s Spec) {
+func openGate(t testing.TB, s Spec) {
 	t.Helper()
 	if err := os.WriteFile(gatePath(s), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func gated(tail string) string {
 	return `while [ ! -e "$GATE" ]; do sleep 0.02; done; ` + tail
 }
 
-func start(t *testing.T, s Spec) *Handle {
+func start(t testing.TB, s Spec) *Handle {
 	t.Helper()
 	h, err := Start(s)
 	if err != nil {
@@ -128,7 +129,7 @@ func start(t *testing.T, s Spec) *Handle {
 	return h
 }
 
-func wait(t *testing.T, h *Handle) ExitStatus {
+func wait(t testing.TB, h *Handle) ExitStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -304,7 +305,7 @@ func TestTaskSees(t *testing.T) {
 	adj := 321
 	nobody := func(t *testing.T, s *Spec) {
 		if os.Geteuid() != 0 {
-			t.Skip("needs root")
+			testenv.Skip(t, testenv.Root, "needs root")
 		}
 		uid, gid, groups, _, err := LookupUser("nobody")
 		if err != nil {
@@ -405,7 +406,7 @@ func TestStartErrors(t *testing.T) {
 		name: "working directory the user cannot enter",
 		modify: func(t *testing.T, s *Spec) {
 			if os.Geteuid() != 0 {
-				t.Skip("needs root")
+				testenv.Skip(t, testenv.Root, "needs root")
 			}
 			s.SetUser, s.UID, s.GID, s.Dir = true, 65534, 65534, private
 		},
@@ -617,11 +618,11 @@ func testCgroup(t *testing.T) string {
 	t.Helper()
 	const root = "/sys/fs/cgroup/pids"
 	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
-		t.Skip("no cgroup v1 pids hierarchy")
+		testenv.Skip(t, testenv.Cgroups, "no cgroup v1 pids hierarchy")
 	}
 	dir := filepath.Join(root, "nomad-gpu-test-"+randHex(4))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Skipf("cannot create a cgroup: %v", err)
+		testenv.Skipf(t, testenv.Cgroups, "cannot create a cgroup: %v", err)
 	}
 	t.Cleanup(func() {
 		deadline := time.Now().Add(10 * time.Second)
@@ -765,26 +766,45 @@ func TestStartStopCycles(t *testing.T) {
 	assertNoMarkedProcs(t)
 }
 
-// TestSupervisorRSS logs the resident memory of an idle supervisor; it is a
-// measurement, not an assertion (a -race binary is much bigger).
-func TestSupervisorRSS(t *testing.T) {
-	s := newSpec(t, gated("exit 0"))
-	h := start(t, s)
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.SupervisorPID()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fields []string
-	for _, l := range strings.Split(string(b), "\n") {
-		// RssFile is the binary's text, shared with the plugin and every
-		// other supervisor; RssAnon is what each supervisor really costs.
-		if strings.HasPrefix(l, "VmRSS") || strings.HasPrefix(l, "RssAnon") || strings.HasPrefix(l, "RssFile") || strings.HasPrefix(l, "Threads") {
-			fields = append(fields, strings.Join(strings.Fields(l), " "))
+// BenchmarkSupervisorRSS measures what an idle supervisor holds: one op
+// starts a supervisor on a gated task and reads its /proc status. VmRSS
+// counts the binary's text, shared with the plugin and every other
+// supervisor; RssAnon is what each supervisor really costs. The supervisor
+// is this test binary (bigger than the real one, much bigger under -race).
+//
+//	go test -run '^$' -bench SupervisorRSS ./driver/supervisor/
+func BenchmarkSupervisorRSS(b *testing.B) {
+	var rss, anon, threads float64
+	n := 0
+	for b.Loop() {
+		s := newSpec(b, gated("exit 0"))
+		h := start(b, s)
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.SupervisorPID()))
+		if err != nil {
+			b.Fatal(err)
 		}
+		for _, l := range strings.Split(string(st), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 2 {
+				continue
+			}
+			v, _ := strconv.ParseFloat(f[1], 64)
+			switch f[0] {
+			case "VmRSS:":
+				rss += v
+			case "RssAnon:":
+				anon += v
+			case "Threads:":
+				threads += v
+			}
+		}
+		openGate(b, s)
+		wait(b, h)
+		n++
 	}
-	t.Logf("supervisor pid %d: %s", h.SupervisorPID(), strings.Join(fields, ", "))
-	openGate(t, s)
-	wait(t, h)
+	b.ReportMetric(rss/float64(n), "vmrss_kib")
+	b.ReportMetric(anon/float64(n), "rss_anon_kib")
+	b.ReportMetric(threads/float64(n), "threads")
 }
 
 func TestPollGoneFallback(t *testing.T) {

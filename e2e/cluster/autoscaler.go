@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // AutoscalerBinary returns the nomad-autoscaler binary to run:
@@ -25,7 +27,7 @@ func AutoscalerBinary(t testing.TB) string {
 	}
 	p, err := exec.LookPath("nomad-autoscaler")
 	if err != nil {
-		t.Skip("e2e: no nomad-autoscaler binary (set NOMAD_AUTOSCALER_BINARY or put nomad-autoscaler on PATH); skipping")
+		testenv.Skip(t, testenv.Autoscaler, "e2e: no nomad-autoscaler binary (set NOMAD_AUTOSCALER_BINARY or put nomad-autoscaler on PATH)")
 	}
 	abs, _ := filepath.Abs(p)
 	return abs

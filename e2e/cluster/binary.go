@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // NomadBinary returns the nomad binary to run: $NOMAD_BINARY if set, else
@@ -25,7 +27,7 @@ func NomadBinary(t testing.TB) string {
 	}
 	p, err := exec.LookPath("nomad")
 	if err != nil {
-		t.Skip("e2e: no nomad binary (set NOMAD_BINARY or put nomad on PATH); skipping")
+		testenv.Skip(t, testenv.Nomad, "e2e: no nomad binary (set NOMAD_BINARY or put nomad on PATH)")
 	}
 	abs, err := filepath.Abs(p)
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // PrometheusBinary returns the prometheus server to run ($PROMETHEUS_BINARY
@@ -25,7 +27,7 @@ func PrometheusBinary(t testing.TB) string {
 	}
 	p, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Skip("e2e: no prometheus binary (apt-get install prometheus, or set PROMETHEUS_BINARY); skipping")
+		testenv.Skip(t, testenv.Prometheus, "e2e: no prometheus binary (apt-get install prometheus, or set PROMETHEUS_BINARY)")
 	}
 	return p
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // TestPrometheusReal backfills a Prometheus TSDB with promtool and queries a
@@ -18,8 +20,11 @@ import (
 func TestPrometheusReal(t *testing.T) {
 	promtool, err1 := exec.LookPath("promtool")
 	prom, err2 := exec.LookPath("prometheus")
-	if err1 != nil || err2 != nil || testing.Short() {
-		t.Skip("skipping: needs the prometheus and promtool binaries on PATH (and not -short)")
+	switch {
+	case testing.Short():
+		t.Skip("-short: starts a prometheus server")
+	case err1 != nil || err2 != nil:
+		testenv.Skip(t, testenv.Prometheus, "no prometheus and promtool binaries on PATH (apt-get install prometheus)")
 	}
 	dir := t.TempDir()
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Minute).UTC()
