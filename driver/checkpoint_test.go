@@ -56,7 +56,7 @@ func (e *env) startRestored(t *testing.T, d *Driver, ck CheckpointConfig) string
 	if _, _, err := d.StartTask(next); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.DestroyTask(next.ID, true) })
+	t.Cleanup(func() { destroyTask(t, d, next.ID) })
 	restored := filepath.Join(next.Env["NOMAD_TASK_DIR"], "restored")
 	// The script's `echo … > restored` creates the file before it writes.
 	var b []byte
@@ -97,7 +97,7 @@ func TestCheckpointOnStopThenRestore(t *testing.T) {
 		t.Fatalf("first run: %+v", res)
 	}
 	committed := readInt(t, filepath.Join(first.Env["NOMAD_TASK_DIR"], "committed"))
-	d.DestroyTask(first.ID, true)
+	destroyTask(t, d, first.ID)
 	var msgs []string
 	for len(evs) > 0 {
 		msgs = append(msgs, (<-evs).Message)
@@ -124,9 +124,9 @@ func TestNoCheckpointBlockNoCheckpoint(t *testing.T) {
 	}
 	eventually(t, "task up", func() bool { _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "env")); return err == nil })
 	start := time.Now()
-	d.StopTask(cfg.ID, 5*time.Second, "SIGINT")
+	stopTask(t, d, cfg.ID, 5*time.Second, "SIGINT")
 	wait(t, d, cfg.ID, 10*time.Second)
-	d.DestroyTask(cfg.ID, true)
+	destroyTask(t, d, cfg.ID)
 	if _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "usr1")); err == nil {
 		t.Error("a task without a checkpoint block got the checkpoint signal")
 	}
@@ -153,10 +153,10 @@ func TestCheckpointInterruptedMidWrite(t *testing.T) {
 		_, err := os.Stat(filepath.Join(first.Env["NOMAD_TASK_DIR"], "progress"))
 		return err == nil
 	})
-	d.StopTask(first.ID, 10*time.Second, "SIGINT")
+	stopTask(t, d, first.ID, 10*time.Second, "SIGINT")
 	wait(t, d, first.ID, 20*time.Second)
 	committed := readInt(t, filepath.Join(first.Env["NOMAD_TASK_DIR"], "committed"))
-	d.DestroyTask(first.ID, true)
+	destroyTask(t, d, first.ID)
 
 	// The second run writes half a checkpoint and is killed before COMMIT.
 	half := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c",
@@ -170,7 +170,7 @@ func TestCheckpointInterruptedMidWrite(t *testing.T) {
 	eventually(t, "half a checkpoint", func() bool { _, err := os.Stat(filepath.Join(half.Env["NOMAD_TASK_DIR"], "half")); return err == nil })
 	d.store.get(half.ID).proc.KillTree(context.Background(), 0, 9)
 	wait(t, d, half.ID, 20*time.Second)
-	d.DestroyTask(half.ID, true)
+	destroyTask(t, d, half.ID)
 
 	if got, want := e.startRestored(t, d, ck), restoredLine(committed, 2); got != want {
 		t.Errorf("third run %q, want %q (the half-written checkpoint must not count)", got, want)
@@ -204,7 +204,7 @@ func TestCheckpointAfterPluginRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, second, cfg.ID, 20*time.Second)
-	second.DestroyTask(cfg.ID, true)
+	destroyTask(t, second, cfg.ID)
 	committed := readInt(t, filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "committed"))
 	var msgs []string
 	for len(evs) > 0 {
@@ -255,7 +255,7 @@ func TestCheckpointInterval(t *testing.T) {
 	if _, _, err := d.StartTask(cfg); err != nil {
 		t.Fatal(err)
 	}
-	defer d.DestroyTask(cfg.ID, true)
+	defer destroyTask(t, d, cfg.ID)
 	deadline := time.After(20 * time.Second)
 	for commits := 0; commits < 2; {
 		select {
@@ -270,6 +270,6 @@ func TestCheckpointInterval(t *testing.T) {
 			t.Fatal("no two interval commits in 20s")
 		}
 	}
-	d.StopTask(cfg.ID, 5*time.Second, "SIGINT")
+	stopTask(t, d, cfg.ID, 5*time.Second, "SIGINT")
 	wait(t, d, cfg.ID, 20*time.Second)
 }

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -74,7 +75,7 @@ func TestOOMKillIsReported(t *testing.T) {
 	if !res.OOMKilled || res.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("exit %+v: want an OOM kill", res)
 	}
-	d.DestroyTask(cfg.ID, true)
+	destroyTask(t, d, cfg.ID)
 }
 
 func TestMPSTaskWithoutMPSBinariesFailsClearly(t *testing.T) {
@@ -105,7 +106,7 @@ func TestTaskWithoutGPUsSeesNone(t *testing.T) {
 	if res := wait(t, d, cfg.ID, 30*time.Second); res.ExitCode != 0 {
 		t.Fatalf("a task without a GPU reservation saw GPUs: %+v", res)
 	}
-	d.DestroyTask(cfg.ID, true)
+	destroyTask(t, d, cfg.ID)
 }
 
 // Exec runs as the task (user, environment, directory) while the root shim
@@ -120,7 +121,7 @@ func TestExecRunsAsTheTask(t *testing.T) {
 	if _, _, err := d.StartTask(cfg); err != nil {
 		t.Fatal(err)
 	}
-	defer d.DestroyTask(cfg.ID, true)
+	defer destroyTask(t, d, cfg.ID)
 	res, err := d.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "id -un; pwd; echo $TASK_MARK; exit 4"}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +154,26 @@ func TestRecoveryKeepsMPSCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Passed or failed, the task, its supervisor and the MPS daemon go:
+	// first destroyed as a fresh plugin would, then, should any survive
+	// that, killed by their recorded identities (cleanups run last first).
+	proc := first.store.get(cfg.ID).proc
+	leftovers := []int{proc.TaskPID(), proc.SupervisorPID(), first.rt.Load().mps.Status()["GPU-recover"].PID}
+	var ids []procfs.Identity
+	for _, pid := range leftovers {
+		if id, err := procfs.Identify(pid); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	t.Cleanup(func() {
+		for _, id := range ids {
+			if id.Alive() {
+				t.Errorf("pid %d outlived the test's cleanup; killing it", id.PID)
+				syscall.Kill(id.PID, syscall.SIGKILL)
+			}
+		}
+	})
+	e.reapOnCleanup(cfg.ID)
 	first.Shutdown()
 	second := e.plugin()
 	if err := second.RecoverTask(&drivers.TaskHandle{Version: 1, Config: &drivers.TaskConfig{ID: cfg.ID, Name: "t", AllocID: cfg.AllocID}, DriverState: h.DriverState}); err != nil {
@@ -161,8 +182,12 @@ func TestRecoveryKeepsMPSCeiling(t *testing.T) {
 	if c := second.rt.Load().mps.Status()["GPU-recover"].Ceiling; c.ThreadPercentage != 50 || c.PinnedMemMiB != 40960 {
 		t.Fatalf("ceiling after recovery %+v, want the task's 50%% / 40960 MiB", c)
 	}
-	second.StopTask(cfg.ID, time.Second, "")
-	second.DestroyTask(cfg.ID, true)
+	if err := second.StopTask(cfg.ID, time.Second, ""); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	if err := second.DestroyTask(cfg.ID, true); err != nil {
+		t.Errorf("destroy: %v", err)
+	}
 }
 
 // The devices cgroup fences a task off the GPUs it did not reserve: opening
@@ -201,7 +226,7 @@ func TestDeviceFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, d, cfg.ID, 30*time.Second)
-	d.DestroyTask(cfg.ID, true)
+	destroyTask(t, d, cfg.ID)
 	b, _ := os.ReadFile(out)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) != 3 {

@@ -239,6 +239,7 @@ func TestRecoverAfterPluginRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.reapOnCleanup(running.ID)
 	first.Shutdown() // the plugin dies; the task does not
 
 	second := e.plugin()
@@ -252,7 +253,7 @@ func TestRecoverAfterPluginRestart(t *testing.T) {
 	if res := wait(t, second, running.ID, 30*time.Second); res.ExitCode != 3 {
 		t.Fatalf("exit %+v, want code 3", res)
 	}
-	second.DestroyTask(running.ID, true)
+	destroyTask(t, second, running.ID)
 }
 
 func TestStopKillsTree(t *testing.T) {
@@ -349,8 +350,8 @@ neighbour:
 		t.Fatal("the neighbour on the same GPU was killed too")
 	}
 	for _, id := range ids {
-		d.StopTask(id, time.Second, "")
-		d.DestroyTask(id, true)
+		stopTask(t, d, id, time.Second, "")
+		destroyTask(t, d, id)
 	}
 	if st, ok := d.rt.Load().mps.Status()[gpuUUID]; ok && len(st.Clients) > 0 {
 		t.Fatalf("MPS daemon still has clients after both tasks left: %+v", st)

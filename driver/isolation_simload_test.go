@@ -94,7 +94,7 @@ d="$NOMAD_GPU_SIM_LOAD_DIR"
 			t.Fatal(err)
 		}
 		wait(t, d, cfg.ID, 30*time.Second)
-		d.DestroyTask(cfg.ID, true)
+		destroyTask(t, d, cfg.ID)
 		out, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "out"))
 		return strings.TrimSpace(string(out))
 	}

@@ -79,7 +79,7 @@ func TestTasksOfOneUserCannotReachEachOther(t *testing.T) {
 	if _, _, err := d.StartTask(a); err != nil {
 		t.Fatal(err)
 	}
-	defer d.DestroyTask(a.ID, true)
+	defer destroyTask(t, d, a.ID)
 	eventually(t, "task A ready", func() bool { _, err := os.Stat(filepath.Join(a.Env["NOMAD_TASK_DIR"], "ready")); return err == nil })
 	aPID := d.store.get(a.ID).proc.TaskPID()
 	control := filepath.Join(e.cfg.MPS.PipeRoot, gpuUUID, "control")
@@ -108,7 +108,7 @@ for p in /proc/[0-9]*; do echo "proc:$(cat $p/comm)"; done
 	if res := wait(t, d, b.ID, 30*time.Second); res.ExitCode != 0 {
 		t.Fatalf("probe task: %+v", res)
 	}
-	d.DestroyTask(b.ID, true)
+	destroyTask(t, d, b.ID)
 	outB, _ := os.ReadFile(filepath.Join(b.Env["NOMAD_TASK_DIR"], "probe.out"))
 	out := string(outB)
 	if strings.Contains(out, secret) {
@@ -140,7 +140,7 @@ func TestMPSTaskSeesOnlyItsOwnPipes(t *testing.T) {
 	if _, _, err := d.StartTask(holder); err != nil {
 		t.Fatal(err)
 	}
-	defer d.DestroyTask(holder.ID, true)
+	defer destroyTask(t, d, holder.ID)
 	script := fmt.Sprintf(`exec 2>"$NOMAD_TASK_DIR/err"; ls %q %q > "$NOMAD_TASK_DIR/out"; (echo get_server_list > %q) && echo own:opened >> "$NOMAD_TASK_DIR/out"`,
 		filepath.Join(e.cfg.MPS.PipeRoot, mine), filepath.Join(e.cfg.MPS.PipeRoot, other), filepath.Join(e.cfg.MPS.PipeRoot, mine, "control"))
 	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}}, share)
@@ -148,7 +148,7 @@ func TestMPSTaskSeesOnlyItsOwnPipes(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, d, cfg.ID, 30*time.Second)
-	d.DestroyTask(cfg.ID, true)
+	destroyTask(t, d, cfg.ID)
 	out, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "out"))
 	errOut, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "err"))
 	if !strings.Contains(string(out), "control") || !strings.Contains(string(out), "own:opened") {
@@ -212,7 +212,7 @@ func TestIsolationPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			wait(t, d, cfg.ID, 30*time.Second)
-			d.DestroyTask(cfg.ID, true)
+			destroyTask(t, d, cfg.ID)
 			out, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "out"))
 			if !strings.Contains(string(out), tc.wantOut) {
 				t.Errorf("task printed %q, want %q", out, tc.wantOut)
@@ -259,7 +259,7 @@ func TestLandlockUnavailable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer d.DestroyTask(cfg.ID, true)
+			defer destroyTask(t, d, cfg.ID)
 			select {
 			case ev := <-evs:
 				if !strings.Contains(ev.Message, "without filesystem confinement") {
@@ -335,7 +335,7 @@ func TestExecWithTerminalInTheNamespace(t *testing.T) {
 	if _, _, err := d.StartTask(cfg); err != nil {
 		t.Fatal(err)
 	}
-	defer d.DestroyTask(cfg.ID, true)
+	defer destroyTask(t, d, cfg.ID)
 	var out bytes.Buffer
 	stdinR, stdinW := io.Pipe()
 	go func() {
@@ -377,12 +377,12 @@ func TestMPSOneUserPerGPU(t *testing.T) {
 	if _, _, err := d.StartTask(first); err != nil {
 		t.Fatal(err)
 	}
-	defer d.DestroyTask(first.ID, true)
+	defer destroyTask(t, d, first.ID)
 	second := e.taskConfig(&TaskConfig{Command: "/bin/sleep", Args: []string{"300"}}, share)
 	second.User = "daemon"
 	_, _, err := d.StartTask(second)
 	if err == nil {
-		d.DestroyTask(second.ID, true)
+		destroyTask(t, d, second.ID)
 		t.Fatal("a second user's MPS task started on the same GPU")
 	}
 	for _, want := range []string{`user "nobody"`, `"daemon"`, "one user"} {
@@ -397,7 +397,7 @@ func TestMPSOneUserPerGPU(t *testing.T) {
 	if _, _, err := d.StartTask(same); err != nil {
 		t.Fatalf("a second task of the same user: %v", err)
 	}
-	d.DestroyTask(same.ID, true)
+	destroyTask(t, d, same.ID)
 }
 
 // Landlock alone keeps a task off another GPU's device node, whatever the
@@ -423,7 +423,7 @@ func TestLandlockFencesOtherGPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, d, cfg.ID, 30*time.Second)
-	d.DestroyTask(cfg.ID, true)
+	destroyTask(t, d, cfg.ID)
 	out, _ := os.ReadFile(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "out"))
 	if string(out) != "mine:ok\nother:refused\n" {
 		t.Errorf("task wrote %q, want its own node open and the other refused", out)

@@ -496,7 +496,7 @@ func TestTaskMetricsWithRealTasks(t *testing.T) {
 	if got := testutil.ToFloat64(d.metrics.requests.With(l)); got != 1 {
 		t.Errorf("checkpoint requests %g, want 1", got)
 	}
-	d.DestroyTask(first.ID, true)
+	destroyTask(t, d, first.ID)
 
 	next := e.checkpointTask(defaultCheckpoint())
 	if _, _, err := d.StartTask(next); err != nil {
@@ -507,8 +507,8 @@ func TestTaskMetricsWithRealTasks(t *testing.T) {
 	if got := testutil.ToFloat64(d.metrics.restores.With(nl)); got != 1 {
 		t.Errorf("restores %g, want 1", got)
 	}
-	d.StopTask(next.ID, time.Second, "SIGKILL")
-	d.DestroyTask(next.ID, true)
+	stopTask(t, d, next.ID, time.Second, "SIGKILL")
+	destroyTask(t, d, next.ID)
 
 	// The watchdog kills a task over its MPS share's memory.
 	inv, err := gpu.Open(e.cfg.gpuConfig(), nil)
@@ -527,7 +527,7 @@ func TestTaskMetricsWithRealTasks(t *testing.T) {
 	if _, _, err := d.StartTask(cfg); err != nil {
 		t.Fatal(err)
 	}
-	defer d.DestroyTask(cfg.ID, true)
+	defer destroyTask(t, d, cfg.ID)
 	if err := gpu.OpenControl(e.control).SetProcessMemory(uint32(d.store.get(cfg.ID).proc.TaskPID()), gpuUUID, 30000); err != nil {
 		t.Fatal(err)
 	}

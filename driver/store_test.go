@@ -33,7 +33,7 @@ func TestConcurrentOperations(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	errs := make(chan error, workers*rounds)
+	errs := make(chan error, 2*workers*rounds) // a stop and a destroy error a round at most
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
@@ -50,7 +50,9 @@ func TestConcurrentOperations(t *testing.T) {
 					<-ch
 				}
 				cancel()
-				d.StopTask(cfg.ID, 50*time.Millisecond, "SIGTERM")
+				if err := d.StopTask(cfg.ID, 50*time.Millisecond, "SIGTERM"); err != nil {
+					errs <- err
+				}
 				if err := d.DestroyTask(cfg.ID, true); err != nil {
 					errs <- err
 				}

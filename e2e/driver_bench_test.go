@@ -218,7 +218,8 @@ func BenchmarkStartLatency(b *testing.B) {
 	const rssTasks = 6
 	rssHCL := strings.Replace(latencyJob("rss", "gpu", full, false), `group "g" {`, fmt.Sprintf("group \"g\" {\n    count = %d", rssTasks), 1)
 	c.RunJob(b, rssHCL)
-	for _, a := range c.WaitForAllocs(b, "rss", rssTasks, time.Minute) {
+	rssAllocs := c.WaitForAllocs(b, "rss", rssTasks, time.Minute)
+	for _, a := range rssAllocs {
 		c.WaitForAllocStatus(b, a.ID, "running", time.Minute)
 	}
 	var rss, anon, pss []float64
@@ -246,7 +247,13 @@ func BenchmarkStartLatency(b *testing.B) {
 	// RssAnon is each supervisor's own, Pss its fair share of both.
 	b.Logf("supervisor memory over %d tasks (target ≤ 10 MiB): VmRSS %.1f MiB (max %.1f), RssAnon %.1f MiB (max %.1f), Pss %.1f MiB (max %.1f)",
 		len(rss), mean(rss), slices.Max(rss), mean(anon), slices.Max(anon), mean(pss), slices.Max(pss))
-	c.StopJob(b, "rss", true)
+	// Stopped, not purged, and waited for: the teardown then checks that
+	// the driver freed each task, where tasks killed with their agent
+	// would leave their cgroups to the harness.
+	c.StopJob(b, "rss", false)
+	for _, a := range rssAllocs {
+		c.WaitForAllocStatus(b, a.ID, "complete", time.Minute)
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
