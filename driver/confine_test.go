@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -26,7 +27,7 @@ func TestMIGCapsGrantedAndRevoked(t *testing.T) {
 	t.Cleanup(func() { capsDir = old })
 	private := filepath.Join(dir, "nvidia-cap21")
 	if err := unix.Mknod(private, unix.S_IFCHR|0o400, int(unix.Mkdev(1, 3))); err != nil {
-		t.Skipf("cannot make a device node here: %v", err)
+		testenv.Skipf(t, testenv.Mknod, "cannot make a device node here: %v", err)
 	}
 	os.Chmod(private, 0o400)
 	d := e.plugin()
@@ -64,7 +65,7 @@ func TestOOMKillIsReported(t *testing.T) {
 	e := newEnv(t)
 	d := e.plugin()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("needs python3 to allocate memory")
+		testenv.Skip(t, testenv.Python3, "no python3 on PATH to allocate memory with")
 	}
 	cfg := e.taskConfig(&TaskConfig{Command: "/usr/bin/python3", Args: []string{"-c", "b = bytearray(256 << 20); import time; time.sleep(5)"}}, nil)
 	cfg.Resources.Linux.MemoryLimitBytes = 32 << 20
@@ -205,7 +206,7 @@ func TestDeviceFence(t *testing.T) {
 	mk := func(name string, major, minor uint32) string {
 		p := filepath.Join(dir, name)
 		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(unixMkdev(major, minor))); err != nil {
-			t.Skipf("mknod: %v", err)
+			testenv.Skipf(t, testenv.Mknod, "mknod: %v", err)
 		}
 		os.Chmod(p, 0o666)
 		return p

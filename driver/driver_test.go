@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +41,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("driver tests need root (users, cgroups)")
+		testenv.Skip(t, testenv.Root, "driver tests need root (users, cgroups)")
 	}
 	dir, err := os.MkdirTemp("", "ngd")
 	if err != nil {

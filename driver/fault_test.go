@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -79,7 +80,7 @@ func (e *env) capNode() string {
 	e.t.Cleanup(func() { capsDir = old })
 	p := filepath.Join(dir, "nvidia-cap30")
 	if err := unix.Mknod(p, unix.S_IFCHR|0o400, int(unix.Mkdev(1, 3))); err != nil {
-		e.t.Skipf("cannot make a device node here: %v", err)
+		testenv.Skipf(e.t, testenv.Mknod, "cannot make a device node here: %v", err)
 	}
 	return p
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -25,10 +26,10 @@ func requireIsolation(t *testing.T, d *Driver) {
 	t.Helper()
 	p := d.isolation()
 	if !p.PIDNamespace {
-		t.Skipf("no private PID namespaces here: %s", p.PIDNamespaceError)
+		testenv.Skipf(t, testenv.PIDNS, "no private PID namespaces here: %s", p.PIDNamespaceError)
 	}
 	if p.LandlockABI == 0 {
-		t.Skipf("no Landlock here: %s", p.LandlockError)
+		testenv.Skipf(t, testenv.Landlock, "no Landlock here: %s", p.LandlockError)
 	}
 }
 
@@ -412,7 +413,7 @@ func TestLandlockFencesOtherGPUs(t *testing.T) {
 	mine, other := filepath.Join(dir, "nvidia1"), filepath.Join(dir, "nvidia0")
 	for _, p := range []string{mine, other} {
 		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-			t.Skipf("mknod: %v", err)
+			testenv.Skipf(t, testenv.Mknod, "mknod: %v", err)
 		}
 		os.Chmod(p, 0o666)
 	}
