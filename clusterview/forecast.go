@@ -1,6 +1,7 @@
 package clusterview
 
 import (
+	"errors"
 	"math"
 	"slices"
 
@@ -192,4 +193,15 @@ func addForecasts(v *View, in *Input, held map[string]map[string][]AllocRef) {
 		e.PredictedWaitSeconds, e.PredictedRuntimeSeconds = seconds(w.Wait), seconds(w.Runtime)
 		e.PredictionBasis = sizing.BasisKind(w.Wait)
 	}
+}
+
+// Forecast is the runtime and wait forecast of in, the one top shows: for
+// the sizer's deadlines. It fails when the history of finished allocations
+// could not be read, since every run time would then rest on less than
+// Nomad knows.
+func Forecast(in *Input) (sizing.Forecasts, error) {
+	if in.HistoryError != "" {
+		return sizing.Forecasts{}, errors.New(in.HistoryError)
+	}
+	return sizing.Forecast(forecastInput(in, buildQueue(in), heldDevices(in.Allocs)), in.Now), nil
 }

@@ -260,3 +260,40 @@ func TestAllocTextPrediction(t *testing.T) {
 		}
 	}
 }
+
+// Forecast, what the sizer's deadlines read, is the forecast the view
+// shows, and refuses an input whose history could not be read.
+func TestForecastForTheSizer(t *testing.T) {
+	in := fixtureInput()
+	fc, err := Forecast(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := Build(in)
+	blocked := 0
+	for _, q := range v.Queue {
+		if q.State != StateBlocked {
+			continue
+		}
+		blocked++
+		var found bool
+		for _, w := range fc.Queued {
+			if w.Job == q.Job && w.Group == q.Group {
+				found = true
+				if got := seconds(w.Wait); (got == nil) != (q.PredictedWaitSeconds == nil) || (got != nil && *got != *q.PredictedWaitSeconds) {
+					t.Errorf("%s/%s: Forecast wait %v, view %v", q.Job, q.Group, got, q.PredictedWaitSeconds)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("blocked %s/%s has no forecast", q.Job, q.Group)
+		}
+	}
+	if blocked == 0 || len(fc.Tasks) == 0 {
+		t.Fatalf("the fixture has %d blocked entries and %d forecast tasks: nothing compared", blocked, len(fc.Tasks))
+	}
+	in.HistoryError = "list terminal allocations: 500"
+	if _, err := Forecast(in); err == nil || err.Error() != in.HistoryError {
+		t.Errorf("Forecast with a failed history read: %v", err)
+	}
+}

@@ -45,6 +45,9 @@ type Reader struct {
 	// terminal ones at most); 0 reads none. A failed read of them only
 	// makes the forecasts unknown.
 	HistoryWindow time.Duration
+	// SkipStats reads no host stats: for a forecast (Forecast), which
+	// needs none, without a call to every node.
+	SkipStats bool
 
 	mu   sync.Mutex
 	jobs map[JobKey]*api.Job
@@ -100,7 +103,9 @@ func (r *Reader) Read(ctx context.Context, f Filter) (*Input, error) {
 		}
 	})
 	wg.Go(func() { evalErr = r.readQueue(ctx, in) })
-	wg.Go(func() { r.readStats(ctx, in) })
+	if !r.SkipStats {
+		wg.Go(func() { r.readStats(ctx, in) })
+	}
 	if r.HistoryWindow > 0 {
 		wg.Go(func() { r.readHistory(ctx, in, now()) })
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
+	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
@@ -62,6 +63,7 @@ type sizerOptions struct {
 	once                    bool
 	logLevel                string
 	deadlines               sizing.DeadlineConfig
+	forecastWindow          time.Duration
 }
 
 func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
@@ -85,6 +87,7 @@ func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
 	tiers := fs.String("priority-tiers", "70,40", "priority tiers' lower bounds, decreasing (as the APM's priority_tiers): a deadline raise goes one tier up")
 	fs.IntVar(&o.deadlines.MaxPriority, "max-priority", sizing.DefaultDeadlines.MaxPriority, "the highest priority a deadline raise gives")
 	fs.DurationVar(&o.deadlines.Lead, "deadline-lead", sizing.DefaultDeadlines.Lead, "the wait assumed for a queued job whose wait cannot be predicted")
+	fs.DurationVar(&o.forecastWindow, "forecast-window", 24*time.Hour, "how far back finished allocations are read to predict a queued job's wait for deadlines; 0: assume -deadline-lead")
 	fs.DurationVar(&o.deadlines.RaiseEvery, "raise-every", sizing.DefaultDeadlines.RaiseEvery, "least time between two deadline raises of one job")
 	fs.BoolVar(&o.once, "once", false, "one round, then exit")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
@@ -113,6 +116,8 @@ func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
 		return nil, fmt.Errorf("-min-span %v: must not be negative", o.minSpan)
 	case o.deadlines.MaxPriority < 1 || o.deadlines.MaxPriority > 100:
 		return nil, fmt.Errorf("-max-priority %d: allowed: 1 to 100 (Nomad's job priorities)", o.deadlines.MaxPriority)
+	case o.forecastWindow < 0:
+		return nil, fmt.Errorf("-forecast-window %v: must not be negative (0: no forecast)", o.forecastWindow)
 	case o.deadlines.Lead < 0 || o.deadlines.RaiseEvery < 0:
 		return nil, fmt.Errorf("-deadline-lead and -raise-every must not be negative")
 	case hclog.LevelFromString(o.logLevel) == hclog.NoLevel:
@@ -165,6 +170,18 @@ func sizerLoop(ctx context.Context, o *sizerOptions, logger hclog.Logger, stdout
 	th := sizing.DefaultThresholds
 	th.MinSamples, th.MinSpan = o.minSamples, o.minSpan
 	s := &sizing.Sizer{Nomad: cl, Store: st, Window: o.window, Thresholds: th, Logger: logger, Deadlines: &o.deadlines}
+	if o.forecastWindow > 0 {
+		// The deadlines' waits: the forecast top shows, from Nomad's own
+		// allocations of the last -forecast-window.
+		r := &clusterview.Reader{Client: cl, HistoryWindow: o.forecastWindow, SkipStats: true}
+		s.Forecast = func(ctx context.Context, _ time.Time) (sizing.Forecasts, error) {
+			in, err := r.Read(ctx, clusterview.Filter{})
+			if err != nil {
+				return sizing.Forecasts{}, err
+			}
+			return clusterview.Forecast(in)
+		}
+	}
 	if o.prometheus != "" {
 		p, err := history.NewPrometheus(o.prometheus, st, history.PromOptions{})
 		if err != nil {

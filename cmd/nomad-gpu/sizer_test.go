@@ -23,6 +23,7 @@ func TestSizerFlags(t *testing.T) {
 		{[]string{"-history", "h.db", "-priority-tiers", "40,70"}, `-priority-tiers "40,70": bounds must decrease: 70 after 40`},
 		{[]string{"-history", "h.db", "-max-priority", "101"}, "-max-priority 101: allowed: 1 to 100"},
 		{[]string{"-history", "h.db", "-raise-every", "-1s"}, "-deadline-lead and -raise-every must not be negative"},
+		{[]string{"-history", "h.db", "-forecast-window", "-1h"}, "-forecast-window -1h0m0s: must not be negative (0: no forecast)"},
 		{[]string{"-history", "h.db", "-interval", "30s", "-min-samples", "3", "-min-span", "1m"}, ""},
 	}
 	for _, c := range cases {
