@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
 	"github.com/nomad-gpu/nomad-gpu/driver/landlock"
+	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 )
@@ -158,6 +160,13 @@ func (c *Config) Validate() error {
 	if _, err := parseIDRanges(c.DeniedHostGIDs); err != nil {
 		return fmt.Errorf("denied_host_gids: %v", err)
 	}
+	// A user that does not exist yet may be made before the first task;
+	// one that exists and is denied would fail every task without a user.
+	if uid, gid, groups, _, err := supervisor.LookupUser(c.DefaultUser); err == nil {
+		if err := checkUser(c, taskUser{name: c.DefaultUser, uid: uid, gid: gid, groups: groups}); err != nil {
+			return fmt.Errorf("default_user: %q would fail every task without a user: %v", c.DefaultUser, err)
+		}
+	}
 	if err := c.Isolation.validate(); err != nil {
 		return err
 	}
@@ -175,9 +184,14 @@ func (c *Config) Validate() error {
 	}
 	switch c.GPU.Backend {
 	case "nvml":
+		// system has a default, so only the keys without one tell.
+		if sc := c.GPU.Sim; sc.ControlFile != "" || len(sc.MIG) > 0 || sc.Seed != "" {
+			return fmt.Errorf("gpu.sim: only used with backend = \"sim\" (backend is %q)", c.GPU.Backend)
+		}
 	case "sim":
 		if err := c.gpuConfig().Validate(); err != nil {
-			return fmt.Errorf("gpu.%v", err)
+			// Every line names its key from the plugin config's root.
+			return errors.New("gpu." + strings.ReplaceAll(err.Error(), "\n", "\ngpu."))
 		}
 	default:
 		return fmt.Errorf("gpu.backend: %q is not a backend; allowed: \"nvml\", \"sim\"", c.GPU.Backend)

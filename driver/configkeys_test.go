@@ -147,6 +147,7 @@ var pluginKeyCases = []keyCase{
 	{"state_dir", "empty", map[string]any{"state_dir": ""}, `state_dir: "" must be an absolute path`},
 
 	{"default_user", "empty", map[string]any{"default_user": ""}, `default_user: must name a user (e.g. "nobody")`},
+	{"default_user", "denied", map[string]any{"default_user": "root"}, `default_user: "root" would fail every task without a user: user: "root" (uid 0) is denied by the plugin config (denied_host_uids = "0")`},
 
 	{"denied_host_uids", "not an id", map[string]any{"denied_host_uids": "root"}, `denied_host_uids: "root": "root" is not an ID; want IDs and ranges such as "0,10-20"`},
 	{"denied_host_uids", "backwards range", map[string]any{"denied_host_uids": "0,20-10"}, `denied_host_uids: "20-10": the range ends before it starts`},
@@ -177,6 +178,10 @@ var pluginKeyCases = []keyCase{
 
 	{"gpu.backend", "unknown", map[string]any{"gpu": map[string]any{"backend": "cuda"}}, `gpu.backend: "cuda" is not a backend; allowed: "nvml", "sim"`},
 	{"gpu.backend", "empty", map[string]any{"gpu": map[string]any{"backend": ""}}, `gpu.backend: "" is not a backend; allowed: "nvml", "sim"`},
+	{"gpu.sim.seed", "without the sim backend", map[string]any{"gpu": map[string]any{"backend": "nvml", "sim": map[string]any{"seed": "node-1"}}},
+		`gpu.sim: only used with backend = "sim" (backend is "nvml")`},
+	{"gpu.sim.control_file", "without the sim backend", map[string]any{"gpu": map[string]any{"backend": "nvml", "sim": map[string]any{"control_file": "/run/sim"}}},
+		`gpu.sim: only used with backend = "sim" (backend is "nvml")`},
 	{"gpu.sim.system", "unknown", map[string]any{"gpu": simGPU(map[string]any{"system": "dgx0"})}, `gpu.sim.system: "dgx0" is not a simulated system; allowed: dgxa100, `},
 	{"gpu.sim.system", "empty", map[string]any{"gpu": simGPU(map[string]any{"system": ""})}, "gpu.sim.system: required; allowed: dgxa100, "},
 	{"gpu.sim.mig[].gpus", "no such GPU", map[string]any{"gpu": simGPU(map[string]any{"mig": []map[string]any{{"gpus": []int{6, 8}, "profiles": []string{"7g.80gb"}}}})},
@@ -232,11 +237,6 @@ var pluginKeysWithoutRule = map[string]string{
 	"isolation.unveil_by_task": "bool; either value is a valid policy",
 	// An ACL token is opaque to the driver; the agent's API judges it.
 	"nomad.token": "opaque ACL token, checked by the Nomad API on use",
-	// The simulated node's identity: any string, "" meaning the host name.
-	"gpu.sim.seed": "free-form node identity; any string, \"\" is the host name",
-	// Any path, "" meaning no control file. (A relative path is accepted
-	// and taken relative to the plugin's working directory.)
-	"gpu.sim.control_file": "any path; \"\" means the node cannot be driven from outside",
 }
 
 // Every plugin config key with a value rule refuses a bad value at
@@ -262,7 +262,7 @@ func TestConfigKeyValidation(t *testing.T) {
 // Boundary values each rule must still accept.
 func TestConfigKeyValidationAccepts(t *testing.T) {
 	for _, cfg := range []map[string]any{
-		{"state_dir": "/tmp/state", "default_user": "root", "denied_host_uids": "", "denied_host_gids": " 0 , 10-20 ,4294967295"},
+		{"state_dir": "/tmp/state", "default_user": "root", "denied_host_uids": "", "denied_host_gids": " 1 , 10-20 ,4294967295"},
 		{"cgroup_root": "nomad-gpu.slice", "gpu_memory_watchdog": "off", "watchdog_interval": "100ms"},
 		{"gpu_memory_watchdog": "warn"},
 		{"mps": map[string]any{"control_binary": "/usr/bin/nvidia-cuda-mps-control", "pipe_root": "/tmp/mps", "log_root": "/tmp/log"}},
