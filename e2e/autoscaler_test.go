@@ -105,6 +105,14 @@ scaling "gpu-pool" {
         activation = 1
       }
     }
+    check "nodes" {
+      source = "nomad-gpu"
+      query  = "nodes_ready{node_pool=gpu}"
+      strategy "gpu-queue" {
+        signal = "nodes"
+        pool   = "gpu"
+      }
+    }
     check "idle" {
       source = "nomad-gpu"
       query  = "gpu_alloc_pct{node_pool=gpu}"

@@ -248,7 +248,7 @@ func needs(q Query) []int {
 	switch q.Metric {
 	case MetricAllocPct:
 		return []int{watchNodes, watchAllocs}
-	case MetricUtilPct:
+	case MetricUtilPct, MetricNodesReady:
 		return []int{watchNodes}
 	case MetricNodesNeeded:
 		return []int{watchNodes, watchEvals, watchAllocs}

@@ -127,6 +127,11 @@
 //     (enough to learn the shape). Blocked allocations only (pending ones
 //     hold their devices already), best fit, largest first, into the free
 //     healthy devices of schedulable matching nodes, then into new nodes.
+//   - nodes_ready: schedulable (ready, eligible, not draining) matching
+//     nodes with at least one healthy matching device: the nodes
+//     nodes_needed places on. gpu-queue's nodes signal reads it to tell
+//     which of the target's count has joined; filter it to the target's
+//     nodes (node_class, datacenter).
 //
 // Every query answers one point, stamped with the range's To (now if
 // unset), whatever the range: the value is the cluster now. An empty or

@@ -16,11 +16,12 @@ const (
 	MetricAllocPct     = "gpu_alloc_pct"
 	MetricUtilPct      = "gpu_util_pct"
 	MetricNodesNeeded  = "nodes_needed"
+	MetricNodesReady   = "nodes_ready"
 )
 
 var metricNames = []string{
 	MetricGPUsQueued, MetricAllocsQueued, MetricWaitMax, MetricWaitMean,
-	MetricAllocPct, MetricUtilPct, MetricNodesNeeded,
+	MetricAllocPct, MetricUtilPct, MetricNodesNeeded, MetricNodesReady,
 }
 
 // isQueueMetric reports whether a metric reads the queue (and so takes state=).
@@ -193,7 +194,8 @@ func validValueChar(r rune) bool {
 //	metric{key=value,key=value,...}
 //
 // metric is one of gpus_queued, allocs_queued, wait_max_seconds,
-// wait_mean_seconds, gpu_alloc_pct, gpu_util_pct, nodes_needed. Keys are
+// wait_mean_seconds, gpu_alloc_pct, gpu_util_pct, nodes_needed,
+// nodes_ready. Keys are
 // node_pool (alias pool), datacenter, node_class (alias class), device,
 // state (queue metrics only: blocked, pending or all) and gpus_per_node
 // (nodes_needed only: a positive integer). Each key at most once. Values

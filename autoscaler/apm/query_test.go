@@ -25,6 +25,7 @@ func TestParseQuery(t *testing.T) {
 		{"gpu_alloc_pct{device=nvidia/mps}", Query{Metric: MetricAllocPct, Filter: Filter{Device: DeviceSpec{Vendor: "nvidia", Type: "mps"}}}},
 		{"gpu_util_pct{datacenter=eu-west-1a}", Query{Metric: MetricUtilPct, Filter: Filter{Datacenter: "eu-west-1a", Device: gpu}}},
 		{"nodes_needed{node_pool=gpu,gpus_per_node=8}", Query{Metric: MetricNodesNeeded, Filter: Filter{NodePool: "gpu", Device: gpu}, GPUsPerNode: 8}},
+		{"nodes_ready{node_pool=gpu,class=gpu-burst}", Query{Metric: MetricNodesReady, Filter: Filter{NodePool: "gpu", NodeClass: "gpu-burst", Device: gpu}}},
 	}
 	for _, c := range cases {
 		t.Run(c.in, func(t *testing.T) {
@@ -75,6 +76,8 @@ func TestParseQueryErrors(t *testing.T) {
 		{"gpus_queued{gpus_per_node=8}", []string{"gpus_per_node applies only to nodes_needed"}},
 		{"nodes_needed{gpus_per_node=0}", []string{"gpus_per_node", "not a positive integer"}},
 		{"nodes_needed{gpus_per_node=eight}", []string{"not a positive integer"}},
+		{"nodes_ready{gpus_per_node=8}", []string{"gpus_per_node applies only to nodes_needed, not nodes_ready"}},
+		{"nodes_ready{state=blocked}", []string{"parameter state applies only to"}},
 		{"nodes_needed{gpus_per_node=-1}", []string{"not a positive integer"}},
 	}
 	for _, c := range cases {

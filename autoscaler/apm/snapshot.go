@@ -412,6 +412,20 @@ func Evaluate(q Query, s *Snapshot) (float64, error) {
 	case MetricNodesNeeded:
 		r := NodesNeeded(q, s)
 		return float64(r.Nodes), nil
+	case MetricNodesReady:
+		// The nodes nodes_needed places on: a node that joined but has
+		// not fingerprinted its devices yet cannot take the queue.
+		ready := 0
+		for i := range s.Nodes {
+			n := &s.Nodes[i]
+			if !n.Schedulable() || !n.matches(q.Filter) {
+				continue
+			}
+			if _, healthy, _ := n.inventory(q.Filter.Device); healthy > 0 {
+				ready++
+			}
+		}
+		return float64(ready), nil
 	}
 	return 0, fmt.Errorf("unknown metric %q", q.Metric)
 }

@@ -130,6 +130,11 @@ func TestEvaluateFixture(t *testing.T) {
 		{"nodes_needed", 3},
 		{"nodes_needed{pool=gpu,gpus_per_node=1}", 2},
 		{"nodes_needed{pool=batch,device=nvidia/mig/1g.10gb}", 0}, // 5 on n4's 5 free
+		{"nodes_ready{pool=gpu}", 2},                              // n1, n2 (full, but joined); n3 ineligible, n5 down
+		{"nodes_ready{pool=gpu,datacenter=dc2}", 0},               // n3 is ineligible
+		{"nodes_ready{pool=batch}", 0},                            // n4 has no whole GPU
+		{"nodes_ready{pool=batch,device=nvidia/mig}", 1},
+		{"nodes_ready", 2},
 	}
 	for _, c := range cases {
 		t.Run(c.query, func(t *testing.T) {

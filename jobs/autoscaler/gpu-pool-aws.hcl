@@ -7,8 +7,9 @@
 #
 # Burst: scale out when GPU work is queued (activation 1) or has waited 30
 # minutes, straight to the nodes that place the queue (nodes_needed, from the
-# per-node GPU inventory), at most 8 at a time; the in-flight ledger
-# (boot_time) keeps booting nodes from being ordered twice. Scale in only
+# per-node GPU inventory), at most 8 at a time; booting nodes are not
+# ordered twice: the "nodes" check counts the burst nodes that joined, so
+# the count minus those is in flight (for at most boot_time). Scale in only
 # after the queue has been empty and the burst GPUs less than 30 % allocated
 # for 15 minutes, 2 nodes at a time, and only empty nodes (node selection
 # "empty_ignore_system"): a node still running GPU work is never picked.
@@ -55,6 +56,17 @@ scaling "gpu-burst" {
         signal   = "wait"
         pool     = "gpu-burst"
         max_wait = "30m"
+      }
+    }
+
+    # The burst nodes that joined Nomad and can take work; the base nodes
+    # (another class) are not part of this count.
+    check "nodes" {
+      source = "nomad-gpu"
+      query  = "nodes_ready{node_pool=gpu,node_class=gpu-burst}"
+      strategy "gpu-queue" {
+        signal = "nodes"
+        pool   = "gpu-burst"
       }
     }
 

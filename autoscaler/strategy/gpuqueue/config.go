@@ -27,9 +27,13 @@ const (
 	// SignalUtil: a percentage 0-100 (gpu_alloc_pct, gpu_util_pct).
 	// Compared with floor for scale-in.
 	SignalUtil Signal = "util"
+	// SignalNodes: the target's nodes that have joined Nomad and can take
+	// work (nodes_ready). With it, capacity in flight is the count minus
+	// these, not a guess from nodes_needed.
+	SignalNodes Signal = "nodes"
 )
 
-var signals = []Signal{SignalNodesNeeded, SignalQueued, SignalWait, SignalUtil}
+var signals = []Signal{SignalNodesNeeded, SignalQueued, SignalWait, SignalUtil, SignalNodes}
 
 // Config keys. signal and pool describe the check; the others are the
 // pool's rules (see the package documentation).

@@ -27,6 +27,7 @@
 //	queued          allocs_queued{…,state=blocked}, gpus_queued   queued work, compared with activation; 0 is an empty queue
 //	wait            wait_max_seconds{…,state=blocked}             how long the oldest queued work has waited, compared with max_wait
 //	util            gpu_alloc_pct{…} (or gpu_util_pct)            percent 0-100, compared with floor for scale-in
+//	nodes           nodes_ready{node_pool=gpu,node_class=…}       the target's nodes that joined: what of the count is in flight (optional)
 //
 // The agent runs the checks one after another and keeps one winner: Up
 // beats None, None beats Down, and the larger count wins within a
@@ -183,9 +184,22 @@
 // plugin holds and says so. The ledger cannot tell a join from queued work
 // placed on capacity that finished work freed. Both lower nodes_needed, so
 // the ledger may release capacity early and add it again. It adds at most
-// what it added in the last boot_time. With boot_time = "0" there is no ledger. In
+// what it added in the last boot_time. Nor can it see a join while work
+// arrives: the node takes the new work, nodes_needed does not fall, and
+// the joined node counts as in flight until boot_time ends, so the next
+// scale-out waits that long. With boot_time = "0" there is no ledger. In
 // the simulation below, a pool without the ledger overshoots to 39 nodes
 // where 11 do: 73 % more node-hours.
+//
+// A nodes check tells joins exactly. Its query counts the nodes of the
+// target that joined and can take work (nodes_ready, filtered to the
+// target's nodes: another group's nodes in the same pool would count as
+// joined ones of this target). With it, the capacity in flight is the
+// count minus the nodes joined, at most the ledger, so a node that never
+// joins stops counting after boot_time; falls of nodes_needed no longer
+// take entries off. The plugin weighs nodes_needed with the nodes value
+// read no later than it (a newer join may not show in nodes_needed yet),
+// and says which it used: "- 1 in flight (count 3 - 2 nodes joined)".
 //
 // # Scale in
 //

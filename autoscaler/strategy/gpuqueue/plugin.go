@@ -124,7 +124,9 @@ func (s *Strategy) run(check autoscaler.Check, metrics []autoscaler.Metric, coun
 		if t.IsZero() || t.Unix() == 0 {
 			t = now // a point without a timestamp is taken as now
 		}
-		if fell := m.observe(t, pt.Value, r); fell > 0 && m.signal == SignalNodesNeeded {
+		// A nodes check tells joins exactly; without one, a fall of
+		// nodes_needed is taken for capacity that joined.
+		if fell := m.observe(t, pt.Value, r); fell > 0 && m.signal == SignalNodesNeeded && p.bySignal[SignalNodes] == nil {
 			p.consume(fell)
 		}
 	}

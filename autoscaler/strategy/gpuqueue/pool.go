@@ -38,6 +38,8 @@ type member struct {
 	seen      bool
 	lastT     time.Time // metric time of the latest point taken
 	value     float64
+	prevT     time.Time // the point before it (zero until there is one)
+	prevValue float64
 	zeroSince time.Time // when value became 0 (meaningful while it is 0)
 	busySince time.Time // when value rose above 0 (meaningful while above)
 	rate      float64   // EWMA of d(value)/dt, per second; 0 while empty
@@ -97,8 +99,20 @@ func (m *member) observe(t time.Time, v float64, r rules) (fell float64) {
 	if v < m.value {
 		fell = m.value - v
 	}
+	m.prevT, m.prevValue = m.lastT, m.value
 	m.value, m.lastT = v, t
 	return fell
+}
+
+// valueAt is the member's latest value taken no later than t.
+func (m *member) valueAt(t time.Time) (float64, bool) {
+	switch {
+	case m.seen && !m.lastT.After(t):
+		return m.value, true
+	case !m.prevT.IsZero() && !m.prevT.After(t):
+		return m.prevValue, true
+	}
+	return 0, false
 }
 
 // heldSince is how long the member's condition has held since `since`
@@ -299,6 +313,28 @@ func (p *pool) inflightTotal() float64 {
 	return t
 }
 
+// inflight is the capacity the count holds that the nodes_needed reading
+// n does not show yet, and how it was found. With a fresh nodes check it
+// is the count minus the nodes that had joined by n's reading (a join
+// that reading does not show is still in flight), at most the ledger, so
+// a node that never joins stops counting after boot_time. Without one it
+// is the ledger.
+func (p *pool) inflight(count int64, n *member, fresh func(*member) bool) (float64, string) {
+	led := p.inflightTotal()
+	j := p.bySignal[SignalNodes]
+	if j == nil || !fresh(j) || led <= 0 {
+		return led, ""
+	}
+	joined, ok := j.valueAt(n.lastT)
+	if !ok {
+		return led, ""
+	}
+	if ahead := float64(count) - joined; ahead <= led {
+		return max(0, ahead), fmt.Sprintf("count %d - %s nodes joined", count, num(joined))
+	}
+	return led, ""
+}
+
 // decide turns the pool's signals into one action. Every check of the
 // pool returns it; the agent's winner rule then only matters while the
 // checks' views differ by an evaluation (see the package documentation).
@@ -350,14 +386,17 @@ func (p *pool) decide(own *member, r rules, count int64, now time.Time, staleAft
 		if r.Lookahead && n.rate > 0 {
 			extra = math.Floor(n.rate * r.BootTime.Seconds())
 		}
-		infl := p.inflightTotal()
+		infl, inflWhy := p.inflight(count, n, fresh)
 		add := int64(math.Ceil(needed + extra - infl - 1e-9))
 		if add < 1 {
 			if needed+extra <= 0 {
 				return hold(rule, fmt.Sprintf("%s, but nodes_needed is 0: the queued work needs no new capacity", why))
 			}
-			return hold(rule, fmt.Sprintf("%s, but nodes_needed %s is covered by %s in flight (count rises of the last boot_time %s)",
-				why, num(needed+extra), num(infl), r.BootTime))
+			if inflWhy == "" {
+				inflWhy = "count rises of the last boot_time " + r.BootTime.String()
+			}
+			return hold(rule, fmt.Sprintf("%s, but nodes_needed %s is covered by %s in flight (%s)",
+				why, num(needed+extra), num(infl), inflWhy))
 		}
 		step := min(add, r.MaxScaleUp)
 		desired := count + step
@@ -368,6 +407,9 @@ func (p *pool) decide(own *member, r rules, count int64, now time.Time, staleAft
 		}
 		if infl > 0 {
 			fmt.Fprintf(&b, " - %s in flight", num(infl))
+			if inflWhy != "" {
+				fmt.Fprintf(&b, " (%s)", inflWhy)
+			}
 		}
 		fmt.Fprintf(&b, " = +%d", add)
 		if step < add {

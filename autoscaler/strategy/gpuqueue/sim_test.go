@@ -142,7 +142,7 @@ func simulate(t *testing.T, c simConfig) simResult {
 		}
 		needed := math.Ceil(math.Max(0, float64(len(queue)-free)) / gpusPerNode)
 		count := int64(len(nodes))
-		a, _ := h.eval(now, count, vals(needed, float64(len(queue)), wait, util))
+		a, _ := h.eval(now, count, withNodes(vals(needed, float64(len(queue)), wait, util), float64(len(ready))))
 		if now < cooldownUntil || a.Direction == none {
 			continue
 		}
@@ -201,7 +201,8 @@ func simPolicy(kv ...string) []testCheck {
 
 // TestLookaheadHelps measures, over 10 seeds of the same load, mean and
 // 95th-percentile wait and node-hours with the look-ahead off and on, and
-// with the in-flight ledger off (boot_time 0). It asserts what the method
+// with the in-flight ledger off (boot_time 0), and with a nodes check
+// beside the ledger. It asserts what the method
 // promises: less waiting for a bounded extra cost, and that the ledger
 // keeps the pool from overshooting while nodes boot.
 func TestLookaheadHelps(t *testing.T) {
@@ -215,6 +216,7 @@ func TestLookaheadHelps(t *testing.T) {
 		{"ledger, no lookahead", simPolicy("boot_time", "6m")},
 		{"ledger + lookahead", simPolicy("boot_time", "6m", "lookahead", "true")},
 		{"no ledger (boot_time 0)", simPolicy("boot_time", "0")},
+		{"ledger + nodes check", append(simPolicy("boot_time", "6m"), check("nodes", SignalNodes, "pool", "gpu"))},
 	}
 	totals := make([]simResult, len(variants))
 	const seeds = 10
@@ -238,7 +240,11 @@ func TestLookaheadHelps(t *testing.T) {
 			v.name, r.meanWait.Round(time.Second), r.p95Wait.Round(time.Second), r.maxWait.Round(time.Second),
 			r.nodeHours, r.peak, r.ups/seeds, r.downs/seeds, float64(r.turns)/seeds)
 	}
-	off, on, naive := totals[0], totals[1], totals[2]
+	off, on, naive, joined := totals[0], totals[1], totals[2], totals[3]
+	if joined.peak > off.peak || joined.nodeHours > off.nodeHours*1.05 {
+		t.Errorf("with the nodes check the pool peaked at %d for %.1f node-hours; the ledger alone %d for %.1f",
+			joined.peak, joined.nodeHours, off.peak, off.nodeHours)
+	}
 	if on.meanWait >= off.meanWait || on.p95Wait > off.p95Wait {
 		t.Errorf("lookahead did not cut waiting: %s/%s vs %s/%s", on.meanWait, on.p95Wait, off.meanWait, off.p95Wait)
 	}

@@ -3,7 +3,9 @@ package gpuqueue
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -276,6 +278,118 @@ func TestInFlight(t *testing.T) {
 			{at: 2 * iv, count: 5, v: vals(3, 8, 90, 90), dir: up, want: 8},
 		})
 	})
+}
+
+// withNodes adds the nodes check's value (nodes joined) to a policy's values.
+func withNodes(v map[string]float64, joined float64) map[string]float64 {
+	v["nodes"] = joined
+	return v
+}
+
+// TestNodesCheck: with a nodes check, capacity in flight is the count minus
+// the nodes that joined, so a join that new work hides from nodes_needed
+// (the joined node took work as more arrived) still leaves the ledger.
+func TestNodesCheck(t *testing.T) {
+	ledgerOnly := policyChecks("boot_time", "5m")
+	ledgerOnly[1].cfg["activation"] = "1"
+	withNodesCheck := append(slices.Clone(ledgerOnly), check("nodes", SignalNodes, "pool", "gpu"))
+	// Nodes of 5 GPUs; 11 one-GPU jobs arrive while the first node boots.
+	t.Run("a join hidden by new work leaves the count in flight", func(t *testing.T) {
+		newHarness(t, withNodesCheck).replay([]step{
+			{at: 0, count: 0, v: withNodes(vals(0, 0, 0, 0), 0), dir: none},
+			{at: iv, count: 0, v: withNodes(vals(1, 1, 0, 0), 0), dir: up, want: 1},
+			{at: 2 * iv, count: 1, v: withNodes(vals(2, 6, 30, 0), 0), dir: up, want: 2, reason: []string{"nodes_needed 2 - 1 in flight (count 1 - 0 nodes joined) = +1"}},
+			// node 1 joined and took 5; 6 more queued meanwhile: nodes_needed stays 2
+			{at: 3 * iv, count: 2, v: withNodes(vals(2, 6, 60, 100), 1), dir: up, want: 3, reason: []string{"nodes_needed 2 - 1 in flight (count 2 - 1 nodes joined) = +1"}},
+			{at: 4 * iv, count: 3, v: withNodes(vals(2, 6, 90, 100), 1), dir: none, reason: []string{"covered by 2 in flight (count 3 - 1 nodes joined)"}},
+		})
+	})
+	t.Run("without a nodes check the same join counts until boot_time", func(t *testing.T) {
+		newHarness(t, ledgerOnly).replay([]step{
+			{at: 0, count: 0, v: vals(0, 0, 0, 0), dir: none},
+			{at: iv, count: 0, v: vals(1, 1, 0, 0), dir: up, want: 1},
+			{at: 2 * iv, count: 1, v: vals(2, 6, 30, 0), dir: up, want: 2},
+			{at: 3 * iv, count: 2, v: vals(2, 6, 60, 100), dir: none, reason: []string{"covered by 2 in flight (count rises of the last boot_time 5m0s)"}},
+		})
+	})
+	t.Run("a node that never joins stops counting after boot_time", func(t *testing.T) {
+		newHarness(t, withNodesCheck).replay(concat(
+			[]step{
+				{at: 0, count: 0, v: withNodes(vals(0, 0, 0, 0), 0), dir: none},
+				{at: iv, count: 0, v: withNodes(vals(1, 1, 0, 0), 0), dir: up, want: 1},
+			},
+			// the count rise is seen at 1m; the ledger holds it until 6m
+			every(2*iv, 6*time.Minute-iv, iv, 1, withNodes(vals(1, 1, 60, 0), 0), none, "covered by 1 in flight (count 1 - 0 nodes joined)"),
+			[]step{{at: 6 * time.Minute, count: 1, v: withNodes(vals(1, 1, 360, 0), 0), dir: up, want: 2, reason: []string{"nodes_needed 1 = +1"}}},
+		))
+	})
+	t.Run("joined nodes beyond the count add nothing", func(t *testing.T) {
+		// a node of another group in the pool matches the nodes query
+		newHarness(t, withNodesCheck).replay([]step{
+			{at: 0, count: 0, v: withNodes(vals(0, 0, 0, 0), 1), dir: none},
+			{at: iv, count: 0, v: withNodes(vals(1, 6, 0, 100), 1), dir: up, want: 1},
+			{at: 2 * iv, count: 1, v: withNodes(vals(1, 6, 30, 100), 1), dir: up, want: 2, reason: []string{"nodes_needed 1 = +1"}},
+		})
+	})
+}
+
+// The nodes check runs after the capacity check of its evaluation and sees
+// a join that the capacity check's nodes_needed does not show yet: it
+// weighs that nodes_needed with the nodes value of its time, so it does not
+// order the joined node's free GPUs a second time.
+func TestNodesCheckReadAfterNodesNeeded(t *testing.T) {
+	checks := policyChecks("boot_time", "5m")
+	checks[1].cfg["activation"] = "1"
+	checks = append(checks, check("nodes", SignalNodes, "pool", "gpu"))
+	h := newHarness(t, checks)
+	h.replay([]step{
+		{at: 0, count: 0, v: withNodes(vals(0, 0, 0, 0), 0), dir: none},
+		{at: iv, count: 0, v: withNodes(vals(2, 10, 0, 0), 0), dir: up, want: 2},
+		{at: 2 * iv, count: 2, v: withNodes(vals(2, 10, 30, 0), 0), dir: none, reason: []string{"covered by 2 in flight"}},
+	})
+	// Evaluation at 3iv: the checks run a second apart; node 1 joins between
+	// the capacity check (nodes_needed still 2) and the nodes check.
+	at := t0.Add(3 * iv)
+	run := func(c testCheck, dt time.Duration, v float64) autoscaler.Action {
+		h.clock = at.Add(dt)
+		a, err := h.s.Run(autoscaler.Check{Name: c.name, Source: "nomad-gpu", Query: c.query, QueryWindow: time.Minute,
+			Strategy: PluginName, Config: maps.Clone(c.cfg)}, []autoscaler.Metric{{Time: h.clock, Value: v}}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	run(checks[0], 0, 2)
+	run(checks[1], time.Second, 10)
+	run(checks[2], 2*time.Second, 60)
+	run(checks[3], 3*time.Second, 0)
+	if a := run(checks[4], 4*time.Second, 1); a.Direction != none {
+		t.Fatalf("the nodes check took a join newer than nodes_needed: %s to %d (%s)", a.Direction, a.Count, a.Reason)
+	}
+}
+
+// A nodes reading newer than the nodes_needed reading it is weighed with is
+// not used: that join may not show in nodes_needed yet.
+func TestMemberValueAt(t *testing.T) {
+	m := &member{signal: SignalNodes}
+	m.observe(t0, 1, defaultRules)
+	m.observe(t0.Add(iv), 2, defaultRules)
+	for _, c := range []struct {
+		at   time.Duration
+		want float64
+		ok   bool
+	}{
+		{-time.Second, 0, false},
+		{0, 1, true},
+		{iv - time.Second, 1, true},
+		{iv, 2, true},
+		{2 * iv, 2, true},
+	} {
+		got, ok := m.valueAt(t0.Add(c.at))
+		if got != c.want || ok != c.ok {
+			t.Errorf("valueAt(t0+%s) = %v, %v; want %v, %v", c.at, got, ok, c.want, c.ok)
+		}
+	}
 }
 
 func TestLookahead(t *testing.T) {
