@@ -37,6 +37,10 @@ func TestLandlockRulesSimLoadDir(t *testing.T) {
 			saved := *e.cfg
 			defer func() { *e.cfg = saved }()
 			e.cfg.GPU.Backend = tc.backend
+			if tc.backend != "sim" {
+				// A real node has no sim block (SetConfig refuses one).
+				e.cfg.GPU.Sim = gpu.SimConfig{System: e.cfg.GPU.Sim.System}
+			}
 			d := e.plugin()
 			tc2 := &TaskConfig{Command: "/bin/true"}
 			cfg := e.taskConfig(tc2, tc.env)

@@ -185,8 +185,12 @@ func TestIsolationPolicy(t *testing.T) {
 		{name: "unveiled by the plugin for all", plugin: func(c *Config) { c.Isolation.UnveilPaths = []string{"r:" + extra} },
 			wantOut: "weights"},
 		{name: "not unveiled", wantOut: "denied"},
-		{name: "denied group", plugin: func(c *Config) { c.DeniedHostGIDs = "65534" }, wantErr: `denied_host_gids = "65534"`},
-		{name: "denied uid range", plugin: func(c *Config) { c.DeniedHostUIDs = "0,60000-65535" }, wantErr: `"nobody" (uid 65534) is denied`},
+		// The task names its user: a denied default_user stops the plugin
+		// config itself (TestConfigKeyValidation).
+		{name: "denied group", user: "nobody", plugin: func(c *Config) { c.DefaultUser, c.DeniedHostUIDs, c.DeniedHostGIDs = "root", "", "65534" },
+			wantErr: `denied_host_gids = "65534"`},
+		{name: "denied uid range", user: "nobody", plugin: func(c *Config) { c.DefaultUser, c.DeniedHostUIDs, c.DeniedHostGIDs = "root", "60000-65535", "" },
+			wantErr: `"nobody" (uid 65534) is denied`},
 		{name: "work_dir outside", task: TaskConfig{WorkDir: "/var"}, wantErr: "config.work_dir"},
 	}
 	for _, tc := range cases {
