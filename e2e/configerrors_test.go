@@ -35,6 +35,10 @@ func TestPluginConfigRefusedAtAgentStart(t *testing.T) {
 			n.driverHCL = `supervisor_binary = "libexec/nomad-driver-gpu-supervisor"`
 			return n
 		}, `supervisor_binary: "libexec/nomad-driver-gpu-supervisor" must be an absolute path`},
+		{"denied default_user", func(n gpuNode) gpuNode {
+			n.driverHCL = `default_user = "root"`
+			return n
+		}, `default_user: "root" would fail every task without a user: user: "root" (uid 0) is denied by the plugin config`},
 		{"mps on a MIG GPU", func(n gpuNode) gpuNode {
 			n.layout = &mpsOnMIG
 			return n
