@@ -2,13 +2,13 @@ package devicefp
 
 import (
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
+	"github.com/nomad-gpu/nomad-gpu/internal/nomadaddr"
 )
 
 // Config is the `plugin "nomad-device-gpu" { config { … } }` block. Its tags
@@ -81,10 +81,16 @@ func (c *Config) Validate() error {
 	if c.FingerprintPeriod < minFingerprintPeriod {
 		return fmt.Errorf("fingerprint_period: %s is too short; use at least %s", c.FingerprintPeriod, minFingerprintPeriod)
 	}
+	ignored := map[string]int{}
 	for i, id := range c.IgnoredGPUIDs {
-		if _, err := parseGPURef(id); err != nil {
+		ref, err := parseGPURef(id)
+		if err != nil {
 			return fmt.Errorf("ignored_gpu_ids[%d]: %v", i, err)
 		}
+		if prev, dup := ignored[ref.key()]; dup {
+			return fmt.Errorf("ignored_gpu_ids[%d]: %q is already listed as ignored_gpu_ids[%d]", i, id, prev)
+		}
+		ignored[ref.key()] = i
 	}
 	if c.MPSPipeRoot == "" || !strings.HasPrefix(c.MPSPipeRoot, "/") {
 		return fmt.Errorf("mps_pipe_root: %q must be an absolute path", c.MPSPipeRoot)
@@ -122,8 +128,8 @@ func (c *Config) Validate() error {
 	if err := c.Metrics.Validate("metrics"); err != nil {
 		return err
 	}
-	if u, err := url.Parse(c.Nomad.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || u.Host == "" && u.Scheme != "unix" {
-		return fmt.Errorf("nomad.address: %q is not an http://, https:// or unix:// address", c.Nomad.Address)
+	if err := nomadaddr.Check(c.Nomad.Address); err != nil {
+		return fmt.Errorf("nomad.address: %v", err)
 	}
 	if c.Backend == "sim" {
 		if err := c.gpuConfig().Validate(); err != nil {

@@ -114,6 +114,7 @@ var keyCases = []keyCase{
 		`ignored_gpu_ids[1]: "gpu0" is not a GPU; use an index (0, 1, …), a GPU- or MIG- UUID, or "all"`},
 	{"ignored_gpu_ids", "negative", map[string]any{"ignored_gpu_ids": []string{"-1"}}, `ignored_gpu_ids[0]: "-1" is not a GPU; use an index`},
 	{"ignored_gpu_ids", "empty", map[string]any{"ignored_gpu_ids": []string{""}}, `ignored_gpu_ids[0]: "" is not a GPU; use an index`},
+	{"ignored_gpu_ids", "twice", map[string]any{"ignored_gpu_ids": []string{"1", "GPU-1a2b", " 1 "}}, `ignored_gpu_ids[2]: " 1 " is already listed as ignored_gpu_ids[0]`},
 
 	{"mps_pipe_root", "relative", map[string]any{"mps_pipe_root": "run/mps"}, `mps_pipe_root: "run/mps" must be an absolute path`},
 	{"mps_pipe_root", "empty", map[string]any{"mps_pipe_root": ""}, `mps_pipe_root: "" must be an absolute path`},
@@ -146,6 +147,8 @@ var keyCases = []keyCase{
 		`sim.mig[0].profiles[0]: "3g.40gb" is not a MIG profile of `},
 	{"sim.mig[].profiles", "do not fit", simSystem("dgxh100", map[string]any{"gpus": []int{0}, "profiles": []string{"4g.40gb", "4g.40gb"}}),
 		`sim.mig[0].profiles[1]: "4g.40gb": at most 1 instance(s) of this profile fit on `},
+	{"sim.control_file", "relative", map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgxh100", "control_file": "sim.json"}},
+		`sim.control_file: "sim.json" must be an absolute path`},
 	// The sim block's keys only count with backend = "sim".
 	{"sim.seed", "without sim backend", map[string]any{"sim": map[string]any{"seed": "x"}}, `sim: only used with backend = "sim" (backend is "nvml")`},
 	{"sim.control_file", "without sim backend", map[string]any{"sim": map[string]any{"control_file": "/tmp/sim.json"}}, `sim: only used with backend = "sim" (backend is "nvml")`},
@@ -160,6 +163,8 @@ var keyCases = []keyCase{
 
 	{"nomad.address", "no scheme", map[string]any{"nomad": map[string]any{"address": "localhost:4646"}}, `nomad.address: "localhost:4646" is not an http://, https:// or unix:// address`},
 	{"nomad.address", "no host", map[string]any{"nomad": map[string]any{"address": "https:///v1"}}, `nomad.address: "https:///v1" is not an http://, https:// or unix:// address`},
+	{"nomad.address", "unix without a path", map[string]any{"nomad": map[string]any{"address": "unix://"}},
+		`nomad.address: "unix://" is not a unix:// address with the socket's absolute path (e.g. "unix:///var/run/nomad.sock")`},
 }
 
 // keysWithoutRule are keys whose only rule is their type.

@@ -3,7 +3,6 @@ package driver
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
+	"github.com/nomad-gpu/nomad-gpu/internal/nomadaddr"
 )
 
 // Config is the `plugin "nomad-driver-gpu" { config { … } }` block.
@@ -140,8 +140,8 @@ func (c *Config) Validate() error {
 	if c.Preemption.Cooldown < 0 || c.Preemption.Cooldown > 0 && c.Preemption.Cooldown < 10*time.Second {
 		return fmt.Errorf("preemption.cooldown: %s is out of range; allowed: 0 (off) or at least 10s", c.Preemption.Cooldown)
 	}
-	if u, err := url.Parse(c.Nomad.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || u.Host == "" && u.Scheme != "unix" {
-		return fmt.Errorf("nomad.address: %q is not an http://, https:// or unix:// address", c.Nomad.Address)
+	if err := nomadaddr.Check(c.Nomad.Address); err != nil {
+		return fmt.Errorf("nomad.address: %v", err)
 	}
 	for key, p := range map[string]string{"state_dir": c.StateDir, "mps.pipe_root": c.MPS.PipeRoot, "mps.log_root": c.MPS.LogRoot, "checkpoint.root": c.Checkpoint.Root} {
 		if !filepath.IsAbs(p) {

@@ -180,6 +180,7 @@ var pluginKeyCases = []keyCase{
 	{"gpu.backend", "empty", map[string]any{"gpu": map[string]any{"backend": ""}}, `gpu.backend: "" is not a backend; allowed: "nvml", "sim"`},
 	{"gpu.sim.seed", "without the sim backend", map[string]any{"gpu": map[string]any{"backend": "nvml", "sim": map[string]any{"seed": "node-1"}}},
 		`gpu.sim: only used with backend = "sim" (backend is "nvml")`},
+	{"gpu.sim.control_file", "relative", map[string]any{"gpu": simGPU(map[string]any{"control_file": "sim.json"})}, `gpu.sim.control_file: "sim.json" must be an absolute path`},
 	{"gpu.sim.control_file", "without the sim backend", map[string]any{"gpu": map[string]any{"backend": "nvml", "sim": map[string]any{"control_file": "/run/sim"}}},
 		`gpu.sim: only used with backend = "sim" (backend is "nvml")`},
 	{"gpu.sim.system", "unknown", map[string]any{"gpu": simGPU(map[string]any{"system": "dgx0"})}, `gpu.sim.system: "dgx0" is not a simulated system; allowed: dgxa100, `},
@@ -215,6 +216,8 @@ var pluginKeyCases = []keyCase{
 	{"nomad.address", "no scheme", map[string]any{"nomad": map[string]any{"address": "127.0.0.1:4646"}}, `nomad.address: "127.0.0.1:4646" is not an http://, https:// or unix:// address`},
 	{"nomad.address", "other scheme", map[string]any{"nomad": map[string]any{"address": "ftp://nomad:4646"}}, `nomad.address: "ftp://nomad:4646" is not an http://, https:// or unix:// address`},
 	{"nomad.address", "no host", map[string]any{"nomad": map[string]any{"address": "http://"}}, `nomad.address: "http://" is not an http://, https:// or unix:// address`},
+	{"nomad.address", "unix without a path", map[string]any{"nomad": map[string]any{"address": "unix://"}},
+		`nomad.address: "unix://" is not a unix:// address with the socket's absolute path (e.g. "unix:///var/run/nomad.sock")`},
 
 	{"preemption.cooldown", "too short", map[string]any{"preemption": map[string]any{"cooldown": "9s"}}, "preemption.cooldown: 9s is out of range; allowed: 0 (off) or at least 10s"},
 	{"preemption.cooldown", "negative", map[string]any{"preemption": map[string]any{"cooldown": "-1m"}}, "preemption.cooldown: -1m0s is out of range; allowed: 0 (off) or at least 10s"},

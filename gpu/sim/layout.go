@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -54,6 +55,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("system: %q is not a simulated system; allowed: %s", c.System, strings.Join(Systems(), ", "))
 	}
 	var errs []error
+	if c.ControlFile != "" && !filepath.IsAbs(c.ControlFile) {
+		// The device plugin and the driver run from different working
+		// directories and must find the same file.
+		errs = append(errs, fmt.Errorf("control_file: %q must be an absolute path", c.ControlFile))
+	}
 	if c.ControlPoll < 0 {
 		errs = append(errs, fmt.Errorf("control_poll: %s is negative", c.ControlPoll))
 	}
