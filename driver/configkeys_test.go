@@ -127,7 +127,7 @@ func decodeTaskConfig(t *testing.T, block map[string]any) error {
 		t.Fatalf("encoding %v as the agent would: %v", block, err)
 	}
 	tc := &TaskConfig{}
-	if err := schema.Decode(payload, tc); err != nil {
+	if err := schema.DecodeAt(payload, tc, "config"); err != nil {
 		return err
 	}
 	return tc.validate()
@@ -297,7 +297,7 @@ var taskKeyCases = []keyCase{
 	{"command", "empty", map[string]any{"command": ""}, "config.command: must not be empty"},
 	{"work_dir", "relative", map[string]any{"command": "x", "work_dir": "srv"}, `config.work_dir: "srv" must be an absolute path`},
 	{"pids_limit", "negative", map[string]any{"command": "x", "pids_limit": -1}, "config.pids_limit: -1 must not be negative"},
-	{"pids_limit", "fraction", map[string]any{"command": "x", "pids_limit": 1.5}, "pids_limit: expected a whole number, got 1.5"},
+	{"pids_limit", "fraction", map[string]any{"command": "x", "pids_limit": 1.5}, "config.pids_limit: expected a whole number, got 1.5"},
 	{"oom_score_adj", "negative", map[string]any{"command": "x", "oom_score_adj": -17}, "config.oom_score_adj: -17 is out of range; allowed: 0 to 1000"},
 	{"oom_score_adj", "too high", map[string]any{"command": "x", "oom_score_adj": 1001}, "config.oom_score_adj: 1001 is out of range; allowed: 0 to 1000"},
 	{"pid_mode", "unknown", map[string]any{"command": "x", "pid_mode": "shared"}, `config.pid_mode: "shared" is not a mode; allowed: "private", "host"`},
@@ -307,7 +307,7 @@ var taskKeyCases = []keyCase{
 		`config.checkpoint.signal: unknown signal "SIGNOPE"; use a name such as SIGTERM, SIGINT or SIGUSR1`},
 	{"checkpoint[].signal", "empty", map[string]any{"command": "x", "checkpoint": []map[string]any{{"signal": ""}}}, `config.checkpoint.signal: unknown signal ""; use a name such as`},
 	{"checkpoint[].commit_timeout", "zero", map[string]any{"command": "x", "checkpoint": []map[string]any{{"commit_timeout": "0s"}}}, "config.checkpoint.commit_timeout: 0s must be positive"},
-	{"checkpoint[].commit_timeout", "not a duration", map[string]any{"command": "x", "checkpoint": []map[string]any{{"commit_timeout": "30"}}}, `checkpoint[0].commit_timeout: "30" is not a duration`},
+	{"checkpoint[].commit_timeout", "not a duration", map[string]any{"command": "x", "checkpoint": []map[string]any{{"commit_timeout": "30"}}}, `config.checkpoint[0].commit_timeout: "30" is not a duration`},
 	{"checkpoint[].interval", "too short", map[string]any{"command": "x", "checkpoint": []map[string]any{{"interval": "999ms"}}},
 		"config.checkpoint.interval: 999ms is too short; use at least 1s (or leave it unset for checkpoints on stop only)"},
 	{"checkpoint[].keep", "zero", map[string]any{"command": "x", "checkpoint": []map[string]any{{"keep": 0}}}, "config.checkpoint.keep: 0 is out of range; allowed: 1 to 100"},

@@ -145,7 +145,7 @@ func (s *server) decodeTaskConfig(raw []byte) (any, error) {
 	if cfg == nil {
 		return nil, nil
 	}
-	if err := schema.Decode(raw, cfg); err != nil {
+	if err := schema.DecodeAt(raw, cfg, "config"); err != nil {
 		return nil, err
 	}
 	return cfg, nil

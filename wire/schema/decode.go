@@ -25,7 +25,13 @@ import (
 // The payload is untrusted: CheckMsgpack vets it before the msgpack library
 // sees it, so no length in it can make Decode allocate more than a small
 // multiple of its size, and no nesting can exhaust the stack.
-func Decode(data []byte, out any) error {
+func Decode(data []byte, out any) error { return DecodeAt(data, out, "") }
+
+// DecodeAt is Decode for a config that sits at path in what the user
+// wrote, so its errors name the key from there: a task driver's config is
+// the jobspec's `config` block, and an error reads
+// `config.checkpoint[0].commit_timeout: …`.
+func DecodeAt(data []byte, out any, path string) error {
 	rv := reflect.ValueOf(out)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("schema: Decode needs a pointer to a struct, got %T", out)
@@ -33,18 +39,20 @@ func Decode(data []byte, out any) error {
 	var raw any
 	if len(data) > 0 {
 		if err := CheckMsgpack(data); err != nil {
-			return fmt.Errorf("config is not valid msgpack: %w", err)
+			return fmt.Errorf("%s is not valid msgpack: %w", orRoot(path), err)
 		}
 		if err := msgpack.Unmarshal(data, &raw); err != nil {
-			return fmt.Errorf("config is not valid msgpack: %w", err)
+			return fmt.Errorf("%s is not valid msgpack: %w", orRoot(path), err)
 		}
 	}
-	return FromValue(raw, out)
+	return fromValueAt(raw, out, path)
 }
 
 // FromValue fills out from an already decoded generic value (maps, slices,
 // numbers, strings) with the same rules as Decode.
-func FromValue(raw any, out any) error {
+func FromValue(raw any, out any) error { return fromValueAt(raw, out, "") }
+
+func fromValueAt(raw any, out any, path string) error {
 	rv := reflect.ValueOf(out)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("schema: FromValue needs a pointer to a struct, got %T", out)
@@ -53,7 +61,7 @@ func FromValue(raw any, out any) error {
 	if err != nil {
 		return err
 	}
-	return decodeStruct(info, raw, rv.Elem(), "")
+	return decodeStruct(info, raw, rv.Elem(), path)
 }
 
 func join(path, name string) string {

@@ -211,6 +211,25 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// DecodeAt names every key from where the config sits in what the user
+// wrote (a task driver's config is the jobspec's config block).
+func TestDecodeAtNamesKeysFromItsPath(t *testing.T) {
+	for _, c := range []struct {
+		payload []byte
+		want    string
+	}{
+		{encode(t, agentMap(map[string]any{"sim": map[string]any{"mig": []any{map[string]any{"gpus": []any{"x"}}}}})), "config.sim.mig[0].gpus[0]: expected a whole number"},
+		{encode(t, agentMap(map[string]any{"period": "5x"})), `config.period: "5x" is not a duration`},
+		{encode(t, "x"), "config: expected a block"},
+		{[]byte{0xc1}, "config is not valid msgpack"},
+	} {
+		var s sample
+		if err := DecodeAt(c.payload, &s, "config"); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("error %v, want one starting %q", err, c.want)
+		}
+	}
+}
+
 func TestEmptyPayloadIsAllDefaults(t *testing.T) {
 	var s struct {
 		Backend string `hcl:"backend" default:"nvml"`
