@@ -131,22 +131,11 @@ func (c *Config) Validate() error {
 	if err := nomadaddr.Check(c.Nomad.Address); err != nil {
 		return fmt.Errorf("nomad.address: %v", err)
 	}
-	if c.Backend == "sim" {
-		if err := c.gpuConfig().Validate(); err != nil {
-			return err
-		}
-	} else if c.Sim.ControlFile != "" || len(c.Sim.MIG) > 0 || c.Sim.Seed != "" {
-		return fmt.Errorf("sim: only used with backend = \"sim\" (backend is %q)", c.Backend)
-	}
-	return nil
+	return c.gpuConfig().Validate()
 }
 
 func (c *Config) gpuConfig() gpu.Config {
-	cfg := gpu.Config{Backend: c.Backend}
-	if c.Backend == "sim" {
-		cfg.Sim = c.Sim
-	}
-	return cfg
+	return gpu.Config{Backend: c.Backend, Sim: c.Sim}
 }
 
 // gpuRef names a GPU or MIG instance as operators write it in config.

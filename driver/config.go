@@ -183,12 +183,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("watchdog_interval: %s is too short; use at least 100ms", c.WatchdogInterval)
 	}
 	switch c.GPU.Backend {
-	case "nvml":
-		// system has a default, so only the keys without one tell.
-		if sc := c.GPU.Sim; sc.ControlFile != "" || len(sc.MIG) > 0 || sc.Seed != "" {
-			return fmt.Errorf("gpu.sim: only used with backend = \"sim\" (backend is %q)", c.GPU.Backend)
-		}
-	case "sim":
+	case "nvml", "sim":
 		if err := c.gpuConfig().Validate(); err != nil {
 			// Every line names its key from the plugin config's root.
 			return errors.New("gpu." + strings.ReplaceAll(err.Error(), "\n", "\ngpu."))
@@ -219,11 +214,7 @@ func (c IsolationConfig) validate() error {
 }
 
 func (c *Config) gpuConfig() gpu.Config {
-	cfg := gpu.Config{Backend: c.GPU.Backend}
-	if c.GPU.Backend == "sim" {
-		cfg.Sim = c.GPU.Sim
-	}
-	return cfg
+	return gpu.Config{Backend: c.GPU.Backend, Sim: c.GPU.Sim}
 }
 
 // TaskConfig is a task's `config { }` block in the jobspec.

@@ -56,6 +56,10 @@ var ErrUnknownDevice = errors.New("unknown device")
 func (c Config) Validate() error {
 	switch c.Backend {
 	case "", BackendNVML:
+		// system has a default, so only the keys without one tell.
+		if sc := c.Sim; sc.ControlFile != "" || len(sc.MIG) > 0 || sc.Seed != "" {
+			return fmt.Errorf("sim: only used with backend = %q (backend is %q)", BackendSim, c.Backend)
+		}
 		return nil
 	case BackendSim:
 	default:

@@ -246,7 +246,8 @@ func TestValidate(t *testing.T) {
 		want []string // substrings of the error, one per problem; none = valid
 	}{
 		{"nvml default", Config{}, nil},
-		{"nvml ignores sim", Config{Backend: "nvml", Sim: SimConfig{System: "nope"}}, nil},
+		{"nvml ignores sim.system", Config{Backend: "nvml", Sim: SimConfig{System: "nope"}}, nil},
+		{"nvml with a sim seed", Config{Backend: "nvml", Sim: SimConfig{Seed: "node-1"}}, []string{`sim: only used with backend = "sim" (backend is "nvml")`}},
 		{"sim plain", h100(), nil},
 		{"full 1g layout", h100(MIGLayout{GPUs: []int{0, 7}, Profiles: slices.Repeat([]string{"1g.10gb"}, 7)}), nil},
 		{"mixed layout in any order", h100(MIGLayout{GPUs: []int{1}, Profiles: []string{"1g.10gb", "1g.10gb", "4g.40gb"}}), nil},

@@ -77,16 +77,7 @@ func (h *harness) eval(at time.Duration, count int64, values map[string]float64)
 			acts = append(acts, autoscaler.Action{Direction: none})
 			continue
 		}
-		a, err := h.s.Run(autoscaler.Check{Name: c.name, Source: "nomad-gpu", Query: c.query,
-			QueryWindow: time.Minute, Strategy: PluginName, Config: maps.Clone(c.cfg)},
-			[]autoscaler.Metric{{Time: h.clock, Value: v}}, count)
-		if err != nil {
-			h.t.Fatalf("at %s check %q: %v", at, c.name, err)
-		}
-		if a.Direction < none || a.Direction > up {
-			h.t.Fatalf("at %s check %q: direction %v unset", at, c.name, a.Direction)
-		}
-		acts = append(acts, a)
+		acts = append(acts, h.run(c, count, v))
 	}
 	// Checks that ran earlier saw the others' values of the previous
 	// evaluation; of the actions equal to the winner, report the reason of
@@ -98,6 +89,21 @@ func (h *harness) eval(at time.Duration, count int64, values map[string]float64)
 		}
 	}
 	return w, acts
+}
+
+// run is one check's run as the agent makes it, at the harness clock.
+func (h *harness) run(c testCheck, count int64, v float64) autoscaler.Action {
+	h.t.Helper()
+	a, err := h.s.Run(autoscaler.Check{Name: c.name, Source: "nomad-gpu", Query: c.query,
+		QueryWindow: time.Minute, Strategy: PluginName, Config: maps.Clone(c.cfg)},
+		[]autoscaler.Metric{{Time: h.clock, Value: v}}, count)
+	if err != nil {
+		h.t.Fatalf("at %s check %q: %v", h.clock.Sub(t0), c.name, err)
+	}
+	if a.Direction < none || a.Direction > up {
+		h.t.Fatalf("at %s check %q: direction %v unset", h.clock.Sub(t0), c.name, a.Direction)
+	}
+	return a
 }
 
 func winner(acts []autoscaler.Action) autoscaler.Action {

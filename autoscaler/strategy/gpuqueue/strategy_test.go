@@ -3,7 +3,6 @@ package gpuqueue
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -293,7 +292,7 @@ func TestNodesCheck(t *testing.T) {
 	ledgerOnly := policyChecks("boot_time", "5m")
 	ledgerOnly[1].cfg["activation"] = "1"
 	withNodesCheck := append(slices.Clone(ledgerOnly), check("nodes", SignalNodes, "pool", "gpu"))
-	// Nodes of 5 GPUs; 11 one-GPU jobs arrive while the first node boots.
+	// Nodes of 5 GPUs; one-GPU jobs keep arriving while the first boots.
 	t.Run("a join hidden by new work leaves the count in flight", func(t *testing.T) {
 		newHarness(t, withNodesCheck).replay([]step{
 			{at: 0, count: 0, v: withNodes(vals(0, 0, 0, 0), 0), dir: none},
@@ -349,15 +348,9 @@ func TestNodesCheckReadAfterNodesNeeded(t *testing.T) {
 	})
 	// Evaluation at 3iv: the checks run a second apart; node 1 joins between
 	// the capacity check (nodes_needed still 2) and the nodes check.
-	at := t0.Add(3 * iv)
 	run := func(c testCheck, dt time.Duration, v float64) autoscaler.Action {
-		h.clock = at.Add(dt)
-		a, err := h.s.Run(autoscaler.Check{Name: c.name, Source: "nomad-gpu", Query: c.query, QueryWindow: time.Minute,
-			Strategy: PluginName, Config: maps.Clone(c.cfg)}, []autoscaler.Metric{{Time: h.clock, Value: v}}, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+		h.clock = t0.Add(3*iv + dt)
+		return h.run(c, 2, v)
 	}
 	run(checks[0], 0, 2)
 	run(checks[1], time.Second, 10)
