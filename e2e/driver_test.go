@@ -300,16 +300,37 @@ func TestDriver(t *testing.T) {
 
 	t.Run("driver plugin killed: tasks keep running and are reattached", func(t *testing.T) {
 		before := taskPIDs(t, node)
-		plugin := pluginPID(t, "nomad-driver-gpu")
+		client := c.Client(t, "client-1")
+		// Only the plugin this test's own client runs: a make dev agent or a
+		// node's driver elsewhere on the host is none of its business.
+		plugin := clusterPluginPID(t, c, "nomad-driver-gpu")
+		recovered := func() map[string]int { return recoveredTasks(client.CurrentLog()) }
+		base := recovered()
 		if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+		// Nomad relaunches the plugin when a task runner's wait stream breaks,
+		// and each task runner then recovers its task on the new plugin;
+		// until it has, the task's handle is the dead plugin's and a signal
+		// fails with "plugin is shut down". So wait for every task's recovery.
 		deadline := time.Now().Add(time.Minute)
-		for pluginPIDOrZero("nomad-driver-gpu") == 0 || pluginPIDOrZero("nomad-driver-gpu") == plugin {
-			if time.Now().After(deadline) {
-				t.Fatal("the client did not relaunch the driver plugin")
+		for {
+			now, missing := recovered(), []string(nil)
+			for id, alloc := range allocs {
+				if now[alloc] <= base[alloc] {
+					missing = append(missing, id)
+				}
 			}
-			time.Sleep(500 * time.Millisecond)
+			if len(missing) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("tasks of %v not recovered on a new driver plugin within a minute\n%s", missing, client.LogTail(60))
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		if now := clusterPluginPID(t, c, "nomad-driver-gpu"); now == plugin {
+			t.Fatalf("driver plugin pid %d still the killed one", now)
 		}
 		nomadCLI(t, c, "alloc", "signal", "-s", "SIGHUP", allocs["mps-a"], "t")
 		c.WaitForAllocLogs(t, allocs["mps-a"], "t", "stdout", "got-HUP", 30*time.Second)
@@ -499,30 +520,21 @@ func allocTaskPID(t *testing.T, c *cluster.Cluster, n gpuNode, allocID string) i
 	return pid
 }
 
-func pluginPIDOrZero(name string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
+// recoveredTasks counts, per allocation ID, the client log's lines saying
+// a task runner recovered its task on a relaunched driver plugin (Nomad's
+// task runner logs them at debug level, which the e2e agents run at).
+func recoveredTasks(log string) map[string]int {
+	n := map[string]int{}
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "task successfully recovered on driver") {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) == 1 && filepath.Base(args[0]) == name {
-			var pid int
-			fmt.Sscanf(e.Name(), "%d", &pid)
-			return pid
+		if _, rest, ok := strings.Cut(line, "alloc_id="); ok {
+			id, _, _ := strings.Cut(rest, " ")
+			n[id]++
 		}
 	}
-	return 0
-}
-
-func pluginPID(t *testing.T, name string) int {
-	t.Helper()
-	if p := pluginPIDOrZero(name); p != 0 {
-		return p
-	}
-	t.Fatalf("no %s plugin process", name)
-	return 0
+	return n
 }
 
 // indentHCL puts each line of block on a line of its own, indented.

@@ -57,9 +57,6 @@ func TestTraceReplay(t *testing.T) {
 	if err := fs.Parse(strings.Fields(os.Getenv("BENCH_TRACE_FLAGS"))); err != nil {
 		t.Fatalf("BENCH_TRACE_FLAGS: %v", err)
 	}
-	if p.CSV == "" && p.Philly == "" {
-		p.Philly = filepath.Join(cluster.RepoRoot(t), "..", "shared", "traces", "philly.csv")
-	}
 	if p.GPUsPerNode != 8 {
 		t.Fatalf("gpus-per-node: %d; the real engine's sim nodes (dgxh100) have 8", p.GPUsPerNode)
 	}

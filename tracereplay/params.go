@@ -6,14 +6,16 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/traces"
 )
 
 // Params are a replay run's settings, as flags: `nomad-gpu bench-trace`
 // takes them on its command line, and `make bench-trace` passes them to
 // the real-engine run in BENCH_TRACE_FLAGS, so both read one set.
 type Params struct {
-	// CSV is a trace in this package's CSV format; Philly the Philly
-	// extract, used when CSV is empty.
+	// CSV is a trace in this package's CSV format; Philly a Philly
+	// extract, used when CSV is empty (empty too: the embedded copy).
 	CSV, Philly string
 	// Jobs is the sample size; Window, Start (empty: the busiest window)
 	// and Seed pick it.
@@ -43,10 +45,13 @@ type Params struct {
 
 // TracePath is the file the trace is read from.
 func (p Params) TracePath() string {
-	if p.CSV != "" {
+	switch {
+	case p.CSV != "":
 		return p.CSV
+	case p.Philly != "":
+		return p.Philly
 	}
-	return p.Philly
+	return traces.PhillyName
 }
 
 // DefaultConfigs is the baseline, each part on its own, and all of them.
@@ -55,7 +60,7 @@ const DefaultConfigs = "baseline,+slices,+preemption,+autoscale,nomad-gpu"
 // Register adds the flags to fs, with their defaults.
 func (p *Params) Register(fs *flag.FlagSet) {
 	fs.StringVar(&p.CSV, "trace", "", "trace in the replay CSV format (README: Trace replay); default: the Philly extract of -philly")
-	fs.StringVar(&p.Philly, "philly", "", "the Philly extract (philly.csv) to convert when no -trace is given")
+	fs.StringVar(&p.Philly, "philly", "", "a Philly extract (philly.csv, plain or gzip) to convert when no -trace is given; default: the copy in traces/philly.csv.gz")
 	fs.IntVar(&p.Jobs, "jobs", 300, "jobs sampled from the window (0: all)")
 	fs.DurationVar(&p.Window, "window", 6*time.Hour, "trace window the sample is drawn from (0: the whole trace)")
 	fs.StringVar(&p.Start, "start", "", `window start, "2006-01-02 15:04:05" UTC (default: the busiest window)`)
@@ -164,10 +169,7 @@ func (p Params) Load() (Setup, error) {
 		}
 		jobs = t.Jobs
 	} else {
-		if p.Philly == "" {
-			return s, fmt.Errorf("philly: no trace given; set -trace to a replay CSV or -philly to the Philly extract")
-		}
-		f, err := os.Open(p.Philly)
+		f, name, err := OpenPhilly(p.Philly)
 		if err != nil {
 			return s, fmt.Errorf("philly: %w", err)
 		}
@@ -178,9 +180,9 @@ func (p Params) Load() (Setup, error) {
 		}
 		jobs, epoch, _, err = ReadPhilly(f, PhillyOptions{Seed: p.Seed, FractionShare: share})
 		if err != nil {
-			return s, fmt.Errorf("philly %s: %w", p.Philly, err)
+			return s, fmt.Errorf("philly %s: %w", name, err)
 		}
-		source = p.Philly
+		source = name
 		s.Attribution = PhillyAttribution
 	}
 	t, err := Select(jobs, epoch, Selection{Window: p.Window, Start: p.Start, Busiest: p.Start == "", Sample: p.Jobs, Seed: p.Seed}, source)

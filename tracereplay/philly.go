@@ -1,6 +1,9 @@
 package tracereplay
 
 import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"encoding/csv"
 	"fmt"
@@ -8,15 +11,47 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/traces"
 )
 
 // PhillyAttribution is the attribution the Philly trace's licence asks
 // for wherever the data or results derived from it are shown.
 const PhillyAttribution = `Job trace: Microsoft Philly GPU cluster trace (Sept–Dec 2017), per-job extract of the Pollux artifact, licensed CC-BY-4.0 (https://github.com/msr-fiddle/philly-traces). Jeon et al., "Analysis of Large-Scale Multi-Tenant GPU Clusters for DNN Training Workloads", USENIX ATC 2019. It has no priorities, GPU fractions or utilisations: those are derived from a seeded hash of each job's ID (tracereplay.ReadPhilly).`
+
+// OpenPhilly opens a Philly extract to read as CSV: the file at path,
+// plain or gzip-compressed (told by its first bytes), or for "" the copy
+// this repository carries (traces.Philly). name is what reports call it.
+func OpenPhilly(path string) (r io.ReadCloser, name string, err error) {
+	if path == "" {
+		return traces.Philly(), traces.PhillyName, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", err
+	}
+	br := bufio.NewReader(f)
+	if magic, _ := br.Peek(2); !bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		return readCloser{br, f}, path, nil
+	}
+	z, err := gzip.NewReader(br)
+	if err != nil {
+		f.Close()
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return readCloser{z, f}, path, nil
+}
+
+// readCloser reads through a decoder and closes the file beneath it.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
 
 // PhillyTimeLayout is the layout of the extract's timestamps, and of a
 // Selection's Start; both are UTC.

@@ -2,9 +2,13 @@ package tracereplay
 
 import (
 	"bytes"
+	"compress/gzip"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -188,10 +192,9 @@ func TestPhillyFractionShare(t *testing.T) {
 }
 
 func TestPhillyExtract(t *testing.T) {
-	const path = "/work/shared/traces/philly.csv"
-	f, err := os.Open(path)
+	f, _, err := OpenPhilly("")
 	if err != nil {
-		t.Skipf("no Philly extract: %v", err)
+		t.Fatal(err)
 	}
 	defer f.Close()
 	jobs, epoch, stats, err := ReadPhilly(f, PhillyOptions{Seed: 1})
@@ -265,5 +268,40 @@ func TestPhillyExtract(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back.Jobs, sel.Jobs) {
 		t.Errorf("the selection does not round-trip through the replay CSV")
+	}
+}
+
+func TestOpenPhillyPlainOrGzip(t *testing.T) {
+	const csv = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
+	dir := t.TempDir()
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write([]byte(csv))
+	zw.Close()
+	files := map[string][]byte{"plain.csv": []byte(csv), "zipped.csv.gz": z.Bytes(), "zipped-no-suffix": z.Bytes()}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range files {
+		path := filepath.Join(dir, name)
+		r, got, err := OpenPhilly(path)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		jobs, _, _, err := ReadPhilly(r, PhillyOptions{Seed: 1})
+		r.Close()
+		if err != nil || len(jobs) != 1 || jobs[0].Duration != 66*time.Second || got != path {
+			t.Errorf("%s: %d jobs, %v, name %q", name, len(jobs), err, got)
+		}
+	}
+	if _, _, err := OpenPhilly(filepath.Join(dir, "missing.csv")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	if r, name, err := OpenPhilly(""); err != nil || name != "traces/philly.csv.gz" {
+		t.Errorf("embedded: %q, %v", name, err)
+	} else {
+		r.Close()
 	}
 }

@@ -230,9 +230,9 @@ func (a *Agent) LogTail(n int) string {
 	return tailFile(a.logPath, n)
 }
 
-// currentLog returns what the current (or last) process has logged, at most
+// CurrentLog returns what the current (or last) process has logged, at most
 // its last MiB.
-func (a *Agent) currentLog() string {
+func (a *Agent) CurrentLog() string {
 	a.mu.Lock()
 	off := a.logOff
 	a.mu.Unlock()
@@ -333,7 +333,7 @@ func (a *Agent) launch(timeout time.Duration, repick bool) error {
 		if err == nil {
 			return nil
 		}
-		cur := a.currentLog()
+		cur := a.CurrentLog()
 		if !repick || attempt == 3 || a.Running() || !strings.Contains(cur, "address already in use") {
 			var errs []string
 			for _, l := range strings.Split(cur, "\n") {

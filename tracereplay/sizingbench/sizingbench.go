@@ -66,7 +66,6 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -336,20 +335,21 @@ func seededPCG(seed int64, id string) *rand.PCG {
 	return rand.NewPCG(h.Sum64(), 0x9E3779B97F4A7C15)
 }
 
-// LoadPhilly reads the Philly extract at path (tracereplay.ReadPhilly with
+// LoadPhilly reads the Philly extract at path, "" for the one this
+// repository carries (tracereplay.OpenPhilly, then ReadPhilly with
 // o.Seed), takes its busiest o.Window and makes the recurring workload of
 // it (Recur). source says what was picked and ends with the Philly
 // attribution, which is to be shown with any figures derived from it.
 func LoadPhilly(path string, o Options) (jobs []Job, source string, err error) {
 	o = o.withDefaults()
-	f, err := os.Open(path)
+	f, name, err := tracereplay.OpenPhilly(path)
 	if err != nil {
 		return nil, "", err
 	}
 	defer f.Close()
 	all, epoch, _, err := tracereplay.ReadPhilly(f, tracereplay.PhillyOptions{Seed: o.Seed})
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", name, err)
 	}
 	tr, err := tracereplay.Select(all, epoch, tracereplay.Selection{Window: o.Window, Busiest: true}, "philly.csv")
 	if err != nil {

@@ -3,7 +3,6 @@ package sizingbench
 import (
 	"fmt"
 	"math"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
-
-const phillyPath = "/work/shared/traces/philly.csv"
 
 func template(id string, gpus, prio int, use float64) Template {
 	return Template{
@@ -364,10 +361,7 @@ func TestRecur(t *testing.T) {
 
 func loadPhilly(tb testing.TB, o Options) ([]Job, string) {
 	tb.Helper()
-	if _, err := os.Stat(phillyPath); err != nil {
-		tb.Skipf("no Philly extract: %v", err)
-	}
-	jobs, source, err := LoadPhilly(phillyPath, o)
+	jobs, source, err := LoadPhilly("", o)
 	if err != nil {
 		tb.Fatal(err)
 	}
