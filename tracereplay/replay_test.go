@@ -113,7 +113,7 @@ func TestParamsLoadErrors(t *testing.T) {
 	}{
 		{"compression", func(p *Params) { p.Compression = 0 }, "compression: 0; allowed: a number above 0"},
 		{"jobs", func(p *Params) { p.Jobs = -1 }, "jobs: -1; allowed: 0 (all) or more"},
-		{"no trace", func(*Params) {}, "philly: no trace given"},
+		{"missing philly", func(p *Params) { p.Philly = "/nonexistent.csv" }, "philly: open /nonexistent.csv"},
 		{"missing trace", func(p *Params) { p.CSV = "/nonexistent.csv" }, "trace: open /nonexistent.csv"},
 		{"cluster", func(p *Params) { p.GPUsPerNode = 0 }, "gpus_per_node: 0"},
 	}
