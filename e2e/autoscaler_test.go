@@ -367,9 +367,24 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 	bin := cluster.AutoscalerBinary(t)
 	plugins := autoscalerPlugins(t)
 	addr := freeAddr(t)
+	// The APM's metrics on a port of the test's own: it answering shows the
+	// plugin launched with the file's config.
+	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "agent.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fileMetrics = `metrics_address = "0.0.0.0:9403"`
+	if !strings.Contains(string(src), fileMetrics) {
+		t.Fatalf("jobs/autoscaler/agent.hcl has no %s (jobs/monitoring/prometheus.yml scrapes it)", fileMetrics)
+	}
+	metrics := freeAddr(t)
+	config := filepath.Join(t.TempDir(), "agent.hcl")
+	if err := os.WriteFile(config, []byte(strings.Replace(string(src), fileMetrics, fmt.Sprintf("metrics_address = %q", metrics), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "agent", "-config", filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "agent.hcl"),
+	cmd := exec.CommandContext(ctx, bin, "agent", "-config", config,
 		"-plugin-dir", plugins, "-policy-dir", t.TempDir(), "-http-bind-address", "127.0.0.1", "-http-bind-port", addr[strings.LastIndexByte(addr, ':')+1:])
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -388,11 +403,18 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 			t.Fatalf("the agent did not come up:\n%s", log.String())
 		case <-time.After(250 * time.Millisecond):
 		}
-		if resp, err := http.Get("http://" + addr + "/v1/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if httpOK("http://"+addr+"/v1/health") && httpOK("http://"+metrics+"/metrics") {
+			return
 		}
 	}
+}
+
+// httpOK says whether a GET of url answers 200.
+func httpOK(url string) bool {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }

@@ -18,6 +18,21 @@ policy {
 
 apm "nomad-gpu" {
   driver = "nomad-gpu-apm"
+  # Cluster figures for Prometheus (jobs/monitoring/prometheus.yml scrapes
+  # them): queue, wait, allocation and fragmentation by pool.
+  config = {
+    metrics_address = "0.0.0.0:9403"
+  }
+}
+
+# Prometheus, built into nomad-autoscaler: the inference jobs' horizontal
+# policies read their servers' request queue from it
+# (jobs/inference/inference.nomad.hcl, jobs/autoscaler/inference-horizontal.nomad.hcl).
+apm "prometheus" {
+  driver = "prometheus"
+  config = {
+    address = "http://127.0.0.1:9090"
+  }
 }
 
 strategy "gpu-queue" {

@@ -1,8 +1,9 @@
-# Cluster scaling of the GPU node pool "gpu" on AWS: a base group on reserved
-# capacity that never scales below what you pay for anyway, plus a burst group
-# on spot (or on-demand) capacity that follows the GPU queue, from zero.
+# Cluster scaling of the GPU node pool "training" (jobs/pools/training.hcl) on
+# AWS: a base group on reserved capacity that never scales below what you pay
+# for anyway, plus a burst group on spot (or on-demand) capacity that follows
+# the GPU queue, from zero.
 #
-# Nodes of both groups join node_pool "gpu"; the burst ones set
+# Nodes of both groups join node_pool "training"; the burst ones set
 # node_class = "gpu-burst", the base ones node_class = "gpu-base".
 #
 # Burst: scale out when GPU work is queued (activation 1) or has waited 30
@@ -30,7 +31,7 @@ scaling "gpu-burst" {
     # is turned into nodes even before any node of the pool exists.
     check "capacity" {
       source = "nomad-gpu"
-      query  = "nodes_needed{node_pool=gpu,gpus_per_node=8}"
+      query  = "nodes_needed{node_pool=training,gpus_per_node=8}"
       strategy "gpu-queue" {
         signal       = "nodes_needed"
         pool         = "gpu-burst"
@@ -41,7 +42,7 @@ scaling "gpu-burst" {
 
     check "queue" {
       source = "nomad-gpu"
-      query  = "allocs_queued{node_pool=gpu,state=blocked}"
+      query  = "allocs_queued{node_pool=training,state=blocked}"
       strategy "gpu-queue" {
         signal     = "queued"
         pool       = "gpu-burst"
@@ -51,7 +52,7 @@ scaling "gpu-burst" {
 
     check "wait" {
       source = "nomad-gpu"
-      query  = "wait_max_seconds{node_pool=gpu,state=blocked}"
+      query  = "wait_max_seconds{node_pool=training,state=blocked}"
       strategy "gpu-queue" {
         signal   = "wait"
         pool     = "gpu-burst"
@@ -63,7 +64,7 @@ scaling "gpu-burst" {
     # (another class) are not part of this count.
     check "nodes" {
       source = "nomad-gpu"
-      query  = "nodes_ready{node_pool=gpu,node_class=gpu-burst}"
+      query  = "nodes_ready{node_pool=training,node_class=gpu-burst}"
       strategy "gpu-queue" {
         signal = "nodes"
         pool   = "gpu-burst"
@@ -72,7 +73,7 @@ scaling "gpu-burst" {
 
     check "idle" {
       source = "nomad-gpu"
-      query  = "gpu_alloc_pct{node_pool=gpu,node_class=gpu-burst}"
+      query  = "gpu_alloc_pct{node_pool=training,node_class=gpu-burst}"
       strategy "gpu-queue" {
         signal         = "util"
         pool           = "gpu-burst"
@@ -85,7 +86,7 @@ scaling "gpu-burst" {
     target "aws-asg" {
       aws_asg_name                  = "nomad-gpu-burst"
       node_class                    = "gpu-burst"
-      node_pool                     = "gpu"
+      node_pool                     = "training"
       node_selector_strategy        = "empty_ignore_system"
       node_drain_deadline           = "15m"
       node_drain_ignore_system_jobs = true
@@ -108,7 +109,7 @@ scaling "gpu-base" {
     # defaulting to its nomad-apm, whose query rules this check cannot meet.
     check "reserved" {
       source = "nomad-gpu"
-      query  = "gpu_alloc_pct{node_pool=gpu,node_class=gpu-base}"
+      query  = "gpu_alloc_pct{node_pool=training,node_class=gpu-base}"
       strategy "fixed-value" {
         value = 4
       }
@@ -117,7 +118,7 @@ scaling "gpu-base" {
     target "aws-asg" {
       aws_asg_name                  = "nomad-gpu-base"
       node_class                    = "gpu-base"
-      node_pool                     = "gpu"
+      node_pool                     = "training"
       node_selector_strategy        = "empty_ignore_system"
       node_drain_deadline           = "15m"
       node_drain_ignore_system_jobs = true

@@ -5,16 +5,16 @@
 # The queue is the server's own gauge of waiting requests (vLLM exports
 # vllm:num_requests_waiting), read from Prometheus: target-value keeps about
 # 4 waiting requests per instance. Instances that find no free MPS share
-# queue for one like any GPU work, and the cluster policy (gpu-pool-*.hcl),
-# which counts every queued GPU allocation of the pool, adds nodes for them:
-# the two policies together grow the service and the GPUs under it.
+# queue for one like any GPU work; a cluster policy like gpu-pool-*.hcl
+# (which scale the training pool) with its queries on node_pool=inference
+# adds nodes for them: the two policies together grow the service and the
+# GPUs under it.
 #
-# Needs a prometheus apm block in the agent config:
-#   apm "prometheus" { driver = "prometheus"  config = { address = "http://prometheus:9090" } }
+# Needs the apm "prometheus" block of jobs/autoscaler/agent.hcl.
 # Run: nomad job run jobs/autoscaler/inference-horizontal.nomad.hcl
 job "inference" {
   type      = "service"
-  node_pool = "gpu"
+  node_pool = "inference"
 
   group "server" {
     count = 1

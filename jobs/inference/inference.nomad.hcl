@@ -16,6 +16,10 @@ job "inference" {
   group "server" {
     count = 2
 
+    # Deregister first, then stop: clients stop sending requests to an
+    # instance before it goes.
+    shutdown_delay = "5s"
+
     network {
       port "http" {}
     }
