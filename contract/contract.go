@@ -4,7 +4,7 @@
 // into its environment, and the gpu task driver (driver), which reads that
 // environment to confine the task, run its MPS daemon and watch its GPU
 // memory. The two are built and may be upgraded separately, so they meet
-// only through the names and formats below, which README.md's Contracts
+// only through the names and formats below, which docs/contracts.md
 // section documents for users as well.
 //
 // Changing any value here is a breaking change: a device plugin and a driver

@@ -171,7 +171,7 @@ func TestMPSPipeDir(t *testing.T) {
 }
 
 // The values are the contract: a change here must be a deliberate,
-// documented breaking change (README.md, Contracts), not a refactoring.
+// documented breaking change (docs/contracts.md), not a refactoring.
 func TestValuesAreTheDocumentedOnes(t *testing.T) {
 	got := map[string]string{
 		"Vendor": Vendor, "SliceGPU": SliceGPU, "SliceMIG": SliceMIG, "SliceMPS": SliceMPS,

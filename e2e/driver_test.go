@@ -186,7 +186,8 @@ job %q {
 // startGPUCluster starts one server and one simulated GPU client running
 // both plugins, and waits until the gpu driver is healthy and the node has
 // its 5 device groups (whole GPUs, three MIG profiles, MPS shares of GPU 4).
-func startGPUCluster(t *testing.T) (*cluster.Cluster, gpuNode) {
+// edits change the node's config before it starts.
+func startGPUCluster(t *testing.T, edits ...func(*gpuNode)) (*cluster.Cluster, gpuNode) {
 	t.Helper()
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
@@ -194,6 +195,9 @@ func startGPUCluster(t *testing.T) (*cluster.Cluster, gpuNode) {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	node := newGPUNode(t)
+	for _, edit := range edits {
+		edit(&node)
+	}
 	c := cluster.Start(t, cluster.Options{
 		Clients: 1,
 		Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)},

@@ -1,42 +1,57 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
 // The jobspecs in jobs/examples are what README tells people to run: each
 // must place and run on a simulated GPU node and print its GPU environment.
+// sim-load.nomad.hcl runs bin/nomad-gpu, unveiled as make dev does, and its
+// GPU's utilisation must follow the load.
 func TestExampleJobs(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "*.nomad.hcl"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no example jobs: %v", err)
 	}
-	c, _ := startGPUCluster(t)
+	cli := cluster.RequireBinary(t, "nomad-gpu")
+	c, _ := startGPUCluster(t, func(n *gpuNode) {
+		n.driverHCL = fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cli))
+	})
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			src, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			job := c.RunJob(t, string(src))
+			var vars string
+			if filepath.Base(f) == "sim-load.nomad.hcl" {
+				vars = fmt.Sprintf("nomad_gpu = %q", cli)
+			}
+			job := c.RunJobVars(t, string(src), vars)
 			n := 1
 			if g := job.TaskGroups[0]; g.Count != nil && *g.Count > 0 {
 				n = *g.Count
 			}
 			allocs := c.WaitForAllocs(t, *job.ID, n, time.Minute)
+			task := job.TaskGroups[0].Tasks[0].Name
 			for _, a := range allocs {
 				c.WaitForAllocStatus(t, a.ID, "running", time.Minute)
-				task := job.TaskGroups[0].Tasks[0].Name
 				out := c.WaitForAllocLogs(t, a.ID, task, "stdout", "-", 30*time.Second)
 				if !strings.Contains(out, "GPU-") && !strings.Contains(out, "MIG-") {
 					t.Errorf("%s: output has no GPU: %q", a.ID, out)
 				}
+			}
+			if vars != "" {
+				waitTaskGPUUtil(t, c, allocs[0].ID, task, 80)
 			}
 			// Stopped, not purged, and waited for: the driver then frees each
 			// task's cgroup before the next job or the cluster's teardown.
@@ -46,4 +61,33 @@ func TestExampleJobs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitTaskGPUUtil waits until the task's device stats show its GPU at want
+// percent utilisation.
+func waitTaskGPUUtil(t *testing.T, c *cluster.Cluster, allocID, task string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var last []float64
+	for time.Now().Before(deadline) {
+		last = nil
+		st, err := c.API().Allocations().Stats(&api.Allocation{ID: allocID, NodeID: nodeID(t, c)}, nil)
+		if err == nil && st.Tasks[task] != nil {
+			for _, g := range st.Tasks[task].ResourceUsage.DeviceStats {
+				for _, inst := range g.InstanceStats {
+					if inst.Stats == nil {
+						continue
+					}
+					if v := inst.Stats.Attributes["GPU utilization"]; v != nil && v.FloatNumeratorVal != nil {
+						last = append(last, *v.FloatNumeratorVal)
+					}
+				}
+			}
+		}
+		if len(last) == 1 && last[0] == want {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("alloc %s task %s: GPU utilisation %v after a minute, want [%v]", allocID, task, last, want)
 }

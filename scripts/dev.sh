@@ -4,8 +4,12 @@
 # with MIG on GPUs 6-7 and MPS shares on GPUs 4-5).
 #
 # Called by `make dev` after `make build`. State lives in ./.dev/ (git-ignored)
-# and is wiped at each start (a -dev agent keeps none anyway). Ctrl-C stops
-# the agent and every task it started.
+# and is wiped at each start, checkpoints included (a -dev agent keeps no jobs,
+# so a checkpoint left from a previous run would only be resumed by a new job
+# that happens to share its name). The agent logs to .dev/nomad.log, which
+# this script echoes: piping `make dev` into tee or less is safe, since a
+# reader that goes away stops only the echo. Ctrl-C stops the agent and every
+# task it started, and unmounts what the client mounted.
 #
 # Environment:
 #   NOMAD_BINARY  nomad binary to use (default: `nomad` on PATH)
@@ -20,8 +24,8 @@ NOMAD="${NOMAD_BINARY:-$(command -v nomad || true)}"
 if [[ -z "$NOMAD" || ! -x "$NOMAD" ]]; then
   cat >&2 <<MSG
 dev: no nomad binary found${NOMAD_BINARY:+ (NOMAD_BINARY=$NOMAD_BINARY is not executable)}.
-     Install Nomad (https://developer.hashicorp.com/nomad/install) and put it
-     on PATH, or point NOMAD_BINARY at one:
+     Put a nomad binary on PATH (a release, or one built from
+     github.com/hashicorp/nomad: docs/testing.md), or point NOMAD_BINARY at one:
        NOMAD_BINARY=/path/to/nomad make dev
 MSG
   exit 1
@@ -46,7 +50,9 @@ unmount_dev() {
 
 mkdir -p "$DEV"
 unmount_dev
-rm -rf "$DEV/data" "$DEV/alloc_mounts" # alloc_mounts: the client's, next to data
+# alloc_mounts: the client's, next to data; driver: task state; checkpoints:
+# of jobs the last agent forgot.
+rm -rf "$DEV/data" "$DEV/alloc_mounts" "$DEV/driver" "$DEV/checkpoints" "$DEV/nomad.log"
 mkdir -p "$DEV/data"
 
 cat >"$DEV/agent.hcl" <<HCL
@@ -108,6 +114,10 @@ plugin "nomad-driver-gpu" {
     preemption {
       cooldown = "10m"
     }
+    # Tasks may run bin/nomad-gpu (sim-load: jobs/examples/sim-load.nomad.hcl).
+    isolation {
+      unveil_paths = ["rx:$BIN"]
+    }
     mps {
       # The simulated node has no CUDA MPS binaries: a stand-in plays the
       # control daemon. Production uses the real nvidia-cuda-mps-control.
@@ -135,7 +145,7 @@ cat <<MSG
 ==> nomad-gpu dev agent
     nomad:   $NOMAD ($("$NOMAD" version 2>/dev/null | head -1))
     plugins: $BIN/plugins
-    config:  $DEV/agent.hcl   data: $DEV/data
+    config:  $DEV/agent.hcl   data: $DEV/data   log: $DEV/nomad.log
 
     UI:  $ADDR/ui    API: $ADDR
 
@@ -147,8 +157,14 @@ cat <<MSG
       nomad job run jobs/examples/mps.nomad.hcl    # two MPS shares of one GPU
       nomad job status <job>; nomad alloc logs <alloc-id>; nomad alloc status -stats <alloc-id>
 
-    Make an MPS task use more GPU memory than its share (the driver kills it):
-      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json proc --device <GPU-UUID> --pid <task pid> --mib 30000
+    Load a GPU (80 % for 10 minutes) and watch it move:
+      nomad job run -var nomad_gpu=$BIN/nomad-gpu jobs/examples/sim-load.nomad.hcl
+      bin/nomad-gpu top
+
+    Make an MPS task use more GPU memory than its share (the driver kills it;
+    the task's host pid: \`nomad alloc exec <alloc-id> cat /proc/self/stat\`
+    shows its pid in its own namespace, so take it from \`nomad-gpu top\` or ps):
+      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json proc --device <GPU-UUID> --pid <host pid> --mib 30000
 
     Inject a GPU fault (XID 79, "fallen off the bus") into the simulator;
     the device turns unhealthy on the node within a fingerprint period (5s):
@@ -158,22 +174,30 @@ cat <<MSG
 
 MSG
 
+# A reader of our output that goes away (tee or less killed by the same
+# Ctrl-C) must not take this script with it before it has stopped the agent.
+trap '' PIPE
+say() { echo "$@" >&2 2>/dev/null || true; }
+
 # Job control puts the agent in its own process group, so a Ctrl-C in the
 # terminal reaches only this script, which forwards exactly one SIGINT (a
-# second one mid-shutdown could kill the agent before it cleans up).
+# second one mid-shutdown could kill the agent before it cleans up). Its
+# output goes to a file: a Go program writing to a closed pipe dies of
+# SIGPIPE, which would leave its plugins, tasks and mounts behind.
 set -m
-"$NOMAD" agent -dev -config "$DEV/agent.hcl" &
+"$NOMAD" agent -dev -config "$DEV/agent.hcl" >"$DEV/nomad.log" 2>&1 </dev/null &
 pid=$!
 set +m
+tail -n +1 -F --pid="$pid" "$DEV/nomad.log" 2>/dev/null &
 
 stopping=0
 stop() {
   if ((stopping)); then
-    echo "==> dev: killing nomad" >&2
+    say "==> dev: killing nomad"
     kill -KILL "$pid" 2>/dev/null || true
   else
     stopping=1
-    echo "==> dev: stopping nomad (Ctrl-C again to kill it)" >&2
+    say "==> dev: stopping nomad (Ctrl-C again to kill it; log: $DEV/nomad.log)"
     kill -INT "$pid" 2>/dev/null || true
   fi
 }

@@ -59,7 +59,7 @@ const DefaultConfigs = "baseline,+slices,+preemption,+autoscale,nomad-gpu"
 
 // Register adds the flags to fs, with their defaults.
 func (p *Params) Register(fs *flag.FlagSet) {
-	fs.StringVar(&p.CSV, "trace", "", "trace in the replay CSV format (README: Trace replay); default: the Philly extract of -philly")
+	fs.StringVar(&p.CSV, "trace", "", "trace in the replay CSV format (docs/trace-replay.md); default: the Philly extract of -philly")
 	fs.StringVar(&p.Philly, "philly", "", "a Philly extract (philly.csv, plain or gzip) to convert when no -trace is given; default: the copy in traces/philly.csv.gz")
 	fs.IntVar(&p.Jobs, "jobs", 300, "jobs sampled from the window (0: all)")
 	fs.DurationVar(&p.Window, "window", 6*time.Hour, "trace window the sample is drawn from (0: the whole trace)")

@@ -240,7 +240,7 @@ func keyHelp(k string) string {
 	case cfgUtilStat:
 		return "want a device stat name such as \"GPU utilization\""
 	case cfgMetricsAddress:
-		return "want host:port to serve Prometheus metrics on, such as 127.0.0.1:9464 or :9464; unset for none"
+		return "want host:port to serve Prometheus metrics on, such as 127.0.0.1:9403 or :9403; unset for none"
 	case cfgPriorityTiers:
 		return "want decreasing job priority bounds such as 70,40: tiers P0 >= 70, P1 >= 40, P2 below"
 	case cfgFinishedWindow:

@@ -13,7 +13,7 @@
 //	  driver = "nomad-gpu-apm"
 //	  config = {
 //	    default_gpus_per_node = "8"              # optional, see nodes_needed
-//	    metrics_address       = "127.0.0.1:9464" # optional, see Cluster figures
+//	    metrics_address       = "127.0.0.1:9403" # optional, see Cluster figures
 //	  }
 //	}
 //
@@ -37,7 +37,7 @@
 //     that read it fail rather than answer from the last good state.
 //   - util_stat ("GPU utilization"): the device stat gpu_util_pct
 //     averages (the name devicefp and nomad-device-nvidia report).
-//   - metrics_address (unset: off): host:port (":9464", "127.0.0.1:9464";
+//   - metrics_address (unset: off): host:port (":9403", "127.0.0.1:9403";
 //     port 0 picks one) where the plugin process serves the cluster
 //     figures as Prometheus metrics, at /metrics. A reload keeps the
 //     listener when the address is unchanged and moves it when it

@@ -23,7 +23,7 @@ func main() {
 	}
 	if os.Getenv(base.Handshake.MagicCookieKey) != base.Handshake.MagicCookieValue {
 		fmt.Fprintf(os.Stderr, "%s is a Nomad task driver plugin (driver = %q): put it in the client's plugin_dir\n"+
-			"and add a plugin %q block to the agent config; see README.md.\n", driver.BinaryName, driver.PluginName, driver.BinaryName)
+			"and add a plugin %q block to the agent config; see docs/driver.md.\n", driver.BinaryName, driver.PluginName, driver.BinaryName)
 		os.Exit(2)
 	}
 	logger := base.NewLogger(driver.BinaryName)

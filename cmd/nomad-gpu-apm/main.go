@@ -28,7 +28,7 @@ then name it in a policy's checks: source = "nomad-gpu",
 query = "gpus_queued{node_pool=gpu}" (or allocs_queued, wait_max_seconds,
 wait_mean_seconds, gpu_alloc_pct, gpu_util_pct, nodes_needed).
 
-With config = { metrics_address = "127.0.0.1:9464" } it also serves the
+With config = { metrics_address = "127.0.0.1:9403" } it also serves the
 cluster figures (capacity, fragmentation, load, queue, task wait, run time
 and failure ratio) as Prometheus metrics at /metrics.
 `

@@ -29,7 +29,7 @@ the autoscaler, once per configuration compared (baseline, each part of
 nomad-gpu on its own, and all of them), and writes a Markdown report with
 plots to -out. It runs clusters of 1,000 nodes and traces of 10,000+ jobs
 in seconds. The same replay on real Nomad agents, which also calibrates
-this model, is 'make bench-trace' (README: Trace replay).
+this model, is 'make bench-trace' (docs/trace-replay.md).
 
 -convert writes the selected jobs as a replay CSV instead, for editing or
 for another tool.

@@ -158,7 +158,14 @@ func NodeSummary(n *api.Node) string {
 // returns the parsed job; *job.ID names it.
 func (c *Cluster) RunJob(t testing.TB, jobHCL string) *api.Job {
 	t.Helper()
-	job, err := c.api.Jobs().ParseHCL(jobHCL, true)
+	return c.RunJobVars(t, jobHCL, "")
+}
+
+// RunJobVars is RunJob with the jobspec's variables set from vars, HCL as
+// in a -var-file ("name = value" lines).
+func (c *Cluster) RunJobVars(t testing.TB, jobHCL, vars string) *api.Job {
+	t.Helper()
+	job, err := c.api.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: jobHCL, Variables: vars, Canonicalize: true})
 	if err != nil {
 		t.Fatalf("e2e: parse job: %v", err)
 	}

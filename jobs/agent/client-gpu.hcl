@@ -1,17 +1,26 @@
-# Nomad client config for a GPU node: install bin/plugins/* (and nothing
-# else) into plugin_dir, and bin/libexec/nomad-driver-gpu-supervisor into
-# /opt/nomad/libexec (../libexec from plugin_dir, where the driver looks).
-# Every key of the plugins' config is listed with its default.
-# Run: nomad agent -config client-gpu.hcl
+# Nomad client config for a GPU node. Run: nomad agent -config client-gpu.hcl
 #
-# Create data_dir 0755 before Nomad's first start: a data_dir Nomad makes
-# itself is 0700, and then no task with a non-root user reaches its files.
+# Before its first start (README, "Run it on your cluster"):
+#   - bin/plugins/* (and nothing else) in plugin_dir, and
+#     bin/libexec/* in /opt/nomad/libexec (../libexec from plugin_dir,
+#     where the driver looks for its per-task supervisor);
+#   - install -d -m 0755 /var/lib/nomad: a data_dir Nomad makes itself is
+#     0700, and then no task with a non-root user reaches its files.
+#
+# The plugin blocks list every key. Each is at its default, except where a
+# comment says "not the default": metrics are on, so that
+# jobs/monitoring/prometheus.yml can scrape them.
 data_dir   = "/var/lib/nomad"
 plugin_dir = "/opt/nomad/plugins"
 
 client {
   enabled = true
-  servers = ["nomad-server.service.consul:4647"]
+
+  # Your servers' RPC addresses (127.0.0.1 when the server runs in the
+  # same agent, as in README's one-machine trial). With Consul, leave this
+  # out: the client finds the servers through the consul block's
+  # client_auto_join (a consul { address = "127.0.0.1:8500" } block).
+  servers = ["127.0.0.1:4647"]
 
   # One pool per workload class (jobs/pools/): "training", "inference" or
   # "hpc". Jobs pick theirs with node_pool.
@@ -20,12 +29,13 @@ client {
 
 plugin "nomad-device-gpu" {
   config {
-    backend            = "nvml"   # or "sim" for a simulated DGX node
-    fingerprint_period = "1m"     # re-enumeration; XID health changes are sent at once
-    ignored_gpu_ids    = []       # GPU indexes, GPU- or MIG- UUIDs hidden from Nomad
+    backend            = "nvml" # or "sim" for a simulated node (client-sim.hcl)
+    fingerprint_period = "1m"   # re-enumeration; XID health changes are sent at once
+    ignored_gpu_ids    = []     # GPU indexes, GPU- or MIG- UUIDs hidden from Nomad
     mps_pipe_root      = "/run/nomad-gpu/mps"
 
-    # Offer GPUs 4 and 5 as 4 MPS shares each instead of whole GPUs.
+    # None by default. Offer GPUs 4 and 5 as 4 MPS shares each instead of
+    # whole GPUs:
     # mps {
     #   gpus   = ["4", "5"]       # indexes, GPU- UUIDs or "all"
     #   shares = 4
@@ -37,30 +47,32 @@ plugin "nomad-device-gpu" {
       # critical_xids = [48, 79]  # when set, only these mark a device unhealthy
     }
 
-    # Opt-in: Prometheus metrics of every device (README, Prometheus metrics).
-    # metrics {
-    #   address   = "127.0.0.1:9400"
-    #   node_name = ""                # the host label; "" is the hostname
-    # }
-    # The local agent's API, read only with metrics on: which devices
+    # Prometheus metrics of every device (docs/metrics.md). Not the
+    # default (off); on every interface, for a Prometheus elsewhere.
+    metrics {
+      address   = "0.0.0.0:9401"
+      node_name = "" # the host label; "" is the hostname
+    }
+
+    # The local agent's API, read with metrics on: which devices
     # allocations hold.
-    # nomad {
-    #   address = "http://127.0.0.1:4646"
-    #   token   = ""                  # with ACLs: node:read, read-job (agent:read to find the node by ID)
-    # }
+    nomad {
+      address = "http://127.0.0.1:4646"
+      token   = "" # with ACLs: node:read, read-job (agent:read to find the node by ID)
+    }
   }
 }
 
-# The task driver: jobspecs say driver = "gpu". Every key with its default.
+# The task driver: jobspecs say driver = "gpu".
 plugin "nomad-driver-gpu" {
   config {
     state_dir           = "/var/lib/nomad-gpu/driver" # must survive restarts
-    default_user        = "nobody"  # tasks without a `user`
-    denied_host_uids    = "0"       # users tasks may not run as ("0,10-20"; "" for none)
-    denied_host_gids    = "0"       # groups (primary or supplementary) tasks may not have
-    cgroup_root         = "nomad-gpu" # one cgroup name, made under each hierarchy's root
-    supervisor_binary   = ""          # "": ../libexec/nomad-driver-gpu-supervisor from the driver
-    gpu_memory_watchdog = "kill"    # or "warn", "off"
+    default_user        = "nobody"                    # tasks without a `user`
+    denied_host_uids    = "0"                         # users tasks may not run as ("0,10-20"; "" for none)
+    denied_host_gids    = "0"                         # groups (primary or supplementary) tasks may not have
+    cgroup_root         = "nomad-gpu"                 # one cgroup name, made under each hierarchy's root
+    supervisor_binary   = ""                          # "": ../libexec/nomad-driver-gpu-supervisor from the driver
+    gpu_memory_watchdog = "kill"                      # or "warn", "off"
     watchdog_interval   = "5s"
 
     mps {
@@ -73,8 +85,10 @@ plugin "nomad-driver-gpu" {
       backend = "nvml" # = the device plugin's backend
     }
 
-    # Checkpoints of tasks with a checkpoint block. On a shared filesystem
-    # (NFS, no_root_squash, same uids) a task resumes on another node too.
+    # Checkpoints of tasks with a checkpoint block; task users must be able
+    # to reach the root (the driver makes it, and its parents, 0755). On a
+    # shared filesystem (NFS, no_root_squash, same uids) a task resumes on
+    # another node too.
     checkpoint {
       root = "/var/lib/nomad-gpu/checkpoints"
     }
@@ -85,11 +99,11 @@ plugin "nomad-driver-gpu" {
       token   = "" # where ACLs are on: read-job; for the cooldown also submit-job and variables
     }
 
-    # Opt-in: a preempted job is not preempted again by work of its
-    # preemptor's priority for this long (leave the block out for off).
-    preemption {
-      cooldown = "10m"
-    }
+    # Off by default. A preempted job is not preempted again by work of its
+    # preemptor's priority for this long (docs/checkpoints.md):
+    # preemption {
+    #   cooldown = "10m"
+    # }
 
     # Every guard is on by default; only this block can relax it.
     isolation {
@@ -100,12 +114,13 @@ plugin "nomad-driver-gpu" {
       unveil_paths   = []         # extra paths for every task, e.g. ["r:/data/models"]
     }
 
-    # Opt-in: Prometheus metrics of every task (README, Prometheus metrics).
-    # metrics {
-    #   address        = "127.0.0.1:9401"
-    #   node_name      = ""   # the host label; "" is the hostname
-    #   task_retention = "5m" # a destroyed task's series stay this long
-    # }
+    # Prometheus metrics of every task (docs/metrics.md). Not the default
+    # (off); on every interface, for a Prometheus elsewhere.
+    metrics {
+      address        = "0.0.0.0:9402"
+      node_name      = ""   # the host label; "" is the hostname
+      task_retention = "5m" # a destroyed task's series stay this long
+    }
   }
 }
 
