@@ -79,6 +79,15 @@ func TestRecommend(t *testing.T) {
 		}
 		return rs
 	}
+	// ran is the last runs at cur, newest first, ended as outcomes say.
+	ran := func(cur history.Slice, outcomes ...history.Outcome) []history.Run {
+		var rs []history.Run
+		for i, o := range outcomes {
+			rs = append(rs, history.Run{Slice: cur, Finished: time.Unix(int64(2000-i), 0), Outcome: o})
+		}
+		return rs
+	}
+	ok := history.OutcomeComplete
 	cases := []struct {
 		name    string
 		policy  Policy
@@ -99,6 +108,14 @@ func TestRecommend(t *testing.T) {
 		{"whole GPUs idle", auto, gpu4, samples(gpu4, 40, 10*time.Second, 25, gib, 0), nil, Offer{MaxCount: 8}, history.Slice{Kind: "gpu", Count: 2}, Shrink, "idle"},
 		{"not enough history", auto, mps2, samples(mps2, 5, 10*time.Second, 99, gib, 10*gib), nil, Offer{MaxCount: 8}, mps2, Keep, "not enough history"},
 		{"timeouts grow without samples", auto, mps2, nil, timeouts(mps2, 3), Offer{MaxCount: 8}, history.Slice{Kind: "mps", Count: 4}, Grow, "runs failed"},
+		// One run of the last five killed for memory grows the slice; one
+		// timeout does not (it takes FailedRuns), nor does an OOM older
+		// than the last five.
+		{"one OOM grows", auto, mps2, nil, ran(mps2, ok, history.OutcomeOOM, ok, ok, ok), Offer{MaxCount: 8}, history.Slice{Kind: "mps", Count: 4}, Grow, "1 of the last 5 runs were killed for GPU memory"},
+		{"one GPU memory kill grows", auto, mps2, nil, ran(mps2, ok, ok, ok, ok, history.OutcomeKilled), Offer{MaxCount: 8}, history.Slice{Kind: "mps", Count: 4}, Grow, "runs failed"},
+		{"one timeout keeps", auto, mps2, nil, ran(mps2, ok, history.OutcomeTimeout, ok, ok, ok), Offer{MaxCount: 8}, mps2, Keep, "not enough history"},
+		{"FailedRuns timeouts grow", auto, mps2, nil, ran(mps2, history.OutcomeTimeout, ok, ok, history.OutcomeTimeout, ok), Offer{MaxCount: 8}, history.Slice{Kind: "mps", Count: 4}, Grow, "2 of the last 5 runs timed out"},
+		{"OOM before the last five keeps", auto, mps2, nil, ran(mps2, ok, ok, ok, ok, ok, history.OutcomeOOM), Offer{MaxCount: 8}, mps2, Keep, "not enough history"},
 		{"memory full grows", auto, mps2, samples(mps2, 40, 10*time.Second, 60, 10*gib, 10*gib), nil, Offer{MaxCount: 8}, history.Slice{Kind: "mps", Count: 4}, Grow, "memory"},
 		{"busy but not starved keeps", auto, mps2, samples(mps2, 40, 10*time.Second, 70, gib, 10*gib), nil, Offer{MaxCount: 8}, mps2, Keep, "within bounds"},
 		{"mig starved next profile", auto, mig1, samples(mig1, 40, 10*time.Second, 97, gib, 10*gib), nil, migOffer, history.Slice{Kind: "mig", Count: 1, Profile: "2g.20gb"}, Grow, "starved"},
