@@ -22,7 +22,7 @@ type Thresholds struct {
 	Idle        float64       // p95 utilisation (%) at or below which a slice is idle: shrink
 	Target      float64       // utilisation (%) a shrunk slice should run at, at p95
 	MemHeadroom float64       // peak memory may use at most this share of a smaller slice's limit
-	FailedRuns  int           // runs of the last five ended by timeout or memory that make it grow
+	FailedRuns  int           // runs of the last five ended by timeout that make it grow (one killed for memory does)
 }
 
 // DefaultThresholds are the rules the sizer uses unless configured.
@@ -115,8 +115,9 @@ func Summarise(cur history.Slice, samples []history.Sample, runs []history.Run) 
 // Recommend applies the rules to a task's usage at its current slice:
 //
 //   - grow ×2 (MIG: the next larger profile offered) when p95 utilisation
-//     is at or above Saturated, when peak memory reached the limit, or when
-//     FailedRuns of the last five runs timed out or were killed for memory;
+//     is at or above Saturated, when peak memory reached the limit, when
+//     FailedRuns of the last five runs timed out, or when one of them was
+//     killed for memory (OOM, or the GPU-memory watchdog);
 //   - shrink, when p95 utilisation is at or below Idle, to the smallest
 //     slice whose p95 utilisation would be at most Target and whose memory
 //     limit holds the peak memory with MemHeadroom to spare;
