@@ -123,6 +123,23 @@ func TestPlacementTimes(t *testing.T) {
 			},
 			starts: []time.Duration{0, 20 * sec, 10 * sec}, finishes: []time.Duration{10 * sec, 30 * sec, 20 * sec},
 		},
+		// The horizon (1000s) is inclusive: a job whose first start falls
+		// exactly on it is started; one arriving after it never is.
+		{
+			name: "arrives at the horizon, starts there", cl: fixed(1, 8),
+			jobs:   []tracereplay.Job{wjob("edge", 1000*sec, 10*sec, 1)},
+			starts: []time.Duration{1000 * sec}, finishes: []time.Duration{-1},
+		},
+		{
+			name: "start latency ends at the horizon", cl: fixed(1, 8), start: 5 * sec,
+			jobs:   []tracereplay.Job{wjob("edge", 995*sec, 10*sec, 1)},
+			starts: []time.Duration{1000 * sec}, finishes: []time.Duration{-1},
+		},
+		{
+			name: "arrives just after the horizon, never starts", cl: fixed(1, 8),
+			jobs:   []tracereplay.Job{wjob("late", 1000*sec+1, 10*sec, 1)},
+			starts: []time.Duration{-1}, finishes: []time.Duration{-1},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

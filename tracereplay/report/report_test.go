@@ -64,6 +64,20 @@ func TestCompute(t *testing.T) {
 			want: Figures{AllocUtil: 0.25, BusyUtil: 0.125, FragMean: 0.25, Jobs: 1, Preemptions: 3, LostGPUHours: 0.5, NodeHours: 2, PeakNodes: 1},
 		},
 		{
+			// [0, Horizon] is closed: a first start on the horizon is a
+			// start; a nanosecond after it is not.
+			name: "first start at the horizon",
+			r: tracereplay.Result{
+				Horizon: 2 * h,
+				Jobs: []tracereplay.JobRecord{
+					{ID: "edge", Arrival: 0, Starts: []time.Duration{2 * h}},
+					{ID: "after", Arrival: 1 * h, Starts: []time.Duration{2*h + 1}},
+				},
+			},
+			// Waits 2h and 1h (censored at the horizon).
+			want: Figures{WaitMean: 90 * time.Minute, WaitP50: 90 * time.Minute, WaitP95: h + 57*time.Minute, WaitMax: 2 * h, Unstarted: 1, Jobs: 2},
+		},
+		{
 			name: "nothing measured",
 			r:    tracereplay.Result{},
 			want: Figures{},
