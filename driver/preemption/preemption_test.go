@@ -3,10 +3,13 @@ package preemption
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +180,107 @@ func TestRestoreJob(t *testing.T) {
 			note, err := cl.restoreJob(context.Background(), cd)
 			if err != nil || !strings.HasPrefix(note, c.want) || registered != c.registered {
 				t.Fatalf("restoreJob: %q, %v, registered %v; want %q, registered %v", note, err, registered, c.want, c.registered)
+			}
+		})
+	}
+}
+
+// fakeCooldownAPI is the Nomad API as Restore uses it, holding one
+// cooldown (in namespace ml) and its job, which runs at priority.
+type fakeCooldownAPI struct {
+	cd       Cooldown
+	priority int
+
+	mu         sync.Mutex
+	jobRead    bool
+	registered []int // priorities the job was registered with
+	deleted    bool  // the cooldown's variable
+}
+
+func (f *fakeCooldownAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	path := VariablePath(f.cd.JobID)
+	q := r.URL.Query()
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/vars" && q.Get("prefix") == VariablePrefix && q.Get("namespace") == api.AllNamespacesNamespace:
+		var list []api.VariableMetadata
+		if !f.deleted {
+			list = append(list, api.VariableMetadata{Namespace: "ml", Path: path, ModifyIndex: 5})
+		}
+		json.NewEncoder(w).Encode(list)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/var/"+path && q.Get("namespace") == "ml" && !f.deleted:
+		json.NewEncoder(w).Encode(api.Variable{Namespace: "ml", Path: path, Items: f.cd.items(), ModifyIndex: 5})
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/job/"+f.cd.JobID && q.Get("namespace") == "ml":
+		f.jobRead = true
+		json.NewEncoder(w).Encode(api.Job{ID: ptr(f.cd.JobID), Namespace: ptr("ml"), Priority: ptr(f.priority),
+			Status: ptr("running"), JobModifyIndex: ptr(uint64(7))})
+	case r.Method == http.MethodPut && r.URL.Path == "/v1/jobs":
+		var req api.JobRegisterRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Job == nil || req.Job.Priority == nil ||
+			!req.EnforceIndex || req.JobModifyIndex != 7 {
+			http.Error(w, fmt.Sprintf("bad register %+v: %v", req, err), http.StatusBadRequest)
+			return
+		}
+		f.registered = append(f.registered, *req.Job.Priority)
+		f.priority = *req.Job.Priority
+		w.Write([]byte(`{"EvalID":"e"}`))
+	case r.Method == http.MethodDelete && r.URL.Path == "/v1/var/"+path && q.Get("cas") == "5" && q.Get("namespace") == "ml":
+		f.deleted = true
+	default:
+		http.Error(w, "unexpected "+r.Method+" "+r.URL.String(), http.StatusBadRequest)
+	}
+}
+
+// Restore ends a cooldown only once its end has come, and then restores
+// the job's original priority unless someone changed it meanwhile: a job
+// raised further since (or lowered) is left as it is, and the cooldown is
+// removed all the same.
+func TestRestore(t *testing.T) {
+	until := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	cd := Cooldown{Namespace: "ml", JobID: "train", Original: 30, Raised: 80, Until: until, PreemptedBy: "1234"}
+	cases := []struct {
+		name       string
+		now        time.Time
+		priority   int    // the job's when Restore runs
+		want       string // the note, "" for no cooldown ended
+		registered []int
+	}{
+		{"a second before the end", until.Add(-time.Second), 80, "", nil},
+		{"at the end", until, 80, "priority 30 restored (raised to 80)", []int{30}},
+		{"after the end", until.Add(time.Hour), 80, "priority 30 restored (raised to 80)", []int{30}},
+		{"raised meanwhile", until.Add(time.Second), 95, "left at priority 95: changed since it was raised to 80", nil},
+		{"lowered meanwhile", until.Add(time.Second), 60, "left at priority 60: changed since it was raised to 80", nil},
+		{"raised meanwhile, before the end", until.Add(-time.Second), 95, "", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeCooldownAPI{cd: cd, priority: c.priority}
+			srv := httptest.NewServer(f)
+			defer srv.Close()
+			cl, err := New(srv.URL, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl.now = func() time.Time { return c.now }
+			done, err := cl.Restore(context.Background())
+			if err != nil {
+				t.Fatalf("Restore: %v", err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if c.want == "" {
+				if len(done) != 0 || f.jobRead || f.deleted || len(f.registered) != 0 {
+					t.Fatalf("before the end: ended %+v, job read %v, variable deleted %v, registered %v; want nothing touched",
+						done, f.jobRead, f.deleted, f.registered)
+				}
+				return
+			}
+			if len(done) != 1 || done[0].Cooldown != cd || done[0].Note != c.want {
+				t.Fatalf("ended %+v; want the cooldown with note %q", done, c.want)
+			}
+			if !slices.Equal(f.registered, c.registered) || !f.deleted {
+				t.Fatalf("registered %v, variable deleted %v; want registered %v and the variable deleted", f.registered, f.deleted, c.registered)
 			}
 		})
 	}
