@@ -155,15 +155,16 @@ func (c *checkpointer) watch(ctx context.Context) {
 			}
 			c.mu.Unlock()
 			if !stopping {
-				c.request("interval")
+				c.request("interval", c.cfg.CommitTimeout)
 			}
 		}
 	}
 }
 
-// request signals the task for a checkpoint, to be recorded with trigger.
-func (c *checkpointer) request(trigger string) {
-	c.d.emit(c.t, fmt.Sprintf("checkpoint requested (%s): %s, %s to commit", trigger, c.cfg.Signal, c.cfg.CommitTimeout),
+// request signals the task for a checkpoint, to be recorded with trigger,
+// saying how long it has to commit.
+func (c *checkpointer) request(trigger string, allowed time.Duration) {
+	c.d.emit(c.t, fmt.Sprintf("checkpoint requested (%s): %s, %s to commit", trigger, c.cfg.Signal, allowed),
 		map[string]string{"checkpoint": "requested", "trigger": trigger})
 	c.d.metrics.checkpointRequested(c.t)
 	if err := c.t.proc.Signal(c.sig); err != nil {
@@ -243,7 +244,7 @@ func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemptio
 	before, changed := c.commits, c.changed
 	c.mu.Unlock()
 	start := time.Now()
-	c.request(trigger)
+	c.request(trigger, allowed)
 	deadline := time.NewTimer(allowed)
 	defer deadline.Stop()
 	for {
