@@ -273,3 +273,58 @@ func TestCheckpointInterval(t *testing.T) {
 	stopTask(t, d, cfg.ID, 5*time.Second, "SIGINT")
 	wait(t, d, cfg.ID, 20*time.Second)
 }
+
+// A commit_timeout longer than the stop's kill_timeout gives a task that
+// never commits the kill_timeout only, and the task's events say so.
+func TestCheckpointCommitTimeoutCappedByKillTimeout(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
+	d := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
+
+	// Asked for a checkpoint, it carries on and never commits.
+	cfg := e.checkpointTask(withCheckpoint(func(c *CheckpointConfig) { c.CommitTimeout = time.Hour }))
+	cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", `trap '' USR1; : > "$NOMAD_TASK_DIR/ready"; while :; do sleep 0.02; done`}
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer destroyTask(t, d, cfg.ID)
+	eventually(t, "task ready", func() bool { _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "ready")); return err == nil })
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.StopTask(cfg.ID, time.Second, "SIGINT") }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("StopTask with kill_timeout 1s still waiting after 30s: it waits out commit_timeout 1h")
+	}
+	wait(t, d, cfg.ID, 20*time.Second)
+
+	var msgs []string
+	var notCommitted *drivers.TaskEvent
+	for len(evs) > 0 {
+		ev := <-evs
+		msgs = append(msgs, ev.Message)
+		if strings.HasPrefix(ev.Message, "checkpoint not committed") {
+			notCommitted = ev
+		}
+	}
+	all := strings.Join(msgs, "\n")
+	for _, want := range []string{
+		"checkpoint: commit_timeout 1h0m0s is longer than the task's kill_timeout 1s, so the task gets 1s to commit; set kill_timeout above commit_timeout",
+		"checkpoint requested (stop): SIGUSR1, 1s to commit",
+		"checkpoint not committed within 1s; stopping the task",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("events:\n%s\nwant %q", all, want)
+		}
+	}
+	if notCommitted == nil || notCommitted.Annotations["checkpoint"] != "failed" || notCommitted.Annotations["trigger"] != "stop" {
+		t.Errorf("not-committed event %+v: want annotations checkpoint=failed trigger=stop", notCommitted)
+	}
+}
