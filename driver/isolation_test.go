@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,6 +225,113 @@ func TestIsolationPolicy(t *testing.T) {
 			if !strings.Contains(string(out), tc.wantOut) {
 				t.Errorf("task printed %q, want %q", out, tc.wantOut)
 			}
+		})
+	}
+}
+
+// userUIDNotGID is a user whose uid differs from its primary gid and is
+// none of its groups, and neither is 0: one of the node's users, or else
+// one made for the test and removed after it. Its IDs are read from
+// /etc/passwd and os/user, not from what the driver looks up.
+func userUIDNotGID(t *testing.T) (name string, uid, gid uint32) {
+	t.Helper()
+	find := func() (string, uint32, uint32, bool) {
+		b, err := os.ReadFile("/etc/passwd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Split(line, ":")
+			if len(f) < 4 {
+				continue
+			}
+			uid, err1 := strconv.ParseUint(f[2], 10, 32)
+			gid, err2 := strconv.ParseUint(f[3], 10, 32)
+			if err1 != nil || err2 != nil || uid == gid || uid == 0 || gid == 0 {
+				continue
+			}
+			u, err := user.Lookup(f[0])
+			if err != nil {
+				continue
+			}
+			if groups, err := u.GroupIds(); err == nil && !slices.Contains(groups, f[2]) {
+				return f[0], uint32(uid), uint32(gid), true
+			}
+		}
+		return "", 0, 0, false
+	}
+	if name, uid, gid, ok := find(); ok {
+		return name, uid, gid
+	}
+	name = fmt.Sprintf("ngd-uidgid-%d", os.Getpid())
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--gid", "nogroup", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("no user here has a uid other than its gid, and useradd failed: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Errorf("userdel %s: %v: %s", name, err, out)
+		}
+	})
+	if name, uid, gid, ok := find(); ok {
+		return name, uid, gid
+	}
+	t.Fatalf("made user %s, but it has no uid other than its gid", name)
+	return "", 0, 0
+}
+
+// denied_host_uids reads the user's uid and denied_host_gids its groups,
+// never the one for the other: for a task's user and for default_user.
+// (nobody, whose uid and gid are the same, cannot tell them apart.)
+func TestDeniedIDsTellUIDFromGID(t *testing.T) {
+	e := newEnv(t)
+	name, uid, gid := userUIDNotGID(t)
+	id := func(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
+	cases := []struct {
+		name       string
+		uids, gids string // denied_host_uids and denied_host_gids
+		wantErr    string // "" for allowed
+	}{
+		{name: "uid denied", uids: id(uid), wantErr: fmt.Sprintf("user: %q (uid %d) is denied by the plugin config (denied_host_uids = \"%d\")", name, uid, uid)},
+		{name: "gid in denied_host_uids", uids: id(gid)},
+		{name: "gid denied", gids: id(gid), wantErr: fmt.Sprintf("user: %q is in group %d", name, gid)},
+		{name: "uid in denied_host_gids", gids: id(uid)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			saved := *e.cfg
+			defer func() { *e.cfg = saved }()
+			e.cfg.DeniedHostUIDs, e.cfg.DeniedHostGIDs = tc.uids, tc.gids
+
+			// As default_user: the plugin config itself.
+			asDefault := *e.cfg
+			asDefault.DefaultUser = name
+			err := asDefault.Validate()
+			if tc.wantErr == "" && err != nil {
+				t.Errorf("default_user %q: %v; want it allowed", name, err)
+			}
+			if want := fmt.Sprintf("default_user: %q would fail every task without a user: %s", name, tc.wantErr); tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+				t.Errorf("default_user %q: error %v; want %q", name, err, want)
+			}
+
+			// As the task's user.
+			e.cfg.DefaultUser = "root"
+			d := e.plugin()
+			cfg := e.taskConfig(&TaskConfig{Command: "/bin/true"}, nil)
+			cfg.User = name
+			_, _, err = d.StartTask(cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("task user %q: error %v; want %q", name, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("task user %q: %v; want it allowed", name, err)
+			}
+			if res := wait(t, d, cfg.ID, 30*time.Second); res.ExitCode != 0 {
+				t.Errorf("task as %q: %+v", name, res)
+			}
+			destroyTask(t, d, cfg.ID)
 		})
 	}
 }
