@@ -331,8 +331,8 @@ func waitQuery(t testing.TB, p *cluster.Prometheus, expr string, d time.Duration
 // share's ID starts with its GPU's UUID).
 func deviceGPU(t testing.TB, a *api.Allocation) string {
 	t.Helper()
-	for _, d := range a.AllocatedResources.Tasks["t"].Devices {
-		id := d.DeviceIDs[0]
+	if devs := a.AllocatedResources.Tasks["t"].Devices; len(devs) > 0 {
+		id := devs[0].DeviceIDs[0]
 		if i := strings.Index(id, "-mps-"); i > 0 {
 			return id[:i]
 		}

@@ -57,8 +57,6 @@ type Bound struct {
 	Profile string
 }
 
-func (b Bound) set() bool { return b.Count > 0 || b.Profile != "" }
-
 // Policy is a task's sizing policy.
 type Policy struct {
 	Mode     Mode

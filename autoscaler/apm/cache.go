@@ -96,10 +96,10 @@ type watch struct {
 	failingSince time.Time
 }
 
-func (w *watch) state() (data any, version uint64, lastErr error, failingSince time.Time) {
+func (w *watch) state() (data any, version uint64, failingSince time.Time, lastErr error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.data, w.version, w.lastErr, w.failingSince
+	return w.data, w.version, w.failingSince, w.lastErr
 }
 
 // cache is the cluster state, kept by watches (nodes, blocked evaluations
@@ -275,7 +275,7 @@ func (c *cache) ensure(kinds []int) error {
 		select {
 		case <-w.ready:
 		case <-deadline.C:
-			_, _, err, _ := w.state()
+			_, _, _, err := w.state()
 			if err == nil {
 				err = errors.New("no answer yet")
 			}
@@ -283,7 +283,7 @@ func (c *cache) ensure(kinds []int) error {
 		case <-c.ctx.Done():
 			return errors.New("plugin reconfigured or closed")
 		}
-		if _, _, err, since := w.state(); err != nil && time.Since(since) > c.cfg.MaxStaleness {
+		if _, _, since, err := w.state(); err != nil && time.Since(since) > c.cfg.MaxStaleness {
 			return fmt.Errorf("nomad %s list failing since %s (over max_staleness %v): %v",
 				watchNames[k], since.Format(time.RFC3339), c.cfg.MaxStaleness, err)
 		}
@@ -332,7 +332,7 @@ func (c *cache) listStates(kinds []int) []listState {
 		up := false
 		select {
 		case <-w.ready:
-			_, _, err, since := w.state()
+			_, _, since, err := w.state()
 			up = err == nil || time.Since(since) <= c.cfg.MaxStaleness
 		default:
 		}

@@ -267,7 +267,7 @@ func parseQuery(s string) (Query, error) {
 		}
 		for _, r := range v {
 			if !validValueChar(r) {
-				return q, fmt.Errorf("parameter %q: value %q has the character %q; values are letters, digits and - _ . / :", k, v, r)
+				return q, fmt.Errorf("parameter %q: value %q has the character %q; values are letters, digits and the characters -_./: only", k, v, r)
 			}
 		}
 		switch key {

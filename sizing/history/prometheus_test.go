@@ -154,13 +154,12 @@ func TestPrometheusSamples(t *testing.T) {
 	}
 	allSteps := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
 	type want struct {
-		times             []string // alloc@step
-		slice             map[string]Slice
-		util              map[string]float64
-		mem, limit        map[string]uint64
-		queriesPerMetric  int
-		errContains       string
-		maxPointsPerQuery int
+		times            []string // alloc@step
+		slice            map[string]Slice
+		util             map[string]float64
+		mem, limit       map[string]uint64
+		queriesPerMetric int
+		errContains      string
 	}
 	for _, tc := range []struct {
 		name   string

@@ -89,7 +89,7 @@ func renderWire(files []protoreflect.FileDescriptor) string {
 		add("message %s", m.FullName())
 		for i := 0; i < m.Fields().Len(); i++ {
 			f := m.Fields().Get(i)
-			typ := f.Kind().String()
+			var typ string
 			switch {
 			case f.IsMap():
 				typ = fmt.Sprintf("map<%s, %s>", kindName(f.MapKey()), kindName(f.MapValue()))

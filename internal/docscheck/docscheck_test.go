@@ -1,0 +1,178 @@
+package docscheck
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// repoRoot is the repository's top directory (two levels up).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// trackedFiles lists the files git tracks, relative to root; without git
+// (an exported tree) it walks the tree.
+func trackedFiles(t *testing.T, root string) []string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
+	if err == nil {
+		return strings.Split(strings.TrimRight(string(out), "\x00"), "\x00")
+	}
+	var files []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() && (d.Name() == ".git" || d.Name() == "bin" || strings.HasPrefix(d.Name(), ".") && p != root) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(root, p)
+			files = append(files, rel)
+		}
+		return nil
+	})
+	return files
+}
+
+var (
+	linkRe    = regexp.MustCompile(`\]\(([^) ]+)\)`)
+	codeRe    = regexp.MustCompile("`[^`]*`")
+	headingRe = regexp.MustCompile(`^#+ +(.*?) *#* *$`)
+	slugDrop  = regexp.MustCompile(`[^a-z0-9 _-]`)
+)
+
+// markdown is one file's links (line number, target) and heading anchors,
+// fenced code left out.
+type markdown struct {
+	links   []link
+	anchors map[string]bool
+}
+
+type link struct {
+	line   int
+	target string
+}
+
+func readMarkdown(t *testing.T, path string) markdown {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := markdown{anchors: map[string]bool{}}
+	seen := map[string]int{}
+	fenced := false
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+			continue
+		}
+		if fenced {
+			continue
+		}
+		if m := headingRe.FindStringSubmatch(line); m != nil {
+			// GitHub's anchor: lower case, punctuation dropped, spaces to
+			// hyphens, -1, -2, ... for repeats.
+			slug := strings.ReplaceAll(slugDrop.ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-")
+			if k := seen[slug]; k > 0 {
+				md.anchors[slug+"-"+strconv.Itoa(k)] = true
+			} else {
+				md.anchors[slug] = true
+			}
+			seen[slug]++
+		}
+		for _, m := range linkRe.FindAllStringSubmatch(codeRe.ReplaceAllString(line, ""), -1) {
+			md.links = append(md.links, link{n, m[1]})
+		}
+	}
+	return md
+}
+
+// Every relative link of README.md and docs/ names a file that exists,
+// and an anchor a heading of that file.
+func TestDocLinksResolve(t *testing.T) {
+	root := repoRoot(t)
+	var pages []string
+	for _, f := range trackedFiles(t, root) {
+		if f == "README.md" || strings.HasPrefix(f, "docs/") && strings.HasSuffix(f, ".md") {
+			pages = append(pages, f)
+		}
+	}
+	if len(pages) < 5 {
+		t.Fatalf("only %d pages: %v", len(pages), pages)
+	}
+	cache := map[string]markdown{}
+	read := func(p string) markdown {
+		if md, ok := cache[p]; ok {
+			return md
+		}
+		cache[p] = readMarkdown(t, p)
+		return cache[p]
+	}
+	for _, page := range pages {
+		abs := filepath.Join(root, page)
+		for _, l := range read(abs).links {
+			if strings.Contains(l.target, "://") || strings.HasPrefix(l.target, "mailto:") {
+				continue
+			}
+			if strings.HasPrefix(l.target, "/") {
+				t.Errorf("%s:%d: %s is an absolute path", page, l.line, l.target)
+				continue
+			}
+			path, anchor, _ := strings.Cut(l.target, "#")
+			dest := abs
+			if path != "" {
+				dest = filepath.Join(filepath.Dir(abs), path)
+			}
+			if rel, _ := filepath.Rel(root, dest); strings.HasPrefix(rel, "..") {
+				t.Errorf("%s:%d: %s leaves the repository", page, l.line, l.target)
+				continue
+			}
+			fi, err := os.Stat(dest)
+			if err != nil {
+				t.Errorf("%s:%d: %s: no such file", page, l.line, l.target)
+				continue
+			}
+			if anchor != "" && (fi.IsDir() || !strings.HasSuffix(dest, ".md") || !read(dest).anchors[anchor]) {
+				t.Errorf("%s:%d: %s: no heading with anchor #%s", page, l.line, l.target, anchor)
+			}
+		}
+	}
+}
+
+// outsidePath matches a path into the sibling "shared" folder of the tree
+// this was written in, or into a build machine's work directory (written
+// in pieces, so that this line does not match itself).
+var outsidePath = regexp.MustCompile(`\.\.` + `/shared/|(^|[^A-Za-z0-9_.-])/` + `work/`)
+
+// No tracked text file names a path outside the repository.
+func TestNoPathOutsideTheRepository(t *testing.T) {
+	root := repoRoot(t)
+	for _, f := range trackedFiles(t, root) {
+		if strings.HasSuffix(f, ".gz") || strings.HasSuffix(f, ".png") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(b), "\n") {
+			if outsidePath.MatchString(line) {
+				t.Errorf("%s:%d names a path outside the repository: %s", f, n+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
