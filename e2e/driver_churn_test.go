@@ -404,18 +404,12 @@ func supervisorPIDs(stateDir string) []int {
 }
 
 // clusterPluginPID is the pid of the plugin process the cluster's (only)
-// client runs: the child of the client agent named name, with no arguments.
+// client runs.
 func clusterPluginPID(t testing.TB, c *cluster.Cluster, name string) int {
 	t.Helper()
-	agent := c.Client(t, "client-1").PID()
-	var found []int
-	for _, p := range listProcesses() {
-		if p.ppid == agent && !p.zombie && len(p.argv) == 1 && filepath.Base(p.argv[0]) == name {
-			found = append(found, p.pid)
-		}
-	}
+	found := c.PluginPIDs(name)
 	if len(found) != 1 {
-		t.Fatalf("want one %s plugin process under client pid %d, found %v", name, agent, found)
+		t.Fatalf("want one %s plugin process of this cluster, found %v", name, found)
 	}
 	return found[0]
 }

@@ -59,6 +59,7 @@ type procInfo struct {
 	marker string // value of markerEnv, "" if absent or unreadable
 	cwd    string
 	exe    string
+	argv   []string
 	task   TaskRef // NOMAD_ALLOC_ID and NOMAD_TASK_NAME of a task's process
 }
 
@@ -91,9 +92,28 @@ func listProcs() []procInfo {
 		}
 		p.cwd, _ = os.Readlink(base + "/cwd")
 		p.exe, _ = os.Readlink(base + "/exe")
+		if b, err := os.ReadFile(base + "/cmdline"); err == nil && len(b) > 0 {
+			p.argv = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		}
 		out = append(out, p)
 	}
 	return out
+}
+
+// PluginPIDs lists the live processes of the Nomad plugin binary name
+// (run with no arguments, as Nomad runs a plugin) that this cluster's
+// agents started: they carry its marker, which no process of another
+// cluster, of a `make dev` agent or of a production node has. A plugin a
+// client reattached to after a restart is found too, though its parent is
+// no longer the agent.
+func (c *Cluster) PluginPIDs(name string) []int {
+	var pids []int
+	for _, p := range listProcs() {
+		if p.marker == c.marker && len(p.argv) == 1 && filepath.Base(p.argv[0]) == name && !isZombie(p.pid) {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids
 }
 
 func under(path, dir string) bool {

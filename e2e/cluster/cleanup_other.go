@@ -34,3 +34,6 @@ func TaskCgroups(r TaskRef) []string { return nil }
 
 // TaskProcesses is not tracked here.
 func TaskProcesses(r TaskRef) []int { return nil }
+
+// PluginPIDs is not tracked here.
+func (c *Cluster) PluginPIDs(name string) []int { return nil }
