@@ -61,12 +61,10 @@ func TestJobsFilesValidate(t *testing.T) {
 			t.Errorf("nomad node pool apply %s: %v\n%s", f, err, out)
 		}
 	}
-	// The autoscaled pool of jobs/autoscaler, made by its cloud node group.
-	if _, err := c.API().NodePools().Register(&api.NodePool{Name: "gpu"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	// Valid without a word of warning: a warning at validate is one at
+	// every submit.
 	for _, f := range specs {
-		if out, err := nomadTool(t, addr, "job", "validate", f); err != nil {
+		if out, err := nomadTool(t, addr, "job", "validate", f); err != nil || strings.Contains(strings.ToLower(out), "warning") {
 			t.Errorf("nomad job validate %s: %v\n%s", f, err, out)
 		}
 	}
@@ -218,4 +216,98 @@ func runDispatched(t *testing.T, c *cluster.Cluster, src string) {
 		t.Errorf("the dispatched shard ended %s: %s", done.ClientStatus, cluster.AllocSummary(done))
 	}
 	c.StopJob(t, *job.ID, false)
+}
+
+// jobs/agent/client-sim.hcl's plugin blocks run as README's one-machine
+// trial runs them, with only the host paths moved under a root of the
+// test's own (none of which exists beforehand, as on a fresh node) and the
+// ports made the test's own: the node comes up with every device group and
+// a healthy driver, and jobs/training/train.nomad.hcl runs as the driver's
+// default user (nobody), checkpoints when stopped and resumes from it.
+func TestSimClientConfigInJobs(t *testing.T) {
+	cluster.RequirePlugin(t, "nomad-device-gpu")
+	cluster.RequirePlugin(t, "nomad-driver-gpu")
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
+	}
+	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "agent", "client-sim.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp("", "nge2e-sim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil { // as / is
+		t.Fatal(err)
+	}
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	plugins := simClientPlugins(t, string(src), root, c.Server().HTTPAddr())
+	if out, err := nomadTool(t, c.Server().HTTPAddr(), "node", "pool", "apply", filepath.Join(cluster.RepoRoot(t), "jobs", "pools", "training.hcl")); err != nil {
+		t.Fatalf("nomad node pool apply: %v\n%s", err, out)
+	}
+	c.StartClients(t, cluster.ClientOptions{Name: "sim-1", PluginDir: cluster.PluginDir(t), ClientHCL: `node_pool = "training"`, ExtraHCL: plugins})
+	// Whole GPUs, three MIG profiles, and MPS shares of GPUs 4 and 5.
+	c.WaitForNode(t, "sim-1", func(n *api.Node) bool {
+		d := n.Drivers["gpu"]
+		return d != nil && d.Healthy && len(deviceGroups(n)) == 6
+	}, 2*time.Minute)
+
+	train, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "training", "train.nomad.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run, want := range []string{"from step 0 (resume 0)", "(resume 1)"} {
+		job := c.RunJobVars(t, string(train), `tier = "P1"`)
+		a := c.WaitForAllocs(t, *job.ID, run+1, time.Minute)[run]
+		c.WaitForAllocStatus(t, a.ID, "running", 2*time.Minute)
+		out := c.WaitForAllocLogs(t, a.ID, "train", "stdout", want, time.Minute)
+		if out = nomadCLI(t, c, "alloc", "exec", "-task", "train", a.ID, "id", "-un"); strings.TrimSpace(out) != "nobody" {
+			t.Errorf("the task runs as %q, want nobody (default_user)", out)
+		}
+		c.StopJob(t, *job.ID, false)
+		done := waitTerminal(t, c, a.ID)
+		committed := false
+		for _, e := range done.TaskStates["train"].Events {
+			committed = committed || strings.HasPrefix(e.DisplayMessage, "checkpoint committed")
+		}
+		if !committed {
+			t.Fatalf("run %d: no checkpoint committed on stop: %s", run, cluster.AllocSummary(done))
+		}
+	}
+}
+
+// simClientPlugins is client-sim.hcl's plugin blocks with its host paths
+// under root, its metrics on free ports and the driver reaching Nomad at
+// nomadAddr. Each path or port it moves must be in the file, so a new one
+// there fails here instead of reaching outside the test.
+func simClientPlugins(t *testing.T, src, root, nomadAddr string) string {
+	t.Helper()
+	start, end := strings.Index(src, `plugin "nomad-device-gpu" {`), strings.Index(src, "\ntelemetry {")
+	if start < 0 || end < start {
+		t.Fatal(`client-sim.hcl: want the plugin blocks, then a telemetry block`)
+	}
+	blocks := src[start:end]
+	moves := []string{
+		"/var/lib/nomad-gpu", root + "/var/lib/nomad-gpu",
+		"/run/nomad-gpu", root + "/run/nomad-gpu",
+		"/var/log/nomad-gpu", root + "/var/log/nomad-gpu",
+		"/opt/nomad/libexec/", filepath.Join(cluster.RepoRoot(t), "bin", "libexec") + "/",
+		`"0.0.0.0:9401"`, fmt.Sprintf("%q", freeAddr(t)),
+		`"0.0.0.0:9402"`, fmt.Sprintf("%q", freeAddr(t)),
+		"\n    state_dir", fmt.Sprintf("\n    nomad {\n      address = %q\n    }\n    state_dir", nomadAddr),
+	}
+	for i := 0; i < len(moves); i += 2 {
+		if !strings.Contains(blocks, moves[i]) {
+			t.Fatalf("client-sim.hcl has no %q; update this test", moves[i])
+		}
+	}
+	blocks = strings.NewReplacer(moves...).Replace(blocks)
+	for _, host := range []string{`"/var/`, `"/run/`, `"/opt/`} {
+		if strings.Contains(blocks, host) {
+			t.Fatalf("client-sim.hcl names a host path this test does not move: %s", blocks)
+		}
+	}
+	return blocks
 }
