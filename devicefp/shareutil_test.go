@@ -3,6 +3,7 @@ package devicefp
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +109,27 @@ func findInstance(st *device.Stats, id string) *device.DeviceStats {
 		}
 	}
 	return nil
+}
+
+// Every device's stats name its physical GPU, which its group's attributes
+// cannot: whole GPUs share a group per product, MIG instances per profile.
+func TestStatsNameThePhysicalGPU(t *testing.T) {
+	n := newSimNode(t, nil)
+	st := n.p.collectStats(time.Now())
+	for _, d := range n.devices() {
+		t.Run(d[1]+" "+d[0], func(t *testing.T) {
+			ds := findInstance(st, d[0])
+			if ds == nil {
+				t.Fatal("no stats")
+			}
+			gpuIdx, _ := strconv.Atoi(d[2])
+			idx, uuid := ds.Stats.Attributes[statGPUIndex], ds.Stats.Attributes[statGPUUUID]
+			if idx == nil || idx.IntNumerator == nil || *idx.IntNumerator != int64(gpuIdx) {
+				t.Errorf("%s = %+v, want %d", statGPUIndex, idx, gpuIdx)
+			}
+			if uuid == nil || uuid.String == nil || *uuid.String != n.gpuUUID(gpuIdx) {
+				t.Errorf("%s = %+v, want %s", statGPUUUID, uuid, n.gpuUUID(gpuIdx))
+			}
+		})
+	}
 }

@@ -27,6 +27,11 @@ const (
 	statShareMemory  = "MPS memory limit"
 	statShareUsed    = "MPS memory used"
 	statShareUtil    = "MPS utilization"
+	// The physical GPU a device is on, per device: Nomad's device groups
+	// gather several GPUs (whole GPUs by product, MIG instances by
+	// profile), so group attributes cannot say which one.
+	statGPUIndex = "GPU index"
+	statGPUUUID  = "GPU UUID"
 )
 
 // shareUsageMaxAge drops figures the driver stopped publishing (no task).
@@ -164,6 +169,9 @@ func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats 
 			attrs[name] = &structs.StatValue{IntNumerator: &i, Desc: "volatile ECC error count"}
 		}
 	}
+	index, uuid := int64(s.gpuIndex), s.gpuUUID
+	attrs[statGPUIndex] = &structs.StatValue{IntNumerator: &index, Desc: "NVML index of the physical GPU"}
+	attrs[statGPUUUID] = &structs.StatValue{String: &uuid, Desc: "UUID of the physical GPU"}
 	summary := memUsed
 	if s.typ == contract.SliceMPS {
 		th := int64(s.threadPercent)
