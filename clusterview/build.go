@@ -88,6 +88,10 @@ const (
 	statMemUsed  = "Memory used"
 	statMPSUsed  = "MPS memory used"
 	statMPSLimit = "MPS memory limit"
+	statTemp     = "Temperature" // C
+	statPower    = "Power"       // W
+	statGPUIndex = "GPU index"   // the physical GPU's, on every device
+	statGPUUUID  = "GPU UUID"
 )
 
 // Build makes the view of in. It is pure: the same input gives the same
@@ -185,6 +189,45 @@ func (g *gpuBuilder) addAllocs(refs ...AllocRef) {
 	}
 }
 
+// takeGPUStats fills in what every device on the GPU reports alike (its
+// index and UUID, temperature and power) from the first device that
+// reports them.
+func (g *gpuBuilder) takeGPUStats(ds *api.DeviceStats) {
+	if g.Index == nil {
+		g.Index = intStat(ds, statGPUIndex)
+	}
+	if g.UUID == "" {
+		g.UUID = stringStat(ds, statGPUUUID)
+	}
+	if g.TemperatureC == nil {
+		g.TemperatureC = numStat(ds, statTemp)
+	}
+	if g.PowerW == nil {
+		g.PowerW = numStat(ds, statPower)
+	}
+}
+
+// nodeBuilder groups one node's devices into GPUs.
+type nodeBuilder struct {
+	held  map[string][]AllocRef       // device ID → holders
+	inst  map[string]*api.DeviceStats // device ID → stats
+	byKey map[string]*gpuBuilder
+	order []*gpuBuilder
+}
+
+// get is the GPU under key, made by init when first seen.
+func (b *nodeBuilder) get(key string, init func() GPU) *gpuBuilder {
+	g, ok := b.byKey[key]
+	if !ok {
+		g = &gpuBuilder{GPU: init(), allocSeen: map[AllocRef]bool{}}
+		g.Healthy = true
+		g.Slices, g.Allocations = []Slice{}, []AllocRef{}
+		b.byKey[key] = g
+		b.order = append(b.order, g)
+	}
+	return g
+}
+
 // buildNode groups a node's devices into GPUs and fills in holders and
 // stats.
 func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string]NodeStats) Node {
@@ -193,29 +236,15 @@ func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string
 		Status: n.Status, Eligible: n.SchedulingEligibility == api.NodeSchedulingEligible, Drain: n.Drain,
 		GPUs: []GPU{},
 	}
+	b := &nodeBuilder{held: held, byKey: map[string]*gpuBuilder{}}
 	st, ok := stats[n.ID]
-	var inst map[string]*api.DeviceStats
 	switch {
 	case !ok:
 		node.StatsError = "stats unavailable"
 	case st.Err != nil:
 		node.StatsError = "stats unavailable: " + errorText(st.Err)
 	default:
-		inst = instanceStats(st.Host)
-	}
-
-	byKey := map[string]*gpuBuilder{}
-	var order []*gpuBuilder
-	get := func(key string, init func() GPU) *gpuBuilder {
-		g, ok := byKey[key]
-		if !ok {
-			g = &gpuBuilder{GPU: init(), allocSeen: map[AllocRef]bool{}}
-			g.Healthy = true
-			g.Slices, g.Allocations = []Slice{}, []AllocRef{}
-			byKey[key] = g
-			order = append(order, g)
-		}
-		return g
+		b.inst = instanceStats(st.Host)
 	}
 	var devices []*api.NodeDeviceResource
 	if n.NodeResources != nil {
@@ -229,85 +258,110 @@ func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string
 			if in == nil {
 				continue
 			}
-			bus := ""
-			if in.Locality != nil {
-				bus = in.Locality.PciBusID
-			}
-			ds := inst[in.ID]
 			switch d.Type {
 			case contract.SliceGPU:
-				g := get("uuid:"+in.ID, func() GPU {
-					return GPU{UUID: in.ID, Model: d.Name, PCIBusID: bus, Mode: ModeWhole, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrMemory)}
-				})
-				g.Healthy, g.HealthDescription = in.Healthy, healthText(in)
-				used, total := memStat(ds, statMemUsed)
-				g.MemoryUsedMiB = used
-				if g.MemoryTotalMiB == nil {
-					g.MemoryTotalMiB = total
-				}
-				g.UtilizationPct = numStat(ds, statGPUUtil)
-				g.addAllocs(held[in.ID]...)
+				b.addWhole(d, in)
 			case contract.SliceMIG:
-				parent := attrString(d.Attributes, contract.AttrParentProduct)
-				key := "pci:" + bus
-				if bus == "" {
-					key = "mig:" + parent
-				}
-				g := get(key, func() GPU {
-					return GPU{Model: parent, PCIBusID: bus, Mode: ModeMIG, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
-				})
-				profile := attrString(d.Attributes, contract.AttrMIGProfile)
-				if profile == "" {
-					profile = d.Name
-				}
-				s := newSlice(contract.SliceMIG, in, profile, held[in.ID])
-				s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMemory)
-				s.MemoryUsedMiB, _ = memStat(ds, statMemUsed)
-				s.UtilizationPct = numStat(ds, statGPUUtil)
-				g.Slices = append(g.Slices, s)
-				g.addAllocs(held[in.ID]...)
+				b.addMIG(d, in)
 			case contract.SliceMPS:
-				uuid, _, ok := contract.ParseShareID(in.ID)
-				if !ok {
-					uuid = d.Name
-				}
-				g := get("uuid:"+uuid, func() GPU {
-					return GPU{UUID: uuid, Model: attrString(d.Attributes, contract.AttrParentProduct), PCIBusID: bus,
-						Mode: ModeMPS, Index: attrInt(d.Attributes, contract.AttrParentIndex), MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
-				})
-				profile := ""
-				if shares := attrInt(d.Attributes, contract.AttrMPSShares); shares != nil {
-					profile = "1/" + strconv.Itoa(*shares)
-				}
-				s := newSlice(contract.SliceMPS, in, profile, held[in.ID])
-				s.MemoryTotalMiB = memValue(statValue(ds, statMPSLimit), false)
-				if s.MemoryTotalMiB == nil {
-					s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMPSMemoryLimit)
-				}
-				s.MemoryUsedMiB = memValue(statValue(ds, statMPSUsed), false)
-				// Every share reads its GPU's telemetry: the GPU's figures.
-				if used, total := memStat(ds, statMemUsed); used != nil && g.MemoryUsedMiB == nil {
-					g.MemoryUsedMiB = used
-					if g.MemoryTotalMiB == nil {
-						g.MemoryTotalMiB = total
-					}
-				}
-				if u := numStat(ds, statGPUUtil); u != nil && g.UtilizationPct == nil {
-					g.UtilizationPct = u
-				}
-				g.Slices = append(g.Slices, s)
-				g.addAllocs(held[in.ID]...)
+				b.addMPS(d, in)
 			}
 		}
 	}
-	for _, g := range order {
+	for _, g := range b.order {
 		g.finish()
+		g.allocMemory()
 		node.GPUs = append(node.GPUs, g.GPU)
 	}
 	slices.SortFunc(node.GPUs, func(a, b GPU) int {
 		return cmp.Or(cmp.Compare(a.PCIBusID, b.PCIBusID), cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Model, b.Model))
 	})
 	return node
+}
+
+func busID(in *api.NodeDevice) string {
+	if in.Locality == nil {
+		return ""
+	}
+	return in.Locality.PciBusID
+}
+
+// addWhole adds a whole GPU: its own device.
+func (b *nodeBuilder) addWhole(d *api.NodeDeviceResource, in *api.NodeDevice) {
+	ds := b.inst[in.ID]
+	g := b.get("uuid:"+in.ID, func() GPU {
+		return GPU{UUID: in.ID, Model: d.Name, PCIBusID: busID(in), Mode: ModeWhole, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrMemory)}
+	})
+	g.Healthy, g.HealthDescription = in.Healthy, healthText(in)
+	used, total := memStat(ds, statMemUsed)
+	g.MemoryUsedMiB = used
+	if g.MemoryTotalMiB == nil {
+		g.MemoryTotalMiB = total
+	}
+	g.UtilizationPct = numStat(ds, statGPUUtil)
+	g.takeGPUStats(ds)
+	g.addAllocs(b.held[in.ID]...)
+}
+
+// addMIG adds a MIG instance to its GPU, found by the PCI bus ID it
+// carries (its GPU's), else by its parent product.
+func (b *nodeBuilder) addMIG(d *api.NodeDeviceResource, in *api.NodeDevice) {
+	ds := b.inst[in.ID]
+	parent, bus := attrString(d.Attributes, contract.AttrParentProduct), busID(in)
+	key := "pci:" + bus
+	if bus == "" {
+		key = "mig:" + parent
+	}
+	g := b.get(key, func() GPU {
+		return GPU{Model: parent, PCIBusID: bus, Mode: ModeMIG, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
+	})
+	profile := attrString(d.Attributes, contract.AttrMIGProfile)
+	if profile == "" {
+		profile = d.Name
+	}
+	s := newSlice(contract.SliceMIG, in, profile, b.held[in.ID])
+	s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMemory)
+	s.MemoryUsedMiB, _ = memStat(ds, statMemUsed)
+	s.UtilizationPct = numStat(ds, statGPUUtil)
+	g.takeGPUStats(ds)
+	g.Slices = append(g.Slices, s)
+	g.addAllocs(b.held[in.ID]...)
+}
+
+// addMPS adds an MPS share to its GPU, named in the share's ID.
+func (b *nodeBuilder) addMPS(d *api.NodeDeviceResource, in *api.NodeDevice) {
+	ds := b.inst[in.ID]
+	uuid, _, ok := contract.ParseShareID(in.ID)
+	if !ok {
+		uuid = d.Name
+	}
+	g := b.get("uuid:"+uuid, func() GPU {
+		return GPU{UUID: uuid, Model: attrString(d.Attributes, contract.AttrParentProduct), PCIBusID: busID(in),
+			Mode: ModeMPS, Index: attrInt(d.Attributes, contract.AttrParentIndex), MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
+	})
+	profile := ""
+	if shares := attrInt(d.Attributes, contract.AttrMPSShares); shares != nil {
+		profile = "1/" + strconv.Itoa(*shares)
+	}
+	s := newSlice(contract.SliceMPS, in, profile, b.held[in.ID])
+	s.MemoryTotalMiB = memValue(statValue(ds, statMPSLimit), false)
+	if s.MemoryTotalMiB == nil {
+		s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMPSMemoryLimit)
+	}
+	s.MemoryUsedMiB = memValue(statValue(ds, statMPSUsed), false)
+	// Every share reads its GPU's telemetry: the GPU's figures.
+	if used, total := memStat(ds, statMemUsed); used != nil && g.MemoryUsedMiB == nil {
+		g.MemoryUsedMiB = used
+		if g.MemoryTotalMiB == nil {
+			g.MemoryTotalMiB = total
+		}
+	}
+	if u := numStat(ds, statGPUUtil); u != nil && g.UtilizationPct == nil {
+		g.UtilizationPct = u
+	}
+	g.takeGPUStats(ds)
+	g.Slices = append(g.Slices, s)
+	g.addAllocs(b.held[in.ID]...)
 }
 
 // errorText is an error on one line; a Nomad API error as its status code
@@ -378,6 +432,40 @@ func (g *gpuBuilder) finish() {
 	}
 }
 
+// allocMemory sets what each holder uses: of a slice, the slice's memory
+// used; of a GPU, the whole GPU's, or the sum over the slices it holds
+// there (unknown when one of them is).
+func (g *gpuBuilder) allocMemory() {
+	for i := range g.Slices {
+		s := &g.Slices[i]
+		if s.Alloc != nil {
+			s.Alloc.MemoryUsedMiB = s.MemoryUsedMiB
+		}
+	}
+	for i := range g.Allocations {
+		a := &g.Allocations[i]
+		if len(g.Slices) == 0 {
+			a.MemoryUsedMiB = g.MemoryUsedMiB
+			continue
+		}
+		var sum int64
+		known := true
+		for _, s := range g.Slices {
+			if s.Alloc == nil || s.Alloc.AllocID != a.AllocID || s.Alloc.Task != a.Task {
+				continue
+			}
+			if s.MemoryUsedMiB == nil {
+				known = false
+				break
+			}
+			sum += *s.MemoryUsedMiB
+		}
+		if known {
+			a.MemoryUsedMiB = &sum
+		}
+	}
+}
+
 // instanceStats indexes a node's nvidia device stats by device ID.
 func instanceStats(hs *api.HostStats) map[string]*api.DeviceStats {
 	out := map[string]*api.DeviceStats{}
@@ -419,6 +507,24 @@ func numStat(ds *api.DeviceStats, name string) *float64 {
 		return &f
 	}
 	return nil
+}
+
+// intStat is a stat's numerator as a whole number, nil if absent.
+func intStat(ds *api.DeviceStats, name string) *int {
+	f := numStat(ds, name)
+	if f == nil {
+		return nil
+	}
+	n := int(*f)
+	return &n
+}
+
+// stringStat is a stat's text, "" if absent.
+func stringStat(ds *api.DeviceStats, name string) string {
+	if v := statValue(ds, name); v != nil && v.StringVal != nil {
+		return *v.StringVal
+	}
+	return ""
 }
 
 // memStat reads a memory stat "used / total" in MiB.

@@ -22,20 +22,20 @@ func num[T int | int64 | float64](p *T) string {
 func describe(g GPU) string {
 	var allocs []string
 	for _, a := range g.Allocations {
-		allocs = append(allocs, a.Job+"/"+a.Group+"/"+a.Task+"@"+a.AllocID[:8])
+		allocs = append(allocs, a.Job+"/"+a.Group+"/"+a.Task+"@"+a.AllocID[:8]+":"+num(a.MemoryUsedMiB))
 	}
 	var sl []string
 	for _, s := range g.Slices {
 		holder := "-"
 		if s.Alloc != nil {
-			holder = s.Alloc.Job
+			holder = s.Alloc.Job + ":" + num(s.Alloc.MemoryUsedMiB)
 		}
 		sl = append(sl, fmt.Sprintf("%s:%s:%s:%v:%s/%s:%s", s.Type, s.ID[len(s.ID)-6:], s.Profile, s.Healthy,
 			num(s.MemoryUsedMiB), num(s.MemoryTotalMiB), holder))
 	}
-	return fmt.Sprintf("%s|%s|idx=%s|%s|%s|healthy=%v %s|mem=%s/%s|util=%s|allocs=%s|slices=%s",
+	return fmt.Sprintf("%s|%s|idx=%s|%s|%s|healthy=%v %s|mem=%s/%s|util=%s|%sC %sW|allocs=%s|slices=%s",
 		g.UUID, g.PCIBusID, num(g.Index), g.Model, g.Mode, g.Healthy, g.HealthDescription,
-		num(g.MemoryUsedMiB), num(g.MemoryTotalMiB), num(g.UtilizationPct),
+		num(g.MemoryUsedMiB), num(g.MemoryTotalMiB), num(g.UtilizationPct), num(g.TemperatureC), num(g.PowerW),
 		strings.Join(allocs, ","), strings.Join(sl, " "))
 }
 
@@ -50,12 +50,12 @@ func TestBuildGroupsDevicesIntoGPUs(t *testing.T) {
 		t.Errorf("node %+v", n)
 	}
 	want := []string{
-		gpuA + "|0000:18:00.0|idx=nil|" + h100 + "|whole|healthy=true |mem=30000/81920|util=40|allocs=train/g/t@a0000001|slices=",
-		gpuB + "|0000:2a:00.0|idx=nil|" + h100 + "|whole|healthy=false XID 79 (GPU has fallen off the bus)|mem=0/81920|util=0|allocs=|slices=",
-		gpuM + "|0000:9a:00.0|idx=4|" + h100 + "|mps|healthy=true |mem=12000/81920|util=55|allocs=notebook/g/t@a0000003|slices=" +
-			"mps:-mps-0:1/4:true:0/20480:- mps:-mps-1:1/4:true:1000/20480:notebook mps:-mps-2:1/4:true:500/20480:notebook mps:-mps-3:1/4:true:0/20480:-",
-		"|0000:db:00.0|idx=nil|" + h100 + "|mig|healthy=true |mem=3072/81920|util=nil|allocs=infer/g/t@a0000002|slices=" +
-			"mig:000000:1g.10gb:true:2048/10240:infer mig:000000:1g.10gb:true:1024/10240:-",
+		gpuA + "|0000:18:00.0|idx=0|" + h100 + "|whole|healthy=true |mem=30000/81920|util=40|45C 300W|allocs=train/g/t@a0000001:30000|slices=",
+		gpuB + "|0000:2a:00.0|idx=1|" + h100 + "|whole|healthy=false XID 79 (GPU has fallen off the bus)|mem=0/81920|util=0|30C 70W|allocs=|slices=",
+		gpuM + "|0000:9a:00.0|idx=4|" + h100 + "|mps|healthy=true |mem=12000/81920|util=55|51C 250.5W|allocs=notebook/g/t@a0000003:1500|slices=" +
+			"mps:-mps-0:1/4:true:0/20480:- mps:-mps-1:1/4:true:1000/20480:notebook:1000 mps:-mps-2:1/4:true:500/20480:notebook:500 mps:-mps-3:1/4:true:0/20480:-",
+		gpuMIG + "|0000:db:00.0|idx=7|" + h100 + "|mig|healthy=true |mem=3072/81920|util=nil|38C 120W|allocs=infer/g/t@a0000002:2048|slices=" +
+			"mig:000000:1g.10gb:true:2048/10240:infer:2048 mig:000000:1g.10gb:true:1024/10240:-",
 	}
 	if len(n.GPUs) != len(want) {
 		t.Fatalf("%d GPUs, want %d", len(n.GPUs), len(want))
@@ -141,6 +141,30 @@ func TestBuildHealthAndFallbacks(t *testing.T) {
 			},
 		},
 		{
+			name: "a task's memory on a sliced GPU needs every slice's figure",
+			edit: func(_ *api.NodeListStub, in *Input) {
+				delete(in.Stats[node1ID].Host.DeviceStats[2].InstanceStats, shareID(gpuM, 2))
+			},
+			gpu: 2, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if g.Allocations[0].MemoryUsedMiB != nil || num(g.Slices[1].Alloc.MemoryUsedMiB) != "1000" || g.Slices[2].Alloc.MemoryUsedMiB != nil {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
+			name: "GPU figures from any share with stats",
+			edit: func(_ *api.NodeListStub, in *Input) {
+				delete(in.Stats[node1ID].Host.DeviceStats[2].InstanceStats, shareID(gpuM, 0))
+			},
+			gpu: 2, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if num(g.TemperatureC) != "51" || num(g.PowerW) != "250.5" || g.UUID != gpuM {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
 			name: "no stats entry: stats unavailable, figures null",
 			edit: func(_ *api.NodeListStub, in *Input) { delete(in.Stats, node1ID) },
 			gpu:  0, health: "true ",
@@ -162,6 +186,36 @@ func TestBuildHealthAndFallbacks(t *testing.T) {
 			}
 			if tc.check != nil {
 				tc.check(t, g)
+			}
+		})
+	}
+}
+
+// Every GPU row has its index and UUID: from the device stats, which name
+// each device's physical GPU; without stats an MPS GPU's index from its
+// parent_index attribute and a whole GPU's UUID from its device ID.
+func TestBuildGPUIdentity(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(in *Input)
+		want []string // index uuid, per GPU of node 1
+	}{
+		{"stats", func(*Input) {}, []string{"0 " + gpuA, "1 " + gpuB, "4 " + gpuM, "7 " + gpuMIG}},
+		{"no stats", func(in *Input) { delete(in.Stats, node1ID) }, []string{"nil " + gpuA, "nil " + gpuB, "4 " + gpuM, "nil "}},
+		{"one MIG instance without stats", func(in *Input) {
+			delete(in.Stats[node1ID].Host.DeviceStats[1].InstanceStats, migA)
+		}, []string{"0 " + gpuA, "1 " + gpuB, "4 " + gpuM, "7 " + gpuMIG}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fixtureInput()
+			tc.edit(in)
+			var got []string
+			for _, g := range Build(in).Nodes[0].GPUs {
+				got = append(got, num(g.Index)+" "+g.UUID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
 	}
@@ -238,11 +292,12 @@ func TestJSONShape(t *testing.T) {
 		{"top", doc, "generated_at nodes queue"},
 		{"node", nodes[0], "class datacenter drain eligible gpus id name pool status"},
 		{"node without stats", nodes[1], "class datacenter drain eligible gpus id name pool stats_error status"},
-		{"whole gpu", whole, "allocations healthy memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
-		{"mps gpu", mps, "allocations healthy index memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
-		{"unhealthy gpu", gpus[1], "allocations health_description healthy memory_total_mib memory_used_mib mode model pci_bus_id slices utilization_pct uuid"},
+		{"whole gpu", whole, "allocations healthy index memory_total_mib memory_used_mib mode model pci_bus_id power_w slices temperature_c utilization_pct uuid"},
+		{"mps gpu", mps, "allocations healthy index memory_total_mib memory_used_mib mode model pci_bus_id power_w slices temperature_c utilization_pct uuid"},
+		{"unhealthy gpu", gpus[1], "allocations health_description healthy index memory_total_mib memory_used_mib mode model pci_bus_id power_w slices temperature_c utilization_pct uuid"},
+		{"gpu without stats", nodes[1].(map[string]any)["gpus"].([]any)[0], "allocations healthy memory_total_mib memory_used_mib mode model pci_bus_id power_w slices temperature_c utilization_pct uuid"},
 		{"slice", slice, "alloc healthy id memory_total_mib memory_used_mib profile type utilization_pct"},
-		{"alloc", held, "alloc_id group job namespace prediction task"},
+		{"alloc", held, "alloc_id group job memory_used_mib namespace prediction task"},
 		{"prediction", held.(map[string]any)["prediction"], "basis remaining_seconds runtime_seconds"},
 		{"queue entry", queue, "count devices group job namespace pool prediction_basis reason since state waiting_seconds"},
 		{"device ask", first(queue.(map[string]any)["devices"]), "count name"},

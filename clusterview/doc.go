@@ -17,10 +17,17 @@
 // the GPU UUID in their ID (model, memory and index from parent_product,
 // parent_memory and parent_index); MIG instances by the PCI bus ID they
 // carry as locality, which is their GPU's (model and memory from
-// parent_product and parent_memory). The device plugin does not report a
-// MIG GPU's UUID or any GPU's index except an MPS GPU's, so those are left
-// empty. MIG instances without a PCI bus ID are grouped by parent_product.
-// Devices of other vendors are not shown.
+// parent_product and parent_memory). MIG instances without a PCI bus ID
+// are grouped by parent_product. Devices of other vendors are not shown.
+//
+// A GPU's index and UUID come from the device stats, where the device
+// plugin names every device's physical GPU ("GPU index", "GPU UUID"):
+// device attributes cannot, since Nomad keeps them per device group and a
+// group gathers several GPUs (whole GPUs by product, MIG instances by
+// profile). So a whole GPU's index, and a MIG GPU's index and UUID, are
+// unknown while its node's stats are unavailable (an MPS GPU's index is
+// then parent_index; a whole GPU's UUID is its device ID). Temperature and
+// power are the GPU's as any of its devices reports them.
 //
 // # JSON (`nomad-gpu top -json`)
 //
@@ -35,25 +42,27 @@
 //	    "eligible": true, "drain": false,
 //	    "stats_error": "stats unavailable: HTTP 500: …", // only when its stats could not be read
 //	    "gpus": [{
-//	      "uuid": "GPU-…",                // "" for a GPU in MIG mode
+//	      "uuid": "GPU-…",                // "" for a GPU in MIG mode whose stats are unavailable
 //	      "model": "NVIDIA H100 80GB HBM3",
-//	      "index": 4,                     // only when known (MPS GPUs)
+//	      "index": 4,                     // only when known (see Grouping)
 //	      "pci_bus_id": "0000:18:00.0",
 //	      "mode": "whole" | "mig" | "mps",
 //	      "healthy": true, "health_description": "XID 79 …" (only when unhealthy),
 //	      "memory_total_mib": 81920, "memory_used_mib": 1000, "utilization_pct": 80,
+//	      "temperature_c": 45, "power_w": 300.5,
 //	      "slices": [{
 //	        "type": "mig" | "mps", "id": "MIG-…" | "GPU-…-mps-0",
 //	        "profile": "1g.10gb" | "1/4",  // MIG profile; MPS: one of <shares>
 //	        "healthy": true, "health_description": "…",
 //	        "memory_total_mib", "memory_used_mib", "utilization_pct",
-//	        "alloc": null | {"alloc_id", "job", "group", "task", "namespace", "prediction"}
+//	        "alloc": null | {"alloc_id", "job", "group", "task", "namespace", "memory_used_mib", "prediction"}
 //	      }],
 //	      "allocations": [{
 //	        "alloc_id", "job", "group", "task", "namespace",
-//	        "prediction": {               // only for a GPU task forecast (see Forecasts)
-//	          "remaining_seconds": 360,   // null when unknown
-//	          "runtime_seconds": 600,     // whole run: elapsed + remaining; null when unknown
+//	        "memory_used_mib": 2048,      // what the task uses here, where known (see below); else null
+//	        "prediction": {               // only for a GPU task of a batch or sysbatch job (see Forecasts)
+//	          "remaining_seconds": 360,   // null when unknown, and for basis "elapsed"
+//	          "runtime_seconds": 600,     // whole run: elapsed + remaining; null likewise
 //	          "basis": "job" | "pool" | "elapsed" | "finished" | "none" | "other"
 //	        }
 //	      }]
@@ -68,7 +77,7 @@
 //	    "reason": "constraint \"missing devices\" filtered 1 node",
 //	    "node": "client-1",               // pending only: where it was placed
 //	    "predicted_wait_seconds": 360,    // blocked only, when known: until its last allocation is placed
-//	    "predicted_runtime_seconds": 600, // blocked only, when known: one allocation's run time
+//	    "predicted_runtime_seconds": 600, // blocked batch and sysbatch jobs only, when known: one allocation's run time
 //	    "prediction_basis": "fits_now" | "list_schedule" | "none"  // blocked only: what the wait rests on
 //	  }],
 //	  "history_error": "list finished allocations: …" // only when the history could not be read
@@ -78,7 +87,17 @@
 // (/v1/client/stats): for a whole GPU and an MPS GPU the GPU's "Memory used"
 // and "GPU utilization"; for a MIG instance its own, for a MIG GPU the sum of
 // its instances' memory and no utilisation; for an MPS share what its task
-// uses ("MPS memory used") of its limit.
+// uses ("MPS memory used") of its limit. temperature_c and power_w are
+// the stats "Temperature" and "Power".
+//
+// An allocation's memory_used_mib is "where known": what the task holds
+// of the device stats, since Nomad reports no per-process GPU memory. For
+// a task holding a whole GPU it is that GPU's memory used, all processes
+// on it included; holding MIG instances, the sum of their memory used;
+// holding MPS shares, the sum of their "MPS memory used" (what the gpu
+// driver measured of the task's processes). Under a slice it is that
+// slice's. It is null when a device it holds has no such stat (node stats
+// unavailable, a driver that publishes no MPS usage).
 //
 // # Queue
 //
@@ -102,13 +121,19 @@
 // pool; the free slices per pool and unit (healthy nvidia instances of
 // ready, eligible, not draining nodes that no pending or running
 // allocation holds); and the blocked entries of the queue as queued work
-// (their first GPU task by name, job priority, since and count). Every GPU
-// task of a pending or running allocation gets a prediction, every
-// blocked entry a predicted wait and run time; a figure with nothing to
+// (their first GPU task by name, job priority, since and count).
+//
+// Only work that ends has a run time: every GPU task of a pending or
+// running allocation of a batch or sysbatch job gets a prediction, every
+// blocked entry a predicted wait and, for a batch or sysbatch job, a run
+// time. Services and system jobs run until stopped: their tasks get no
+// prediction and their queue entries no run time. A figure with nothing to
 // rest on is null, and the basis says what a known one rests on
-// (sizing.BasisKind). When the terminal allocations cannot be listed the
-// frame is still shown, with history_error set and every forecast unknown
-// (basis "none"). The table appends "~12m00s left" to a task whose
-// remaining time is known, and the queue's PREDICTED column shows
-// "wait ~5m00s, run ~30m00s", the part known, or "-".
+// (sizing.BasisKind). Basis "elapsed" (no history, or the task has outlived
+// it: sizing takes it to be half done) is no prediction, only the time run
+// so far: its figures are null. When the terminal allocations cannot be
+// listed the frame is still shown, with history_error set and every
+// forecast unknown (basis "none"). The table appends "~12m00s left" to a
+// task whose remaining time is known, and the queue's PREDICTED column
+// shows "wait ~5m00s, run ~30m00s", the part known, or "-".
 package clusterview

@@ -14,6 +14,7 @@ const (
 	gpuA    = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 	gpuB    = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 	gpuM    = "GPU-cccccccc-0000-0000-0000-000000000000" // MPS
+	gpuMIG  = "GPU-eeeeeeee-0000-0000-0000-000000000000" // in MIG mode
 	migA    = "MIG-11111111-0000-0000-0000-000000000000"
 	migB    = "MIG-22222222-0000-0000-0000-000000000000"
 	h100    = "NVIDIA H100 80GB HBM3"
@@ -85,7 +86,7 @@ func otherNodes() []*api.NodeListStub {
 
 func allocStub(id, job, node, status string, devs ...*api.AllocatedDeviceResource) *api.AllocationListStub {
 	return &api.AllocationListStub{
-		ID: id, Namespace: "default", JobID: job, TaskGroup: "g", NodeID: node, ClientStatus: status,
+		ID: id, Namespace: "default", JobID: job, JobType: "batch", TaskGroup: "g", NodeID: node, ClientStatus: status,
 		CreateTime: t0.Add(-30 * time.Second).UnixNano(),
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
 			"t": {Devices: devs},
@@ -125,6 +126,16 @@ func devStats(attrs map[string]*api.StatValue) *api.DeviceStats {
 	return &api.DeviceStats{Stats: &api.StatObject{Attributes: attrs}}
 }
 
+// onGPU adds what every device's stats say of its physical GPU: its index
+// and UUID, temperature (C) and power (W).
+func onGPU(index int64, uuid string, temp, power float64, attrs map[string]*api.StatValue) *api.DeviceStats {
+	attrs["GPU index"] = istat(index, 0, "")
+	attrs["GPU UUID"] = &api.StatValue{StringVal: ptr(uuid)}
+	attrs["Temperature"] = istat(int64(temp), 0, "C")
+	attrs["Power"] = fstat(power, "W")
+	return devStats(attrs)
+}
+
 func fixtureStats() *api.HostStats {
 	gpuTelemetry := map[string]*api.StatValue{"GPU utilization": fstat(40, "%"), "Memory used": istat(30000, 81920, "MiB")}
 	share := func(used int64) *api.DeviceStats {
@@ -132,16 +143,16 @@ func fixtureStats() *api.HostStats {
 			"GPU utilization": fstat(55, "%"), "Memory used": istat(12000, 81920, "MiB"),
 			"MPS memory used": istat(used, 20480, "MiB"), "MPS memory limit": istat(20480, 0, "MiB"),
 		}
-		return devStats(a)
+		return onGPU(4, gpuM, 51, 250.5, a)
 	}
 	return &api.HostStats{DeviceStats: []*api.DeviceGroupStats{
 		{Vendor: "nvidia", Type: "gpu", Name: h100, InstanceStats: map[string]*api.DeviceStats{
-			gpuA: devStats(gpuTelemetry),
-			gpuB: devStats(map[string]*api.StatValue{"GPU utilization": fstat(0, "%"), "Memory used": istat(0, 81920, "MiB")}),
+			gpuA: onGPU(0, gpuA, 45, 300, gpuTelemetry),
+			gpuB: onGPU(1, gpuB, 30, 70, map[string]*api.StatValue{"GPU utilization": fstat(0, "%"), "Memory used": istat(0, 81920, "MiB")}),
 		}},
 		{Vendor: "nvidia", Type: "mig", Name: "1g.10gb", InstanceStats: map[string]*api.DeviceStats{
-			migA: devStats(map[string]*api.StatValue{"Memory used": istat(2048, 10240, "MiB")}),
-			migB: devStats(map[string]*api.StatValue{"Memory used": istat(1, 10240, "GiB")}),
+			migA: onGPU(7, gpuMIG, 38, 120, map[string]*api.StatValue{"Memory used": istat(2048, 10240, "MiB")}),
+			migB: onGPU(7, gpuMIG, 38, 120, map[string]*api.StatValue{"Memory used": istat(1, 10240, "GiB")}),
 		}},
 		{Vendor: "nvidia", Type: "mps", Name: gpuM, InstanceStats: map[string]*api.DeviceStats{
 			shareID(gpuM, 0): share(0), shareID(gpuM, 1): share(1000), shareID(gpuM, 2): share(500), shareID(gpuM, 3): share(0),
@@ -151,7 +162,7 @@ func fixtureStats() *api.HostStats {
 
 func jobWithDevices(id, pool string, devs ...*api.RequestedDevice) *api.Job {
 	j := &api.Job{
-		ID: ptr(id), Namespace: ptr("default"), JobModifyIndex: ptr(uint64(10)),
+		ID: ptr(id), Namespace: ptr("default"), Type: ptr("batch"), JobModifyIndex: ptr(uint64(10)),
 		TaskGroups: []*api.TaskGroup{{Name: ptr("g"), Tasks: []*api.Task{
 			{Name: "a", Resources: &api.Resources{Devices: devs}},
 			{Name: "b", Resources: &api.Resources{Devices: devs}},

@@ -141,19 +141,29 @@ func seconds(e predict.Estimate) *int64 {
 }
 
 // addForecasts computes the forecast of in and attaches it to v: a
-// Prediction to every allocation task forecast, a predicted wait and run
-// time to every blocked queue entry. When the history could not be read
+// Prediction to every task of a batch or sysbatch allocation forecast, a
+// predicted wait to every blocked queue entry and a predicted run time to
+// those of batch and sysbatch jobs. When the history could not be read
 // every forecast is unknown.
 func addForecasts(v *View, in *Input, held map[string]map[string][]AllocRef) {
 	fc := sizing.Forecast(forecastInput(in, v.Queue, held), in.Now)
 	unknown := in.HistoryError != ""
 
+	jobTypes := map[string]string{} // alloc ID → job type
+	for _, a := range in.Allocs {
+		if a != nil {
+			jobTypes[a.ID] = a.JobType
+		}
+	}
 	type allocTask struct{ alloc, task string }
 	preds := map[allocTask]*Prediction{}
 	for _, t := range fc.Tasks {
+		if !runsToEnd(jobTypes[t.AllocID]) {
+			continue
+		}
 		p := &Prediction{Basis: sizing.BasisNone}
 		if !unknown {
-			p = &Prediction{RemainingSeconds: seconds(t.Remaining), RuntimeSeconds: seconds(t.Runtime), Basis: sizing.BasisKind(t.Remaining)}
+			p = taskPrediction(t)
 		}
 		preds[allocTask{t.AllocID, t.Key.Task}] = p
 	}
@@ -171,18 +181,41 @@ func addForecasts(v *View, in *Input, held map[string]map[string][]AllocRef) {
 			}
 		}
 	}
+	addQueueForecasts(v.Queue, in, fc.Queued, unknown)
+}
 
-	type groupKey struct{ ns, job, group string }
-	waits := map[groupKey]sizing.WaitForecast{}
-	for _, w := range fc.Queued {
-		waits[groupKey{w.Namespace, w.Job, w.Group}] = w
+// runsToEnd reports whether a job of this type runs until its work is
+// done, so that a run time and time left mean something: batch and
+// sysbatch jobs do, services and system jobs run until stopped.
+func runsToEnd(jobType string) bool {
+	return jobType == api.JobTypeBatch || jobType == api.JobTypeSysbatch
+}
+
+// taskPrediction is a task's forecast as top shows it. One that rests on
+// nothing but the time the task has run (basis elapsed: no history, or the
+// task outlived it) is no prediction: its figures are left unknown.
+func taskPrediction(t sizing.TaskForecast) *Prediction {
+	basis := sizing.BasisKind(t.Remaining)
+	if basis == sizing.BasisElapsed {
+		return &Prediction{Basis: basis}
 	}
-	for i := range v.Queue {
-		e := &v.Queue[i]
+	return &Prediction{RemainingSeconds: seconds(t.Remaining), RuntimeSeconds: seconds(t.Runtime), Basis: basis}
+}
+
+// addQueueForecasts gives each blocked entry its predicted wait, and its
+// run time when its job runs to an end.
+func addQueueForecasts(queue []QueueEntry, in *Input, waits []sizing.WaitForecast, unknown bool) {
+	type groupKey struct{ ns, job, group string }
+	byGroup := map[groupKey]sizing.WaitForecast{}
+	for _, w := range waits {
+		byGroup[groupKey{w.Namespace, w.Job, w.Group}] = w
+	}
+	for i := range queue {
+		e := &queue[i]
 		if e.State != StateBlocked {
 			continue
 		}
-		w, ok := waits[groupKey{e.Namespace, e.Job, e.Group}]
+		w, ok := byGroup[groupKey{e.Namespace, e.Job, e.Group}]
 		if !ok {
 			continue
 		}
@@ -190,8 +223,11 @@ func addForecasts(v *View, in *Input, held map[string]map[string][]AllocRef) {
 			e.PredictionBasis = sizing.BasisNone
 			continue
 		}
-		e.PredictedWaitSeconds, e.PredictedRuntimeSeconds = seconds(w.Wait), seconds(w.Runtime)
+		e.PredictedWaitSeconds = seconds(w.Wait)
 		e.PredictionBasis = sizing.BasisKind(w.Wait)
+		if job := in.Jobs[JobKey{e.Namespace, e.Job}]; job != nil && job.Type != nil && runsToEnd(*job.Type) {
+			e.PredictedRuntimeSeconds = seconds(w.Runtime)
+		}
 	}
 }
 

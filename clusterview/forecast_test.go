@@ -21,7 +21,7 @@ func finishedRun(id, job string, end time.Time, d time.Duration) *api.Allocation
 // oneTaskJob is a job whose group g has one task asking for n of dev.
 func oneTaskJob(id, task, dev string, n uint64) *api.Job {
 	return &api.Job{
-		ID: ptr(id), Namespace: ptr("default"), JobModifyIndex: ptr(uint64(10)), NodePool: ptr("gpu"),
+		ID: ptr(id), Namespace: ptr("default"), Type: ptr("batch"), JobModifyIndex: ptr(uint64(10)), NodePool: ptr("gpu"),
 		TaskGroups: []*api.TaskGroup{{Name: ptr("g"), Tasks: []*api.Task{
 			{Name: "zz-cpu", Resources: &api.Resources{}},
 			{Name: task, Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: dev, Count: ptr(n)}}}},
@@ -56,9 +56,32 @@ func TestBuildTaskPredictions(t *testing.T) {
 	}{
 		{
 			// One run is fewer than predict.MinRuns (3) at every level:
-			// the task is taken to be half done after 4m.
-			name: "one finished run: elapsed doubled", in: forecastFixture(finishedRun("f1", "train", t0.Add(-time.Hour), ten)),
-			remaining: "240", runtime: "480", basis: "elapsed",
+			// sizing takes the task to be half done after 4m, which is
+			// elapsed time, not a prediction.
+			name: "one finished run: elapsed only, no figures", in: forecastFixture(finishedRun("f1", "train", t0.Add(-time.Hour), ten)),
+			remaining: "nil", runtime: "nil", basis: "elapsed",
+		},
+		{
+			// Three runs of 10m, but train has run 4m; with 12m it has
+			// outlived them all: elapsed again.
+			name: "outlived its history: elapsed only, no figures",
+			in: func() *Input {
+				in := forecastFixture(finishedRun("f1", "train", t0.Add(-3*time.Hour), ten),
+					finishedRun("f2", "train", t0.Add(-2*time.Hour), ten), finishedRun("f3", "train", t0.Add(-time.Hour), ten))
+				in.Allocs[0].TaskStates["t"].StartedAt = t0.Add(-12 * time.Minute)
+				return in
+			}(),
+			remaining: "nil", runtime: "nil", basis: "elapsed",
+		},
+		{
+			name: "sysbatch: forecast as batch",
+			in: func() *Input {
+				in := forecastFixture(finishedRun("f1", "train", t0.Add(-3*time.Hour), ten),
+					finishedRun("f2", "train", t0.Add(-2*time.Hour), ten), finishedRun("f3", "train", t0.Add(-time.Hour), ten))
+				in.Allocs[0].JobType = "sysbatch"
+				return in
+			}(),
+			remaining: "360", runtime: "600", basis: "job",
 		},
 		{
 			// The median of its own runs longer than 4m (10m), less 4m.
@@ -105,6 +128,33 @@ func TestBuildTaskPredictions(t *testing.T) {
 			if infer == nil || infer.Job != "infer" || infer.Prediction == nil || infer.Prediction.Basis != "none" ||
 				infer.Prediction.RemainingSeconds != nil {
 				t.Errorf("infer %+v", infer)
+			}
+		})
+	}
+}
+
+// Services and system jobs run until stopped: a time left or run time
+// would be made up, whatever the history holds. Their blocked work still
+// gets a predicted wait.
+func TestBuildNoRuntimeForJobsThatDoNotEnd(t *testing.T) {
+	ten := 10 * time.Minute
+	for _, typ := range []string{"service", "system", ""} {
+		t.Run("type "+typ, func(t *testing.T) {
+			in := forecastFixture(finishedRun("f1", "train", t0.Add(-3*time.Hour), ten),
+				finishedRun("f2", "train", t0.Add(-2*time.Hour), ten), finishedRun("f3", "train", t0.Add(-time.Hour), ten))
+			in.Allocs[0].JobType = typ
+			in.Nodes[0].NodeResources.Devices[0].Instances[0].Healthy = true
+			job := oneTaskJob("web", "main", "nvidia/gpu", 1)
+			job.Type = ptr(typ)
+			queueBlocked(in, job)
+			v := Build(in)
+			if a := v.Nodes[0].GPUs[0].Allocations[0]; a.Job != "train" || a.Prediction != nil {
+				t.Errorf("train (%q) predicted: %+v", typ, a.Prediction)
+			}
+			for _, e := range v.Queue {
+				if e.Job == "web" && (e.PredictedRuntimeSeconds != nil || e.PredictedWaitSeconds == nil) {
+					t.Errorf("web (%q) queued: wait %s, run %s; want a wait and no run time", typ, secs(e.PredictedWaitSeconds), secs(e.PredictedRuntimeSeconds))
+				}
 			}
 		})
 	}

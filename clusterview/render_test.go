@@ -9,14 +9,14 @@ const wantTable = `nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 2  GPUs 5 (3 in
 
 NODE gpu-1 (11111111)  ready  pool gpu  class h100  dc dc1
   GPU  ID               MODEL / PROFILE        MODE   HEALTH                                          UTIL  MEMORY MiB     ALLOCATIONS
-  -    GPU-aaaaaaaa     NVIDIA H100 80GB HBM3  whole  ok                                              40%   30000 / 81920  train/g/t a0000001
-  -    GPU-bbbbbbbb     NVIDIA H100 80GB HBM3  whole  UNHEALTHY: XID 79 (GPU has fallen off the bus)  0%    0 / 81920      free
+  0    GPU-aaaaaaaa     NVIDIA H100 80GB HBM3  whole  ok                                              40%   30000 / 81920  train/g/t a0000001
+  1    GPU-bbbbbbbb     NVIDIA H100 80GB HBM3  whole  UNHEALTHY: XID 79 (GPU has fallen off the bus)  0%    0 / 81920      free
   4    GPU-cccccccc     NVIDIA H100 80GB HBM3  mps    ok                                              55%   12000 / 81920  2/4 slices in use
        ├─ share 0       1/4                    mps    ok                                              -     0 / 20480      free
        ├─ share 1       1/4                    mps    ok                                              -     1000 / 20480   notebook/g/t a0000003
        ├─ share 2       1/4                    mps    ok                                              -     500 / 20480    notebook/g/t a0000003
        └─ share 3       1/4                    mps    ok                                              -     0 / 20480      free
-  -    0000:db:00.0     NVIDIA H100 80GB HBM3  mig    ok                                              -     3072 / 81920   1/2 slices in use
+  7    GPU-eeeeeeee     NVIDIA H100 80GB HBM3  mig    ok                                              -     3072 / 81920   1/2 slices in use
        ├─ MIG-11111111  1g.10gb                mig    ok                                              -     2048 / 10240   infer/g/t a0000002
        └─ MIG-22222222  1g.10gb                mig    ok                                              -     1024 / 10240   free
 

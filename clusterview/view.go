@@ -38,11 +38,12 @@ const (
 
 // GPU is one physical GPU and the slices Nomad schedules on it.
 type GPU struct {
-	// UUID is the GPU- UUID; "" for a GPU in MIG mode (Nomad sees only
-	// its instances).
+	// UUID is the GPU- UUID; for a GPU in MIG mode (Nomad sees only its
+	// instances) from its instances' stats, "" when they have none.
 	UUID  string `json:"uuid"`
 	Model string `json:"model"`
-	// Index is the NVML index where the device attributes give it.
+	// Index is the NVML index where the device stats (or an MPS GPU's
+	// attributes) give it.
 	Index             *int     `json:"index,omitempty"`
 	PCIBusID          string   `json:"pci_bus_id"`
 	Mode              string   `json:"mode"`
@@ -51,6 +52,8 @@ type GPU struct {
 	MemoryTotalMiB    *int64   `json:"memory_total_mib"`
 	MemoryUsedMiB     *int64   `json:"memory_used_mib"`
 	UtilizationPct    *float64 `json:"utilization_pct"`
+	TemperatureC      *float64 `json:"temperature_c"`
+	PowerW            *float64 `json:"power_w"`
 	Slices            []Slice  `json:"slices"`
 	// Allocations hold the GPU or any of its slices, one entry per
 	// allocation and task.
@@ -78,6 +81,10 @@ type AllocRef struct {
 	Group     string `json:"group"`
 	Task      string `json:"task"`
 	Namespace string `json:"namespace"`
+	// MemoryUsedMiB is the GPU memory the task uses of the GPU or slice
+	// it is listed under, where the device stats say (see the package
+	// doc); nil when they do not.
+	MemoryUsedMiB *int64 `json:"memory_used_mib"`
 	// Prediction is the task's forecast: its predicted remaining and
 	// whole run time (sizing.Forecast); left out for a task not forecast.
 	Prediction *Prediction `json:"prediction,omitempty"`
