@@ -63,23 +63,81 @@ type Filter struct {
 
 // matchNode reports whether the filter keeps node n.
 func (f Filter) matchNode(n *api.NodeListStub) bool {
-	if f.Pool != "" && n.NodePool != f.Pool {
+	if !f.matchPool(n.NodePool) {
 		return false
 	}
 	if len(f.Nodes) == 0 {
 		return true
 	}
 	for _, s := range f.Nodes {
-		if s != "" && (n.Name == s || strings.HasPrefix(n.ID, s)) {
+		if nodeMatches(n, s) {
 			return true
 		}
 	}
 	return false
 }
 
-// matchPool reports whether work targeting pool passes the filter.
+func nodeMatches(n *api.NodeListStub, s string) bool {
+	return s != "" && (n.Name == s || strings.HasPrefix(n.ID, s))
+}
+
+// matchPool reports whether a node of pool, or work targeting pool, passes
+// the filter. The built-in pool "all" holds every node.
 func (f Filter) matchPool(pool string) bool {
-	return f.Pool == "" || pool == f.Pool || pool == "all"
+	return f.Pool == "" || f.Pool == api.NodePoolAll || pool == f.Pool || pool == api.NodePoolAll
+}
+
+// UnknownPoolError says the filter's node pool does not exist.
+type UnknownPoolError struct {
+	Pool  string
+	Pools []string // the pools that exist, sorted
+}
+
+func (e *UnknownPoolError) Error() string {
+	return fmt.Sprintf("node pool %q does not exist (node pools: %s)", e.Pool, strings.Join(e.Pools, ", "))
+}
+
+// UnknownNodesError says filter entries match no node.
+type UnknownNodesError struct {
+	Nodes []string
+}
+
+func (e *UnknownNodesError) Error() string {
+	return fmt.Sprintf("%s match no node's name or ID prefix", quoteAll(e.Nodes))
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// CheckFilter fails when f names what the cluster does not have: a node
+// pool that no node is in and listPools does not return, or node entries
+// that match none of nodes. A pool some node is in exists, so listPools is
+// called only when no node is in f's.
+func CheckFilter(f Filter, nodes []*api.NodeListStub, listPools func() ([]string, error)) error {
+	if f.Pool != "" && !slices.ContainsFunc(nodes, func(n *api.NodeListStub) bool { return n != nil && n.NodePool == f.Pool }) {
+		pools, err := listPools()
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(pools, f.Pool) {
+			return &UnknownPoolError{Pool: f.Pool, Pools: slices.Sorted(slices.Values(pools))}
+		}
+	}
+	var unknown []string
+	for _, s := range f.Nodes {
+		if !slices.ContainsFunc(nodes, func(n *api.NodeListStub) bool { return n != nil && nodeMatches(n, s) }) {
+			unknown = append(unknown, s)
+		}
+	}
+	if len(unknown) > 0 {
+		return &UnknownNodesError{Nodes: unknown}
+	}
+	return nil
 }
 
 // Stat names the device plugin reports (devicefp/stats.go).

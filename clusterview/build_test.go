@@ -240,6 +240,7 @@ func TestBuildFilters(t *testing.T) {
 		{"pool gpu", Filter{Pool: "gpu"}, []string{"gpu-1"}, []string{"big/blocked", "notebook/pending"}},
 		{"pool batch", Filter{Pool: "batch"}, []string{"gpu-2"}, nil},
 		{"pool missing", Filter{Pool: "nope"}, nil, nil},
+		{"pool all", Filter{Pool: "all"}, []string{"gpu-1", "gpu-2"}, []string{"big/blocked", "notebook/pending"}},
 		{"node by name", Filter{Nodes: []string{"gpu-2"}}, []string{"gpu-2"}, []string{"big/blocked"}},
 		{"node by ID prefix", Filter{Nodes: []string{"1111"}}, []string{"gpu-1"}, []string{"big/blocked", "notebook/pending"}},
 		{"a node named is shown without GPUs", Filter{Nodes: []string{"cpu-1", "gpu-1"}}, []string{"cpu-1", "gpu-1"}, []string{"big/blocked", "notebook/pending"}},

@@ -88,7 +88,7 @@ func buildQueue(in *Input) []QueueEntry {
 		} else if len(in.Filter.Nodes) > 0 {
 			continue
 		}
-		if in.Filter.Pool != "" && pool != in.Filter.Pool {
+		if !in.Filter.matchPool(pool) {
 			continue
 		}
 		if name == "" {

@@ -28,7 +28,8 @@ const (
 // node whose stats fail is shown without them). Job specs are kept between
 // reads and re-read only when a blocked evaluation names a newer version.
 //
-// The token needs node:read and read-job in the namespaces read.
+// The token needs node:read and read-job in the namespaces read, and
+// node pool read to filter by a pool that no node is in.
 type Reader struct {
 	Client *api.Client
 	// Namespace limits allocations and queued work to one namespace;
@@ -72,7 +73,8 @@ func (r *Reader) View(ctx context.Context, f Filter) (*View, error) {
 	return Build(in), nil
 }
 
-// Read fetches one frame's input. It fails when a list fails; a node's
+// Read fetches one frame's input. It fails when a list fails, or when f
+// names a node pool or nodes that do not exist (CheckFilter); a node's
 // stats failing only marks that node.
 func (r *Reader) Read(ctx context.Context, f Filter) (*Input, error) {
 	now := time.Now
@@ -87,6 +89,9 @@ func (r *Reader) Read(ctx context.Context, f Filter) (*Input, error) {
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	if err := CheckFilter(f, nodes, func() ([]string, error) { return r.listPools(ctx) }); err != nil {
+		return nil, err
 	}
 	in.Nodes = nodes
 
@@ -115,6 +120,23 @@ func (r *Reader) Read(ctx context.Context, f Filter) (*Input, error) {
 	}
 	in.Now = now()
 	return in, nil
+}
+
+// listPools lists the names of the node pools.
+func (r *Reader) listPools(ctx context.Context) ([]string, error) {
+	q, cancel := r.query(ctx, "")
+	defer cancel()
+	pools, _, err := r.Client.NodePools().List(q)
+	if err != nil {
+		return nil, fmt.Errorf("list node pools: %w", err)
+	}
+	names := make([]string, 0, len(pools))
+	for _, p := range pools {
+		if p != nil {
+			names = append(names, p.Name)
+		}
+	}
+	return names, nil
 }
 
 // readHistory lists the terminal allocations holding GPU devices that

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,9 @@ type fakeNomad struct {
 	// finished answer the terminal allocations' list; failHistory fails it.
 	finished    []*api.AllocationListStub
 	failHistory bool
+	// pools are the node pools; failPools fails their list.
+	pools     []string
+	failPools bool
 
 	calls       map[string]int
 	params      map[string]string // path → raw query of the last call
@@ -46,6 +50,7 @@ func newFakeNomad() *fakeNomad {
 			node1ID: func(context.Context) (*api.HostStats, int) { return fixtureStats(), 200 },
 			node2ID: func(context.Context) (*api.HostStats, int) { return nil, 500 },
 		},
+		pools: []string{"all", "default", "gpu", "batch", "empty"},
 		calls: map[string]int{}, params: map[string]string{},
 	}
 	return f
@@ -84,6 +89,16 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(f.allocs)
 	case p == "/v1/evaluations":
 		reply(f.evals)
+	case p == "/v1/node/pools":
+		if f.failPools {
+			http.Error(w, "Permission denied", 403)
+			return
+		}
+		var pools []*api.NodePool
+		for _, name := range f.pools {
+			pools = append(pools, &api.NodePool{Name: name})
+		}
+		reply(pools)
 	case strings.HasPrefix(p, "/v1/job/") && strings.HasSuffix(p, "/summary"):
 		s := f.summaries[strings.TrimSuffix(strings.TrimPrefix(p, "/v1/job/"), "/summary")]
 		if s == nil {
@@ -233,6 +248,53 @@ func TestReaderFiltersStatsCalls(t *testing.T) {
 	}
 	if n := f.count("/v1/client/stats"); n != 1 {
 		t.Errorf("%d stats calls, want 1 (only the shown node)", n)
+	}
+}
+
+// A filter naming a pool or node that does not exist is an error, not an
+// empty view; a pool that exists without nodes is an empty view.
+func TestReaderChecksFilter(t *testing.T) {
+	tests := []struct {
+		name      string
+		filter    Filter
+		failPools bool
+		nodes     []string // shown, when no error
+		poolCalls int
+		wantErr   string
+	}{
+		{name: "a pool with nodes", filter: Filter{Pool: "batch"}, nodes: []string{"gpu-2"}},
+		{name: "a pool without nodes", filter: Filter{Pool: "empty"}, poolCalls: 1},
+		{name: "the pool all holds every node", filter: Filter{Pool: "all"}, nodes: []string{"gpu-1", "gpu-2"}, poolCalls: 1},
+		{name: "no such pool", filter: Filter{Pool: "nosuchpool"}, poolCalls: 1,
+			wantErr: `node pool "nosuchpool" does not exist (node pools: all, batch, default, empty, gpu)`},
+		{name: "pools unreadable", filter: Filter{Pool: "nosuchpool"}, failPools: true, poolCalls: 1,
+			wantErr: "list node pools: Unexpected response code: 403 (Permission denied)"},
+		{name: "nodes that exist", filter: Filter{Nodes: []string{"gpu-2", "1111"}}, nodes: []string{"gpu-1", "gpu-2"}},
+		{name: "a node that does not", filter: Filter{Nodes: []string{"gpu-2", "gpu-9", "9999"}},
+			wantErr: `"gpu-9", "9999" match no node's name or ID prefix`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNomad()
+			f.failPools = tc.failPools
+			r := &Reader{Client: startFake(t, f)}
+			v, err := r.View(context.Background(), tc.filter)
+			if n := f.count("/v1/node/pools"); n != tc.poolCalls {
+				t.Errorf("%d node pool lists, want %d", n, tc.poolCalls)
+			}
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := nodeNames(v); !slices.Equal(got, tc.nodes) {
+				t.Errorf("nodes %v, want %v", got, tc.nodes)
+			}
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -269,9 +270,26 @@ func TestTop(t *testing.T) {
 	})
 
 	t.Run("filters", func(t *testing.T) {
-		v, out, err := runTopJSON(t, bin, c, "-node-pool", "nope")
-		if err != nil || len(v.Nodes) != 0 || len(v.Queue) != 0 {
-			t.Errorf("-node-pool nope: %v\n%s", err, out)
+		// What does not exist is an error naming the flag (exit 2), not
+		// an empty view.
+		for _, f := range []struct{ args, want []string }{
+			{[]string{"-node-pool", "nope"}, []string{`-node-pool "nope": no such node pool`, "all", "default"}},
+			{[]string{"-node", "no-such-node"}, []string{`-node: no node is named or has an ID starting "no-such-node"`}},
+		} {
+			_, out, err := runTopJSON(t, bin, c, f.args...)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Errorf("%v: %v, want exit status 2\n%s", f.args, err, out)
+			}
+			for _, w := range f.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%v: no %q in\n%s", f.args, w, out)
+				}
+			}
+		}
+		v, out, err := runTopJSON(t, bin, c, "-node-pool", "all")
+		if err != nil || len(v.Nodes) != 1 {
+			t.Errorf("-node-pool all: %v\n%s", err, out)
 		}
 		v, out, err = runTopJSON(t, bin, c, "-node", node.ID[:8])
 		if err != nil || len(v.Nodes) != 1 || len(v.Nodes[0].GPUs) != 8 {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -145,6 +146,10 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 func top(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout, stderr io.Writer) int {
 	if o.json || o.once {
 		v, err := r.View(ctx, o.filter)
+		if ferr := filterError(err); ferr != nil {
+			fmt.Fprintln(stderr, "nomad-gpu top:", ferr)
+			return 2
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, "nomad-gpu top:", err)
 			return 1
@@ -162,21 +167,47 @@ func top(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout, stde
 		}
 		return 0
 	}
-	watch(ctx, o, r, stdout)
-	return 0
+	return watch(ctx, o, r, stdout, stderr)
+}
+
+// filterError says which flag names a node pool or node that does not
+// exist, when err is that; nil otherwise.
+func filterError(err error) error {
+	var pool *clusterview.UnknownPoolError
+	var nodes *clusterview.UnknownNodesError
+	switch {
+	case errors.As(err, &pool):
+		return fmt.Errorf("-node-pool %q: no such node pool; the node pools are %s", pool.Pool, strings.Join(pool.Pools, ", "))
+	case errors.As(err, &nodes):
+		return fmt.Errorf("-node: no node is named or has an ID starting %s", strings.Join(quoted(nodes.Nodes), ", "))
+	}
+	return nil
+}
+
+func quoted(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 // watch redraws the view every interval until ctx ends. A frame that
-// cannot be read shows the error and the next one tries again.
-func watch(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout io.Writer) {
+// cannot be read shows the error and the next one tries again; but a
+// filter that matches no pool or node in the first frame is an error.
+func watch(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout, stderr io.Writer) int {
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		var b bytes.Buffer
 		b.WriteString(ansiClear)
 		v, err := r.View(ctx, o.filter)
 		if ctx.Err() != nil {
-			return
+			return 0
+		}
+		if ferr := filterError(err); ferr != nil && first {
+			fmt.Fprintln(stderr, "nomad-gpu top:", ferr)
+			return 2
 		}
 		if err != nil {
 			fmt.Fprintf(&b, "nomad-gpu top  %s\n\nerror: %v\n", time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), err)
@@ -185,11 +216,11 @@ func watch(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout io.
 		}
 		fmt.Fprintf(&b, "\nrefresh every %v; Ctrl-C quits\n", o.interval)
 		if _, err := stdout.Write(b.Bytes()); err != nil {
-			return
+			return 0
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return 0
 		case <-t.C:
 		}
 	}

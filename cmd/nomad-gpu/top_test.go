@@ -122,6 +122,8 @@ func (f *topFakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}}
 	case "/v1/evaluations":
 		v = []*api.Evaluation{}
+	case "/v1/node/pools":
+		v = []*api.NodePool{{Name: "all"}, {Name: "default"}, {Name: "empty"}}
 	case "/v1/client/stats":
 		u := 70.0
 		v = &api.HostStats{DeviceStats: []*api.DeviceGroupStats{{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H100 80GB HBM3",
@@ -216,20 +218,30 @@ func TestTopOnceAndErrors(t *testing.T) {
 	}
 
 	tests := []struct {
-		name   string
-		args   []string
-		rc     int
-		stderr string
+		name           string
+		args           []string
+		rc             int
+		stderr, stdout string
 	}{
-		{"unreachable", []string{"top", "-json", "-address", "http://127.0.0.1:1"}, 1, "nomad-gpu top: list nodes:"},
-		{"bad flag", []string{"top", "-interval", "1ms"}, 2, "nomad-gpu top: -interval 1ms"},
-		{"help", []string{"top", "-h"}, 0, "usage: nomad-gpu top [flags]"},
+		{"unreachable", []string{"top", "-json", "-address", "http://127.0.0.1:1"}, 1, "nomad-gpu top: list nodes:", ""},
+		{"bad flag", []string{"top", "-interval", "1ms"}, 2, "nomad-gpu top: -interval 1ms", ""},
+		{"help", []string{"top", "-h"}, 0, "usage: nomad-gpu top [flags]", ""},
+		{"no such pool", []string{"top", "-once", "-address", srv.URL, "-node-pool", "nosuchpool"}, 2,
+			`nomad-gpu top: -node-pool "nosuchpool": no such node pool; the node pools are all, default, empty` + "\n", ""},
+		{"no such pool, JSON", []string{"top", "-json", "-address", srv.URL, "-node-pool", "nosuchpool"}, 2, `-node-pool "nosuchpool": no such node pool`, ""},
+		{"no such pool, watching", []string{"top", "-address", srv.URL, "-node-pool", "nosuchpool"}, 2, `-node-pool "nosuchpool": no such node pool`, ""},
+		{"a pool without GPU nodes", []string{"top", "-once", "-address", srv.URL, "-node-pool", "empty"}, 0, "", "no GPU nodes"},
+		{"no such node", []string{"top", "-once", "-address", srv.URL, "-node", "gpu-1,gpu-9"}, 2,
+			`nomad-gpu top: -node: no node is named or has an ID starting "gpu-9"` + "\n", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut strings.Builder
 			if rc := run(tc.args, &out, &errOut); rc != tc.rc || !strings.Contains(errOut.String(), tc.stderr) {
 				t.Errorf("rc %d, stderr %q; want %d, %q", rc, errOut.String(), tc.rc, tc.stderr)
+			}
+			if !strings.Contains(out.String(), tc.stdout) || (tc.rc != 0 && out.Len() > 0) {
+				t.Errorf("stdout %q, want %q", out.String(), tc.stdout)
 			}
 		})
 	}
