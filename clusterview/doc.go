@@ -133,7 +133,23 @@
 // it: sizing takes it to be half done) is no prediction, only the time run
 // so far: its figures are null. When the terminal allocations cannot be
 // listed the frame is still shown, with history_error set and every
-// forecast unknown (basis "none"). The table appends "~12m00s left" to a
-// task whose remaining time is known, and the queue's PREDICTED column
-// shows "wait ~5m00s, run ~30m00s", the part known, or "-".
+// forecast unknown (basis "none"). The table shows a known time left as
+// "~12m00s" in a node's PRED LEFT column, and a known wait and run time in
+// the queue's PRED WAIT and PRED RUN columns, "-" when there is none: the
+// "~" and the PRED headers mark predictions.
+//
+// # Table
+//
+// WriteTable fits TableOptions.Width (80 columns by default). Per node:
+// a line naming it; its GPUs (IDX, short UUID, MODEL without "NVIDIA ",
+// HEALTH, UTIL, MEM GiB used/total, TEMP, POWER, USE: free, used, or
+// slices held/all), slices beneath, and why an unhealthy GPU is so on the
+// line below it; then its tasks (GPU index, SLICES held, TASK as
+// [namespace:]job/group/task, ALLOC, MEM GiB used, PRED LEFT). Then the
+// queue (JOB as [namespace:]job/group, STATE, DEVICES, COUNT, WAIT, PRED
+// WAIT, PRED RUN), each entry's reason on the line below it. Where a table
+// would be too wide, names are cut with "…" first to a useful length, then
+// the PCI BUS and MODE columns (shown on wider lines) are left out, then
+// names are cut further, then POWER and TEMP are left out. TableOptions
+// Sort and Filter order and cut the rows as Arrange does.
 package clusterview

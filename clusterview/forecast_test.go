@@ -1,6 +1,7 @@
 package clusterview
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,19 +170,19 @@ func TestBuildQueuePredictions(t *testing.T) {
 		in               func() *Input
 		job              string
 		wait, run, basis string
-		predicted        string // the PREDICTED column of job's row
+		predicted        string // the PRED WAIT and PRED RUN columns of job's row
 	}{
 		{
 			name: "an ask larger than the pool, no history: unknown", job: "big",
 			in:   func() *Input { return forecastFixture() },
-			wait: "nil", run: "nil", basis: "none", predicted: "-",
+			wait: "nil", run: "nil", basis: "none", predicted: "- -",
 		},
 		{
 			// Six GPUs never fit a pool of one; its run time is the
 			// pool's p50 of whole-GPU runs.
 			name: "an ask larger than the pool: wait unknown, run time known", job: "big",
 			in:   func() *Input { return forecastFixture(history...) },
-			wait: "nil", run: "600", basis: "none", predicted: "run ~10m00s",
+			wait: "nil", run: "600", basis: "none", predicted: "- ~10m00s",
 		},
 		{
 			// Shares 0 and 3 are free; no MPS run to predict its run time.
@@ -191,7 +192,7 @@ func TestBuildQueuePredictions(t *testing.T) {
 				queueBlocked(in, oneTaskJob("nb", "main", "nvidia/mps", 2))
 				return in
 			},
-			wait: "0", run: "nil", basis: "fits_now", predicted: "wait ~0s",
+			wait: "0", run: "nil", basis: "fits_now", predicted: "~0s -",
 		},
 		{
 			// gpuB healthy and free, gpuA freed by train in 6m (job p50);
@@ -203,7 +204,7 @@ func TestBuildQueuePredictions(t *testing.T) {
 				queueBlocked(in, oneTaskJob("two", "main", "nvidia/gpu", 2))
 				return in
 			},
-			wait: "360", run: "600", basis: "list_schedule", predicted: "wait ~6m00s, run ~10m00s",
+			wait: "360", run: "600", basis: "list_schedule", predicted: "~6m00s ~10m00s",
 		},
 		{
 			name: "history unreadable: unknown", job: "two",
@@ -214,7 +215,7 @@ func TestBuildQueuePredictions(t *testing.T) {
 				in.HistoryError = "boom"
 				return in
 			},
-			wait: "nil", run: "nil", basis: "none", predicted: "-",
+			wait: "nil", run: "nil", basis: "none", predicted: "- -",
 		},
 	}
 	for _, tc := range tests {
@@ -233,8 +234,8 @@ func TestBuildQueuePredictions(t *testing.T) {
 				t.Errorf("wait %s run %s basis %q, want %s %s %q", secs(e.PredictedWaitSeconds), secs(e.PredictedRuntimeSeconds),
 					e.PredictionBasis, tc.wait, tc.run, tc.basis)
 			}
-			if got := predicted(*e); got != tc.predicted {
-				t.Errorf("PREDICTED %q, want %q", got, tc.predicted)
+			if got := predSeconds(e.PredictedWaitSeconds) + " " + predSeconds(e.PredictedRuntimeSeconds); got != tc.predicted {
+				t.Errorf("PRED WAIT, PRED RUN %q, want %q", got, tc.predicted)
 			}
 			for _, q := range v.Queue {
 				if q.State == StatePending && (q.PredictionBasis != "" || q.PredictedWaitSeconds != nil) {
@@ -258,29 +259,35 @@ func TestWriteTableForecasts(t *testing.T) {
 		absent []string
 	}{
 		{"forecasts", func(*Input) {}, []string{
-			"train/g/t a0000001 ~6m00s left",
-			"  JOB       NAMESPACE  GROUP  STATE    DEVICES                     COUNT  WAIT   PREDICTED                 REASON",
-			"wait ~6m00s, run ~10m00s",
+			"  GPU  SLICES        TASK          ALLOC     MEM GiB  PRED LEFT",
+			"  0    -             train/g/t     a0000001     29.3     ~6m00s",
+			"  JOB         STATE    DEVICES              COUNT   WAIT  PRED WAIT  PRED RUN",
+			"  two/g       blocked  gpu x2                   1  1m00s     ~6m00s   ~10m00s",
 		}, []string{"forecasts unknown"}},
+		{"a service: no time left", func(in *Input) { in.Allocs[0].JobType = "service" }, []string{
+			"  0    -             train/g/t     a0000001     29.3          -",
+		}, nil},
 		{"history unreadable", func(in *Input) { in.HistoryError = "list finished allocations: HTTP 500: boom" }, []string{
 			"forecasts unknown: list finished allocations: HTTP 500: boom",
-			"  JOB       NAMESPACE  GROUP  STATE    DEVICES                     COUNT  WAIT   PREDICTED  REASON",
-		}, []string{" left", "wait ~"}},
+			"  0    -             train/g/t     a0000001     29.3          -",
+			"  two/g       blocked  gpu x2                   1  1m00s          -         -",
+		}, []string{"~"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.edit(in)
+			in := *in
+			in.Allocs = slices.Clone(in.Allocs)
+			a := *in.Allocs[0]
+			in.Allocs[0] = &a
+			tc.edit(&in)
 			var b strings.Builder
-			if err := WriteTable(&b, Build(in)); err != nil {
+			if err := WriteTable(&b, Build(&in), TableOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			got := b.String()
-			if !strings.HasPrefix(got, "nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 2  GPUs 5 (3 in use, 0 unhealthy)") {
-				t.Errorf("header changed:\n%s", got)
-			}
 			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("no %q in\n%s", w, got)
+				if !strings.Contains(got, w+"\n") {
+					t.Errorf("no line %q in\n%s", w, got)
 				}
 			}
 			for _, w := range tc.absent {
@@ -292,21 +299,21 @@ func TestWriteTableForecasts(t *testing.T) {
 	}
 }
 
-func TestAllocTextPrediction(t *testing.T) {
+func TestPredLeft(t *testing.T) {
 	s := func(n int64) *int64 { return &n }
 	tests := []struct {
 		p    *Prediction
 		want string
 	}{
-		{nil, "j/g/t 01234567"},
-		{&Prediction{Basis: "none"}, "j/g/t 01234567"},
-		{&Prediction{RemainingSeconds: s(720), RuntimeSeconds: s(900), Basis: "job"}, "j/g/t 01234567 ~12m00s left"},
-		{&Prediction{RemainingSeconds: s(0), RuntimeSeconds: s(60), Basis: "finished"}, "j/g/t 01234567"},
+		{nil, "-"},
+		{&Prediction{Basis: "none"}, "-"},
+		{&Prediction{Basis: "elapsed"}, "-"},
+		{&Prediction{RemainingSeconds: s(720), RuntimeSeconds: s(900), Basis: "job"}, "~12m00s"},
+		{&Prediction{RemainingSeconds: s(0), RuntimeSeconds: s(60), Basis: "finished"}, "-"},
 	}
 	for _, tc := range tests {
-		a := AllocRef{AllocID: "0123456789", Job: "j", Group: "g", Task: "t", Namespace: "default", Prediction: tc.p}
-		if got := allocText(a); got != tc.want {
-			t.Errorf("allocText(%+v) = %q, want %q", tc.p, got, tc.want)
+		if got := predLeft(tc.p); got != tc.want {
+			t.Errorf("predLeft(%+v) = %q, want %q", tc.p, got, tc.want)
 		}
 	}
 }

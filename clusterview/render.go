@@ -5,7 +5,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
@@ -54,116 +53,225 @@ func (v *View) Sum() Totals {
 	return t
 }
 
-// WriteTable draws the view as text: a header line, then per node a table
-// of its GPUs with their slices indented beneath, then the queue.
-func WriteTable(w io.Writer, v *View) error {
+// DefaultWidth is the line length WriteTable fits when told none: a
+// terminal's classic 80 columns.
+const DefaultWidth = 80
+
+// TableOptions say how WriteTable draws a view.
+type TableOptions struct {
+	// Width is the line length to fit, in columns; 0 is DefaultWidth.
+	// Wider tables show more: the PCI bus ID, the GPU mode, whole names.
+	Width int
+	// Sort orders nodes, GPUs, tasks and queue ("" is SortNode); Filter
+	// keeps what it matches (see Arrange).
+	Sort   SortKey
+	Filter string
+}
+
+// WriteTable draws the view as text: header lines, then per node its GPUs
+// with their slices beneath and the tasks holding them, then the queue.
+// Lines fit opt.Width: long names are cut with "…", and optional columns
+// left out, where they would not.
+func WriteTable(w io.Writer, v *View, opt TableOptions) error {
+	width := opt.Width
+	if width <= 0 {
+		width = DefaultWidth
+	}
+	v = Arrange(v, opt.Sort, opt.Filter)
 	var b strings.Builder
-	t := v.Sum()
-	fmt.Fprintf(&b, "nomad-gpu top  %s  nodes %d  GPUs %d (%d in use, %d unhealthy)",
-		v.GeneratedAt.UTC().Format("2006-01-02 15:04:05 UTC"), t.Nodes, t.GPUs, t.BusyGPUs, t.UnhealthyGPUs)
-	if t.Slices > 0 {
-		fmt.Fprintf(&b, "  slices %d (%d in use)", t.Slices, t.HeldSlices)
-	}
-	if t.Queued > 0 {
-		fmt.Fprintf(&b, "  queued %d (%d blocked, %d pending), longest wait %s", t.Queued, t.Blocked, t.Pending, FormatWait(t.LongestWait))
-	} else {
-		b.WriteString("  queue empty")
-	}
-	b.WriteString("\n")
-	if v.HistoryError != "" {
-		b.WriteString("forecasts unknown: " + truncate(v.HistoryError, 120) + "\n")
-	}
+	writeHeader(&b, v, opt.Filter, width)
 	if len(v.Nodes) == 0 {
 		b.WriteString("\nno GPU nodes\n")
 	}
 	for _, n := range v.Nodes {
 		b.WriteString("\n")
-		writeNode(&b, &n)
+		writeNode(&b, &n, opt.Sort, width)
 	}
-	writeQueue(&b, v.Queue)
+	writeQueue(&b, v.Queue, width)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func writeNode(b *strings.Builder, n *Node) {
-	fmt.Fprintf(b, "NODE %s (%s)  %s  pool %s  class %s  dc %s", n.Name, shortID(n.ID), n.Status, orDash(n.Pool), orDash(n.Class), orDash(n.Datacenter))
+func writeHeader(b *strings.Builder, v *View, filter string, width int) {
+	t := v.Sum()
+	parts := []string{"nomad-gpu top", v.GeneratedAt.UTC().Format("2006-01-02 15:04:05 UTC")}
+	if filter != "" {
+		parts = append(parts, "filter "+strconv.Quote(filter))
+	}
+	parts = append(parts, fmt.Sprintf("nodes %d", t.Nodes), fmt.Sprintf("GPUs %d (%d in use, %d unhealthy)", t.GPUs, t.BusyGPUs, t.UnhealthyGPUs))
+	if t.Slices > 0 {
+		parts = append(parts, fmt.Sprintf("slices %d (%d in use)", t.Slices, t.HeldSlices))
+	}
+	if t.Queued > 0 {
+		parts = append(parts, fmt.Sprintf("queued %d (%d blocked, %d pending), longest wait %s", t.Queued, t.Blocked, t.Pending, FormatWait(t.LongestWait)))
+	} else {
+		parts = append(parts, "queue empty")
+	}
+	writeWrapped(b, parts, width, "")
+	if v.HistoryError != "" {
+		b.WriteString(Cut("forecasts unknown: "+v.HistoryError, width) + "\n")
+	}
+}
+
+func writeNode(b *strings.Builder, n *Node, key SortKey, width int) {
+	parts := []string{fmt.Sprintf("NODE %s (%s)", n.Name, shortID(n.ID)), n.Status,
+		"pool " + orDash(n.Pool), "class " + orDash(n.Class), "dc " + orDash(n.Datacenter)}
 	if !n.Eligible {
-		b.WriteString("  ineligible")
+		parts = append(parts, "ineligible")
 	}
 	if n.Drain {
-		b.WriteString("  draining")
+		parts = append(parts, "draining")
 	}
 	if n.StatsError != "" {
-		b.WriteString("  [" + n.StatsError + "]")
+		parts = append(parts, "["+n.StatsError+"]")
 	}
-	b.WriteString("\n")
+	writeWrapped(b, parts, width, "  ")
 	if len(n.GPUs) == 0 {
 		b.WriteString("  no GPU devices\n")
 		return
 	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  GPU\tID\tMODEL / PROFILE\tMODE\tHEALTH\tUTIL\tMEMORY MiB\tALLOCATIONS")
-	for _, g := range n.GPUs {
-		index := "-"
-		if g.Index != nil {
-			index = strconv.Itoa(*g.Index)
+	gpuTable(n.GPUs).write(b, width)
+	if tasks := taskTable(n.GPUs, key); len(tasks.rows) > 0 {
+		tasks.write(b, width)
+	}
+}
+
+// gpuTable is a node's GPUs, each with its slices beneath.
+func gpuTable(gpus []GPU) *textTable {
+	t := &textTable{indent: "  ", cols: []column{
+		{head: "IDX"}, {head: "UUID", want: 12, min: 12}, {head: "PCI BUS", drop: 2, extra: true},
+		{head: "MODEL", want: 12, min: 8}, {head: "MODE", drop: 1, extra: true}, {head: "HEALTH"},
+		{head: "UTIL", right: true}, {head: "MEM GiB", right: true},
+		{head: "TEMP", right: true, drop: 1}, {head: "POWER", right: true, drop: 2}, {head: "USE"},
+	}}
+	for _, g := range gpus {
+		note := ""
+		if !g.Healthy && g.HealthDescription != "unhealthy" {
+			note = g.HealthDescription
 		}
-		id := shortUUID(g.UUID)
-		if id == "" {
-			id = g.PCIBusID
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", index, orDash(id), orDash(g.Model), g.Mode,
-			health(g.Healthy, g.HealthDescription), pct(g.UtilizationPct), mem(g.MemoryUsedMiB, g.MemoryTotalMiB), allocList(g))
+		t.add(note, intOrDash(g.Index), orDash(shortUUID(g.UUID)), orDash(g.PCIBusID), orDash(strings.TrimPrefix(g.Model, "NVIDIA ")),
+			g.Mode, health(g.Healthy), pct(g.UtilizationPct), gib(g.MemoryUsedMiB, g.MemoryTotalMiB),
+			unit(g.TemperatureC, "C"), unit(g.PowerW, "W"), gpuUse(g))
 		for j, s := range g.Slices {
 			branch := "├─"
 			if j == len(g.Slices)-1 {
 				branch = "└─"
 			}
-			alloc := "free"
+			use := "free"
 			if s.Alloc != nil {
-				alloc = allocText(*s.Alloc)
+				use = "used"
 			}
-			fmt.Fprintf(tw, "  \t%s %s\t%s\t%s\t%s\t%s\t%s\t%s\n", branch, sliceID(s), orDash(s.Profile), s.Type,
-				health(s.Healthy, s.HealthDescription), pct(s.UtilizationPct), mem(s.MemoryUsedMiB, s.MemoryTotalMiB), alloc)
+			t.add("", branch, sliceID(s), "", orDash(s.Profile), s.Type, health(s.Healthy), pct(s.UtilizationPct),
+				gib(s.MemoryUsedMiB, s.MemoryTotalMiB), "", "", use)
 		}
 	}
-	tw.Flush()
+	return t
 }
 
-func writeQueue(b *strings.Builder, q []QueueEntry) {
+// gpuUse is "free" or "used" for a whole GPU, held/all for a sliced one.
+func gpuUse(g GPU) string {
+	if len(g.Slices) > 0 {
+		held := 0
+		for _, s := range g.Slices {
+			if s.Alloc != nil {
+				held++
+			}
+		}
+		return fmt.Sprintf("%d/%d", held, len(g.Slices))
+	}
+	if len(g.Allocations) == 0 {
+		return "free"
+	}
+	return "used"
+}
+
+// taskTable is a row per task and GPU it holds (or holds slices of): what
+// it uses there and its predicted time left.
+func taskTable(gpus []GPU, key SortKey) *textTable {
+	t := &textTable{indent: "  ", cols: []column{
+		{head: "GPU"}, {head: "SLICES", want: 12, min: 6}, {head: "TASK", want: 30, min: 12}, {head: "ALLOC"},
+		{head: "MEM GiB", right: true}, {head: "PRED LEFT", right: true},
+	}}
+	for _, r := range sortedTasks(gpus, key) {
+		a := r.alloc
+		t.add("", intOrDash(r.gpu.Index), orDash(strings.Join(heldSlices(r.gpu, a), ",")), taskName(a), shortID(a.AllocID),
+			gib(a.MemoryUsedMiB, nil), predLeft(a.Prediction))
+	}
+	return t
+}
+
+// heldSlices names the slices of g that a holds: MIG instances by short
+// UUID, MPS shares as "share 1,2".
+func heldSlices(g *GPU, a AllocRef) []string {
+	var out, shares []string
+	for _, s := range g.Slices {
+		if s.Alloc == nil || s.Alloc.AllocID != a.AllocID || s.Alloc.Task != a.Task {
+			continue
+		}
+		if _, n, ok := contract.ParseShareID(s.ID); ok && s.Type == contract.SliceMPS {
+			shares = append(shares, strconv.Itoa(n))
+		} else {
+			out = append(out, sliceID(s))
+		}
+	}
+	if len(shares) > 0 {
+		out = append(out, "share "+strings.Join(shares, ","))
+	}
+	return out
+}
+
+// taskName is job/group/task, with the namespace first when it is not
+// "default".
+func taskName(a AllocRef) string {
+	return withNamespace(a.Namespace, a.Job+"/"+a.Group+"/"+a.Task)
+}
+
+// withNamespace puts a namespace other than "default" before s, cut short
+// so that a long one leaves room for the job's name.
+func withNamespace(ns, s string) string {
+	if ns == "" || ns == "default" {
+		return s
+	}
+	return Cut(ns, 12) + ":" + s
+}
+
+// predLeft is a task's predicted time left, "~12m00s", or "-" when there
+// is none: unknown, resting on elapsed time alone, or a finished task.
+func predLeft(p *Prediction) string {
+	if p == nil || p.RemainingSeconds == nil || p.Basis == sizing.BasisFinished {
+		return "-"
+	}
+	return "~" + FormatWait(*p.RemainingSeconds)
+}
+
+func writeQueue(b *strings.Builder, q []QueueEntry, width int) {
 	b.WriteString("\nQUEUE")
 	if len(q) == 0 {
 		b.WriteString("  no GPU work waiting\n")
 		return
 	}
 	b.WriteString("\n")
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  JOB\tNAMESPACE\tGROUP\tSTATE\tDEVICES\tCOUNT\tWAIT\tPREDICTED\tREASON")
+	t := &textTable{indent: "  ", cols: []column{
+		{head: "JOB", want: 24, min: 10}, {head: "STATE"}, {head: "DEVICES", want: 20, min: 8},
+		{head: "COUNT", right: true}, {head: "WAIT", right: true}, {head: "PRED WAIT", right: true}, {head: "PRED RUN", right: true},
+	}}
 	for _, e := range q {
 		asks := make([]string, len(e.Devices))
 		for i, d := range e.Devices {
 			asks[i] = fmt.Sprintf("%s x%d", shortDeviceName(d.Name), d.Count)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Job, e.Namespace, e.Group, e.State,
-			strings.Join(asks, ", "), e.Count, FormatWait(e.WaitingSeconds), predicted(e), truncate(e.Reason, 100))
+		t.add(e.Reason, withNamespace(e.Namespace, e.Job+"/"+e.Group), e.State, strings.Join(asks, ", "), strconv.Itoa(e.Count), FormatWait(e.WaitingSeconds),
+			predSeconds(e.PredictedWaitSeconds), predSeconds(e.PredictedRuntimeSeconds))
 	}
-	tw.Flush()
+	t.write(b, width)
 }
 
-// predicted is a queue entry's forecast: "wait ~5m00s, run ~30m00s", the
-// part known, or "-".
-func predicted(e QueueEntry) string {
-	var parts []string
-	if e.PredictedWaitSeconds != nil {
-		parts = append(parts, "wait ~"+FormatWait(*e.PredictedWaitSeconds))
-	}
-	if e.PredictedRuntimeSeconds != nil {
-		parts = append(parts, "run ~"+FormatWait(*e.PredictedRuntimeSeconds))
-	}
-	if len(parts) == 0 {
+// predSeconds is a predicted duration, "~5m00s", or "-" when unknown.
+func predSeconds(s *int64) string {
+	if s == nil {
 		return "-"
 	}
-	return strings.Join(parts, ", ")
+	return "~" + FormatWait(*s)
 }
 
 // FormatWait writes a wait in seconds as 42s, 5m02s, 2h05m or 3d04h.
@@ -180,14 +288,11 @@ func FormatWait(s int64) string {
 	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
 }
 
-func health(ok bool, desc string) string {
+func health(ok bool) string {
 	if ok {
 		return "ok"
 	}
-	if desc == "" || desc == "unhealthy" {
-		return "UNHEALTHY"
-	}
-	return "UNHEALTHY: " + truncate(desc, 40)
+	return "UNHEALTHY"
 }
 
 func pct(p *float64) string {
@@ -197,52 +302,37 @@ func pct(p *float64) string {
 	return fmt.Sprintf("%.0f%%", *p)
 }
 
-func mem(used, total *int64) string {
-	u, t := "-", "-"
-	if used != nil {
-		u = strconv.FormatInt(*used, 10)
-	}
-	if total != nil {
-		t = strconv.FormatInt(*total, 10)
-	}
-	if used == nil && total == nil {
+// unit is a figure rounded, with its unit: "45C", "300W"; "-" unknown.
+func unit(p *float64, u string) string {
+	if p == nil {
 		return "-"
 	}
-	return u + " / " + t
+	return fmt.Sprintf("%.0f%s", *p, u)
 }
 
-func allocList(g GPU) string {
-	if len(g.Slices) > 0 {
-		held := 0
-		for _, s := range g.Slices {
-			if s.Alloc != nil {
-				held++
-			}
+func intOrDash(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p)
+}
+
+// gib writes MiB figures as GiB with one decimal: "29.3/80.0", "-/80.0",
+// "29.3" without a total; "-" when neither is known.
+func gib(used, total *int64) string {
+	f := func(p *int64) string {
+		if p == nil {
+			return "-"
 		}
-		return fmt.Sprintf("%d/%d slices in use", held, len(g.Slices))
+		return strconv.FormatFloat(float64(*p)/1024, 'f', 1, 64)
 	}
-	if len(g.Allocations) == 0 {
-		return "free"
+	switch {
+	case used == nil && total == nil:
+		return "-"
+	case total == nil:
+		return f(used)
 	}
-	parts := make([]string, len(g.Allocations))
-	for i, a := range g.Allocations {
-		parts[i] = allocText(a)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// allocText is job/group/task (alloc ID prefix), the namespace first when
-// it is not "default", and the predicted time left when known
-// ("~12m00s left").
-func allocText(a AllocRef) string {
-	s := a.Job + "/" + a.Group + "/" + a.Task + " " + shortID(a.AllocID)
-	if a.Namespace != "" && a.Namespace != "default" {
-		s = a.Namespace + ":" + s
-	}
-	if p := a.Prediction; p != nil && p.RemainingSeconds != nil && p.Basis != sizing.BasisFinished {
-		s += " ~" + FormatWait(*p.RemainingSeconds) + " left"
-	}
-	return s
+	return f(used) + "/" + f(total)
 }
 
 // shortUUID keeps a GPU- or MIG- UUID's prefix and first 8 hex digits.
@@ -255,9 +345,10 @@ func shortUUID(id string) string {
 	return id
 }
 
-// shortDeviceName shortens the GPU UUID naming an MPS group
-// (nvidia/mps/GPU-…).
+// shortDeviceName shortens a device request for the queue: no "nvidia/"
+// vendor, and the GPU UUID naming an MPS group (nvidia/mps/GPU-…) cut.
 func shortDeviceName(name string) string {
+	name = strings.TrimPrefix(name, contract.Vendor+"/")
 	if i := strings.LastIndex(name, "/"); i >= 0 {
 		return name[:i+1] + shortUUID(name[i+1:])
 	}
@@ -278,12 +369,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }

@@ -3,42 +3,57 @@ package clusterview
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
 )
 
-const wantTable = `nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 2  GPUs 5 (3 in use, 1 unhealthy)  slices 6 (3 in use)  queued 3 (2 blocked, 1 pending), longest wait 1m35s
+const wantTable = `nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 2  GPUs 5 (3 in use, 1 unhealthy)
+slices 6 (3 in use)  queued 3 (2 blocked, 1 pending), longest wait 1m35s
 
 NODE gpu-1 (11111111)  ready  pool gpu  class h100  dc dc1
-  GPU  ID               MODEL / PROFILE        MODE   HEALTH                                          UTIL  MEMORY MiB     ALLOCATIONS
-  0    GPU-aaaaaaaa     NVIDIA H100 80GB HBM3  whole  ok                                              40%   30000 / 81920  train/g/t a0000001
-  1    GPU-bbbbbbbb     NVIDIA H100 80GB HBM3  whole  UNHEALTHY: XID 79 (GPU has fallen off the bus)  0%    0 / 81920      free
-  4    GPU-cccccccc     NVIDIA H100 80GB HBM3  mps    ok                                              55%   12000 / 81920  2/4 slices in use
-       ├─ share 0       1/4                    mps    ok                                              -     0 / 20480      free
-       ├─ share 1       1/4                    mps    ok                                              -     1000 / 20480   notebook/g/t a0000003
-       ├─ share 2       1/4                    mps    ok                                              -     500 / 20480    notebook/g/t a0000003
-       └─ share 3       1/4                    mps    ok                                              -     0 / 20480      free
-  7    GPU-eeeeeeee     NVIDIA H100 80GB HBM3  mig    ok                                              -     3072 / 81920   1/2 slices in use
-       ├─ MIG-11111111  1g.10gb                mig    ok                                              -     2048 / 10240   infer/g/t a0000002
-       └─ MIG-22222222  1g.10gb                mig    ok                                              -     1024 / 10240   free
+  IDX  UUID          MODEL         HEALTH     UTIL    MEM GiB  TEMP  POWER  USE
+  0    GPU-aaaaaaaa  H100 80GB H…  ok          40%  29.3/80.0   45C   300W  used
+  1    GPU-bbbbbbbb  H100 80GB H…  UNHEALTHY    0%   0.0/80.0   30C    70W  free
+    XID 79 (GPU has fallen off the bus)
+  4    GPU-cccccccc  H100 80GB H…  ok          55%  11.7/80.0   51C   250W  2/4
+  ├─   share 0       1/4           ok            -   0.0/20.0               free
+  ├─   share 1       1/4           ok            -   1.0/20.0               used
+  ├─   share 2       1/4           ok            -   0.5/20.0               used
+  └─   share 3       1/4           ok            -   0.0/20.0               free
+  7    GPU-eeeeeeee  H100 80GB H…  ok            -   3.0/80.0   38C   120W  1/2
+  ├─   MIG-11111111  1g.10gb       ok            -   2.0/10.0               used
+  └─   MIG-22222222  1g.10gb       ok            -   1.0/10.0               free
+  GPU  SLICES        TASK          ALLOC     MEM GiB  PRED LEFT
+  0    -             train/g/t     a0000001     29.3          -
+  4    share 1,2     notebook/g/t  a0000003      1.5          -
+  7    MIG-11111111  infer/g/t     a0000002      2.0          -
 
-NODE gpu-2 (22222222)  ready  pool batch  class -  dc dc1  ineligible  draining  [stats unavailable: Unexpected response code: 500 (rpc error: no path to node)]
-  GPU  ID            MODEL / PROFILE        MODE   HEALTH  UTIL  MEMORY MiB  ALLOCATIONS
-  -    GPU-dddddddd  NVIDIA A100-SXM4-40GB  whole  ok      -     -           free
+NODE gpu-2 (22222222)  ready  pool batch  class -  dc dc1  ineligible  draining
+  [stats unavailable: Unexpected response code: 500 (rpc error: no path to node…
+  IDX  UUID          MODEL           HEALTH  UTIL  MEM GiB  TEMP  POWER  USE
+  -    GPU-dddddddd  A100-SXM4-40GB  ok         -        -     -      -  free
 
 QUEUE
-  JOB       NAMESPACE  GROUP  STATE    DEVICES                     COUNT  WAIT   PREDICTED  REASON
-  big       default    g      blocked  nvidia/gpu x6               2      1m35s  -          constraint "missing devices" filtered 1 node
-  notebook  default    g      pending  nvidia/mps/GPU-cccccccc x2  1      30s    -          placed on gpu-1, not running yet
+  JOB         STATE    DEVICES              COUNT   WAIT  PRED WAIT  PRED RUN
+  big/g       blocked  gpu x6                   2  1m35s          -         -
+    constraint "missing devices" filtered 1 node
+  notebook/g  pending  mps/GPU-cccccccc x2      1    30s          -         -
+    placed on gpu-1, not running yet
 `
 
 func TestWriteTable(t *testing.T) {
 	tests := []struct {
 		name string
 		in   *Input
-		want []string // lines the output must have, in order; "" means the golden
+		opt  TableOptions
+		want []string // lines the output must have, in order; nil means the golden
 	}{
-		{"fixture", fixtureInput(), nil},
-		{"empty cluster", &Input{Now: t0}, []string{
-			"nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 0  GPUs 0 (0 in use, 0 unhealthy)  queue empty",
+		{"fixture", fixtureInput(), TableOptions{}, nil},
+		{"fixture at 80", fixtureInput(), TableOptions{Width: 80}, nil},
+		{"empty cluster", &Input{Now: t0}, TableOptions{}, []string{
+			"nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 0  GPUs 0 (0 in use, 0 unhealthy)",
+			"queue empty",
 			"no GPU nodes",
 			"QUEUE  no GPU work waiting",
 		}},
@@ -46,15 +61,27 @@ func TestWriteTable(t *testing.T) {
 			in := fixtureInput()
 			in.Filter.Nodes = []string{"cpu-1"}
 			return in
-		}(), []string{
+		}(), TableOptions{}, []string{
 			"NODE cpu-1 (33333333)  ready  pool default  class -  dc -  [stats unavailable]",
 			"  no GPU devices",
+		}},
+		{"wider: PCI bus and mode, whole models", fixtureInput(), TableOptions{Width: 120}, []string{
+			"  IDX  UUID          PCI BUS       MODEL           MODE   HEALTH     UTIL    MEM GiB  TEMP  POWER  USE",
+			"  0    GPU-aaaaaaaa  0000:18:00.0  H100 80GB HBM3  whole  ok          40%  29.3/80.0   45C   300W  used",
+			"  ├─   MIG-11111111                1g.10gb         mig    ok            -   2.0/10.0               used",
+		}},
+		{"filtered", fixtureInput(), TableOptions{Filter: "NOTE"}, []string{
+			"nomad-gpu top  2026-12-03 10:00:00 UTC  filter \"NOTE\"  nodes 1",
+			"GPUs 1 (1 in use, 0 unhealthy)  slices 4 (2 in use)",
+			"  4    GPU-cccccccc  H100 80GB HBM3  ok       55%  11.7/80.0   51C   250W  2/4",
+			"  4    share 1,2  notebook/g/t  a0000003      1.5          -",
+			"  notebook/g  pending  mps/GPU-cccccccc x2      1   30s          -         -",
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			if err := WriteTable(&b, Build(tc.in)); err != nil {
+			if err := WriteTable(&b, Build(tc.in), tc.opt); err != nil {
 				t.Fatal(err)
 			}
 			got := b.String()
@@ -76,17 +103,96 @@ func TestWriteTable(t *testing.T) {
 	}
 }
 
-func TestAllocText(t *testing.T) {
+// longNames is the fixture with every name long enough to break a table
+// that does not fit its lines.
+func longNames() *Input {
+	in := fixtureInput()
+	long := func(s string) string { return s + strings.Repeat("-and-more", 8) }
+	n := in.Nodes[0]
+	n.Name, n.NodeClass, n.Datacenter, n.NodePool = long("ip-10-0-12-34.eu-west-1.compute.internal"), long("h100"), long("dc"), long("gpu")
+	n.SchedulingEligibility, n.Drain = api.NodeSchedulingIneligible, true
+	n.NodeResources.Devices[0].Name = long("NVIDIA H100 80GB HBM3")
+	n.NodeResources.Devices[0].Instances[0].HealthDescription = long("XID 79 (GPU has fallen off the bus)")
+	n.NodeResources.Devices[1].Attributes["mig_profile"] = strAttr(long("1g.10gb"))
+	for _, a := range in.Allocs {
+		a.JobID, a.TaskGroup, a.Namespace = long(a.JobID), long("group"), long("research")
+		for _, tr := range a.AllocatedResources.Tasks {
+			tr.Devices[0].Name = long(tr.Devices[0].Name)
+		}
+	}
+	in.Blocked[0].FailedTGAllocs["g"].ConstraintFiltered[long("${meta.a.very.long.constraint}")] = 3
+	in.Stats[node2ID] = NodeStats{Err: errorString(long("Unexpected response code: 500 (rpc error: no path to node)"))}
+	in.HistoryError = long("list finished allocations: HTTP 500")
+	return in
+}
+
+// Lines fit the width asked for, however long the names: the default 80
+// columns, or more where a terminal has them.
+func TestWriteTableFitsWidth(t *testing.T) {
+	for _, width := range []int{0, 70, 80, 100, 120, 200} {
+		for name, in := range map[string]func() *Input{"fixture": fixtureInput, "long names": longNames} {
+			t.Run(name+" "+time.Duration(width).String(), func(t *testing.T) {
+				var b strings.Builder
+				if err := WriteTable(&b, Build(in()), TableOptions{Width: width}); err != nil {
+					t.Fatal(err)
+				}
+				limit := width
+				if limit == 0 {
+					limit = DefaultWidth
+				}
+				for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+					if textWidth(line) > limit {
+						t.Errorf("%d columns, over %d: %q", textWidth(line), limit, line)
+					}
+				}
+				// Cut, not dropped: every GPU still shows its index and
+				// UUID, every task its alloc; from 80 columns on, every
+				// GPU its temperature and power.
+				must := []string{"  7    GPU-eeeeeeee", "a0000002", "UNHEALTHY"}
+				if limit >= 80 {
+					must = append(must, "45C", "300W")
+				}
+				for _, w := range must {
+					if !strings.Contains(b.String(), w) {
+						t.Errorf("no %q in\n%s", w, b.String())
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestTextTableLayout(t *testing.T) {
+	cols := func() []column {
+		return []column{
+			{head: "ID"}, {head: "EXTRA", drop: 1, extra: true}, {head: "NAME", want: 8, min: 4},
+			{head: "N", right: true}, {head: "OPT", drop: 1},
+		}
+	}
+	row := []string{"a", "x", "a-long-name", "42", "o"}
 	tests := []struct {
-		a    AllocRef
-		want string
+		width int
+		want  string
 	}{
-		{AllocRef{AllocID: "0123456789", Job: "j", Group: "g", Task: "t", Namespace: "default"}, "j/g/t 01234567"},
-		{AllocRef{AllocID: "0123", Job: "j", Group: "g", Task: "t", Namespace: "ml"}, "ml:j/g/t 0123"},
+		{80, "ID  EXTRA  NAME          N  OPT\na   x      a-long-name  42  o\n"},
+		// Cut to want before an extra column goes.
+		{28, "ID  EXTRA  NAME       N  OPT\na   x      a-long-…  42  o\n"},
+		// The extra column goes; what it frees widens the name again.
+		{27, "ID  NAME          N  OPT\na   a-long-name  42  o\n"},
+		{20, "ID  NAME      N  OPT\na   a-long…  42  o\n"},
+		{17, "ID  NAME   N  OPT\na   a-l…  42  o\n"},
+		// Optional columns go only once elastic ones are at their least.
+		{16, "ID  NAME       N\na   a-long-…  42\n"},
+		// Fixed columns are never cut: as narrow as it gets.
+		{5, "ID  NAME   N\na   a-l…  42\n"},
 	}
 	for _, tc := range tests {
-		if got := allocText(tc.a); got != tc.want {
-			t.Errorf("allocText(%+v) = %q, want %q", tc.a, got, tc.want)
+		tb := &textTable{cols: cols()}
+		tb.add("", row...)
+		var b strings.Builder
+		tb.write(&b, tc.width)
+		if got := b.String(); got != tc.want {
+			t.Errorf("width %d:\n%s\nwant\n%s", tc.width, got, tc.want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -157,6 +158,12 @@ func TestTop(t *testing.T) {
 			if g.Model != "NVIDIA H100 80GB HBM3" || g.PCIBusID == "" || g.MemoryTotalMiB == nil {
 				t.Errorf("GPU %+v", g)
 			}
+			// Every GPU row has its index and UUID, temperature and
+			// power, whatever its mode (the device stats name each
+			// device's physical GPU).
+			if g.Index == nil || !strings.HasPrefix(g.UUID, "GPU-") || g.TemperatureC == nil || g.PowerW == nil {
+				t.Errorf("GPU %s: index %v, uuid %q, temperature %v, power %v", g.PCIBusID, g.Index, g.UUID, utilText(g.TemperatureC), utilText(g.PowerW))
+			}
 			switch {
 			case g.UUID == victim:
 				if g.Healthy || !strings.Contains(g.HealthDescription, "XID 79") {
@@ -179,7 +186,7 @@ func TestTop(t *testing.T) {
 					t.Errorf("MPS GPU %+v", g)
 				}
 			case clusterview.ModeMIG:
-				if g.UUID != "" || len(g.Slices) != 4 {
+				if g.Index == nil || (*g.Index != 6 && *g.Index != 7) || len(g.Slices) != 4 {
 					t.Errorf("MIG GPU %+v", g)
 				}
 			}
@@ -200,6 +207,19 @@ func TestTop(t *testing.T) {
 				onGPU := slices.ContainsFunc(g.Allocations, func(a clusterview.AllocRef) bool {
 					return a.AllocID == allocID && a.Job == job && a.Group == "g" && a.Task == "t" && a.Namespace == "default"
 				})
+				// gpuJob's jobs are services: no prediction.
+				for _, a := range g.Allocations {
+					if a.AllocID == allocID && a.Prediction != nil {
+						t.Errorf("%s: service predicted: %+v", job, a.Prediction)
+					}
+				}
+				if onGPU && g.Mode == clusterview.ModeWhole {
+					for _, a := range g.Allocations {
+						if a.AllocID == allocID && (a.MemoryUsedMiB == nil || g.MemoryUsedMiB == nil || *a.MemoryUsedMiB != *g.MemoryUsedMiB) {
+							t.Errorf("%s: memory used %s on a whole GPU using %s", job, memText(a.MemoryUsedMiB), memText(g.MemoryUsedMiB))
+						}
+					}
+				}
 				switch g.Mode {
 				case clusterview.ModeWhole:
 					if onGPU != (g.UUID == devices[job][0]) {
@@ -259,13 +279,19 @@ func TestTop(t *testing.T) {
 			t.Fatalf("top -once: %v\n%s", err, frame)
 		}
 		t.Logf("nomad-gpu top -once:\n%s", frame)
-		for _, want := range []string{"NODE client-1", "top-whole/g/t " + held["top-whole"][:8], "top-too-many", "nvidia/gpu x9", "3g.40gb", "share 3"} {
+		for _, want := range []string{"NODE client-1", "top-whole/g/t", held["top-whole"][:8], "top-too-many/g", "gpu x9", "3g.40gb", "share 3", "PRED LEFT"} {
 			if !strings.Contains(string(frame), want) {
 				t.Errorf("frame lacks %q", want)
 			}
 		}
 		if strings.Contains(string(frame), "\x1b[") {
 			t.Errorf("-once frame has ANSI escapes")
+		}
+		// Not a terminal: 80 columns.
+		for _, line := range strings.Split(string(frame), "\n") {
+			if n := utf8.RuneCountInString(line); n > 80 {
+				t.Errorf("line of %d columns: %q", n, line)
+			}
 		}
 	})
 
@@ -314,6 +340,13 @@ func ready(v *clusterview.View, busy, victim string) bool {
 	return slices.ContainsFunc(v.Queue, func(q clusterview.QueueEntry) bool {
 		return q.Job == "top-too-many" && q.WaitingSeconds >= 1
 	})
+}
+
+func memText(p *int64) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
 }
 
 func utilText(p *float64) string {

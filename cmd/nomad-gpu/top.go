@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,13 +32,20 @@ const ansiClear = "\x1b[H\x1b[2J"
 
 const topUsage = `usage: nomad-gpu top [flags]
 
-Shows every GPU of the cluster's nodes: its MIG instances and MPS shares,
-the allocations holding them (job/group/task), utilisation and memory
-from the device stats, health; then the GPU work that waits, how long
-and why, with the predicted time left of running GPU tasks and the
-predicted wait and run time of blocked work (learnt from the allocations
-that finished within -history-window). Redraws every -interval until interrupted; -once draws one frame,
--json prints one JSON document (its fields: clusterview/doc.go).
+Shows every GPU of the cluster's nodes: its index and UUID, MIG instances
+and MPS shares, utilisation, memory, temperature and power from the
+device stats, health, and the tasks holding it (job/group/task) with the
+memory they use; then the GPU work that waits, how long and why. Times
+marked "~" under PRED headers are predictions, learnt from the
+allocations that finished within -history-window: the time left of
+batch and sysbatch GPU tasks, the wait and run time of blocked work.
+
+Redraws every -interval until q or Ctrl-C. Keys, when stdin is a
+terminal: n, u, m, w sort by node, utilisation, memory, predicted wait;
+/ filters by node or job name (Enter keeps the filter, Esc clears it).
+-once draws one frame, -json prints one JSON document (its fields:
+clusterview/doc.go). The table fits the terminal's width, 80 columns
+when stdout is no terminal, or -width.
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE and the
 NOMAD_CACERT/NOMAD_CLIENT_CERT/... TLS variables, as the nomad CLI reads
@@ -55,7 +62,12 @@ type topOptions struct {
 	json, once                        bool
 	interval, statsTimeout            time.Duration
 	historyWindow                     time.Duration
+	width                             int
 }
+
+// minTopWidth is the narrowest -width: the GPU table's columns that are
+// never left out fit it.
+const minTopWidth = 70
 
 func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	o := &topOptions{}
@@ -77,6 +89,7 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "time between redraws")
 	fs.DurationVar(&o.statsTimeout, "stats-timeout", clusterview.DefaultStatsTimeout, "how long one node's device stats may take")
 	fs.DurationVar(&o.historyWindow, "history-window", 24*time.Hour, "how far back finished allocations are read to predict run times and waits; 0 reads none")
+	fs.IntVar(&o.width, "width", 0, fmt.Sprintf("line length of the table, at least %d; 0 fits the terminal (80 columns when stdout is no terminal)", minTopWidth))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -91,6 +104,9 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	}
 	if o.historyWindow < 0 {
 		return nil, fmt.Errorf("-history-window %v: must not be negative", o.historyWindow)
+	}
+	if o.width != 0 && o.width < minTopWidth {
+		return nil, fmt.Errorf("-width %d: must be 0 (the terminal's width) or at least %d", o.width, minTopWidth)
 	}
 	for _, n := range strings.Split(nodes, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -138,12 +154,18 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return top(ctx, o, r, stdout, stderr)
+	scr, restore, err := openScreen(o, os.Stdin, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "nomad-gpu top:", err)
+		return 1
+	}
+	defer restore()
+	return top(ctx, o, r, scr, stderr)
 }
 
 // top runs the command once connected: one JSON document, one frame, or
-// frames until ctx ends.
-func top(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout, stderr io.Writer) int {
+// frames until ctx ends or the operator quits.
+func top(ctx context.Context, o *topOptions, r *clusterview.Reader, scr topScreen, stderr io.Writer) int {
 	if o.json || o.once {
 		v, err := r.View(ctx, o.filter)
 		if ferr := filterError(err); ferr != nil {
@@ -155,11 +177,11 @@ func top(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout, stde
 			return 1
 		}
 		if o.json {
-			enc := json.NewEncoder(stdout)
+			enc := json.NewEncoder(scr.out)
 			enc.SetIndent("", "  ")
 			err = enc.Encode(v)
 		} else {
-			err = clusterview.WriteTable(stdout, v)
+			err = clusterview.WriteTable(scr.out, v, clusterview.TableOptions{Width: scr.lineWidth()})
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "nomad-gpu top:", err)
@@ -167,7 +189,7 @@ func top(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout, stde
 		}
 		return 0
 	}
-	return watch(ctx, o, r, stdout, stderr)
+	return watch(ctx, o, r, scr, stderr)
 }
 
 // filterError says which flag names a node pool or node that does not
@@ -192,35 +214,83 @@ func quoted(ss []string) []string {
 	return out
 }
 
-// watch redraws the view every interval until ctx ends. A frame that
-// cannot be read shows the error and the next one tries again; but a
-// filter that matches no pool or node in the first frame is an error.
-func watch(ctx context.Context, o *topOptions, r *clusterview.Reader, stdout, stderr io.Writer) int {
-	t := time.NewTicker(o.interval)
-	defer t.Stop()
-	for first := true; ; first = false {
-		var b bytes.Buffer
-		b.WriteString(ansiClear)
-		v, err := r.View(ctx, o.filter)
-		if ctx.Err() != nil {
-			return 0
-		}
-		if ferr := filterError(err); ferr != nil && first {
-			fmt.Fprintln(stderr, "nomad-gpu top:", ferr)
-			return 2
-		}
-		if err != nil {
-			fmt.Fprintf(&b, "nomad-gpu top  %s\n\nerror: %v\n", time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), err)
-		} else {
-			_ = clusterview.WriteTable(&b, v)
-		}
-		fmt.Fprintf(&b, "\nrefresh every %v; Ctrl-C quits\n", o.interval)
-		if _, err := stdout.Write(b.Bytes()); err != nil {
-			return 0
-		}
+// topFrame is one read of the cluster: its view, or why there is none.
+type topFrame struct {
+	view *clusterview.View
+	err  error
+	// panicked is a panic of the read, with its stack, for watch to panic
+	// with: only a panic in runTop's goroutine runs the deferred restore
+	// of the terminal.
+	panicked any
+}
+
+// watch redraws the view every interval, and at once on a key, until ctx
+// ends or the operator quits. A frame that cannot be read shows the error
+// and the next one tries again; but a filter that matches no pool or node
+// in the first frame is an error.
+func watch(ctx context.Context, o *topOptions, r *clusterview.Reader, scr topScreen, stderr io.Writer) int {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	frames := make(chan topFrame)
+	go readFrames(ctx, o, r, frames)
+	ui := topUI{sort: clusterview.SortNode}
+	var last *topFrame
+	for {
 		select {
 		case <-ctx.Done():
 			return 0
+		case f := <-frames:
+			if f.panicked != nil {
+				panic(f.panicked)
+			}
+			if ferr := filterError(f.err); ferr != nil && last == nil {
+				fmt.Fprintln(stderr, "nomad-gpu top:", ferr)
+				return 2
+			}
+			last = &f
+		case chunk, ok := <-scr.keys:
+			if !ok {
+				scr.keys = nil // stdin closed: no more keys
+				continue
+			}
+			for _, k := range keysOf(chunk) {
+				ui = ui.press(k)
+			}
+			if ui.quit {
+				return 0
+			}
+		}
+		if last != nil && scr.draw(*last, ui, o.interval) != nil {
+			return 0
+		}
+	}
+}
+
+// readFrames reads a frame every interval into frames until ctx ends.
+func readFrames(ctx context.Context, o *topOptions, r *clusterview.Reader, frames chan<- topFrame) {
+	defer func() {
+		if p := recover(); p != nil {
+			select {
+			case frames <- topFrame{panicked: fmt.Sprintf("%v\n\n%s", p, debug.Stack())}:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	t := time.NewTicker(o.interval)
+	defer t.Stop()
+	for {
+		v, err := r.View(ctx, o.filter)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case frames <- topFrame{view: v, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
 		case <-t.C:
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ func TestParseTopFlags(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, o *topOptions) {
 			if o.interval != 2*time.Second || o.statsTimeout != clusterview.DefaultStatsTimeout || o.json || o.once ||
-				o.filter.Pool != "" || o.filter.Nodes != nil || o.historyWindow != 24*time.Hour {
+				o.filter.Pool != "" || o.filter.Nodes != nil || o.historyWindow != 24*time.Hour || o.width != 0 {
 				t.Errorf("%+v", o)
 			}
 		}},
@@ -57,6 +58,13 @@ func TestParseTopFlags(t *testing.T) {
 				t.Errorf("%+v", o)
 			}
 		}},
+		{name: "width", args: []string{"-width", "120"}, check: func(t *testing.T, o *topOptions) {
+			if o.width != 120 {
+				t.Errorf("width %d", o.width)
+			}
+		}},
+		{name: "width too narrow", args: []string{"-width", "69"}, wantErr: "-width 69: must be 0 (the terminal's width) or at least 70"},
+		{name: "width negative", args: []string{"-width", "-1"}, wantErr: "-width -1: must be 0 (the terminal's width) or at least 70"},
 		{name: "interval too short", args: []string{"-interval", "10ms"}, wantErr: "-interval 10ms: must be at least 100ms"},
 		{name: "stats timeout", args: []string{"-stats-timeout", "0s"}, wantErr: "-stats-timeout 0s: must be positive"},
 		{name: "stray argument", args: []string{"-json", "extra"}, wantErr: `unexpected argument "extra"`},
@@ -125,10 +133,12 @@ func (f *topFakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/node/pools":
 		v = []*api.NodePool{{Name: "all"}, {Name: "default"}, {Name: "empty"}}
 	case "/v1/client/stats":
-		u := 70.0
+		u, idx, temp := 70.0, int64(3), int64(41)
 		v = &api.HostStats{DeviceStats: []*api.DeviceGroupStats{{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H100 80GB HBM3",
 			InstanceStats: map[string]*api.DeviceStats{uuid: {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{
 				"GPU utilization": {FloatNumeratorVal: &u, Unit: "%"},
+				"GPU index":       {IntNumeratorVal: &idx},
+				"Temperature":     {IntNumeratorVal: &temp, Unit: "C"},
 			}}}}}}}
 	default:
 		http.NotFound(w, r)
@@ -208,7 +218,7 @@ func TestTopOnceAndErrors(t *testing.T) {
 	if rc := run([]string{"top", "-once", "-address", srv.URL}, &out, &errOut); rc != 0 {
 		t.Fatalf("rc %d: %s", rc, errOut.String())
 	}
-	for _, want := range []string{"NODE gpu-1", "GPU-aaaaaaaa", "70%", "train/g/t a1b2c3d4", "QUEUE  no GPU work waiting"} {
+	for _, want := range []string{"NODE gpu-1", "  3    GPU-aaaaaaaa", "70%", "41C", "  3    -       train/g/t  a1b2c3d4", "QUEUE  no GPU work waiting"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("frame lacks %q:\n%s", want, out.String())
 		}
@@ -281,7 +291,7 @@ func TestWatchRedrawsAndSurvivesErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out topSyncBuffer
 	done := make(chan int)
-	go func() { done <- top(ctx, o, r, &out, io.Discard) }()
+	go func() { done <- top(ctx, o, r, topScreen{out: &out}, io.Discard) }()
 
 	waitFor := func(what string, cond func(string) bool) {
 		t.Helper()
@@ -314,4 +324,130 @@ func TestWatchRedrawsAndSurvivesErrors(t *testing.T) {
 	if !strings.Contains(out.String(), "refresh every 100ms; Ctrl-C quits") {
 		t.Errorf("no footer")
 	}
+}
+
+// Not a terminal: 80 columns or -width, no keys, stdin left alone.
+func TestOpenScreenWithoutTerminal(t *testing.T) {
+	stdin, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	defer w.Close()
+	tests := []struct {
+		args  []string
+		width int
+	}{
+		{nil, 80},
+		{[]string{"-width", "132"}, 132},
+		{[]string{"-once"}, 80},
+	}
+	for _, tc := range tests {
+		o, err := parseTopFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		scr, restore, err := openScreen(o, stdin, &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restore()
+		if scr.lineWidth() != tc.width || scr.keys != nil || scr.out != io.Writer(&out) {
+			t.Errorf("%v: width %d, keys %v, out %T; want %d, none, the writer", tc.args, scr.lineWidth(), scr.keys, scr.out, tc.width)
+		}
+	}
+}
+
+func TestCRLFWriter(t *testing.T) {
+	var b strings.Builder
+	n, err := crlfWriter{&b}.Write([]byte("a\nb\n\nc"))
+	if n != 6 || err != nil || b.String() != "a\r\nb\r\n\r\nc" {
+		t.Errorf("wrote %d, %v: %q", n, err, b.String())
+	}
+}
+
+// Keys redraw the last frame at once, sorted or filtered, and q quits;
+// the footer names the keys.
+func TestWatchKeys(t *testing.T) {
+	clearTopNomadEnv(t)
+	f := &topFakeNomad{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o, err := parseTopFlags([]string{"-address", srv.URL, "-interval", "1h"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := o.reader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make(chan []byte)
+	var out topSyncBuffer
+	done := make(chan int)
+	go func() { done <- top(context.Background(), o, r, topScreen{out: &out, keys: keys}, io.Discard) }()
+	frames := func() int { return strings.Count(out.String(), ansiClear) }
+	waitFrames := func(n int) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for frames() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d frames, want %d:\n%s", frames(), n, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		s := out.String()
+		return s[strings.LastIndex(s, ansiClear):]
+	}
+	if last := waitFrames(1); !strings.HasSuffix(last, "\n[n]ode [u]til [m]em [w]ait: node  / filter  q quit\n") {
+		t.Errorf("first frame's footer:\n%s", last)
+	}
+	steps := []struct {
+		keys string
+		want []string // in the frame drawn
+	}{
+		{"u", []string{"[w]ait: util"}},
+		{"/tra", []string{`filter "tra"`, "train/g/t", "filter: tra_   Enter keeps it, Esc clears it"}},
+		{"\r", []string{`filter "tra"`, "Esc unfilter"}},
+		{"/x\r", []string{`filter "trax"`, "no GPU nodes"}},
+		{"\x1b", []string{"NODE gpu-1", "[w]ait: util  / filter  q quit"}},
+	}
+	n := 1
+	for _, st := range steps {
+		keys <- []byte(st.keys)
+		n++
+		last := waitFrames(n)
+		for _, w := range st.want {
+			if !strings.Contains(last, w) {
+				t.Errorf("after %q: no %q in\n%s", st.keys, w, last)
+			}
+		}
+		n = frames()
+	}
+	keys <- []byte("q")
+	select {
+	case rc := <-done:
+		if rc != 0 {
+			t.Errorf("rc %d after q", rc)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("q did not quit")
+	}
+}
+
+// A panic reading a frame reaches the goroutine that runs top, so that
+// runTop's deferred restore of the terminal runs.
+func TestWatchPanicReachesTheCaller(t *testing.T) {
+	o, err := parseTopFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		p := recover()
+		if s, _ := p.(string); !strings.Contains(s, "nil pointer") || !strings.Contains(s, "readFrames") {
+			t.Errorf("recovered %v, want the reader's nil pointer panic with its stack", p)
+		}
+	}()
+	top(context.Background(), o, &clusterview.Reader{}, topScreen{out: io.Discard}, io.Discard)
+	t.Error("no panic")
 }
