@@ -1,7 +1,8 @@
 // Package clusterview is the cluster's GPUs as one view, read from the
 // Nomad API: per node and GPU its slices (MIG instances, MPS shares), the
-// allocations holding them, utilisation and memory from the device stats,
-// health; and the queue of GPU work that waits, with how long and why.
+// allocations holding them, utilisation, memory, temperature and power
+// from the device stats, health; and the queue of GPU work that waits,
+// with how long and why.
 // `nomad-gpu top` draws it; what nvidia-smi is for one machine, this is for
 // the cluster.
 //
@@ -109,7 +110,10 @@
 // with the scheduler's placement failure as reason; (b) allocations placed
 // but still pending on their node, waiting since they were created.
 // A -node-pool filter keeps work whose job targets that pool (or "all");
-// a -node filter drops pending work placed elsewhere.
+// a -node filter drops pending work placed elsewhere. -node-pool all keeps
+// every node. A filter naming a pool that does not exist, or nodes that
+// match none, fails the read (UnknownPoolError, UnknownNodesError): a
+// typo shows as one, not as an empty cluster.
 //
 // # Forecasts
 //
