@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,20 +226,117 @@ func withCheckpoint(edit func(*CheckpointConfig)) CheckpointConfig {
 	return c
 }
 
-// A checkpoint root the task's user cannot pass through fails the start
-// in plain words, naming the directory and the fix.
+// A checkpoint root that root's group may reach but the task's user may
+// not (so the agent started) fails the start in plain words, naming the
+// directory and the fix.
 func TestCheckpointRootUnreachable(t *testing.T) {
 	e := newEnv(t)
 	closed := filepath.Join(e.dir, "closed")
-	if err := os.Mkdir(closed, 0o700); err != nil {
+	if err := os.Mkdir(closed, 0o710); err != nil {
 		t.Fatal(err)
 	}
+	os.Chmod(closed, 0o710)
 	e.cfg.Checkpoint.Root = filepath.Join(closed, "checkpoints")
 	d := e.plugin()
 	_, _, err := d.StartTask(e.checkpointTask(defaultCheckpoint()))
-	want := `config.checkpoint: user "nobody" cannot reach the plugin's checkpoint.root ` + e.cfg.Checkpoint.Root + ": " + closed + " is mode 0700"
+	want := `config.checkpoint: user "nobody" cannot reach the plugin's checkpoint.root ` + e.cfg.Checkpoint.Root + ": " + closed + " is mode 0710"
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "chmod o+x "+closed) {
 		t.Fatalf("error %v, want %q and the fix", err, want)
+	}
+}
+
+// The agent refuses, when it loads the plugin, a checkpoint.root below an
+// existing directory no task user may pass through, rather than failing
+// every checkpointing job later; what the store makes or fixes itself (a
+// missing directory, the root's own mode) and what some users may pass are
+// no reason to refuse.
+func TestSetConfigRefusesUnreachableCheckpointRoot(t *testing.T) {
+	cases := []struct {
+		name       string
+		above      os.FileMode // the directory above the root
+		root       os.FileMode // 0: the root does not exist
+		refuseMode string
+	}{
+		{"above 0700", 0o700, 0, "0700"},
+		{"above 0701 (others may pass)", 0o701, 0, ""},
+		{"above 0710 (root's group may pass)", 0o710, 0, ""},
+		{"above 0711", 0o711, 0, ""},
+		{"root itself 0700", 0o755, 0o700, ""},
+		{"above missing", 0, 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			above := filepath.Join(e.dir, "x")
+			if c.above != 0 {
+				mkdirMode(t, above, c.above)
+			}
+			e.cfg.Checkpoint.Root = filepath.Join(above, "checkpoints")
+			if c.root != 0 {
+				mkdirMode(t, e.cfg.Checkpoint.Root, c.root)
+			}
+			cfg := *e.cfg
+			d := New(nil)
+			defer d.Shutdown()
+			err := d.SetConfig(&cfg, nil)
+			if c.refuseMode == "" {
+				if err != nil {
+					t.Fatalf("SetConfig: %v", err)
+				}
+				return
+			}
+			want := "checkpoint.root: " + e.cfg.Checkpoint.Root + ": " + above + " is mode " + c.refuseMode + ", owner uid 0; task users cannot reach it; make it traversable (chmod 0711 " + above + ")"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %v, want %q", err, want)
+			}
+		})
+	}
+}
+
+func mkdirMode(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On a fresh node the shipped layout (state_dir and checkpoint.root side
+// by side under /var/lib/nomad-gpu, neither there yet) works for a task
+// run as nobody, even under an agent started with umask 077: the directory
+// above both is traversable, state_dir stays private, and the task
+// commits and restores.
+func TestCheckpointFreshNodeDefaultLayout(t *testing.T) {
+	e := newEnv(t)
+	base := filepath.Join(e.dir, "var", "lib", "nomad-gpu")
+	e.cfg.StateDir = filepath.Join(base, "driver")
+	e.cfg.Checkpoint.Root = filepath.Join(base, "checkpoints")
+	d := e.plugin()
+	old := syscall.Umask(0o077)
+	_, err := d.runtime()
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]os.FileMode{base: 0o755, e.cfg.StateDir: 0o700, e.cfg.Checkpoint.Root: 0o711} {
+		if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != want {
+			t.Fatalf("%s: %v, mode %v; want mode %04o", dir, err, st.Mode(), want)
+		}
+	}
+	first := e.checkpointTask(defaultCheckpoint())
+	if _, _, err := d.StartTask(first); err != nil {
+		t.Fatal(err)
+	}
+	progress := filepath.Join(first.Env["NOMAD_TASK_DIR"], "progress")
+	eventually(t, "progress", func() bool { b, _ := os.ReadFile(progress); return len(b) > 0 && string(b) != "1\n" })
+	stopTask(t, d, first.ID, 10*time.Second, "SIGINT")
+	wait(t, d, first.ID, 20*time.Second)
+	committed := readInt(t, filepath.Join(first.Env["NOMAD_TASK_DIR"], "committed"))
+	destroyTask(t, d, first.ID)
+	if got, want := e.startRestored(t, d, defaultCheckpoint()), restoredLine(committed, 1); got != want {
+		t.Errorf("second run %q, want %q", got, want)
 	}
 }
 

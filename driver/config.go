@@ -148,6 +148,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: %q must be an absolute path", key, p)
 		}
 	}
+	if within(c.Checkpoint.Root, c.StateDir) || within(c.StateDir, c.Checkpoint.Root) {
+		// state_dir is 0700 (it holds task environments), so no task user
+		// could reach a root inside it; and the store would take a state_dir
+		// inside its root for a namespace.
+		return fmt.Errorf("checkpoint.root: %q and state_dir %q must not contain one another; allowed: separate directories, as the defaults /var/lib/nomad-gpu/checkpoints and /var/lib/nomad-gpu/driver", c.Checkpoint.Root, c.StateDir)
+	}
 	if b := c.MPS.ControlBinary; b == "" || (strings.Contains(b, "/") && !filepath.IsAbs(b)) {
 		return fmt.Errorf("mps.control_binary: %q must be a command name found in PATH or an absolute path", b)
 	}

@@ -15,6 +15,10 @@ func TestPluginConfigErrorsNameTheKey(t *testing.T) {
 		want string
 	}{
 		{"checkpoint root", func(c *Config) { c.Checkpoint.Root = "checkpoints" }, `checkpoint.root: "checkpoints" must be an absolute path`},
+		{"checkpoint root inside state_dir", func(c *Config) { c.Checkpoint.Root = filepath.Join(c.StateDir, "checkpoints") },
+			`checkpoint.root: "/var/lib/nomad-gpu/driver/checkpoints" and state_dir "/var/lib/nomad-gpu/driver" must not contain one another`},
+		{"state_dir inside checkpoint root", func(c *Config) { c.StateDir = filepath.Join(c.Checkpoint.Root, "driver") },
+			`checkpoint.root: "/var/lib/nomad-gpu/checkpoints" and state_dir "/var/lib/nomad-gpu/checkpoints/driver" must not contain one another`},
 		{"cooldown too short", func(c *Config) { c.Preemption.Cooldown = time.Second }, "preemption.cooldown: 1s is out of range; allowed: 0 (off) or at least 10s"},
 		{"cooldown negative", func(c *Config) { c.Preemption.Cooldown = -time.Minute }, "preemption.cooldown"},
 		{"nomad address", func(c *Config) { c.Nomad.Address = "127.0.0.1:4646" }, `nomad.address: "127.0.0.1:4646" is not an http://, https:// or unix:// address`},

@@ -96,26 +96,50 @@ func checkCheckpointRootReachable(root string, u taskUser) error {
 		u.name, root, p, st.Mode&0o7777, st.Uid, p)
 }
 
+// checkCheckpointRootPassable refuses, at agent start, a checkpoint.root
+// below an existing directory that no task user may pass through (neither
+// its group nor others may search it), rather than failing every
+// checkpointing job later. The root itself is not checked: the store makes
+// it 0711. A directory that only some users may pass (0710, say) is left to
+// the check at task start, which knows the task's user.
+func checkCheckpointRootPassable(root string) error {
+	if root == "" {
+		return nil
+	}
+	p, st, ok := firstClosed(filepath.Dir(filepath.Clean(root)), func(st syscall.Stat_t) bool { return st.Mode&0o011 != 0 })
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("checkpoint.root: %s: %s is mode %04o, owner uid %d; task users cannot reach it; make it traversable (chmod 0711 %s) or choose a root they can reach",
+		root, p, st.Mode&0o7777, st.Uid, p)
+}
+
 // unreachable finds the first existing directory on the way to dir that
 // u may not pass through. A missing one is not reported: whoever makes it
 // reports that.
 func unreachable(dir string, u taskUser) (string, syscall.Stat_t, bool) {
-	var st syscall.Stat_t
 	if u.uid == 0 || dir == "" {
-		return "", st, false
+		return "", syscall.Stat_t{}, false
 	}
+	return firstClosed(dir, func(st syscall.Stat_t) bool { return searchable(st, u) })
+}
+
+// firstClosed finds the first existing directory from / down to dir, dir
+// included, that passable refuses; it stops at the first missing one.
+func firstClosed(dir string, passable func(syscall.Stat_t) bool) (string, syscall.Stat_t, bool) {
 	var path []string
 	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
 		path = append([]string{p}, path...)
-		if p == "/" {
+		if p == "/" || p == "." {
 			break
 		}
 	}
+	var st syscall.Stat_t
 	for _, p := range path {
 		if err := syscall.Stat(p, &st); err != nil {
 			return "", st, false
 		}
-		if !searchable(st, u) {
+		if !passable(st) {
 			return p, st, true
 		}
 	}

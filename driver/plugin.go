@@ -21,6 +21,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/driver/mps"
 	"github.com/nomad-gpu/nomad-gpu/driver/preemption"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/internal/dirs"
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
@@ -195,6 +196,9 @@ func (d *Driver) SetConfig(c any, agent *base.AgentConfig) error {
 			return fmt.Errorf("supervisor_binary: %v; allowed: the path of an installed nomad-driver-gpu-supervisor", err)
 		}
 	}
+	if err := checkCheckpointRootPassable(cfg.Checkpoint.Root); err != nil {
+		return err
+	}
 	d.cfgMu.Lock()
 	d.cfg = cfg
 	if cfg.SupervisorBinary != "" {
@@ -243,7 +247,7 @@ func (d *Driver) runtime() (*runtimeState, error) {
 	// A failure (say, a state_dir not yet mounted) is retried on the next
 	// call rather than remembered for the plugin's lifetime.
 	cfg := d.config()
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "tasks"), 0o700); err != nil {
+	if err := makeStateDir(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("state_dir: %w", err)
 	}
 	m, err := mps.NewManager(mps.Config{
@@ -288,6 +292,19 @@ func (d *Driver) runtime() (*runtimeState, error) {
 		go d.endCooldowns(rt, cfg.Preemption.Cooldown)
 	}
 	return rt, nil
+}
+
+// makeStateDir creates state_dir 0700: the supervisor keeps each task's
+// environment there, secrets (Vault and workload identity tokens)
+// included. The directories it creates above state_dir are 0755, whatever
+// the umask: in the shipped layout /var/lib/nomad-gpu is also above
+// checkpoint.root, which every task user must pass through, and it holds
+// nothing but the names "driver" and "checkpoints".
+func makeStateDir(stateDir string) error {
+	if err := dirs.MkdirAll(filepath.Dir(stateDir), 0o755); err != nil {
+		return err
+	}
+	return os.MkdirAll(filepath.Join(stateDir, "tasks"), 0o700)
 }
 
 // inventory opens NVML (or the sim) once; failure is retried later and

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
+	"github.com/nomad-gpu/nomad-gpu/internal/dirs"
 )
 
 // CommitMarker is the file a task creates in its staging directory, after
@@ -104,7 +105,9 @@ var ErrNoMarker = errors.New("checkpoint: no " + CommitMarker + " marker in the 
 
 // Open opens the store at root, an absolute path, creating it if missing.
 // Root is made mode 0711 and owned by root: users may pass through it to
-// their own checkpoints but list nothing. The store needs root privileges.
+// their own checkpoints but list nothing. Directories it creates above root
+// are 0755 whatever the umask, for the same users to pass; existing ones
+// are the operator's and left alone. The store needs root privileges.
 func Open(root string) (*Store, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("checkpoint: root %q is not an absolute path", root)
@@ -113,7 +116,7 @@ func Open(root string) (*Store, error) {
 		return nil, errors.New("checkpoint: the store needs root: it hands directories to task users")
 	}
 	root = filepath.Clean(root)
-	if err := os.MkdirAll(filepath.Dir(root), 0o755); err != nil {
+	if err := dirs.MkdirAll(filepath.Dir(root), 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := os.Mkdir(root, rootMode); err != nil && !errors.Is(err, fs.ErrExist) {
