@@ -357,6 +357,12 @@ func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *dev
 	return periodic.Stream(ctx, interval, func() *device.Stats { return p.collectStats(time.Now()) }), nil
 }
 
+// MaxXID is the highest XID NVIDIA defines, as far as this build knows:
+// ROBUST_CHANNEL_LAST_ERROR in nverror.h of the 595 drivers
+// (open-gpu-kernel-modules 595.45.04). XIDs run from 1; newer drivers add
+// more at the top.
+const MaxXID = 176
+
 var xidDescriptions = map[uint64]string{
 	13:  "graphics engine exception",
 	31:  "GPU memory page fault",
@@ -378,6 +384,9 @@ var xidDescriptions = map[uint64]string{
 	119: "GSP RPC timeout",
 	120: "GSP error",
 }
+
+// XIDDescription says what an XID means, where this plugin knows.
+func XIDDescription(xid uint64) string { return xidDescription(xid) }
 
 func xidDescription(xid uint64) string {
 	if d, ok := xidDescriptions[xid]; ok {

@@ -8,13 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
 // ControlState is the content of a sim control file, the documented way for
 // tests, demos and operators to drive a running sim node from outside. Every
 // process that opens a sim node with the same control file (device plugin,
-// task driver, each restarted at will) reads it; Control writes it.
+// task driver, each restarted at will) reads it, after recording its
+// devices in it (which creates it); Control writes it.
 //
 // The file is JSON, always replaced whole and atomically (written to a
 // temporary file in the same directory, then renamed over it). Writers hold
@@ -31,7 +33,9 @@ import (
 //	  ],
 //	  "utilization": {"GPU-1c0d…": {"gpu_percent": 90, "mem_percent": 35}},
 //	  "processes": [{"pid": 4242, "uuid": "MIG-6a2f…", "used_mib": 2048}],
-//	  "lost_gpus": ["GPU-77e1…"]
+//	  "lost_gpus": ["GPU-77e1…"],
+//	  "nodes": {"dgxh100/node-1": {"system": "dgxh100", "seed": "node-1",
+//	    "opened": "2025-06-01T09:59:00Z", "devices": ["GPU-1c0d…", "MIG-6a2f…", …]}}
 //	}
 //
 // Keys:
@@ -55,6 +59,11 @@ import (
 //   - lost_gpus: GPU- UUIDs that have "fallen off the bus": every NVML query
 //     on them and their MIG instances fails with ERROR_GPU_IS_LOST, except
 //     GetUUID.
+//   - nodes: the sim nodes that opened the file, by "<system>/<seed>", each
+//     with its GPU- and MIG- UUIDs. A node records itself whenever it opens
+//     (New), which creates the file; Clear keeps them. Nodes ignore the
+//     key; the `nomad-device-gpu sim` command reads it to refuse UUIDs no
+//     node has.
 //
 // UUIDs that name no device of a node are ignored by that node.
 type ControlState struct {
@@ -64,6 +73,17 @@ type ControlState struct {
 	Utilization map[string]Utilization `json:"utilization,omitempty"`
 	Processes   []ProcessMemory        `json:"processes,omitempty"`
 	LostGPUs    []string               `json:"lost_gpus,omitempty"`
+	Nodes       map[string]NodeDevices `json:"nodes,omitempty"`
+}
+
+// NodeDevices is what a sim node records of itself in its control file.
+type NodeDevices struct {
+	System string    `json:"system"`
+	Seed   string    `json:"seed"`
+	Opened time.Time `json:"opened"`
+	// Devices are its GPU- UUIDs in index order, each followed by the
+	// MIG- UUIDs of its instances.
+	Devices []string `json:"devices"`
 }
 
 // XIDEvent is an injected XID error.
@@ -187,10 +207,22 @@ func (c *Control) SetGPULost(uuid string, lost bool) error {
 }
 
 // Clear returns the node to its idle state: no events, utilization,
-// processes or lost GPUs. Event ids keep growing.
+// processes or lost GPUs. Event ids keep growing, and the nodes' records of
+// their devices stay: they are no injected state.
 func (c *Control) Clear() error {
 	return c.update(func(st *ControlState) error {
-		*st = ControlState{LastEventID: st.LastEventID}
+		*st = ControlState{LastEventID: st.LastEventID, Nodes: st.Nodes}
+		return nil
+	})
+}
+
+// recordNode replaces the node's record of its devices.
+func (c *Control) recordNode(n NodeDevices) error {
+	return c.update(func(st *ControlState) error {
+		if st.Nodes == nil {
+			st.Nodes = map[string]NodeDevices{}
+		}
+		st.Nodes[n.System+"/"+n.Seed] = n
 		return nil
 	})
 }
@@ -247,4 +279,61 @@ func writeAtomic(path string, data []byte) error {
 		return fmt.Errorf("sim control: %w", err)
 	}
 	return nil
+}
+
+// Devices are the UUIDs the nodes of the file recorded, node by node (in
+// key order), each node's in its order.
+func (st ControlState) Devices() []string {
+	keys := make([]string, 0, len(st.Nodes))
+	for k := range st.Nodes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var all []string
+	for _, k := range keys {
+		for _, u := range st.Nodes[k].Devices {
+			if !slices.Contains(all, u) {
+				all = append(all, u)
+			}
+		}
+	}
+	return all
+}
+
+// listed is how many UUIDs an error lists before it says how many more.
+const listed = 8
+
+// ResolveDevice is the device of the file's nodes that id names: its whole
+// GPU- or MIG- UUID, or a prefix of it that names no other device, such as
+// the short form `nomad-gpu top` shows (GPU-1c0d2a3b). Case does not
+// matter. An error says which devices there are, or which ones a prefix
+// matches.
+func (st ControlState) ResolveDevice(id string) (string, error) {
+	all := st.Devices()
+	if len(all) == 0 {
+		return "", errors.New("the control file lists no node's devices: a sim node records them when it starts (the device plugin or the driver with backend \"sim\" and this control_file); start it first")
+	}
+	var matches []string
+	for _, u := range all {
+		if strings.EqualFold(u, id) {
+			return u, nil
+		}
+		if len(id) <= len(u) && strings.EqualFold(u[:len(id)], id) {
+			matches = append(matches, u)
+		}
+	}
+	switch len(matches) {
+	case 1:
+		return matches[0], nil
+	case 0:
+		return "", fmt.Errorf("%q is no device of the sim node(s) of this control file; allowed: a GPU- or MIG- UUID, or a unique prefix of one, of %s", id, listUUIDs(all))
+	}
+	return "", fmt.Errorf("%q is a prefix of %d devices (%s); give more of the UUID", id, len(matches), listUUIDs(matches))
+}
+
+func listUUIDs(uuids []string) string {
+	if len(uuids) <= listed {
+		return strings.Join(uuids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more (`sim show` lists them all)", strings.Join(uuids[:listed], ", "), len(uuids)-listed)
 }

@@ -189,12 +189,29 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	}
 	s.view.Store(s.derive(ControlState{}, nil, time.Now()))
 	if s.ctlPath != "" {
+		s.recordDevices(cfg.System, cfg.Seed)
 		s.loads = newLoadScanner(LoadDir(s.ctlPath), logger)
 		s.poll()
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
 		go s.watch()
 	}
 	return s, nil
+}
+
+// recordDevices puts the node's devices in its control file, creating the
+// file, so that a writer can tell a UUID of this node from a typo. A node
+// that cannot write there still runs: the file is only read by it.
+func (s *Server) recordDevices(system, seed string) {
+	n := NodeDevices{System: system, Seed: seed, Opened: time.Now().UTC()}
+	for _, d := range s.devices {
+		n.Devices = append(n.Devices, d.uuid)
+		for _, m := range d.migs {
+			n.Devices = append(n.Devices, m.uuid)
+		}
+	}
+	if err := OpenControl(s.ctlPath).recordNode(n); err != nil {
+		s.logger.Warn("cannot record the node's devices in its control file; `nomad-device-gpu sim` will refuse them", "control_file", s.ctlPath, "error", err)
+	}
 }
 
 // Shutdown stops watching the control file and the load directory. The sim has no library to
