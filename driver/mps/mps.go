@@ -238,10 +238,10 @@ func NewManager(cfg Config, logger hclog.Logger) (*Manager, error) {
 		cfg.CheckInterval = DefaultCheckInterval
 	}
 	if strings.Contains(cfg.ControlBinary, "/") && !filepath.IsAbs(cfg.ControlBinary) {
-		return nil, fmt.Errorf("mps_control_binary: %q must be a bare name (looked up in PATH) or an absolute path", cfg.ControlBinary)
+		return nil, fmt.Errorf("mps.control_binary: %q must be a bare name (looked up in PATH) or an absolute path", cfg.ControlBinary)
 	}
 	for _, f := range []struct{ name, val string }{
-		{"mps_pipe_root", cfg.PipeRoot}, {"mps_log_root", cfg.LogRoot}, {"state dir", cfg.StateDir},
+		{"mps.pipe_root", cfg.PipeRoot}, {"mps.log_root", cfg.LogRoot}, {"state_dir", cfg.StateDir},
 	} {
 		if f.val == "" || !filepath.IsAbs(f.val) {
 			return nil, fmt.Errorf("%s: %q must be an absolute path", f.name, f.val)
@@ -253,8 +253,8 @@ func NewManager(cfg Config, logger hclog.Logger) (*Manager, error) {
 	if n := len(cfg.PipeRoot) + 1 + gpuUUIDLen + 1 + len(longestSocketName); n > maxSocketPath {
 		// The real daemon would fail to bind its sockets; say so now, as
 		// the daemon's own error is easy to miss in its log.
-		logger.Warn("mps_pipe_root is too long for MPS: its socket paths would exceed the unix socket limit",
-			"mps_pipe_root", cfg.PipeRoot, "path_bytes", n, "limit", maxSocketPath)
+		logger.Warn("mps.pipe_root is too long for MPS: its socket paths would exceed the unix socket limit",
+			"mps.pipe_root", cfg.PipeRoot, "path_bytes", n, "limit", maxSocketPath)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("mps state dir: %w", err)
@@ -333,15 +333,15 @@ func (m *Manager) binary() (string, string) {
 		fi, err := os.Stat(b)
 		switch {
 		case err != nil:
-			return "", fmt.Sprintf("%s not found; install the CUDA MPS binaries or set mps_control_binary", b)
+			return "", fmt.Sprintf("%s not found; install the CUDA MPS binaries or set mps.control_binary in the driver's plugin config", b)
 		case fi.IsDir() || fi.Mode().Perm()&0o111 == 0:
-			return "", fmt.Sprintf("%s is not executable; install the CUDA MPS binaries or set mps_control_binary", b)
+			return "", fmt.Sprintf("%s is not executable; install the CUDA MPS binaries or set mps.control_binary in the driver's plugin config", b)
 		}
 		return b, ""
 	}
 	p, err := exec.LookPath(b)
 	if err != nil {
-		return "", fmt.Sprintf("%s not found in PATH; install the CUDA MPS binaries or set mps_control_binary", b)
+		return "", fmt.Sprintf("%s not found in PATH; install the CUDA MPS binaries or set mps.control_binary in the driver's plugin config", b)
 	}
 	return p, ""
 }
@@ -992,8 +992,8 @@ func (m *Manager) makePipeRoot() error {
 	switch {
 	case mode.Perm() == pipeRootMode && mode&fs.ModeSticky == 0:
 	case mode.Perm()&0o022 != 0 || mode&fs.ModeSticky != 0:
-		m.log.Warn("mps_pipe_root is writable by others; give the MPS pipe directories a root of their own",
-			"mps_pipe_root", root, "mode", mode.String())
+		m.log.Warn("mps.pipe_root is writable by others; give the MPS pipe directories a root of their own",
+			"mps.pipe_root", root, "mode", mode.String())
 	default:
 		if err := os.Chmod(root, pipeRootMode); err != nil {
 			return fmt.Errorf("mps: %w", err)

@@ -583,11 +583,11 @@ func TestUnavailableBinary(t *testing.T) {
 		name, binary, path, want string
 	}{
 		{"not in PATH", "nvidia-cuda-mps-control", dir,
-			"nvidia-cuda-mps-control not found in PATH; install the CUDA MPS binaries or set mps_control_binary"},
+			"nvidia-cuda-mps-control not found in PATH; install the CUDA MPS binaries or set mps.control_binary in the driver's plugin config"},
 		{"absolute path missing", "/nonexistent/nvidia-cuda-mps-control", dir,
-			"/nonexistent/nvidia-cuda-mps-control not found; install the CUDA MPS binaries or set mps_control_binary"},
+			"/nonexistent/nvidia-cuda-mps-control not found; install the CUDA MPS binaries or set mps.control_binary in the driver's plugin config"},
 		{"not executable", notExec, dir,
-			notExec + " is not executable; install the CUDA MPS binaries or set mps_control_binary"},
+			notExec + " is not executable; install the CUDA MPS binaries or set mps.control_binary in the driver's plugin config"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -757,14 +757,20 @@ func TestInvalidInput(t *testing.T) {
 			t.Errorf("Acquire(%q, %q, %+v) = %v; want %q", c.gpu, c.task, c.l, err, c.want)
 		}
 	}
-	for _, cfg := range []Config{
-		{StateDir: ""},
-		{StateDir: "relative"},
-		{StateDir: "/x", PipeRoot: "relative"},
-		{StateDir: "/x", ControlBinary: "bin/nvidia-cuda-mps-control"},
+	// Errors name the driver's config key.
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{PipeRoot: "/p", LogRoot: "/l", StateDir: ""}, `state_dir: "" must be an absolute path`},
+		{Config{PipeRoot: "/p", LogRoot: "/l", StateDir: "relative"}, `state_dir: "relative" must be an absolute path`},
+		{Config{PipeRoot: "relative", LogRoot: "/l", StateDir: "/x"}, `mps.pipe_root: "relative" must be an absolute path`},
+		{Config{PipeRoot: "/p", LogRoot: "log", StateDir: "/x"}, `mps.log_root: "log" must be an absolute path`},
+		{Config{PipeRoot: "/p", LogRoot: "/l", StateDir: "/x", ControlBinary: "bin/nvidia-cuda-mps-control"},
+			`mps.control_binary: "bin/nvidia-cuda-mps-control" must be a bare name (looked up in PATH) or an absolute path`},
 	} {
-		if _, err := NewManager(cfg, nil); err == nil {
-			t.Errorf("NewManager(%+v) accepted", cfg)
+		if _, err := NewManager(c.cfg, nil); err == nil || err.Error() != c.want {
+			t.Errorf("NewManager(%+v) = %v, want %q", c.cfg, err, c.want)
 		}
 	}
 }
