@@ -336,6 +336,46 @@ func TestDeniedIDsTellUIDFromGID(t *testing.T) {
 	}
 }
 
+// A command outside every unveiled path fails the start with an error
+// (the task's start failure event) that says Landlock refused it, names
+// the command and the keys that allow it; unveiling it lets it start.
+func TestLandlockRefusedCommandSaysHowToAllowIt(t *testing.T) {
+	e := newEnv(t)
+	requireIsolation(t, e.plugin())
+	opt := filepath.Join(e.dir, "opt")
+	os.Mkdir(opt, 0o755)
+	run := filepath.Join(opt, "run")
+	if err := os.WriteFile(run, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		unveil  []string
+		wantErr string
+	}{
+		{"not unveiled", nil, fmt.Sprintf(`command %q: permission denied: Landlock refused it: no unveil rule lets the task read and execute %s; allow it with "rx:%s" in the plugin config's isolation.unveil_paths, or in the task's config.unveil where the plugin config sets isolation.unveil_by_task = true`, run, run, opt)},
+		{"unveiled by the plugin", []string{"rx:" + opt}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.cfg.Isolation.UnveilPaths = tc.unveil
+			d := e.plugin()
+			cfg := e.taskConfig(&TaskConfig{Command: run}, nil)
+			_, _, err := d.StartTask(cfg)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait(t, d, cfg.ID, 30*time.Second)
+				destroyTask(t, d, cfg.ID)
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v\nwant %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 // Where the kernel has no Landlock, a task starts only if the plugin config
 // says so, and then says it runs unconfined.
 func TestLandlockUnavailable(t *testing.T) {

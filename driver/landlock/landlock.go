@@ -116,6 +116,39 @@ func modeOf(c byte) Access {
 	return 0
 }
 
+// Allows says whether rules grant every mode of a at path, as the kernel
+// would: the rights of every rule whose path is path or a directory above
+// it add up. Rules bind the file their path resolved to when they were
+// added, so symlinks are resolved on both sides where they can be.
+func Allows(rules []Rule, path string, a Access) bool {
+	target := realPath(path)
+	var granted Access
+	for _, r := range rules {
+		if beneath(target, realPath(r.Path)) {
+			granted |= r.Access
+		}
+	}
+	return granted&a == a
+}
+
+// realPath resolves the symlinks of p's longest existing prefix.
+func realPath(p string) string {
+	p = filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	parent := filepath.Dir(p)
+	if parent == p {
+		return p
+	}
+	return filepath.Join(realPath(parent), filepath.Base(p))
+}
+
+// beneath: p is dir or below it.
+func beneath(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+string(filepath.Separator))
+}
+
 // validate catches rules that did not come through ParseRule, so a caller
 // building them by hand gets the same guarantees.
 func (r Rule) validate() error {

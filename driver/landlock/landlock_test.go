@@ -2,6 +2,8 @@ package landlock
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -123,5 +125,45 @@ func TestRestrictThreadRejectsBadRules(t *testing.T) {
 				t.Fatalf("RestrictThread error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestAllows(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	rules := []Rule{
+		{Path: "/opt", Access: Read},
+		{Path: "/opt/tool", Access: Exec},
+		{Path: "/data/file", Access: Read | Write},
+		{Path: link, Access: Read | Exec},
+	}
+	cases := []struct {
+		path string
+		a    Access
+		want bool
+	}{
+		{"/opt/tool/bin/run", Read | Exec, true}, // rights of the rules above add up
+		{"/opt/other/run", Read | Exec, false},
+		{"/opt", Read, true},
+		{"/optional/run", Read, false}, // a name that starts like a rule's is not beneath it
+		{"/data/file", Write, true},
+		{"/data/file2", Read, false},
+		{filepath.Join(real, "x"), Read | Exec, true}, // the rule binds the link's target
+		{filepath.Join(link, "x"), Read | Exec, true},
+	}
+	for _, c := range cases {
+		if got := Allows(rules, c.path, c.a); got != c.want {
+			t.Errorf("Allows(%s, %v) = %v, want %v", c.path, c.a, got, c.want)
+		}
+	}
+	if !Allows([]Rule{{Path: "/", Access: Read}}, "/etc/passwd", Read) {
+		t.Error("a rule on / does not cover /etc/passwd")
 	}
 }

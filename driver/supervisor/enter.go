@@ -58,18 +58,18 @@ func enter(dir string, spec Spec, argv []string) error {
 	}
 	if !private {
 		err = syscall.Exec(path, argv, nonNil(spec.Env))
-		return fmt.Errorf("command %q: %v", argv[0], errText(err))
+		return errors.New(execError(argv[0], path, err, spec.Isolation))
 	}
 	// Joining a PID namespace takes effect for children only: argv runs as
 	// our child, started from this (locked, joined, confined) thread.
-	os.Exit(runChild(path, argv, nonNil(spec.Env)))
+	os.Exit(runChild(path, argv, nonNil(spec.Env), spec.Isolation))
 	return nil
 }
 
 // runChild starts the command, passes on the signals a terminal or the
 // driver sends us, and returns an exit code that mirrors the child's; a
 // child killed by a signal is mirrored by dying of the same signal.
-func runChild(path string, argv, env []string) int {
+func runChild(path string, argv, env []string, iso Isolation) int {
 	sigs := make(chan os.Signal, 8)
 	forwarded := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 	signal.Notify(sigs, forwarded...)
@@ -86,7 +86,7 @@ func runChild(path string, argv, env []string) int {
 	}
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: attr})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "exec: command %q: %v\n", argv[0], errText(err))
+		fmt.Fprintf(os.Stderr, "exec: %s\n", execError(argv[0], path, err, iso))
 		return 127
 	}
 	go func() {

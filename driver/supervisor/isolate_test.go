@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,5 +221,65 @@ func TestProbe(t *testing.T) {
 	}
 	if !p.PIDNamespace && p.PIDNamespaceError == "" {
 		t.Error("probe says no PID namespace without saying why")
+	}
+}
+
+// A command Landlock will not let the task execute fails the start with an
+// error that says Landlock refused it, names the file (the command, or the
+// interpreter it needs) and the config that allows it; a plain permission
+// problem under Landlock is not blamed on it.
+func TestLandlockRefusalSaysSo(t *testing.T) {
+	requireIsolation(t, true)
+	hidden, allowed := t.TempDir(), t.TempDir()
+	write := func(path, content string, mode os.FileMode) string {
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	sh, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hiddenCmd := write(filepath.Join(hidden, "run"), "#!/bin/sh\nexit 0\n", 0o755)
+	hiddenInterp := write(filepath.Join(hidden, "sh"), string(sh), 0o755)
+	needsHidden := write(filepath.Join(allowed, "run"), "#!"+hiddenInterp+"\nexit 0\n", 0o755)
+	// Executable by its owner, root, alone: lookPath passes it, and exec
+	// as nobody is refused by the file's mode, not by Landlock.
+	ownerOnly := write(filepath.Join(allowed, "root-only"), "#!/bin/sh\nexit 0\n", 0o744)
+	// The task runs as nobody: the file modes let it reach and execute
+	// everything but ownerOnly, so any other refusal is Landlock's.
+	for _, d := range []string{hidden, allowed, filepath.Dir(allowed)} {
+		os.Chmod(d, 0o755)
+	}
+	const how = ` in the plugin config's isolation.unveil_paths, or in the task's config.unveil where the plugin config sets isolation.unveil_by_task = true`
+	for _, tc := range []struct {
+		name, command, want string
+	}{
+		{"command not unveiled", hiddenCmd, fmt.Sprintf(`command %q: permission denied: Landlock refused it: no unveil rule lets the task read and execute %s; allow it with "rx:%s"`, hiddenCmd, hiddenCmd, hidden) + how},
+		{"interpreter not unveiled", needsHidden, fmt.Sprintf(`command %q: permission denied: Landlock refused it: no unveil rule lets the task read and execute %s; allow it with "rx:%s"`, needsHidden, hiddenInterp, hidden)},
+		{"not executable by the task's user", ownerOnly, fmt.Sprintf("command %q: permission denied", ownerOnly)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSpec(t, "")
+			s.Command, s.Args = tc.command, nil
+			s.SetUser, s.UID, s.GID = true, 65534, 65534
+			for _, d := range []string{s.Dir, filepath.Dir(s.Dir)} {
+				os.Chmod(d, 0o755)
+			}
+			s.Isolation.LandlockOn = true
+			s.Isolation.Landlock = append(systemRules(s.Dir), landlock.Rule{Path: allowed, Access: landlock.Read | landlock.Exec})
+			h, err := Start(s)
+			if err == nil {
+				h.Destroy()
+				t.Fatal("Start succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q\nwant %q", err, tc.want)
+			}
+			if tc.command == ownerOnly && strings.Contains(err.Error(), "Landlock refused") {
+				t.Fatalf("error %q blames Landlock for a file mode", err)
+			}
+		})
 	}
 }

@@ -85,7 +85,7 @@ func RunShim(args []string) int {
 	if errors.Is(err, fs.ErrNotExist) {
 		code = shimNotFound
 	}
-	return fail(code, &StartError{Msg: fmt.Sprintf("command %q: %v", spec.Command, errText(err)), Permanent: true})
+	return fail(code, &StartError{Msg: execError(spec.Command, path, err, spec.Isolation), Permanent: true})
 }
 
 // joinAccounting puts the calling process in the task's cgroups, so it is
