@@ -325,6 +325,9 @@ func TestCheckpointFreshNodeDefaultLayout(t *testing.T) {
 			t.Fatalf("%s: %v, mode %v; want mode %04o", dir, err, st.Mode(), want)
 		}
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
 	first := e.checkpointTask(defaultCheckpoint())
 	if _, _, err := d.StartTask(first); err != nil {
 		t.Fatal(err)
@@ -337,6 +340,13 @@ func TestCheckpointFreshNodeDefaultLayout(t *testing.T) {
 	destroyTask(t, d, first.ID)
 	if got, want := e.startRestored(t, d, defaultCheckpoint()), restoredLine(committed, 1); got != want {
 		t.Errorf("second run %q, want %q", got, want)
+	}
+	// The first run's staging directory, empty since its commit, is no
+	// lost checkpoint: a normal resume reports nothing discarded.
+	for len(evs) > 0 {
+		if ev := <-evs; strings.Contains(ev.Message, "discarded") {
+			t.Errorf("a normal resume says %q", ev.Message)
+		}
 	}
 }
 

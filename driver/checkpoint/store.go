@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -305,7 +306,9 @@ func lockFile(path string) (*os.File, error) {
 //   - creates the key's directory and those above it (root-owned, 0711);
 //   - discards what interrupted checkpoints and commits left: every staging
 //     directory (its run is over or superseded by this one), manifests
-//     without their generation, half-removed directories, temporary files;
+//     without their generation, half-removed directories, temporary files.
+//     An empty staging directory, which every commit leaves, is removed
+//     without being reported: no checkpoint is lost with it;
 //   - checks every generation against its manifest (names, kinds, sizes
 //     and owners; Verify also hashes) and discards those that do not match
 //     or have no manifest, giving the reason;
@@ -490,10 +493,16 @@ func (s *Store) tidy(dir string, uid, gid uint32, keep string) ([]*Generation, [
 			note(name, "a removal was interrupted")
 		case isTemp(name):
 			note(name, "a write was interrupted")
-		case isStagingName(name):
-			if name != keep {
-				note(name, stagingReason(filepath.Join(dir, name), uid))
+		case isStagingName(name) && name != keep:
+			p := filepath.Join(dir, name)
+			if !emptyDir(p) {
+				note(name, stagingReason(p, uid))
+			} else if err := s.discard(dir, name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				// The run before left it empty, as every commit does:
+				// nothing is lost, so only a failure to remove it is told.
+				discarded = append(discarded, Discarded{p, "an empty staging directory" + removeNote(err)})
 			}
+		case isStagingName(name):
 		case strings.HasSuffix(name, manifestSuffix):
 			g := strings.TrimSuffix(name, manifestSuffix)
 			if _, ok := parseGen(g); ok && !names[g] {
@@ -522,6 +531,17 @@ func (s *Store) tidy(dir string, uid, gid uint32, keep string) ([]*Generation, [
 		}
 	}
 	return gens, discarded, nil
+}
+
+// emptyDir: path is a directory, not a symlink, with nothing in it.
+func emptyDir(path string) bool {
+	d, err := openDir(path)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	return len(names) == 0 && errors.Is(err, io.EOF)
 }
 
 func stagingReason(path string, uid uint32) string {
