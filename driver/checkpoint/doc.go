@@ -23,7 +23,7 @@
 //	  <namespace>/<job>/<group>/<task>/   root 0711 each (names encoded, see Store.KeyDir)
 //	    <alloc index>/                    root 0711: the key's directory
 //	      lock                            root 0600: flock, held by Prepare, Commit, Reattach, Remove
-//	      state.json                      root 0600: {"version":1,"resumes":N,"run":"staging-…"}
+//	      state.json                      root 0600: {"version":1,"resumes":N,"run":"staging-…","key":{…}}
 //	      gen-00000007/                   uid:gid 0500, directories 0500, files 0400
 //	      gen-00000007.manifest.json      root 0600: version, seq, time, trigger, uid, dirs, files (path, size, SHA-256)
 //	      gen-00000008/ …

@@ -12,10 +12,13 @@ import (
 // restores what its predecessor committed, on this node or on another that
 // shares the store's root.
 type Key struct {
-	Namespace, Job, Group, Task string
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	Group     string `json:"group"`
+	Task      string `json:"task"`
 	// AllocIndex is the allocation's index in its group (NOMAD_ALLOC_INDEX),
 	// which a replacement keeps: allocation IDs change, indexes do not.
-	AllocIndex int
+	AllocIndex int `json:"alloc_index"`
 }
 
 // KeyDir is the key's directory,

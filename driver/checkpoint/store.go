@@ -343,7 +343,7 @@ func (s *Store) Prepare(k Key, uid, gid uint32) (*Run, []Discarded, error) {
 		r.Restore = gens[len(gens)-1]
 		st.Resumes++
 	}
-	st.Run = filepath.Base(staging)
+	st.Run, st.Key = filepath.Base(staging), &k
 	if err := writeState(dir, st); err != nil {
 		return nil, discarded, err
 	}
@@ -715,6 +715,9 @@ type state struct {
 	// LastSeq is the newest generation number ever committed, so that a
 	// number is never given twice, even after its generation is discarded.
 	LastSeq int `json:"last_seq,omitempty"`
+	// Key is the key whose directory this is, so that List reads it whole
+	// where its directory names were cut for length (see KeyDir).
+	Key *Key `json:"key,omitempty"`
 }
 
 // ErrSuperseded is returned by Commit and Reattach for a run that is no
