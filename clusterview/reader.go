@@ -313,7 +313,7 @@ func (r *Reader) readQueue(ctx context.Context, in *Input) error {
 			q, cancel := r.query(ctx, k.Namespace)
 			defer cancel()
 			j, _, err := r.Client.Jobs().Info(k.ID, q)
-			if err != nil && !isNotFound(err) {
+			if err != nil && !IsNotFound(err) {
 				jobErrs[i] = fmt.Errorf("read job %q (namespace %q): %w", k.ID, k.Namespace, err)
 			}
 			jobs[i] = j
@@ -348,7 +348,9 @@ func (r *Reader) readQueue(ctx context.Context, in *Input) error {
 	return nil
 }
 
-func isNotFound(err error) bool {
+// IsNotFound says whether err is the Nomad API's answer that what was asked
+// for does not exist (HTTP 404), from its typed error, not its text.
+func IsNotFound(err error) bool {
 	var ue api.UnexpectedResponseError
 	if errors.As(err, &ue) {
 		return ue.StatusCode() == http.StatusNotFound

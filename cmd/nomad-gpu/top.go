@@ -57,12 +57,12 @@ Flags:
 
 // topOptions are the parsed flags of nomad-gpu top.
 type topOptions struct {
-	address, token, region, namespace string
-	filter                            clusterview.Filter
-	json, once                        bool
-	interval, statsTimeout            time.Duration
-	historyWindow                     time.Duration
-	width                             int
+	nomadConn
+	filter                 clusterview.Filter
+	json, once             bool
+	interval, statsTimeout time.Duration
+	historyWindow          time.Duration
+	width                  int
 }
 
 // minTopWidth is the narrowest -width: the GPU table's columns that are
@@ -78,10 +78,7 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 		fs.PrintDefaults()
 	}
 	var nodes string
-	fs.StringVar(&o.address, "address", "", "Nomad HTTP API address (default $NOMAD_ADDR or http://127.0.0.1:4646)")
-	fs.StringVar(&o.token, "token", "", "ACL token (default $NOMAD_TOKEN)")
-	fs.StringVar(&o.region, "region", "", "region (default $NOMAD_REGION)")
-	fs.StringVar(&o.namespace, "namespace", "", `namespace of the allocations and queue shown (default $NOMAD_NAMESPACE, else all: "*")`)
+	o.addFlags(fs, `namespace of the allocations and queue shown (default $NOMAD_NAMESPACE, else all: "*")`)
 	fs.StringVar(&o.filter.Pool, "node-pool", "", "only nodes of this node pool (one that exists; all: every node), and work whose job targets it")
 	fs.StringVar(&nodes, "node", "", "only these nodes: comma-separated names or ID prefixes, each matching a node")
 	fs.BoolVar(&o.json, "json", false, "print one JSON document and exit")
@@ -118,19 +115,7 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 
 // reader connects to Nomad as the options and environment say.
 func (o *topOptions) reader() (*clusterview.Reader, error) {
-	cfg := api.DefaultConfig()
-	if o.address != "" {
-		cfg.Address = o.address
-	}
-	if o.token != "" {
-		cfg.SecretID = o.token
-	}
-	if o.region != "" {
-		cfg.Region = o.region
-	}
-	if o.namespace != "" {
-		cfg.Namespace = o.namespace
-	}
+	cfg := o.config()
 	cl, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, err
