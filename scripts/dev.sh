@@ -48,7 +48,21 @@ unmount_dev() {
     done
 }
 
+# Tasks run as nobody (the driver's default_user): they must pass through
+# every directory above .dev, where their task directories and checkpoints
+# are; the driver would refuse the checkpoint root otherwise.
+d="$ROOT"
+while [[ "$d" != / ]]; do
+  if (( ! (8#$(stat -c %a "$d") & 1) )); then
+    echo "dev: $d is mode $(stat -c %a "$d"): tasks run as nobody cannot pass through it to .dev/." >&2
+    echo "     chmod o+x $d, or work from a clone outside it." >&2
+    exit 1
+  fi
+  d="$(dirname "$d")"
+done
+
 mkdir -p "$DEV"
+chmod 0755 "$DEV"
 unmount_dev
 # alloc_mounts: the client's, next to data; driver: task state; checkpoints:
 # of jobs the last agent forgot.
