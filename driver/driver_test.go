@@ -186,6 +186,40 @@ func TestStartWaitExitCodes(t *testing.T) {
 	}
 }
 
+// A started task's event names its host pid, the one InspectTask, NVML
+// and ps know it by (inside its PID namespace it is 1).
+func TestStartEventNamesHostPID(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", "sleep 300"}}, nil)
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer destroyTask(t, d, cfg.ID)
+	st, err := d.InspectTask(cfg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("started as host pid %s (supervisor pid %s)", st.Attributes["pid"], st.Attributes["supervisor_pid"])
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-evs:
+			if ev.TaskID == cfg.ID && strings.HasPrefix(ev.Message, "started as") {
+				if ev.Message != want || ev.Annotations["pid"] != st.Attributes["pid"] {
+					t.Fatalf("event %q %v, want %q", ev.Message, ev.Annotations, want)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no event %q", want)
+		}
+	}
+}
+
 func TestStartRejectsBadInput(t *testing.T) {
 	e := newEnv(t)
 	d := e.plugin()

@@ -91,6 +91,10 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}
 	d.store.add(t)
 	d.track(rt, t)
+	// The task's pid in its own namespace is 1; NVML, sim proc and ps on
+	// the host know it by this one, which nomad alloc status shows nowhere else.
+	d.emit(t, fmt.Sprintf("started as host pid %d (supervisor pid %d)", t.proc.TaskPID(), t.proc.SupervisorPID()),
+		map[string]string{"pid": strconv.Itoa(t.proc.TaskPID())})
 	for _, note := range plan.iso.notes {
 		d.emit(t, note, nil)
 	}
