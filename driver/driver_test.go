@@ -57,6 +57,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	cfg.StateDir = filepath.Join(dir, "state")
+	// Not the default under /var/lib: a test makes nothing outside its dir.
+	cfg.Checkpoint.Root = filepath.Join(dir, "checkpoints")
 	cfg.CgroupRoot = "nomad-gpu-test"
 	cfg.WatchdogInterval = 200 * time.Millisecond
 	cfg.MPS.ControlBinary, _ = filepath.Abs("mps/testdata/fake-nvidia-cuda-mps-control")

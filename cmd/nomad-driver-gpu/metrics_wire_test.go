@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,11 +25,17 @@ func TestDriverMetricsServedByTheRuntimeInstanceOnly(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
+	// Task users must pass through to the checkpoint root (t.TempDir's
+	// parent is 0700), or the driver refuses it.
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cfg := map[string]any{
-		"state_dir": filepath.Join(dir, "state"),
-		"mps":       map[string]any{"pipe_root": filepath.Join(dir, "mps"), "log_root": filepath.Join(dir, "log")},
-		"gpu":       map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgxa100", "seed": "wire"}},
-		"metrics":   map[string]any{"address": addr},
+		"state_dir":  filepath.Join(dir, "state"),
+		"checkpoint": map[string]any{"root": filepath.Join(dir, "checkpoints")},
+		"mps":        map[string]any{"pipe_root": filepath.Join(dir, "mps"), "log_root": filepath.Join(dir, "log")},
+		"gpu":        map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgxa100", "seed": "wire"}},
+		"metrics":    map[string]any{"address": addr},
 	}
 	p := wiretest.Launch(t, pluginBinary, drivers.PluginSet(nil, nil), "driver")
 	for i := 0; i < 2; i++ {

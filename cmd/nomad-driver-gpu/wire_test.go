@@ -49,10 +49,16 @@ func TestDriverWire(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
+	// Task users must pass through to the checkpoint root (t.TempDir's
+	// parent is 0700), or the driver refuses it.
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.SetConfig(t, map[string]any{
-		"state_dir": filepath.Join(dir, "state"),
-		"mps":       map[string]any{"pipe_root": filepath.Join(dir, "mps"), "log_root": filepath.Join(dir, "log")},
-		"gpu":       map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgxa100", "seed": "wire"}},
+		"state_dir":  filepath.Join(dir, "state"),
+		"checkpoint": map[string]any{"root": filepath.Join(dir, "checkpoints")},
+		"mps":        map[string]any{"pipe_root": filepath.Join(dir, "mps"), "log_root": filepath.Join(dir, "log")},
+		"gpu":        map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgxa100", "seed": "wire"}},
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
