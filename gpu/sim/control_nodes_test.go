@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -92,5 +93,24 @@ func TestResolveDevice(t *testing.T) {
 				t.Fatalf("ResolveDevice(%q) = %q, %v; want %q", c.id, got, err, c.want)
 			}
 		})
+	}
+}
+
+// A node whose control file's directory does not exist yet (a fresh
+// machine's /var/lib/nomad-gpu) makes it, 0755, and records its devices.
+func TestNodeMakesItsControlFilesDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "var", "lib", "nomad-gpu")
+	path := filepath.Join(dir, "sim.json")
+	srv, err := New(Config{System: "dgxh100", Seed: "fresh", ControlFile: path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	st, err := ReadControl(path)
+	if err != nil || len(st.Nodes["dgxh100/fresh"].Devices) != 8 {
+		t.Fatalf("control file %s: nodes %v, %v; want the node's 8 GPUs", path, st.Nodes, err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("%s: %v, %v; want a directory of mode 0755", dir, fi, err)
 	}
 }

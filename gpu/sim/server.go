@@ -103,6 +103,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/dirs"
 )
 
 // DefaultControlPoll is how often a sim node looks at its control file.
@@ -209,7 +212,15 @@ func (s *Server) recordDevices(system, seed string) {
 			n.Devices = append(n.Devices, m.uuid)
 		}
 	}
-	if err := OpenControl(s.ctlPath).recordNode(n); err != nil {
+	// The node makes the file's directory, as it makes the file: a sim
+	// node's config may name one that does not exist yet (client-sim.hcl's
+	// /var/lib/nomad-gpu on a fresh machine). 0755: tasks read the load
+	// directory beside the file.
+	err := dirs.MkdirAll(filepath.Dir(s.ctlPath), 0o755)
+	if err == nil {
+		err = OpenControl(s.ctlPath).recordNode(n)
+	}
+	if err != nil {
 		s.logger.Warn("cannot record the node's devices in its control file; `nomad-device-gpu sim` will refuse them", "control_file", s.ctlPath, "error", err)
 	}
 }
