@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -247,7 +248,13 @@ func TestSimClientConfigInJobs(t *testing.T) {
 	if out, err := nomadTool(t, c.Server().HTTPAddr(), "node", "pool", "apply", filepath.Join(cluster.RepoRoot(t), "jobs", "pools", "training.hcl")); err != nil {
 		t.Fatalf("nomad node pool apply: %v\n%s", err, out)
 	}
-	c.StartClients(t, cluster.ClientOptions{Name: "sim-1", PluginDir: cluster.PluginDir(t), ClientHCL: `node_pool = "training"`, ExtraHCL: plugins})
+	// Of the client block, what the harness does not set itself: the
+	// kill timeout a checkpointing task needs to commit.
+	maxKill := regexp.MustCompile(`(?m)^\s*max_kill_timeout\s*=.*$`).FindString(string(src))
+	if maxKill == "" {
+		t.Fatal("client-sim.hcl sets no max_kill_timeout; the training job's commit would be cut to Nomad's 30s")
+	}
+	c.StartClients(t, cluster.ClientOptions{Name: "sim-1", PluginDir: cluster.PluginDir(t), ClientHCL: "node_pool = \"training\"\n" + maxKill, ExtraHCL: plugins})
 	// Whole GPUs, three MIG profiles, and MPS shares of GPUs 4 and 5.
 	c.WaitForNode(t, "sim-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]
@@ -271,6 +278,9 @@ func TestSimClientConfigInJobs(t *testing.T) {
 		committed := false
 		for _, e := range done.TaskStates["train"].Events {
 			committed = committed || strings.HasPrefix(e.DisplayMessage, "checkpoint committed")
+			if strings.Contains(e.DisplayMessage, "is longer than the task's kill_timeout") {
+				t.Errorf("run %d: the commit time was cut: %s", run, e.DisplayMessage)
+			}
 		}
 		if !committed {
 			t.Fatalf("run %d: no checkpoint committed on stop: %s", run, cluster.AllocSummary(done))

@@ -25,6 +25,11 @@ client {
   # One pool per workload class (jobs/pools/): "training", "inference" or
   # "hpc". Jobs pick theirs with node_pool.
   node_pool = "training"
+
+  # Nomad cuts every task's kill_timeout to this (default 30s), and a
+  # checkpointing task has only its kill_timeout to commit when stopped
+  # (jobs/training: commit_timeout 45s, kill_timeout 60s).
+  max_kill_timeout = "5m"
 }
 
 plugin "nomad-device-gpu" {

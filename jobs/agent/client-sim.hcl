@@ -14,6 +14,11 @@ client {
   servers   = ["127.0.0.1:4647"] # your servers' RPC addresses
   node_pool = "training"         # or "inference", "hpc" (jobs/pools/)
 
+  # Nomad cuts every task's kill_timeout to this (default 30s), and a
+  # checkpointing task has only its kill_timeout to commit when stopped
+  # (jobs/training: commit_timeout 45s, kill_timeout 60s).
+  max_kill_timeout = "5m"
+
   # Off a cloud, the cloud fingerprinters only wait for their metadata
   # servers' timeouts.
   options {

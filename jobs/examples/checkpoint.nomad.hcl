@@ -3,7 +3,8 @@
 # count and commits. Stop it, run it again: it goes on where it stopped.
 # Run: nomad job run jobs/examples/checkpoint.nomad.hcl
 job "checkpoint-example" {
-  type = "batch"
+  type      = "batch"
+  node_pool = "all" # any node: make dev's (pool "default") or one of jobs/pools/
 
   group "train" {
     task "count" {

@@ -1,6 +1,7 @@
 # One whole GPU. Run: nomad job run jobs/examples/gpu.nomad.hcl
 job "gpu-example" {
-  type = "batch"
+  type      = "batch"
+  node_pool = "all" # any node: make dev's (pool "default") or one of jobs/pools/
 
   group "train" {
     task "show-gpu" {

@@ -3,7 +3,8 @@
 # runs each under its GPU's MPS daemon and kills an instance that uses more
 # GPU memory than its share. Run: nomad job run jobs/examples/inference-mps.nomad.hcl
 job "inference" {
-  type = "service"
+  type      = "service"
+  node_pool = "all" # any node: make dev's (pool "default") or one of jobs/pools/
 
   group "server" {
     count = 2

@@ -1,6 +1,7 @@
 # One MIG instance of a given profile. Run: nomad job run jobs/examples/mig.nomad.hcl
 job "mig-example" {
-  type = "batch"
+  type      = "batch"
+  node_pool = "all" # any node: make dev's (pool "default") or one of jobs/pools/
 
   group "infer" {
     task "show-mig" {

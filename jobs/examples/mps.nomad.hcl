@@ -1,7 +1,8 @@
 # Two MPS shares of one GPU: the thread percentage and pinned memory limit
 # are summed over the shares. Run: nomad job run jobs/examples/mps.nomad.hcl
 job "mps-example" {
-  type = "batch"
+  type      = "batch"
+  node_pool = "all" # any node: make dev's (pool "default") or one of jobs/pools/
 
   group "infer" {
     task "show-mps" {

@@ -14,7 +14,8 @@ variable "nomad_gpu" {
 }
 
 job "sim-load" {
-  type = "batch"
+  type      = "batch"
+  node_pool = "all" # any node: make dev's (pool "default") or one of jobs/pools/
 
   group "load" {
     task "load" {
