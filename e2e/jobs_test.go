@@ -269,8 +269,8 @@ func TestSimClientConfigInJobs(t *testing.T) {
 		job := c.RunJobVars(t, string(train), `tier = "P1"`)
 		a := c.WaitForAllocs(t, *job.ID, run+1, time.Minute)[run]
 		c.WaitForAllocStatus(t, a.ID, "running", 2*time.Minute)
-		out := c.WaitForAllocLogs(t, a.ID, "train", "stdout", want, time.Minute)
-		if out = nomadCLI(t, c, "alloc", "exec", "-task", "train", a.ID, "id", "-un"); strings.TrimSpace(out) != "nobody" {
+		c.WaitForAllocLogs(t, a.ID, "train", "stdout", want, time.Minute)
+		if out := nomadCLI(t, c, "alloc", "exec", "-task", "train", a.ID, "id", "-un"); strings.TrimSpace(out) != "nobody" {
 			t.Errorf("the task runs as %q, want nobody (default_user)", out)
 		}
 		c.StopJob(t, *job.ID, false)

@@ -23,9 +23,9 @@ func TestNodesRecordTheirDevices(t *testing.T) {
 		srv.Shutdown()
 		return srv
 	}
-	a := open("a", nil)
+	open("a", nil)
 	open("b", nil)
-	a = open("a", []MIGLayout{{GPUs: []int{1}, Profiles: []string{"3g.40gb", "3g.40gb"}}})
+	a := open("a", []MIGLayout{{GPUs: []int{1}, Profiles: []string{"3g.40gb", "3g.40gb"}}})
 	if err := OpenControl(path).Clear(); err != nil {
 		t.Fatal(err)
 	}
