@@ -91,7 +91,7 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(f.evals)
 	case p == "/v1/node/pools":
 		if f.failPools {
-			http.Error(w, "Permission denied", 403)
+			http.Error(w, "Permission denied", http.StatusForbidden)
 			return
 		}
 		var pools []*api.NodePool
