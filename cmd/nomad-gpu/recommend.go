@@ -46,11 +46,11 @@ Flags:
 `
 
 type recommendOptions struct {
-	address, token, region, namespace string
-	historyPath, prometheus           string
-	window                            time.Duration
-	json, all                         bool
-	job                               string
+	nomadConn
+	historyPath, prometheus string
+	window                  time.Duration
+	json, all               bool
+	job                     string
 }
 
 func parseRecommendFlags(args []string, stderr io.Writer) (*recommendOptions, error) {
@@ -61,10 +61,7 @@ func parseRecommendFlags(args []string, stderr io.Writer) (*recommendOptions, er
 		fmt.Fprint(stderr, recommendUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.address, "address", "", "Nomad HTTP API address (default $NOMAD_ADDR or http://127.0.0.1:4646)")
-	fs.StringVar(&o.token, "token", "", "ACL token (default $NOMAD_TOKEN)")
-	fs.StringVar(&o.region, "region", "", "region (default $NOMAD_REGION)")
-	fs.StringVar(&o.namespace, "namespace", "", "the job's namespace (default $NOMAD_NAMESPACE, else default)")
+	o.addFlags(fs, "the job's namespace (default $NOMAD_NAMESPACE, else default)")
 	fs.StringVar(&o.historyPath, "history", "", "a sizer's history file (bbolt)")
 	fs.StringVar(&o.prometheus, "prometheus", "", "Prometheus server URL to read the task metrics from, e.g. http://127.0.0.1:9090")
 	fs.DurationVar(&o.window, "window", 6*time.Hour, "how far back the history is read")
@@ -130,16 +127,7 @@ func recommend(ctx context.Context, o *recommendOptions, stdout io.Writer) error
 		}
 		src = p
 	}
-	cfg := api.DefaultConfig()
-	for _, kv := range []struct {
-		flag string
-		dst  *string
-	}{{o.address, &cfg.Address}, {o.token, &cfg.SecretID}, {o.region, &cfg.Region}, {o.namespace, &cfg.Namespace}} {
-		if kv.flag != "" {
-			*kv.dst = kv.flag
-		}
-	}
-	cl, err := api.NewClient(cfg)
+	cl, err := api.NewClient(o.config())
 	if err != nil {
 		return err
 	}

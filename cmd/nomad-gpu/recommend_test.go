@@ -87,7 +87,7 @@ func TestRecommend(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	o := &recommendOptions{address: srv.URL, historyPath: path, window: time.Hour, job: "train"}
+	o := &recommendOptions{nomadConn: nomadConn{address: srv.URL}, historyPath: path, window: time.Hour, job: "train"}
 	if err := recommend(context.Background(), o, &out); err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ Flags:
 `
 
 type sizerOptions struct {
-	address, token, region  string
+	nomadConn
 	historyPath, prometheus string
 	interval, window        time.Duration
 	retention               time.Duration
@@ -74,9 +74,7 @@ func parseSizerFlags(args []string, stderr io.Writer) (*sizerOptions, error) {
 		fmt.Fprint(stderr, sizerUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.address, "address", "", "Nomad HTTP API address (default $NOMAD_ADDR or http://127.0.0.1:4646)")
-	fs.StringVar(&o.token, "token", "", "ACL token (default $NOMAD_TOKEN)")
-	fs.StringVar(&o.region, "region", "", "region (default $NOMAD_REGION)")
+	o.addFlags(fs, "") // the sizer reads every namespace
 	fs.StringVar(&o.historyPath, "history", "", "the history file (bbolt; created if missing)")
 	fs.StringVar(&o.prometheus, "prometheus", "", "read utilisation and memory from this Prometheus (the gpu driver's task metrics) instead of sampling the nodes")
 	fs.DurationVar(&o.interval, "interval", time.Minute, "time between rounds: the sample rate of the history")
@@ -154,16 +152,7 @@ func sizerLoop(ctx context.Context, o *sizerOptions, logger hclog.Logger, stdout
 		return fmt.Errorf("-history: %w", err)
 	}
 	defer st.Close()
-	cfg := api.DefaultConfig()
-	for _, kv := range []struct {
-		flag string
-		dst  *string
-	}{{o.address, &cfg.Address}, {o.token, &cfg.SecretID}, {o.region, &cfg.Region}} {
-		if kv.flag != "" {
-			*kv.dst = kv.flag
-		}
-	}
-	cl, err := api.NewClient(cfg)
+	cl, err := api.NewClient(o.config())
 	if err != nil {
 		return err
 	}
