@@ -79,7 +79,6 @@ func defaultCheckpoint() CheckpointConfig {
 // the same task restores exactly what was committed.
 func TestCheckpointOnStopThenRestore(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
 	d := e.plugin()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -116,7 +115,6 @@ func TestCheckpointOnStopThenRestore(t *testing.T) {
 // the kill signal.
 func TestNoCheckpointBlockNoCheckpoint(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
 	d := e.plugin()
 	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c",
 		`trap 'echo got-usr1 > "$NOMAD_TASK_DIR/usr1"' USR1; trap 'exit 0' INT; env | grep -c NOMAD_GPU_ > "$NOMAD_TASK_DIR/env.tmp"; mv "$NOMAD_TASK_DIR/env.tmp" "$NOMAD_TASK_DIR/env"; while :; do sleep 0.02; done`}}, nil)
@@ -143,7 +141,6 @@ func TestNoCheckpointBlockNoCheckpoint(t *testing.T) {
 // the next run restores the previous complete generation, byte for byte.
 func TestCheckpointInterruptedMidWrite(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
 	d := e.plugin()
 	ck := defaultCheckpoint()
 	first := e.checkpointTask(ck)
@@ -183,7 +180,6 @@ func TestCheckpointInterruptedMidWrite(t *testing.T) {
 // plugin's stop, is what the run after restores.
 func TestCheckpointAfterPluginRestart(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
 	first := e.plugin()
 	cfg := e.checkpointTask(defaultCheckpoint())
 	h, _, err := first.StartTask(cfg)
@@ -354,7 +350,6 @@ func TestCheckpointFreshNodeDefaultLayout(t *testing.T) {
 // each commit says so.
 func TestCheckpointInterval(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
 	d := e.plugin()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -386,7 +381,6 @@ func TestCheckpointInterval(t *testing.T) {
 // never commits the kill_timeout only, and the task's events say so.
 func TestCheckpointCommitTimeoutCappedByKillTimeout(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
 	d := e.plugin()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

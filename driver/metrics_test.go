@@ -467,7 +467,6 @@ func TestMetricsConfigErrors(t *testing.T) {
 // share, as the exporter shows them.
 func TestTaskMetricsWithRealTasks(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.Checkpoint.Root = filepath.Join(e.dir, "checkpoints")
 	e.cfg.Metrics.NodeName = metricsHost
 	nomad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := strings.TrimPrefix(r.URL.Path, "/v1/allocation/")
