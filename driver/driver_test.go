@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +61,12 @@ func newEnv(t *testing.T) *env {
 	cfg.StateDir = filepath.Join(dir, "state")
 	// Not the default under /var/lib: a test makes nothing outside its dir.
 	cfg.Checkpoint.Root = filepath.Join(dir, "checkpoints")
+	// Nor the default agent address: an agent on 127.0.0.1:4646 (make dev)
+	// is not the test's. This one knows no allocation, as Nomad would not
+	// know the tests' made-up ones.
+	nomad := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(nomad.Close)
+	cfg.Nomad.Address = nomad.URL
 	cfg.CgroupRoot = "nomad-gpu-test"
 	cfg.WatchdogInterval = 200 * time.Millisecond
 	cfg.MPS.ControlBinary, _ = filepath.Abs("mps/testdata/fake-nvidia-cuda-mps-control")
