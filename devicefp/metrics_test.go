@@ -3,6 +3,7 @@ package devicefp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -508,5 +509,18 @@ func TestMetricsConfigErrorsNameTheKey(t *testing.T) {
 	cfg.Metrics.Address = "127.0.0.1:9400"
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("valid metrics block: %v", err)
+	}
+}
+
+// Once closed, the plugin opens no inventory again: a fingerprint loop
+// winding down after Close would otherwise reopen the sim node, which
+// writes its control file, into a directory being removed.
+func TestClosedPluginOpensNoInventory(t *testing.T) {
+	n := newSimNode(t, nil)
+	if err := n.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err := n.p.inventory(); !errors.Is(err, errClosed) || inv != nil {
+		t.Fatalf("inventory after Close: %v, %v; want errClosed", inv, err)
 	}
 }

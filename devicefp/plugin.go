@@ -6,6 +6,7 @@ package devicefp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -49,6 +50,9 @@ type Plugin struct {
 	unhealthy map[string]string // GPU-/MIG- UUID → reason, from XIDs
 	lastSnap  *gpu.Snapshot
 	lastErr   error
+	// closed: Close ran, and no inventory is opened again (a fingerprint
+	// loop still winding down would otherwise reopen, and leak, one).
+	closed bool
 
 	metrics *deviceMetrics
 }
@@ -177,6 +181,9 @@ func (p *Plugin) inventory() (Inventory, error) {
 	if p.inv != nil {
 		return p.inv, nil
 	}
+	if p.closed {
+		return nil, errClosed
+	}
 	cfg := p.cfg
 	inv, err := p.open(cfg.gpuConfig(), p.logger)
 	if err != nil {
@@ -186,11 +193,16 @@ func (p *Plugin) inventory() (Inventory, error) {
 	return inv, nil
 }
 
-// Close releases the inventory (used by tests and the inventory command).
+// errClosed is what the inventory is after Close.
+var errClosed = errors.New("the device plugin is closed")
+
+// Close releases the inventory for good (used by tests and the inventory
+// command).
 func (p *Plugin) Close() error {
 	p.metrics.close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	if p.inv == nil {
 		return nil
 	}
