@@ -50,6 +50,11 @@ func newSimNode(t *testing.T, edit func(*Config)) *simNode {
 	cfg.IgnoredGPUIDs = []string{"3", "4", "5", "6", "7"}
 	cfg.MPSPipeRoot = filepath.Join(dir, "mps")
 	cfg.Metrics.NodeName = testHost
+	// Not the default agent address: an agent on 127.0.0.1:4646 (make dev)
+	// is not the test's. Tests that read allocations set a fake of theirs.
+	nomad := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(nomad.Close)
+	cfg.Nomad.Address = nomad.URL
 	if edit != nil {
 		edit(cfg)
 	}

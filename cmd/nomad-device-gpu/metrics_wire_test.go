@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ func TestMetricsServedByTheRuntimeInstanceOnly(t *testing.T) {
 	addr := freeAddr(t)
 	cfg := simConfig("")
 	cfg["metrics"] = map[string]any{"address": addr, "node_name": "wire-node"}
+	cfg["nomad"] = map[string]any{"address": notFoundServer(t)}
 	validation := launch(t)
 	for i := 0; i < 2; i++ {
 		if err := validation.setConfig(t, cfg, false); err != nil {
@@ -85,4 +87,13 @@ func TestMetricsServedByTheRuntimeInstanceOnly(t *testing.T) {
 	if listening(addr) {
 		t.Fatal("still listening with metrics unset")
 	}
+}
+
+// notFoundServer is a Nomad API address of the test's own that knows
+// nothing: a plugin with metrics on reads Nomad, and the default address
+// 127.0.0.1:4646 may be a make dev agent's.
+func notFoundServer(t *testing.T) string {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,12 +31,16 @@ func TestDriverMetricsServedByTheRuntimeInstanceOnly(t *testing.T) {
 	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Not the default 127.0.0.1:4646, which may be a make dev agent's.
+	nomad := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(nomad.Close)
 	cfg := map[string]any{
 		"state_dir":  filepath.Join(dir, "state"),
 		"checkpoint": map[string]any{"root": filepath.Join(dir, "checkpoints")},
 		"mps":        map[string]any{"pipe_root": filepath.Join(dir, "mps"), "log_root": filepath.Join(dir, "log")},
 		"gpu":        map[string]any{"backend": "sim", "sim": map[string]any{"system": "dgxa100", "seed": "wire"}},
 		"metrics":    map[string]any{"address": addr},
+		"nomad":      map[string]any{"address": nomad.URL},
 	}
 	p := wiretest.Launch(t, pluginBinary, drivers.PluginSet(nil, nil), "driver")
 	for i := 0; i < 2; i++ {
