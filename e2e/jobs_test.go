@@ -84,6 +84,7 @@ var workloadSkips = map[string]string{
 	"examples/inference-mps.nomad.hcl":          "run by TestExampleJobs",
 	"examples/mig.nomad.hcl":                    "run by TestExampleJobs",
 	"examples/mps.nomad.hcl":                    "run by TestExampleJobs",
+	"examples/sim-load.nomad.hcl":               "run by TestExampleJobs",
 }
 
 // The workload jobs run on one sim GPU node per pool (training, inference,
