@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -378,8 +379,17 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 		t.Fatalf("jobs/autoscaler/agent.hcl has no %s (jobs/monitoring/prometheus.yml scrapes it)", fileMetrics)
 	}
 	metrics := freeAddr(t)
+	// Nor the file's Nomad, 127.0.0.1:4646, which may be a make dev agent:
+	// one of the test's own that knows nothing.
+	const fileNomad = `address = "http://127.0.0.1:4646"`
+	if !strings.Contains(string(src), fileNomad) {
+		t.Fatalf("jobs/autoscaler/agent.hcl has no %s; update this test", fileNomad)
+	}
+	nomad := httptest.NewServer(http.NotFoundHandler())
+	defer nomad.Close()
+	hcl := strings.NewReplacer(fileMetrics, fmt.Sprintf("metrics_address = %q", metrics), fileNomad, fmt.Sprintf("address = %q", nomad.URL)).Replace(string(src))
 	config := filepath.Join(t.TempDir(), "agent.hcl")
-	if err := os.WriteFile(config, []byte(strings.Replace(string(src), fileMetrics, fmt.Sprintf("metrics_address = %q", metrics), 1)), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

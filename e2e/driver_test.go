@@ -105,6 +105,12 @@ func (n gpuNode) checkpointRoot() string {
 
 func (n gpuNode) hcl(t testing.TB) string {
 	fake := filepath.Join(cluster.RepoRoot(t), "driver/mps/testdata/fake-nvidia-cuda-mps-control")
+	// The driver asks the local agent why a task stopped: its own client's,
+	// unless the test points it elsewhere.
+	driverHCL := n.driverHCL
+	if !strings.Contains(driverHCL, "nomad {") {
+		driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", cluster.SelfHTTPAddr, driverHCL)
+	}
 	layout := defaultLayout
 	if n.layout != nil {
 		layout = *n.layout
@@ -146,7 +152,7 @@ plugin "nomad-driver-gpu" {
       }
     }
   }
-}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(n.driverHCL, "    "), indentHCL(n.deviceHCL, "    "), mps)
+}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(driverHCL, "    "), indentHCL(n.deviceHCL, "    "), mps)
 }
 
 // gpuJob is a service job whose task prints its GPU env, then loops; it

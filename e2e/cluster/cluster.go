@@ -396,10 +396,16 @@ plugin "raw_exec" {
 }
 `)
 	if o.ExtraHCL != "" {
-		b.WriteString("\n" + o.ExtraHCL + "\n")
+		b.WriteString("\n" + strings.ReplaceAll(o.ExtraHCL, SelfHTTPAddr, a.HTTPAddr()) + "\n")
 	}
 	return b.String()
 }
+
+// SelfHTTPAddr, in a client's ExtraHCL, stands for that client agent's own
+// HTTP API address (its port is picked when it is made): a plugin that
+// reaches "the local agent" must reach this one, not whatever serves the
+// default 127.0.0.1:4646 on the host (a make dev agent, say).
+const SelfHTTPAddr = "@E2E_SELF_HTTP@"
 
 // StartMeta is the node meta key in which each client records which start
 // of its agent registered the node, so waits after a Restart see the new
