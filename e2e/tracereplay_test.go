@@ -329,6 +329,16 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	var waits []float64
 	failed := false
 	slow := 0
+	// Preemptions whose lost work the task logs no longer tell: the node
+	// that ran the allocation was removed (scaled in) before they were read.
+	preempted, unread := 0, 0
+	stopLog := func(allocID, key string) int {
+		v, ok := logValue(c, allocID, key)
+		if !ok {
+			unread++
+		}
+		return v
+	}
 	for _, j := range s.Trace.Jobs {
 		rec := tracereplay.JobRecord{ID: j.ID, Arrival: j.Arrival, Slice: s.Cluster.Slice(j, cfg.Features)}
 		allocs := byJob[j.ID]
@@ -345,7 +355,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			rec.Starts = append(rec.Starts, at(st.StartedAt))
 			if prevStopped >= 0 {
 				// Work between the commit and the stop is redone.
-				if restored := logValue(t, c, a.ID, "restored"); restored >= 0 && prevStopped > restored {
+				if restored := stopLog(a.ID, "restored"); restored >= 0 && prevStopped > restored {
 					rec.LostWork += trace(time.Duration(prevStopped-restored) * time.Millisecond)
 				}
 				prevStopped = -1
@@ -353,7 +363,8 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			switch {
 			case a.PreemptedByAllocation != "" || a.DesiredStatus == api.AllocDesiredStatusEvict:
 				rec.Preemptions++
-				prevStopped = logValue(t, c, a.ID, "stopped")
+				preempted++
+				prevStopped = stopLog(a.ID, "stopped")
 			case a.ClientStatus == api.AllocClientStatusComplete && !st.Failed && !st.FinishedAt.After(horizon):
 				rec.Done, rec.Finish = true, at(st.FinishedAt)
 			}
@@ -378,6 +389,9 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			}
 		}
 	}
+	if unread > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", unread, preempted))
+	}
 	m := replayMeasures{boots: pool.bootTimes()}
 	if len(waits) > 0 {
 		m.startLatency = time.Duration(quantile.Of(waits, 0.1) * float64(time.Second))
@@ -395,15 +409,20 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	return res, m
 }
 
-// logValue is the last key=N the allocation's task logged, -1 if none.
-func logValue(t testing.TB, c *cluster.Cluster, allocID, key string) int {
-	re := regexp.MustCompile(`(?m)^` + key + `=(\d+)`)
-	ms := re.FindAllStringSubmatch(c.AllocLogs(t, allocID, "t", "stdout"), -1)
-	if len(ms) == 0 {
-		return -1
+// logValue is the last key=N the allocation's task logged, -1 if none;
+// ok is false, with -1, where its logs cannot be read (its node is gone).
+func logValue(c *cluster.Cluster, allocID, key string) (n int, ok bool) {
+	logs, err := c.TryAllocLogs(allocID, "t", "stdout")
+	if err != nil {
+		return -1, false
 	}
-	n, _ := strconv.Atoi(ms[len(ms)-1][1])
-	return n
+	re := regexp.MustCompile(`(?m)^` + key + `=(\d+)`)
+	ms := re.FindAllStringSubmatch(logs, -1)
+	if len(ms) == 0 {
+		return -1, true
+	}
+	n, _ = strconv.Atoi(ms[len(ms)-1][1])
+	return n, true
 }
 
 func nomadVersion(t testing.TB, c *cluster.Cluster) string {

@@ -305,6 +305,12 @@ func (c *Cluster) AllocLogs(t testing.TB, allocID, task, logType string) string 
 	return s
 }
 
+// TryAllocLogs is AllocLogs returning the error: the logs of an
+// allocation whose node is gone (scaled in) cannot be read.
+func (c *Cluster) TryAllocLogs(allocID, task, logType string) (string, error) {
+	return c.allocLogs(allocID, task, logType, 30*time.Second)
+}
+
 // WaitForAllocLogs waits until the task's logType log contains want and
 // returns the whole log. It fails at timeout with what the log held.
 func (c *Cluster) WaitForAllocLogs(t testing.TB, allocID, task, logType, want string, timeout time.Duration) string {
