@@ -7,12 +7,14 @@ package e2e
 // not its neighbour; and bad input rejected with the field named.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,12 +87,42 @@ func newGPUNode(t testing.TB) gpuNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		stopMPSDaemons(t, filepath.Join(dir, "mps"))
+		os.RemoveAll(dir)
+	})
 	// Passable: tasks run as nobody reach their checkpoints below it.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return gpuNode{dir: dir, control: filepath.Join(dir, "sim.json")}
+}
+
+// stopMPSDaemons kills the MPS control daemons serving pipe directories
+// under pipeRoot: the node's own, started by its driver. A daemon outlives
+// the node by design (its clients may be tasks that outlive the agent);
+// the driver quits it when its last client goes, but a torn-down cluster's
+// tasks are killed, not stopped through the driver. Each is checked to
+// serve a pipe directory of this node before it is killed.
+func stopMPSDaemons(t testing.TB, pipeRoot string) {
+	pidFiles, _ := filepath.Glob(filepath.Join(pipeRoot, "*", "nvidia-cuda-mps-control.pid"))
+	for _, f := range pidFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 1 {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil || !bytes.Contains(env, []byte("CUDA_MPS_PIPE_DIRECTORY="+filepath.Dir(f)+"\x00")) {
+			continue // gone, or a pid reused by a process not ours
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Logf("e2e: killing the MPS daemon %d of %s: %v", pid, filepath.Dir(f), err)
+		}
+	}
 }
 
 // checkpointRoot is where the node's tasks checkpoint; nodes made with the
