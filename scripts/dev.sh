@@ -176,9 +176,8 @@ cat <<MSG
       bin/nomad-gpu top
 
     Make an MPS task use more GPU memory than its share (the driver kills it;
-    the task's host pid: \`nomad alloc exec <alloc-id> cat /proc/self/stat\`
-    shows its pid in its own namespace, so take it from \`nomad-gpu top\` or ps):
-      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json proc --device <GPU-UUID> --pid <host pid> --mib 30000
+    its host pid is in its "started as host pid N" event, nomad alloc status):
+      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json proc --device <GPU-UUID> --pid <host pid> --mib 50000   # mps.nomad.hcl: 2 shares, 40960 MiB
 
     Inject a GPU fault (XID 79, "fallen off the bus") into the simulator;
     the device turns unhealthy on the node within a fingerprint period (5s):
