@@ -37,10 +37,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 	promodel "github.com/prometheus/common/model"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/report"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
@@ -80,29 +82,35 @@ func TestTraceReplay(t *testing.T) {
 
 	started := time.Now()
 	var real []tracereplay.Result
-	var boots, starts []time.Duration
+	var lats []tracereplay.Latencies
+	var distorted []string
 	for _, cfg := range setup.Configs {
 		t.Run(cfg.Name, func(t *testing.T) {
-			r, m := replayOnNomad(t, setup, cfg)
+			cfg, err := tracereplay.Resolve(cfg, real)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, lat := replayOnNomad(t, setup, cfg)
 			if t.Failed() {
-				return // the report leaves out what did not replay cleanly
+				return // the report leaves out what did not replay as written
 			}
 			real = append(real, r)
-			boots = append(boots, m.boots...)
-			starts = append(starts, m.startLatency)
+			lats = append(lats, lat)
+			for _, v := range r.Distortion.Violations(r.Compression) {
+				distorted = append(distorted, cfg.Name+": "+v)
+			}
 		})
 	}
 	if len(real) == 0 {
 		return
 	}
-	lat := calibrate(tracereplay.DefaultLatencies(), boots, starts)
-	t.Logf("model latencies from this run: start %s, boot %s", lat.Start, lat.Boot)
 	var modelled []tracereplay.Result
-	for _, rr := range real {
+	for i, rr := range real {
 		cfg := rr.Config
+		t.Logf("model latencies of %s from this run: %+v", cfg.Name, lats[i])
 		r, err := model.Run(setup.Trace, model.Options{
-			Cluster: setup.Cluster, Config: cfg, Policy: setup.Policy, Latencies: lat,
-			Compression: setup.Compression, Horizon: setup.Horizon,
+			Cluster: setup.Cluster, Config: cfg, Policy: setup.Policy, Latencies: lats[i],
+			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
 		})
 		if err != nil {
 			t.Fatalf("model %s: %v", cfg.Name, err)
@@ -112,43 +120,50 @@ func TestTraceReplay(t *testing.T) {
 	err = report.Write(out, report.Run{
 		Title: "Trace replay: " + filepath.Base(p.TracePath()), Trace: setup.Trace, Seed: setup.Seed,
 		Attribution: setup.Attribution, Real: real, Model: modelled, Started: started, Elapsed: time.Since(started),
+		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand}, Notes: setup.Notes,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("bench-trace: report in %s", filepath.Join(out, "report.md"))
+	// The report is written either way, so the distortion can be read.
+	for _, d := range distorted {
+		t.Errorf("bench-trace: the real run is over its distortion limits: %s", d)
+	}
 }
 
-// calibrate sets the model's start and boot latencies to this run's
-// medians, keeping the defaults where the run measured none.
-func calibrate(l tracereplay.Latencies, boots, starts []time.Duration) tracereplay.Latencies {
-	med := func(ds []time.Duration) time.Duration {
-		var xs []float64
-		for _, d := range ds {
-			if d > 0 {
-				xs = append(xs, d.Seconds())
-			}
-		}
-		if len(xs) == 0 {
-			return 0
-		}
-		return time.Duration(quantile.Of(xs, 0.5) * float64(time.Second))
-	}
-	if d := med(boots); d > 0 {
-		l.Boot = d
-	}
-	if d := med(starts); d > 0 {
-		l.Start = d
-	}
-	return l
+// median is the median of ds; 0 for none.
+func median(ds []time.Duration) time.Duration {
+	return quantileOf(ds, 0.5)
 }
 
-// replayMeasures are the latencies one real replay saw.
-type replayMeasures struct {
-	boots []time.Duration
-	// startLatency is the 10th percentile of submit-to-running, wall
-	// clock: the jobs that found room at once.
-	startLatency time.Duration
+func quantileOf(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = d.Seconds()
+	}
+	return time.Duration(quantile.Of(xs, q) * float64(time.Second))
+}
+
+// cpuTimes reads the machine's busy and total CPU time (USER_HZ ticks)
+// from /proc/stat.
+func cpuTimes(t testing.TB) (busy, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatalf("reading /proc/stat: %v", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseUint(f, 10, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
 }
 
 // replayScript is the task of a replayed job: it works for WORK ms in all
@@ -236,8 +251,9 @@ func layoutFor(c tracereplay.Cluster, f tracereplay.Features) *nodeLayout {
 	return l
 }
 
-// replayOnNomad replays the trace on a fresh cluster in configuration cfg.
-func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (tracereplay.Result, replayMeasures) {
+// replayOnNomad replays the trace on a fresh cluster in configuration
+// cfg, and says what the model's latencies are in it.
+func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (tracereplay.Result, tracereplay.Latencies) {
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")
 	c := cluster.Start(t, cluster.Options{Clients: 0})
@@ -247,7 +263,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	pool := newSimPool(t, c, "gpu")
 	layout := layoutFor(s.Cluster, cfg.Features)
 	driverHCL := fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
-	if cfg.Preemption {
+	if cfg.Checkpoints {
 		driverHCL += fmt.Sprintf("\npreemption {\ncooldown = %q\n}", s.Policy.PreemptionCooldown)
 	}
 	// One checkpoint root for the pool, as on a shared filesystem: a
@@ -265,17 +281,19 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	}
 	t.Cleanup(apmc.Kill)
 
-	nodes := s.Cluster.Nodes
-	if cfg.Autoscale != "" {
-		nodes = min(max(nodes, s.Cluster.MinNodes), s.Cluster.MaxNodes)
+	pool.scaleTo(t, cfg.StartNodes(s.Cluster), 3*time.Minute)
+	lat := tracereplay.DefaultLatencies()
+	if d := median(pool.bootTimes()); d > 0 {
+		lat.Boot = d
 	}
-	pool.scaleTo(t, nodes, 3*time.Minute)
 	if cfg.Autoscale != "" {
 		var policy string
-		boot := calibrate(tracereplay.DefaultLatencies(), pool.bootTimes(), nil).Boot
 		if cfg.Autoscale == tracereplay.AutoscaleTargetValue {
 			policy = targetValuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Policy)
 		} else {
+			// gpu-queue takes a boot_time of at least 1s: the real one,
+			// not the compressed one.
+			boot := max(time.Second, lat.Boot.Round(time.Second))
 			policy = gpuQueuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Cluster.WholeGPUs(cfg.Features), s.Policy, boot)
 		}
 		c.StartAutoscaler(t, cluster.AutoscalerOptions{
@@ -290,111 +308,58 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	trace := func(d time.Duration) time.Duration { return time.Duration(float64(d) * s.Compression) }
 	res := tracereplay.Result{
 		Engine: "nomad", Version: nomadVersion(t, c), Config: cfg, Cluster: s.Cluster,
-		Compression: s.Compression, Horizon: s.Horizon,
+		Compression: s.Compression, Horizon: s.Horizon, Distortion: &tracereplay.Distortion{},
 	}
-	clipped := 0
+	busy0, total0 := cpuTimes(t)
 	t0 := time.Now()
 	sampler := startSampler(t, "http://"+apmAddr+"/metrics", pool, s.Cluster, t0, s.Compression, wall(s.Horizon))
 	submitted := make(map[string]time.Time, len(s.Trace.Jobs))
+	var lags []time.Duration
 	for _, j := range s.Trace.Jobs {
-		if d := time.Until(t0.Add(wall(j.Arrival))); d > 0 {
+		due := t0.Add(wall(j.Arrival))
+		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
 		sl := s.Cluster.Slice(j, cfg.Features)
-		if sl.Kind == "gpu" && sl.Count < j.GPUs {
-			clipped++
-		}
 		submitted[j.ID] = time.Now()
+		lags = append(lags, max(0, submitted[j.ID].Sub(due)))
 		var commit time.Duration
-		if cfg.Preemption {
+		if cfg.Checkpoints {
 			commit = s.Policy.CommitTimeout
 		}
 		c.RunJob(t, replayJob(j, sl, wall(j.Duration), cli, commit))
 	}
 	res.Timeline = sampler.wait()
-	if clipped > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("%d jobs asked for more whole GPUs than a node has; clipped to %d", clipped, s.Cluster.WholeGPUs(cfg.Features)))
+	busy1, total1 := cpuTimes(t)
+	if total1 > total0 {
+		res.Distortion.CPUBusy = float64(busy1-busy0) / float64(total1-total0)
 	}
+	res.Distortion.SubmitLagP50, res.Distortion.SubmitLagP95 = quantileOf(lags, 0.5), quantileOf(lags, 0.95)
 
-	stubs, _, err := c.API().Allocations().List(nil)
+	stubs, _, err := c.API().Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	if err != nil {
 		t.Fatalf("listing allocations: %v", err)
 	}
+	rc := recordCollector{c: c, t0: t0, horizon: t0.Add(wall(s.Horizon)), trace: trace, byID: map[string]*api.AllocationListStub{}}
 	byJob := map[string][]*api.AllocationListStub{}
 	for _, a := range stubs {
 		byJob[a.JobID] = append(byJob[a.JobID], a)
-	}
-	horizon := t0.Add(wall(s.Horizon))
-	at := func(w time.Time) time.Duration { return trace(w.Sub(t0)) }
-	var waits []float64
-	failed := false
-	slow := 0
-	// Preemptions whose lost work the task logs no longer tell: the node
-	// that ran the allocation was removed (scaled in) before they were read.
-	preempted, unread := 0, 0
-	stopLog := func(allocID, key string) int {
-		v, ok := logValue(c, allocID, key)
-		if !ok {
-			unread++
-		}
-		return v
+		rc.byID[a.ID] = a
 	}
 	for _, j := range s.Trace.Jobs {
-		rec := tracereplay.JobRecord{ID: j.ID, Arrival: j.Arrival, Slice: s.Cluster.Slice(j, cfg.Features)}
-		allocs := byJob[j.ID]
-		sort.Slice(allocs, func(a, b int) bool { return allocs[a].CreateIndex < allocs[b].CreateIndex })
-		var prevStopped = -1
-		for _, a := range allocs {
-			st := a.TaskStates["t"]
-			if st == nil || st.StartedAt.IsZero() || st.StartedAt.After(horizon) {
-				continue
-			}
-			if len(rec.Starts) == 0 {
-				waits = append(waits, st.StartedAt.Sub(submitted[j.ID]).Seconds())
-			}
-			rec.Starts = append(rec.Starts, at(st.StartedAt))
-			if prevStopped >= 0 {
-				// Work between the commit and the stop is redone.
-				if restored := stopLog(a.ID, "restored"); restored >= 0 && prevStopped > restored {
-					rec.LostWork += trace(time.Duration(prevStopped-restored) * time.Millisecond)
-				}
-				prevStopped = -1
-			}
-			switch {
-			case a.PreemptedByAllocation != "" || a.DesiredStatus == api.AllocDesiredStatusEvict:
-				rec.Preemptions++
-				preempted++
-				prevStopped = stopLog(a.ID, "stopped")
-			case a.ClientStatus == api.AllocClientStatusComplete && !st.Failed && !st.FinishedAt.After(horizon):
-				rec.Done, rec.Finish = true, at(st.FinishedAt)
-			}
-		}
+		rec := j.Record(s.Cluster.Slice(j, cfg.Features))
+		rec.Submitted = trace(submitted[j.ID].Sub(t0))
+		rc.collect(t, &rec, byJob[j.ID])
 		res.Jobs = append(res.Jobs, rec)
-		if os.Getenv("BENCH_TRACE_DEBUG") != "" && len(rec.Starts) > 0 && slow < 3 &&
-			(!rec.Done || rec.Finish-rec.Starts[0] > 2*j.Duration+10*time.Minute) && rec.Arrival < s.Horizon/2 {
-			slow++
-			for _, a := range allocs {
-				if info, _, err := c.API().Allocations().Info(a.ID, nil); err == nil {
-					t.Logf("%s: slow job %s (duration %s): %s", cfg.Name, j.ID, j.Duration, cluster.AllocSummary(info))
-				}
-			}
-		}
-		for _, a := range allocs {
-			// A replay whose tasks fail measures nothing: say why, once.
-			if a.ClientStatus == api.AllocClientStatusFailed && !failed {
-				failed = true
-				if info, _, err := c.API().Allocations().Info(a.ID, nil); err == nil {
-					t.Errorf("%s: job %s failed: %s", cfg.Name, j.ID, cluster.AllocSummary(info))
-				}
-			}
-		}
 	}
-	if unread > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", unread, preempted))
+	res.Notes = append(res.Notes, rc.notes()...)
+	res.Distortion.StartP50, res.Distortion.StartP95, res.Distortion.StartP99 = quantileOf(rc.starts, 0.5), quantileOf(rc.starts, 0.95), quantileOf(rc.starts, 0.99)
+	res.Distortion.PreemptP50 = median(rc.preempts)
+	if d := median(rc.starts); d > 0 {
+		lat.Start = d
 	}
-	m := replayMeasures{boots: pool.bootTimes()}
-	if len(waits) > 0 {
-		m.startLatency = time.Duration(quantile.Of(waits, 0.1) * float64(time.Second))
+	if d := median(rc.preempts); d > 0 {
+		lat.Preempt = d
 	}
 	_, _, removed, errs := pool.snapshot()
 	for _, e := range errs {
@@ -406,20 +371,146 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		}
 	}
 	t.Logf("%s: %d jobs submitted in %s, %d allocations", cfg.Name, len(submitted), time.Since(t0).Round(time.Second), len(stubs))
-	return res, m
+	return res, lat
 }
 
-// logValue is the last key=N the allocation's task logged, -1 if none;
-// ok is false, with -1, where its logs cannot be read (its node is gone).
-func logValue(c *cluster.Cluster, allocID, key string) (n int, ok bool) {
-	logs, err := c.TryAllocLogs(allocID, "t", "stdout")
-	if err != nil {
-		return -1, false
+// recordCollector turns a replay's allocations into job records: their
+// runs, what they held, and their checkpoint record from the task logs.
+type recordCollector struct {
+	c       *cluster.Cluster
+	t0      time.Time
+	horizon time.Time
+	trace   func(time.Duration) time.Duration
+	byID    map[string]*api.AllocationListStub
+	// starts are placement-to-running latencies, preempts
+	// preemptor-placement-to-victim-stopped ones (wall clock).
+	starts, preempts []time.Duration
+	// Preemptions whose progress the task logs no longer tell: the node
+	// that ran the allocation was removed (scaled in) before they were read.
+	preempted, unread int
+	failed            bool
+}
+
+func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
+
+// collect fills rec's runs from the job's allocations.
+func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, allocs []*api.AllocationListStub) {
+	sort.Slice(allocs, func(a, b int) bool { return allocs[a].CreateIndex < allocs[b].CreateIndex })
+	for _, a := range allocs {
+		if a.ClientStatus == api.AllocClientStatusFailed && !rc.failed {
+			// A replay whose tasks fail measures nothing: say why, once.
+			rc.failed = true
+			if info, _, err := rc.c.API().Allocations().Info(a.ID, nil); err == nil {
+				t.Errorf("job %s failed: %s", rec.ID, cluster.AllocSummary(info))
+			}
+		}
+		st := a.TaskStates["t"]
+		if st == nil || st.StartedAt.IsZero() || st.StartedAt.After(rc.horizon) {
+			continue
+		}
+		rc.starts = append(rc.starts, st.StartedAt.Sub(time.Unix(0, a.CreateTime)))
+		run := tracereplay.Run{Start: rc.at(st.StartedAt), Node: a.NodeName, Held: held(a)}
+		preempted := a.PreemptedByAllocation != "" || a.DesiredStatus == api.AllocDesiredStatusEvict
+		switch {
+		case st.FinishedAt.IsZero() || st.FinishedAt.After(rc.horizon):
+			run.End, run.Open = rc.at(rc.horizon), true
+		case preempted:
+			run.End, run.Preempted = rc.at(st.FinishedAt), true
+			if by := rc.byID[a.PreemptedByAllocation]; by != nil {
+				rc.preempts = append(rc.preempts, st.FinishedAt.Sub(time.Unix(0, by.CreateTime)))
+			}
+		default:
+			run.End = rc.at(st.FinishedAt)
+			if a.ClientStatus == api.AllocClientStatusComplete && !st.Failed {
+				rec.Done, rec.Finish = true, run.End
+			}
+		}
+		// The checkpoint record matters around preemptions only: read the
+		// preempted run's and its successor's.
+		prevPreempted := len(rec.Runs) > 0 && rec.Runs[len(rec.Runs)-1].Preempted
+		if run.Preempted || prevPreempted {
+			rc.progress(a.ID, &run)
+		}
+		if run.Preempted {
+			rc.preempted++
+		}
+		rec.Runs = append(rec.Runs, run)
 	}
+}
+
+// progress reads the run's checkpoint record from its task's log:
+// restored=, committed= and stopped= in ms of work done.
+func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
+	logs, err := rc.c.TryAllocLogs(allocID, "t", "stdout")
+	if err != nil {
+		if run.Preempted {
+			rc.unread++
+		}
+		return
+	}
+	ms := func(key string) (time.Duration, bool) {
+		v, ok := logValue(logs, key)
+		return time.Duration(v) * time.Millisecond, ok
+	}
+	restored, _ := ms("restored")
+	stopped, stoppedOK := ms("stopped")
+	committed, committedOK := ms("committed")
+	run.ProgressKnown = true
+	run.Restored, run.Reached = rc.trace(restored), rc.trace(stopped)
+	if !stoppedOK {
+		run.Reached = run.Restored + (run.End - run.Start)
+	}
+	if committedOK {
+		run.Checkpointed, run.Saved = true, rc.trace(committed)
+		// Work ms are wall ms: the work done after the commit is the
+		// wall-clock gap from commit to exit.
+		run.StopGap = max(0, stopped-committed)
+	}
+}
+
+func (rc *recordCollector) notes() []string {
+	if rc.unread == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted)}
+}
+
+// held is what the allocation holds of each GPU: whole GPUs by count, MPS
+// shares by their GPU (a share's ID names it).
+func held(a *api.AllocationListStub) []tracereplay.Hold {
+	if a.AllocatedResources == nil || a.AllocatedResources.Tasks["t"] == nil {
+		return nil
+	}
+	var out []tracereplay.Hold
+	for _, d := range a.AllocatedResources.Tasks["t"].Devices {
+		switch d.Type {
+		case "mps":
+			per := map[string]int{}
+			for _, id := range d.DeviceIDs {
+				gpu, _, ok := contract.ParseShareID(id)
+				if !ok {
+					gpu = id
+				}
+				per[gpu]++
+			}
+			for gpu, n := range per {
+				out = append(out, tracereplay.Hold{Kind: "mps", GPU: gpu, Units: n})
+			}
+		case "mig":
+			out = append(out, tracereplay.Hold{Kind: "mig", Profile: d.Name, Units: len(d.DeviceIDs)})
+		default:
+			out = append(out, tracereplay.Hold{Kind: "gpu", Units: len(d.DeviceIDs)})
+		}
+	}
+	return out
+}
+
+// logValue is the last key=N a task logged; ok is false if none.
+func logValue(logs, key string) (n int, ok bool) {
 	re := regexp.MustCompile(`(?m)^` + key + `=(\d+)`)
 	ms := re.FindAllStringSubmatch(logs, -1)
 	if len(ms) == 0 {
-		return -1, true
+		return -1, false
 	}
 	n, _ = strconv.Atoi(ms[len(ms)-1][1])
 	return n, true
@@ -562,19 +653,12 @@ func scrapeSample(url string, shape tracereplay.Cluster) (tracereplay.Sample, er
 		return 1
 	}
 	devices, allocated := read("nomad_gpu_cluster_devices"), read("nomad_gpu_cluster_allocated_devices")
-	free, frag := read("nomad_gpu_cluster_free_devices"), read("nomad_gpu_cluster_fragmentation_ratio")
 	load := read("nomad_gpu_cluster_load_ratio")
-	var freeAll, stranded float64
 	for dev, n := range devices {
 		w := weight(dev)
 		smp.GPUs += n * w
 		smp.Allocated += allocated[dev] * w
 		smp.Busy += load[dev] * allocated[dev] * w
-		freeAll += free[dev]
-		stranded += frag[dev] * free[dev]
-	}
-	if freeAll > 0 {
-		smp.Fragmentation = stranded / freeAll
 	}
 	for _, v := range read("nomad_gpu_cluster_queued_allocs") {
 		smp.Queued += int(v)

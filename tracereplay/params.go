@@ -17,12 +17,15 @@ type Params struct {
 	// CSV is a trace in this package's CSV format; Philly a Philly
 	// extract, used when CSV is empty (empty too: the embedded copy).
 	CSV, Philly string
-	// Jobs is the sample size; Window, Start (empty: the busiest window)
-	// and Seed pick it.
-	Jobs   int
-	Window time.Duration
-	Start  string
-	Seed   int64
+	// Jobs is the sample size (0: as many as Load asks); Window, Start
+	// (empty: the busiest window) and Seed pick it.
+	Jobs int
+	// OfferedLoad is the offered load the sample is drawn to: the GPU time its
+	// jobs ask for within the horizon over the fixed cluster's.
+	OfferedLoad float64
+	Window      time.Duration
+	Start       string
+	Seed        int64
 	// FractionShare is the share of the Philly extract's 1-GPU jobs that
 	// become fractional requests.
 	FractionShare float64
@@ -38,9 +41,11 @@ type Params struct {
 	MPSGPUs     int
 	MPSShares   int
 	// Configs lists the configurations compared, by name (ConfigNames);
-	// Strategy is the autoscaling strategy of those that autoscale.
+	// Strategy is the autoscaling strategy of +autoscale and nomad-gpu.
 	Configs  string
 	Strategy string
+	// PriceReserved and PriceOnDemand price a node-hour.
+	PriceReserved, PriceOnDemand float64
 }
 
 // TracePath is the file the trace is read from.
@@ -54,19 +59,23 @@ func (p Params) TracePath() string {
 	return traces.PhillyName
 }
 
-// DefaultConfigs is the baseline, each part on its own, and all of them.
-const DefaultConfigs = "baseline,+slices,+preemption,+autoscale,nomad-gpu"
+// DefaultConfigs is the baseline, each part on its own, all of them, and
+// the references a fair comparison needs: stock Nomad's preemption, the
+// built-in target-value strategy, and a fixed cluster as large (in
+// node-hours) as the autoscaled one.
+const DefaultConfigs = "baseline,+slices,+preemption,+autoscale,nomad-gpu,stock-preemption,target-value,fixed-like-autoscale"
 
 // Register adds the flags to fs, with their defaults.
 func (p *Params) Register(fs *flag.FlagSet) {
 	fs.StringVar(&p.CSV, "trace", "", "trace in the replay CSV format (docs/trace-replay.md); default: the Philly extract of -philly")
 	fs.StringVar(&p.Philly, "philly", "", "a Philly extract (philly.csv, plain or gzip) to convert when no -trace is given; default: the copy in traces/philly.csv.gz")
-	fs.IntVar(&p.Jobs, "jobs", 300, "jobs sampled from the window (0: all)")
-	fs.DurationVar(&p.Window, "window", 6*time.Hour, "trace window the sample is drawn from (0: the whole trace)")
+	fs.IntVar(&p.Jobs, "jobs", 0, "jobs sampled from the window (0: as many as -load asks)")
+	fs.Float64Var(&p.OfferedLoad, "load", 0.85, "offered load the sample is drawn to, with -jobs 0: GPU time asked within the horizon over the fixed cluster's (0: every job of the window; above 1: overloaded)")
+	fs.DurationVar(&p.Window, "window", 2*time.Hour, "trace window the sample is drawn from (0: the whole trace)")
 	fs.StringVar(&p.Start, "start", "", `window start, "2006-01-02 15:04:05" UTC (default: the busiest window)`)
 	fs.Int64Var(&p.Seed, "seed", 1, "seed of the sample and of the derived priorities, fractions and utilisations")
 	fs.Float64Var(&p.FractionShare, "fraction-share", 0.3, "share of the Philly extract's 1-GPU jobs that ask for part of a GPU")
-	fs.Float64Var(&p.Compression, "compression", 360, "trace seconds per wall-clock second")
+	fs.Float64Var(&p.Compression, "compression", 25, "trace seconds per wall-clock second")
 	fs.DurationVar(&p.Drain, "drain", 0, "how long past the last arrival the run is measured, trace time (0: a quarter of the window)")
 	fs.IntVar(&p.Nodes, "nodes", 4, "nodes of a fixed cluster, and the autoscaled pool's start")
 	fs.IntVar(&p.MinNodes, "min-nodes", 2, "autoscaled pool's minimum")
@@ -75,11 +84,15 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	fs.IntVar(&p.MPSGPUs, "mps-gpus", 2, "GPUs per node offered as MPS shares when slices are on")
 	fs.IntVar(&p.MPSShares, "mps-shares", 4, "MPS shares per MPS GPU")
 	fs.StringVar(&p.Configs, "configs", DefaultConfigs, "configurations compared: "+strings.Join(ConfigNames, ", "))
-	fs.StringVar(&p.Strategy, "strategy", AutoscaleGPUQueue, "strategy of the autoscaled configurations: gpu-queue or target-value")
+	fs.StringVar(&p.Strategy, "strategy", AutoscaleGPUQueue, "strategy of +autoscale and nomad-gpu: gpu-queue or target-value")
+	// An 8-GPU H100 node's public list prices (on demand; a 1-year
+	// reservation) give the figures a realistic ratio; set your own.
+	fs.Float64Var(&p.PriceReserved, "price-reserved", 55, "price of a reserved node-hour (the fixed part of the cluster)")
+	fs.Float64Var(&p.PriceOnDemand, "price-ondemand", 98, "price of an on-demand node-hour (autoscaled nodes above the minimum)")
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+preemption", "+autoscale", "nomad-gpu"}
+var ConfigNames = []string{"baseline", "+slices", "+preemption", "+autoscale", "nomad-gpu", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // ParseConfigs turns a comma-separated list of ConfigNames into
 // configurations, autoscaling with strategy where they autoscale.
@@ -89,16 +102,26 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
 		var f Features
+		cfg := Config{}
 		switch name {
 		case "baseline":
 		case "+slices":
 			f.Slices = true
 		case "+preemption":
-			f.Preemption = true
+			f.Preemption, f.Checkpoints = true, true
 		case "+autoscale":
 			f.Autoscale = strategy
 		case "nomad-gpu":
-			f = Features{Slices: true, Preemption: true, Autoscale: strategy}
+			f = Features{Slices: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
+		case "stock-preemption":
+			f.Preemption, cfg.Reference = true, true
+		case "target-value":
+			f.Autoscale, cfg.Reference = AutoscaleTargetValue, true
+		case "fixed-like-autoscale":
+			cfg.NodesLike, cfg.Reference = "+autoscale", true
+			if !seen["+autoscale"] {
+				return nil, fmt.Errorf("configs: %q needs +autoscale listed before it (it runs as many node-hours)", name)
+			}
 		default:
 			return nil, fmt.Errorf("configs: %q is not a configuration; allowed: %s", name, strings.Join(ConfigNames, ", "))
 		}
@@ -109,10 +132,11 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		if err := f.Validate(); err != nil {
 			return nil, fmt.Errorf("strategy: %w", err)
 		}
-		if strategy == AutoscaleTargetValue && f.Autoscale != "" {
+		if strategy == AutoscaleTargetValue && f.Autoscale != "" && !cfg.Reference {
 			name += " (target-value)"
 		}
-		out = append(out, Config{Name: name, Features: f})
+		cfg.Name, cfg.Features = name, f
+		out = append(out, cfg)
 	}
 	return out, nil
 }
@@ -129,6 +153,10 @@ type Setup struct {
 	Seed    int64
 	// Attribution is the trace's required attribution ("" for a CSV).
 	Attribution string
+	// Notes say how the trace's jobs were adjusted to the cluster.
+	Notes []string
+	// Prices price the node-hours.
+	PriceReserved, PriceOnDemand float64
 }
 
 // Load reads and samples the trace and checks every setting, naming the
@@ -139,8 +167,15 @@ func (p Params) Load() (Setup, error) {
 		return s, fmt.Errorf("compression: %v; allowed: a number above 0", p.Compression)
 	}
 	if p.Jobs < 0 {
-		return s, fmt.Errorf("jobs: %d; allowed: 0 (all) or more", p.Jobs)
+		return s, fmt.Errorf("jobs: %d; allowed: 0 (by -load) or more", p.Jobs)
 	}
+	if p.OfferedLoad < 0 {
+		return s, fmt.Errorf("load: %v; allowed: 0 (all jobs of the window) or above", p.OfferedLoad)
+	}
+	if p.PriceReserved < 0 || p.PriceOnDemand < 0 {
+		return s, fmt.Errorf("price-reserved, price-ondemand: %v, %v; allowed: 0 or more", p.PriceReserved, p.PriceOnDemand)
+	}
+	s.PriceReserved, s.PriceOnDemand = p.PriceReserved, p.PriceOnDemand
 	s.Cluster = Cluster{
 		Nodes: p.Nodes, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsPerNode: p.GPUsPerNode,
 		MPSGPUs: p.MPSGPUs, MPSShares: p.MPSShares,
@@ -189,14 +224,25 @@ func (p Params) Load() (Setup, error) {
 	if err != nil {
 		return s, err
 	}
-	if len(t.Jobs) == 0 {
-		return s, fmt.Errorf("jobs: the selection holds no job")
-	}
-	s.Trace = t
 	drain := p.Drain
 	if drain == 0 {
 		drain = max(p.Window, t.Span()) / 4
 	}
+	if p.Jobs == 0 && p.OfferedLoad > 0 {
+		horizon := max(p.Window, t.Span()) + drain
+		capacity := float64(s.Cluster.Nodes*s.Cluster.GPUsPerNode) * horizon.Seconds()
+		t.Jobs = SampleLoad(t.Jobs, p.OfferedLoad, capacity, horizon, p.Seed)
+		var offered float64
+		for _, j := range t.Jobs {
+			offered += Offered(j, horizon)
+		}
+		t.Source += fmt.Sprintf(", %d drawn with seed %d to an offered load of %.2f (target %.2f) of %d nodes", len(t.Jobs), p.Seed, offered/capacity, p.OfferedLoad, s.Cluster.Nodes)
+	}
+	if len(t.Jobs) == 0 {
+		return s, fmt.Errorf("jobs: the selection holds no job")
+	}
+	t.Jobs, s.Notes = s.Cluster.ClipJobs(t.Jobs)
+	s.Trace = t
 	s.Horizon = t.Span() + drain
 	return s, nil
 }

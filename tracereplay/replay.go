@@ -66,6 +66,32 @@ func (j Job) EffectiveUtil() float64 {
 // Fractional reports whether the job asks for part of one GPU.
 func (j Job) Fractional() bool { return j.Fraction > 0 && j.Fraction < 1 }
 
+// Requested is the GPU-equivalents the job asks for: its fraction of one
+// GPU, or its whole GPUs.
+func (j Job) Requested() float64 {
+	if j.Fractional() {
+		return j.Fraction
+	}
+	return float64(max(1, j.GPUs))
+}
+
+// Record is the job's JobRecord before it ran: what it is and asks for.
+func (j Job) Record(s Slice) JobRecord {
+	return JobRecord{ID: j.ID, Arrival: j.Arrival, Submitted: j.Arrival, Slice: s,
+		Requested: j.Requested(), Util: j.EffectiveUtil(), Priority: j.EffectivePriority()}
+}
+
+// Preemptions counts the job's runs stopped by a preemption.
+func (r JobRecord) Preemptions() int {
+	n := 0
+	for _, run := range r.Runs {
+		if run.Preempted {
+			n++
+		}
+	}
+	return n
+}
+
 // Trace is a replayable job list, sorted by Arrival.
 type Trace struct {
 	Jobs []Job
@@ -91,13 +117,17 @@ type Features struct {
 	// where the node layout has them (Layout.Slice); without it every
 	// job takes whole GPUs.
 	Slices bool
-	// Preemption enables Nomad's priority preemption for batch jobs,
-	// with checkpoints on every stop (a preempted job resumes where it
-	// was) and the preemption cooldown.
+	// Preemption enables Nomad's priority preemption for batch jobs. On
+	// its own it is stock Nomad's: a preempted job starts again from
+	// scratch.
 	Preemption bool
+	// Checkpoints, with Preemption, is nomad-gpu's: a checkpoint on every
+	// stop (a preempted job resumes from it) and the driver's preemption
+	// cooldown.
+	Checkpoints bool
 	// Autoscale names the strategy that scales the node pool between
 	// Cluster.MinNodes and MaxNodes: "gpu-queue" or "target-value"; ""
-	// keeps Cluster.Nodes fixed.
+	// keeps the node count fixed.
 	Autoscale string
 }
 
@@ -110,6 +140,9 @@ const (
 
 // Validate says what is wrong with f, naming the field.
 func (f Features) Validate() error {
+	if f.Checkpoints && !f.Preemption {
+		return fmt.Errorf("checkpoints: on without preemption; allowed: checkpoints only with preemption")
+	}
 	switch f.Autoscale {
 	case AutoscaleNone, AutoscaleGPUQueue, AutoscaleTargetValue:
 		return nil
@@ -123,6 +156,96 @@ type Config struct {
 	// "+slices").
 	Name string
 	Features
+	// Reference marks a configuration that is a yardstick rather than a
+	// part of nomad-gpu: stock preemption, the built-in target-value
+	// strategy, a fixed cluster as large as an autoscaled one.
+	Reference bool
+	// NodesLike names the autoscaled configuration whose node-hours this
+	// fixed cluster matches (FixedNodes); its Result must come first.
+	// "" runs Cluster.Nodes.
+	NodesLike string
+	// Nodes is the node count of a fixed configuration, set once known:
+	// Cluster.Nodes, or the match for NodesLike.
+	Nodes int
+}
+
+// StartNodes is the nodes the configuration starts with: a fixed
+// cluster's (Nodes, else Cluster.Nodes), or an autoscaled pool's
+// Cluster.Nodes within [MinNodes, MaxNodes].
+func (c Config) StartNodes(cl Cluster) int {
+	switch {
+	case c.Autoscale != "":
+		return min(max(cl.Nodes, cl.MinNodes), cl.MaxNodes)
+	case c.Nodes > 0:
+		return c.Nodes
+	}
+	return cl.Nodes
+}
+
+// ReservedNodes is the part of the cluster paid for whether used or not:
+// a fixed cluster's nodes, an autoscaled pool's minimum.
+func (c Config) ReservedNodes(cl Cluster) int {
+	if c.Autoscale != "" {
+		return cl.MinNodes
+	}
+	return c.StartNodes(cl)
+}
+
+// StepIntegral is the step integral of v over the timeline within
+// [0, horizon], in v × seconds: each sample holds until the next (the
+// last until horizon), and the first also stands for the time before it.
+// Engines sample the cluster when it changes, so a trapezoid would invent
+// ramps between samples.
+func StepIntegral(tl []Sample, horizon time.Duration, v func(Sample) float64) float64 {
+	var sum float64
+	for i, s := range tl {
+		if s.At >= horizon {
+			break
+		}
+		from := s.At
+		if i == 0 {
+			from = 0
+		}
+		to := horizon
+		if i+1 < len(tl) {
+			to = min(tl[i+1].At, horizon)
+		}
+		if to > from {
+			sum += v(s) * (to - from).Seconds()
+		}
+	}
+	return sum
+}
+
+// NodeHours is ∫ nodes up dt over [0, Horizon], in hours.
+func (r Result) NodeHours() float64 {
+	return StepIntegral(r.Timeline, r.Horizon, func(s Sample) float64 { return float64(s.Nodes) }) / 3600
+}
+
+// Resolve fixes cfg's node count: a NodesLike configuration runs the
+// fixed count closest to the node-hours of that configuration's result in
+// done (run before it).
+func Resolve(cfg Config, done []Result) (Config, error) {
+	if cfg.NodesLike == "" {
+		return cfg, nil
+	}
+	for _, r := range done {
+		if r.Config.Name == cfg.NodesLike {
+			cfg.Nodes = FixedNodes(r, r.NodeHours())
+			return cfg, nil
+		}
+	}
+	return cfg, fmt.Errorf("config %q: no result of %q to match the node-hours of (it must run first and succeed)", cfg.Name, cfg.NodesLike)
+}
+
+// FixedNodes is the fixed node count whose node-hours over the horizon
+// come closest to an autoscaled run's (at least 1).
+func FixedNodes(autoscaled Result, nodeHours float64) int {
+	h := autoscaled.Horizon.Hours()
+	if h <= 0 {
+		return 1
+	}
+	return max(1, int(math.Round(nodeHours/h)))
 }
 
 // Cluster is the cluster's shape, the same for every configuration of a
@@ -240,6 +363,26 @@ func (c Cluster) Slice(j Job, f Features) Slice {
 	return Slice{Kind: "gpu", Count: n, GPUs: float64(n)}
 }
 
+// ClipJobs makes the jobs the same in every configuration: a whole-GPU
+// ask larger than the whole GPUs a node offers with slices is clipped to
+// them, in every configuration, and a note says how many were.
+func (c Cluster) ClipJobs(jobs []Job) ([]Job, []string) {
+	most := c.WholeGPUs(Features{Slices: true})
+	out := make([]Job, len(jobs))
+	clipped := 0
+	for i, j := range jobs {
+		if !j.Fractional() && j.GPUs > most && most > 0 {
+			j.GPUs = most
+			clipped++
+		}
+		out[i] = j
+	}
+	if clipped == 0 {
+		return out, nil
+	}
+	return out, []string{fmt.Sprintf("%d jobs asked for more than the %d whole GPUs a node offers with slices; they ask for %d in every configuration", clipped, most, most)}
+}
+
 // WholeGPUs is the GPUs a node offers whole under f.
 func (c Cluster) WholeGPUs(f Features) int {
 	if f.Slices {
@@ -270,25 +413,109 @@ type Result struct {
 	// Notes are things the engine saw that the figures do not show
 	// (jobs clipped to a node's GPUs, placement errors), one line each.
 	Notes []string
+	// Distortion is what a real run measured of its own faithfulness;
+	// nil for the model.
+	Distortion *Distortion
+}
+
+// Distortion is how far a real run strayed from the trace it replays:
+// what the machine's load added. Times are wall-clock.
+type Distortion struct {
+	// SubmitLag is how late jobs were submitted after their scaled
+	// arrival.
+	SubmitLagP50, SubmitLagP95 time.Duration
+	// Start is from an allocation's placement to its task running.
+	StartP50, StartP95, StartP99 time.Duration
+	// Preempt is from a preemptor's placement to its victim's task
+	// stopped (its checkpoint committed, where it has one); 0 without
+	// preemptions.
+	PreemptP50 time.Duration
+	// CPUBusy is the machine's busy share of its CPUs over the run.
+	CPUBusy float64
+}
+
+// Limits a real run's Distortion must stay within for its figures to
+// describe the trace rather than the machine.
+const (
+	MaxSubmitLagP95 = time.Second
+	// MaxStartTrace bounds the median start latency in trace time
+	// (× compression): a start must cost the trace a minute at most.
+	MaxStartTrace = time.Minute
+	MaxCPUBusy    = 0.9
+)
+
+// Violations are the limits d breaks at compression, one line each.
+func (d Distortion) Violations(compression float64) []string {
+	var out []string
+	if d.SubmitLagP95 > MaxSubmitLagP95 {
+		out = append(out, fmt.Sprintf("submission lag p95 %s is over %s", d.SubmitLagP95, MaxSubmitLagP95))
+	}
+	if st := time.Duration(float64(d.StartP50) * compression); st > MaxStartTrace {
+		out = append(out, fmt.Sprintf("median start %s × compression %g = %s of trace time is over %s", d.StartP50, compression, st.Round(time.Second), MaxStartTrace))
+	}
+	if d.CPUBusy > MaxCPUBusy {
+		out = append(out, fmt.Sprintf("CPU busy %.0f %% is over %.0f %%", 100*d.CPUBusy, 100*MaxCPUBusy))
+	}
+	return out
 }
 
 // JobRecord is what happened to one job.
 type JobRecord struct {
 	ID      string
 	Arrival time.Duration
-	// Starts are the times its allocations started running: the first
-	// is its wait's end, each later one a resume after a preemption.
-	Starts []time.Duration
 	// Finish is when it completed; valid with Done.
 	Finish time.Duration
 	Done   bool
-	// Preemptions counts the times it was preempted.
-	Preemptions int
-	// LostWork is the run time it had to redo after preemptions: work
-	// since its last checkpoint.
-	LostWork time.Duration
 	// Slice is what it ran on.
 	Slice Slice
+	// Submitted is when the engine submitted it (≥ Arrival; the real
+	// engine's submission loop may lag).
+	Submitted time.Duration
+	// Runs are its allocations that started by the horizon, in order:
+	// each later one a resume (or restart) after a preemption.
+	Runs []Run
+	// Requested is the GPU-equivalents it asks for: its fraction of one
+	// GPU, or its whole GPUs; the same in every configuration.
+	Requested float64
+	// Util is its load's utilisation of what it asked for, in percent.
+	Util float64
+	// Priority is its job priority.
+	Priority int
+}
+
+// Run is one allocation of a job, from its task's start to its stop.
+type Run struct {
+	// Start and End bound it; a run still going at the horizon ends
+	// there (Open).
+	Start, End time.Duration
+	Open       bool
+	// Preempted says it was stopped by a preemption.
+	Preempted bool
+	// Node is the node it ran on, and Held the devices it held there.
+	Node string
+	Held []Hold
+	// Restored is the progress (work done, trace time) it started from;
+	// Saved the progress its last checkpoint committed (Checkpointed);
+	// Reached the progress it had made when it stopped. Known only where
+	// ProgressKnown (the real engine reads them from the task's log).
+	Restored, Saved, Reached time.Duration
+	Checkpointed             bool
+	ProgressKnown            bool
+	// StopGap is the wall-clock time from its checkpoint's commit to its
+	// task's exit: work done after the commit and thrown away. It is a
+	// latency of the machine, not of the trace, and reported apart.
+	StopGap time.Duration
+}
+
+// Hold is what a run held of one GPU.
+type Hold struct {
+	// Kind is "gpu", "mps" or "mig"; Profile the MIG profile.
+	Kind, Profile string
+	// GPU names the physical GPU on its node (a UUID, an index); for
+	// "gpu" holds it may be "" (only their count matters).
+	GPU string
+	// Units are the whole GPUs, MPS shares or MIG instances held.
+	Units int
 }
 
 // Sample is the cluster at one instant.
@@ -299,14 +526,11 @@ type Sample struct {
 	Nodes int
 	// GPUs are the physical GPUs of ready nodes.
 	GPUs float64
-	// Allocated are the GPU-equivalents held by allocations.
+	// Allocated are the GPU-equivalents held by allocations, and Busy
+	// Σ utilisation × held, as the cluster's telemetry tells them: a
+	// cross-check of the figures computed from the jobs' runs.
 	Allocated float64
-	// Busy are the GPU-equivalents busy: Σ utilisation × held.
-	Busy float64
-	// Fragmentation is the share of free device instances that no
-	// queued request can use or that are free slices of a partly used
-	// GPU, as nomad_gpu_cluster_fragmentation_ratio (0 when none free).
-	Fragmentation float64
+	Busy      float64
 	// Queued are the jobs submitted and not running.
 	Queued int
 }

@@ -75,9 +75,12 @@ func TestParseConfigs(t *testing.T) {
 	want := []Config{
 		{Name: "baseline"},
 		{Name: "+slices", Features: Features{Slices: true}},
-		{Name: "+preemption", Features: Features{Preemption: true}},
+		{Name: "+preemption", Features: Features{Preemption: true, Checkpoints: true}},
 		{Name: "+autoscale", Features: Features{Autoscale: AutoscaleGPUQueue}},
-		{Name: "nomad-gpu", Features: Features{Slices: true, Preemption: true, Autoscale: AutoscaleGPUQueue}},
+		{Name: "nomad-gpu", Features: Features{Slices: true, Preemption: true, Checkpoints: true, Autoscale: AutoscaleGPUQueue}},
+		{Name: "stock-preemption", Features: Features{Preemption: true}, Reference: true},
+		{Name: "target-value", Features: Features{Autoscale: AutoscaleTargetValue}, Reference: true},
+		{Name: "fixed-like-autoscale", Reference: true, NodesLike: "+autoscale"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("ParseConfigs = %+v", got)
@@ -112,7 +115,7 @@ func TestParamsLoadErrors(t *testing.T) {
 		want string
 	}{
 		{"compression", func(p *Params) { p.Compression = 0 }, "compression: 0; allowed: a number above 0"},
-		{"jobs", func(p *Params) { p.Jobs = -1 }, "jobs: -1; allowed: 0 (all) or more"},
+		{"jobs", func(p *Params) { p.Jobs = -1 }, "jobs: -1; allowed: 0 (by -load) or more"},
 		{"missing philly", func(p *Params) { p.Philly = "/nonexistent.csv" }, "philly: open /nonexistent.csv"},
 		{"missing trace", func(p *Params) { p.CSV = "/nonexistent.csv" }, "trace: open /nonexistent.csv"},
 		{"cluster", func(p *Params) { p.GPUsPerNode = 0 }, "gpus_per_node: 0"},

@@ -49,6 +49,43 @@ func SampleJobs(jobs []Job, n int, seed int64) []Job {
 	if n <= 0 || n >= len(jobs) {
 		return slices.Clone(jobs)
 	}
+	return pick(jobs, hashOrder(jobs, seed)[:n])
+}
+
+// SampleLoad draws jobs in the order SampleJobs does until the GPU time
+// they ask for within [0, horizon] reaches load × capacity (GPU-seconds):
+// a sample that offers the cluster a chosen share of what it can run.
+// All jobs when they offer less.
+func SampleLoad(jobs []Job, load, capacity float64, horizon time.Duration, seed int64) []Job {
+	order := hashOrder(jobs, seed)
+	var offered float64
+	for k, i := range order {
+		if offered >= load*capacity {
+			return pick(jobs, order[:k])
+		}
+		offered += Offered(jobs[i], horizon)
+	}
+	return slices.Clone(jobs)
+}
+
+// Offered is the GPU-seconds job j asks for within [0, horizon].
+func Offered(j Job, horizon time.Duration) float64 {
+	return j.Requested() * max(0, min(j.Duration, horizon-j.Arrival)).Seconds()
+}
+
+// pick is jobs[i] for the chosen i, in jobs' order.
+func pick(jobs []Job, chosen []int) []Job {
+	chosen = slices.Clone(chosen)
+	slices.Sort(chosen)
+	out := make([]Job, len(chosen))
+	for k, i := range chosen {
+		out[k] = jobs[i]
+	}
+	return out
+}
+
+// hashOrder are jobs' indexes by their hash of (seed, ID).
+func hashOrder(jobs []Job, seed int64) []int {
 	type key struct {
 		h uint64
 		i int
@@ -68,16 +105,11 @@ func SampleJobs(jobs []Job, n int, seed int64) []Job {
 		// independent of order even then.
 		return strings.Compare(jobs[a.i].ID, jobs[b.i].ID)
 	})
-	chosen := make([]int, n)
-	for k := range chosen {
-		chosen[k] = keys[k].i
+	order := make([]int, len(keys))
+	for k := range keys {
+		order[k] = keys[k].i
 	}
-	slices.Sort(chosen)
-	out := make([]Job, n)
-	for k, i := range chosen {
-		out[k] = jobs[i]
-	}
-	return out
+	return order
 }
 
 // Selection says which part of a trace is replayed.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/report"
 )
@@ -90,9 +91,14 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	started := time.Now()
 	var results []tracereplay.Result
 	for _, cfg := range setup.Configs {
+		cfg, err := tracereplay.Resolve(cfg, results)
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
+			return 1
+		}
 		r, err := model.Run(setup.Trace, model.Options{
 			Cluster: setup.Cluster, Config: cfg, Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
-			Compression: setup.Compression, Horizon: setup.Horizon,
+			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
 		})
 		if err != nil {
 			fmt.Fprintf(stderr, "nomad-gpu bench-trace: %s: %v\n", cfg.Name, err)
@@ -103,6 +109,7 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	err = report.Write(*out, report.Run{
 		Title: "Trace replay (model): " + filepath.Base(p.TracePath()), Trace: setup.Trace, Seed: setup.Seed,
 		Attribution: setup.Attribution, Model: results, Started: started, Elapsed: time.Since(started),
+		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand}, Notes: setup.Notes,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)

@@ -104,6 +104,8 @@ type Options struct {
 	Horizon time.Duration
 	// SampleEvery is the timeline's step, trace time; 0 means Horizon/600.
 	SampleEvery time.Duration
+	// Seed seeds the placement's random draw of nodes.
+	Seed int64
 }
 
 // Run replays tr under o and returns what the model measured.

@@ -44,12 +44,37 @@ func mustRun(t *testing.T, jobs []tracereplay.Job, o Options) tracereplay.Result
 	return r
 }
 
+// starts are the times the job's runs started.
+func starts(r tracereplay.JobRecord) []time.Duration {
+	var out []time.Duration
+	for _, run := range r.Runs {
+		out = append(out, run.Start)
+	}
+	return out
+}
+
+// lostWork is the progress its preemptions lost: saved (or reached)
+// minus restored by the next run.
+func lostWork(r tracereplay.JobRecord) time.Duration {
+	var lost time.Duration
+	for i, run := range r.Runs[:max(0, len(r.Runs)-1)] {
+		if run.Preempted {
+			kept := run.Reached
+			if run.Checkpointed {
+				kept = run.Saved
+			}
+			lost += kept - r.Runs[i+1].Restored
+		}
+	}
+	return lost
+}
+
 // firstStart is when a job first ran; -1 if never.
 func firstStart(r tracereplay.JobRecord) time.Duration {
-	if len(r.Starts) == 0 {
+	if len(starts(r)) == 0 {
 		return -1
 	}
-	return r.Starts[0]
+	return starts(r)[0]
 }
 
 func TestPlacementTimes(t *testing.T) {
@@ -158,8 +183,8 @@ func TestPlacementTimes(t *testing.T) {
 				} else if !rec.Done || rec.Finish != tt.finishes[i] {
 					t.Errorf("%s: done %v at %s, want done at %s", rec.ID, rec.Done, rec.Finish, tt.finishes[i])
 				}
-				if rec.Preemptions != 0 {
-					t.Errorf("%s preempted %d times without preemption", rec.ID, rec.Preemptions)
+				if rec.Preemptions() != 0 {
+					t.Errorf("%s preempted %d times without preemption", rec.ID, rec.Preemptions())
 				}
 			}
 		})
@@ -186,7 +211,7 @@ func TestPreemption(t *testing.T) {
 				prio(wjob("high", 10*sec, 50*sec, 8), tt.high),
 			}
 			r := mustRun(t, jobs, Options{
-				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: tt.preempt}},
+				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: tt.preempt, Checkpoints: tt.preempt}},
 				Policy:    tracereplay.Policy{PreemptionCooldown: 30 * sec},
 				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 1000 * sec,
 			})
@@ -195,7 +220,7 @@ func TestPreemption(t *testing.T) {
 				t.Fatalf("low done %v, high done %v", lo.Done, hi.Done)
 			}
 			if !tt.preempts {
-				if lo.Preemptions != 0 || len(lo.Starts) != 1 || lo.Finish != 101*sec {
+				if lo.Preemptions() != 0 || len(starts(lo)) != 1 || lo.Finish != 101*sec {
 					t.Errorf("low: %+v, want one uninterrupted run to 101s", lo)
 				}
 				if firstStart(hi) != 102*sec {
@@ -205,15 +230,15 @@ func TestPreemption(t *testing.T) {
 			}
 			// high preempts at 10s, runs from 13s to 63s; low waits
 			// again, is placed at 63s and runs its last 91s from 64s.
-			if hi.Starts[0] != 13*sec || hi.Finish != 63*sec {
-				t.Errorf("high ran %v to %s, want 13s to 63s", hi.Starts, hi.Finish)
+			if starts(hi)[0] != 13*sec || hi.Finish != 63*sec {
+				t.Errorf("high ran %v to %s, want 13s to 63s", starts(hi), hi.Finish)
 			}
-			if lo.Preemptions != 1 || lo.LostWork != 0 || len(lo.Starts) != 2 {
+			if lo.Preemptions() != 1 || lostWork(lo) != 0 || len(starts(lo)) != 2 {
 				t.Fatalf("low: %+v, want 1 preemption, 2 starts, no lost work", lo)
 			}
-			ran := (10*sec - lo.Starts[0]) + (lo.Finish - lo.Starts[1])
-			if ran != 100*sec || lo.Starts[1] != 64*sec {
-				t.Errorf("low starts %v, finish %s: ran %s, want 100s from a resume at 64s", lo.Starts, lo.Finish, ran)
+			ran := (10*sec - starts(lo)[0]) + (lo.Finish - starts(lo)[1])
+			if ran != 100*sec || starts(lo)[1] != 64*sec {
+				t.Errorf("low starts %v, finish %s: ran %s, want 100s from a resume at 64s", starts(lo), lo.Finish, ran)
 			}
 		})
 	}
@@ -241,18 +266,18 @@ func TestPreemptionCooldown(t *testing.T) {
 				prio(wjob("next", 70*sec, 10*sec, 8), 35),
 			}
 			r := mustRun(t, jobs, Options{
-				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true}},
+				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: true}},
 				Policy:    tracereplay.Policy{PreemptionCooldown: tt.cooldown},
 				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 5000 * sec,
 			})
 			lo, next := r.Jobs[0], r.Jobs[2]
-			if lo.Preemptions != tt.preempts {
-				t.Errorf("low preempted %d times, want %d", lo.Preemptions, tt.preempts)
+			if lo.Preemptions() != tt.preempts {
+				t.Errorf("low preempted %d times, want %d", lo.Preemptions(), tt.preempts)
 			}
 			if firstStart(next) != tt.next {
 				t.Errorf("next started at %s, want %s", firstStart(next), tt.next)
 			}
-			if !lo.Done || len(lo.Starts) != tt.preempts+1 {
+			if !lo.Done || len(starts(lo)) != tt.preempts+1 {
 				t.Errorf("low: %+v, want done after %d starts", lo, tt.preempts+1)
 			}
 		})
@@ -273,13 +298,13 @@ func TestPreemptionPicksTheCheapestNode(t *testing.T) {
 		prio(wjob("high", 10*sec, 10*sec, 4), 80),
 	}
 	r := mustRun(t, jobs, Options{
-		Cluster: fixed(2, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true}},
+		Cluster: fixed(2, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: true}},
 		Horizon: 100 * sec,
 	})
 	want := []int{1, 0, 0, 0, 0, 0}
 	for i, rec := range r.Jobs {
-		if rec.Preemptions != want[i] {
-			t.Errorf("%s preempted %d times, want %d", rec.ID, rec.Preemptions, want[i])
+		if rec.Preemptions() != want[i] {
+			t.Errorf("%s preempted %d times, want %d", rec.ID, rec.Preemptions(), want[i])
 		}
 	}
 	if firstStart(r.Jobs[5]) != 10*sec {
@@ -332,8 +357,8 @@ func TestGPUQueueScalesOutAndIn(t *testing.T) {
 	}
 	wantStart := []time.Duration{0, 40 * sec, 40 * sec, 60 * sec}
 	for i, rec := range r.Jobs {
-		if firstStart(rec) != wantStart[i] || len(rec.Starts) != 1 {
-			t.Errorf("%s started %v, want once at %s", rec.ID, rec.Starts, wantStart[i])
+		if firstStart(rec) != wantStart[i] || len(starts(rec)) != 1 {
+			t.Errorf("%s started %v, want once at %s", rec.ID, starts(rec), wantStart[i])
 		}
 	}
 	// d holds its node to the end: the pool shrinks to it alone, never
@@ -384,7 +409,7 @@ func TestGPUQueueIgnoresUnfittableJobs(t *testing.T) {
 		}
 	}
 	if firstStart(r.Jobs[0]) != 0 || r.Jobs[0].Slice.Count != 6 || !strings.Contains(strings.Join(r.Notes, "\n"), "clipped to 6") {
-		t.Errorf("wide started %v on %+v; notes %q", r.Jobs[0].Starts, r.Jobs[0].Slice, r.Notes)
+		t.Errorf("wide started %v on %+v; notes %q", starts(r.Jobs[0]), r.Jobs[0].Slice, r.Notes)
 	}
 }
 
@@ -397,8 +422,8 @@ func TestTargetValue(t *testing.T) {
 				t.Fatalf("at %s: %d nodes, want 0", s.At, s.Nodes)
 			}
 		}
-		if len(r.Jobs[0].Starts) != 0 {
-			t.Errorf("a started without nodes: %v", r.Jobs[0].Starts)
+		if len(starts(r.Jobs[0])) != 0 {
+			t.Errorf("a started without nodes: %v", starts(r.Jobs[0]))
 		}
 	})
 	t.Run("follows the allocation", func(t *testing.T) {
@@ -420,42 +445,41 @@ func TestTargetValue(t *testing.T) {
 			t.Errorf("at the horizon: %d nodes, want 1", last.Nodes)
 		}
 		for _, rec := range r.Jobs {
-			if len(rec.Starts) != 1 || !rec.Done {
+			if len(starts(rec)) != 1 || !rec.Done {
 				t.Errorf("%s: %+v, want one run to completion", rec.ID, rec)
 			}
 		}
 	})
 }
 
-func TestFragmentation(t *testing.T) {
-	// One node: 1 whole GPU and 2 MPS GPUs of 4 shares. A quarter-GPU
-	// job holds a share of MPS GPU 0, so its 3 free shares are free
-	// slices of a partly used GPU: 3 of the 8 free instances.
+// A request for MPS shares takes one GPU's shares, of the last MPS GPU
+// with room (Nomad's device allocator takes the last group that fits).
+func TestMPSSharesOfOneGPU(t *testing.T) {
 	cl := tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 3, MPSGPUs: 2, MPSShares: 4}
-	o := Options{Cluster: cl, Config: tracereplay.Config{Features: tracereplay.Features{Slices: true}},
-		Horizon: 100 * sec, SampleEvery: 10 * sec}
+	o := Options{Cluster: cl, Config: tracereplay.Config{Features: tracereplay.Features{Slices: true}}, Horizon: 100 * sec}
 	tests := []struct {
 		name string
 		jobs []tracereplay.Job
-		want float64
+		// gpus are the MPS GPUs each job's run holds; "" never ran
+		gpus []string
 	}{
-		{"idle", nil, 0},
-		{"a partly used MPS GPU", []tracereplay.Job{frac("q", 0, 1000*sec, 0.25)}, 3.0 / 8},
-		// The whole GPU is held and a whole-GPU job waits: the free shares
-		// are of no use to it, and all stranded.
-		{"a job waits", []tracereplay.Job{frac("q", 0, 1000*sec, 0.25), wjob("one", 0, 1000*sec, 1), wjob("two", 0, 1000*sec, 1)}, 1},
-		// The whole GPU is held; the MPS GPUs are full but for one share.
-		{"one share free", []tracereplay.Job{
-			wjob("one", 0, 1000*sec, 1), frac("h1", 0, 1000*sec, 0.5), frac("h2", 0, 1000*sec, 0.5),
-			frac("h3", 0, 1000*sec, 0.75)}, 1},
-		{"nothing free", []tracereplay.Job{wjob("one", 0, 1000*sec, 1), frac("h1", 0, 1000*sec, 1.0/2),
-			frac("h2", 0, 1000*sec, 1.0/2), frac("h3", 0, 1000*sec, 1.0/2), frac("h4", 0, 1000*sec, 1.0/2)}, 0},
+		{"the last GPU first", []tracereplay.Job{frac("a", 0, 1000*sec, 0.25)}, []string{"mps1"}},
+		{"then the last with room", []tracereplay.Job{frac("a", 0, 1000*sec, 0.75), frac("b", 0, 1000*sec, 0.5)}, []string{"mps1", "mps0"}},
+		// 1 share free on each GPU: a half-GPU request does not fit,
+		// though 2 shares are free on the node.
+		{"no split over GPUs", []tracereplay.Job{frac("a", 0, 1000*sec, 0.75), frac("b", 0, 1000*sec, 0.75), frac("c", 0, 1000*sec, 0.5)}, []string{"mps1", "mps0", ""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := mustRun(t, tt.jobs, o)
-			if s := sampleAt(t, r, 50*sec); s.Fragmentation != tt.want {
-				t.Errorf("fragmentation %v, want %v (%+v)", s.Fragmentation, tt.want, s)
+			for i, want := range tt.gpus {
+				got := ""
+				if runs := r.Jobs[i].Runs; len(runs) > 0 {
+					got = runs[0].Held[0].GPU
+				}
+				if got != want {
+					t.Errorf("%s ran on %q, want %q", r.Jobs[i].ID, got, want)
+				}
 			}
 		})
 	}
@@ -480,7 +504,7 @@ func TestTimeline(t *testing.T) {
 		t.Errorf("at 30s: %+v, want 2 allocated, 1 busy, 0 queued", s)
 	}
 	a, late := r.Jobs[0], r.Jobs[1]
-	if a.Done || len(a.Starts) != 1 || len(late.Starts) != 0 || late.Done {
+	if a.Done || len(starts(a)) != 1 || len(starts(late)) != 0 || late.Done {
 		t.Errorf("at the horizon: a %+v, late %+v; want a running, late never submitted", a, late)
 	}
 	if r.Engine != "model" || r.Version != Version || r.Compression != 3 || r.Horizon != 600*sec || r.Config.Name != "x" {
@@ -582,7 +606,7 @@ func bigOptions(nodes, minNodes, maxNodes int) Options {
 		Cluster: tracereplay.Cluster{Nodes: nodes, MinNodes: minNodes, MaxNodes: maxNodes, GPUsPerNode: 8,
 			MPSGPUs: 1, MPSShares: 4, MIGGPUs: 1, MIGProfiles: []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"}},
 		Config: tracereplay.Config{Name: "nomad-gpu", Features: tracereplay.Features{
-			Slices: true, Preemption: true, Autoscale: tracereplay.AutoscaleGPUQueue}},
+			Slices: true, Preemption: true, Checkpoints: true, Autoscale: tracereplay.AutoscaleGPUQueue}},
 		Policy:      tracereplay.DefaultPolicy(),
 		Latencies:   tracereplay.DefaultLatencies(),
 		Compression: 60,
@@ -605,7 +629,7 @@ func TestDeterministic(t *testing.T) {
 	}
 	preempted, done := 0, 0
 	for _, j := range a.Jobs {
-		preempted += j.Preemptions
+		preempted += j.Preemptions()
 		if j.Done {
 			done++
 		}
@@ -629,13 +653,13 @@ func TestModel10kJobs1000NodesRuns(t *testing.T) {
 		if j.ID != tr.Jobs[i].ID {
 			t.Fatalf("record %d is %q, want %q", i, j.ID, tr.Jobs[i].ID)
 		}
-		if len(j.Starts) > 0 {
+		if len(starts(j)) > 0 {
 			started++
 		}
 		if j.Done {
 			done++
 		}
-		preempted += j.Preemptions
+		preempted += j.Preemptions()
 	}
 	for _, s := range r.Timeline {
 		maxNodes = max(maxNodes, s.Nodes)

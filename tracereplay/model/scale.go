@@ -8,12 +8,19 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
-// allocPct is the pool's GPU allocation percentage, gpu_alloc_pct.
+// wholeGroup is the group of whole GPUs: the policies' queries ask for
+// device nvidia/gpu (the APM's default), which MPS shares and MIG
+// instances do not match.
+const wholeGroup = 0
+
+// allocPct is gpu_alloc_pct{device=nvidia/gpu}: whole GPUs held by
+// pending or running allocations over the whole GPUs of ready nodes.
 func (s *sim) allocPct() float64 {
-	if s.nReady == 0 {
+	total := s.nReady * s.groups[wholeGroup].perNode
+	if total == 0 {
 		return 0
 	}
-	return float64(s.heldUnit) / float64(s.unitsPerGPU) * 100 / float64(s.nReady*s.cl.GPUsPerNode)
+	return float64(s.heldInst[wholeGroup]) * 100 / float64(total)
 }
 
 func (s *sim) autoscale() {
@@ -86,15 +93,17 @@ func (s *sim) scaleIn(n int) {
 	s.hasAction, s.lastAction = true, s.now
 }
 
-// nodesNeeded packs the waiting jobs into empty nodes, best fit, largest
-// first, one device kind at a time; a new node brings every kind, so the
-// kind needing the most nodes decides. Jobs no empty node fits are left
-// out: more nodes cannot place them.
+// nodesNeeded is nodes_needed{device=nvidia/gpu}: the waiting (blocked)
+// jobs asking for whole GPUs packed best fit, largest first, into the
+// free whole GPUs of ready nodes, then into new nodes. Jobs no empty node
+// fits are left out: more nodes cannot place them. Jobs asking for MPS
+// shares or MIG instances are not counted, as the query does not match
+// them.
 func (s *sim) nodesNeeded() int {
 	needed := 0
 	type size struct{ k, n int }
 	var sizes []size
-	for g := range s.groups {
+	for g := range s.groups[:1] {
 		capN := s.groups[g].perNode
 		sizes = sizes[:0]
 		for i := range s.sqs {
@@ -107,7 +116,10 @@ func (s *sim) nodesNeeded() int {
 			continue
 		}
 		slices.SortFunc(sizes, func(a, b size) int { return b.k - a.k })
-		bins := make([]int, capN+1) // open new nodes by free instances
+		bins := make([]int, capN+1) // nodes by free instances: ready ones, then new ones
+		for _, nid := range s.ready {
+			bins[s.nodes[nid].free[g]]++
+		}
 		nodes := 0
 		for _, sz := range sizes {
 			for n := sz.n; n > 0; {
@@ -154,55 +166,7 @@ func (s *sim) sample() {
 		}
 	}
 	smp.Busy = busy / float64(s.unitsPerGPU)
-	smp.Fragmentation = s.fragmentation()
 	s.timeline = append(s.timeline, smp)
-}
-
-// fragmentation is nomad_gpu_cluster_fragmentation_ratio over the ready
-// nodes: free instances that no waiting job of their kind fits, or that
-// are free slices of a partly held GPU, over all free instances.
-func (s *sim) fragmentation() float64 {
-	minK := make([]int, len(s.groups)) // smallest waiting ask per kind; 0: none
-	for i := range s.sqs {
-		q := &s.sqs[i]
-		if q.Len() > 0 && (minK[q.g] == 0 || q.k < minK[q.g]) {
-			minK[q.g] = q.k
-		}
-	}
-	stuck := make([]bool, len(s.groups))
-	free, stranded := 0, 0
-	p := len(s.slotGroup)
-	for _, nid := range s.ready {
-		n := &s.nodes[nid]
-		for g, f := range n.free {
-			stuck[g] = s.waiting > 0 && f > 0 && (minK[g] == 0 || minK[g] > f)
-			free += f
-			if stuck[g] {
-				stranded += f
-			}
-		}
-		if s.mpsGroup >= 0 && !stuck[s.mpsGroup] {
-			for _, u := range n.mpsUsed {
-				if u > 0 {
-					stranded += s.mpsShares - u
-				}
-			}
-		}
-		for gpu, u := range n.migUsed {
-			if u == 0 {
-				continue
-			}
-			for slot, g := range s.slotGroup {
-				if !n.mig[gpu*p+slot] && !stuck[g] {
-					stranded++
-				}
-			}
-		}
-	}
-	if free == 0 {
-		return 0
-	}
-	return float64(stranded) / float64(free)
 }
 
 func (s *sim) result() tracereplay.Result {
@@ -210,6 +174,13 @@ func (s *sim) result() tracereplay.Result {
 	for i := range s.jobs {
 		if s.jobs[i].arrival > s.horizon {
 			late++
+		}
+	}
+	for i := range s.recs {
+		if runs := s.recs[i].Runs; len(runs) > 0 && s.jobs[i].state == jobRunning {
+			run := &runs[len(runs)-1]
+			run.End, run.Open = s.horizon, true
+			run.Reached = s.jobs[i].dur - s.jobs[i].remaining + (s.horizon - s.jobs[i].since)
 		}
 	}
 	notes := s.notes

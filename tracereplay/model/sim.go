@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -57,6 +58,7 @@ type job struct {
 	base      int // priority of the trace
 	prio      int // effective priority, raised after a preemption
 	arrival   time.Duration
+	dur       time.Duration // its whole run time
 	remaining time.Duration
 	util      float64
 	state     jobStateKind
@@ -229,8 +231,13 @@ type sim struct {
 	ready                                 []int32
 	nBooting, nReady, nRemoving, heldUnit int
 
-	jobs    []job
-	recs    []tracereplay.JobRecord
+	jobs []job
+	recs []tracereplay.JobRecord
+	rng  *rand.Rand
+	// heldInst are the instances held per group (pending and running).
+	heldInst []int
+	// Scratch space for placement.
+	scan    []int32
 	sqs     []subqueue
 	capVer  []uint64
 	cntPrio [][maxPriority + 1]int // allocations held, per group and effective priority
@@ -252,6 +259,7 @@ type sim struct {
 func newSim(tr tracereplay.Trace, o Options) *sim {
 	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1}
 	s.merge.s = s
+	s.rng = rand.New(rand.NewPCG(uint64(o.Seed), 0x6e6f6d6164)) //nolint:gosec // a model's placement draw, not a secret
 	c := o.Compression
 	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * c)) }
 	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
@@ -270,11 +278,7 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		s.sampleEvery = o.SampleEvery
 	}
 
-	n := s.cl.Nodes
-	if s.f.Autoscale != "" {
-		n = min(max(n, s.cl.MinNodes), s.cl.MaxNodes)
-	}
-	for range n {
+	for range o.Config.StartNodes(s.cl) {
 		id := s.addNode()
 		s.setReady(id)
 	}
@@ -331,6 +335,7 @@ func (s *sim) buildGroups() {
 		s.buckets[g] = make([][]int32, s.groups[g].perNode+1)
 	}
 	s.capVer = make([]uint64, len(s.groups))
+	s.heldInst = make([]int, len(s.groups))
 	s.cntPrio = make([][maxPriority + 1]int, len(s.groups))
 }
 
@@ -371,10 +376,10 @@ func (s *sim) buildJobs(tr tracereplay.Trace) {
 		p := tj.EffectivePriority()
 		s.jobs[i] = job{
 			g: g, k: sl.Count, units: sl.Count * s.groups[g].units, base: p, prio: p,
-			arrival: tj.Arrival, remaining: tj.Duration, util: tj.EffectiveUtil(),
+			arrival: tj.Arrival, dur: tj.Duration, remaining: tj.Duration, util: tj.EffectiveUtil(),
 			node: -1, allocPos: -1, sq: q, qi: -1, mig: -1,
 		}
-		s.recs[i] = tracereplay.JobRecord{ID: tj.ID, Arrival: tj.Arrival, Slice: sl}
+		s.recs[i] = tj.Record(sl)
 	}
 	for i := range s.sqs {
 		s.sqs[i].s = s
@@ -445,7 +450,9 @@ func (s *sim) handle(e event) {
 		j.state = jobRunning
 		s.pending--
 		j.since = s.now
-		s.recs[e.id].Starts = append(s.recs[e.id].Starts, s.now)
+		s.recs[e.id].Runs = append(s.recs[e.id].Runs, tracereplay.Run{
+			Start: s.now, Node: nodeName(j.node), Held: s.holds(e.id), Restored: j.dur - j.remaining, ProgressKnown: true,
+		})
 		s.push(s.now+j.remaining, evFinish, e.id, j.epoch)
 	case evFinish:
 		j := &s.jobs[e.id]
@@ -456,6 +463,8 @@ func (s *sim) handle(e event) {
 		j.state = jobDone
 		j.remaining = 0
 		s.recs[e.id].Done, s.recs[e.id].Finish = true, s.now
+		run := s.lastRun(e.id)
+		run.End, run.Reached = s.now, j.dur
 		s.capVer[j.g]++
 		s.dirty = true
 	case evNodeReady:
@@ -617,20 +626,9 @@ func (s *sim) place(id int32, nid int32, delay time.Duration) {
 	n := &s.nodes[nid]
 	switch {
 	case j.g == s.mpsGroup:
-		j.mps = j.mps[:0]
-		for need := j.k; need > 0; {
-			// The most used GPU with room, so shares stay together.
-			best := -1
-			for i, u := range n.mpsUsed {
-				if u < s.mpsShares && (best < 0 || u > n.mpsUsed[best]) {
-					best = i
-				}
-			}
-			take := min(need, s.mpsShares-n.mpsUsed[best])
-			n.mpsUsed[best] += take
-			need -= take
-			j.mps = append(j.mps, int16(best), int16(take))
-		}
+		gpu := s.mpsGPUFor(n, j.k)
+		n.mpsUsed[gpu] += j.k
+		j.mps = append(j.mps[:0], int16(gpu), int16(j.k))
 	case s.groups[j.g].kind == "mig":
 		best := -1
 		p := len(s.slotGroup)
@@ -650,6 +648,7 @@ func (s *sim) place(id int32, nid int32, delay time.Duration) {
 		j.mig = int32(best)
 	}
 	s.changeFree(nid, j.g, -j.k)
+	s.heldInst[j.g] += j.k
 	n.held += j.units
 	s.heldUnit += j.units
 	j.node = nid
@@ -683,6 +682,7 @@ func (s *sim) release(id int32) {
 		j.mig = -1
 	}
 	s.changeFree(nid, j.g, j.k)
+	s.heldInst[j.g] -= j.k
 	n.held -= j.units
 	s.heldUnit -= j.units
 	last := n.allocs[len(n.allocs)-1]
@@ -752,26 +752,70 @@ func (s *sim) schedule() {
 	}
 }
 
-// bestNode is the fitting ready node holding the most, ties to the lowest
-// index: Nomad's binpack.
-func (s *sim) bestNode(g, k int) int32 {
-	best, bestHeld := int32(-1), -1
-	for f := k; f < len(s.buckets[g]); f++ {
-		for _, id := range s.buckets[g][f] {
-			if h := s.nodes[id].held; h > bestHeld || h == bestHeld && id < best {
-				best, bestHeld = id, h
-			}
+// mpsGPUFor is the MPS GPU of node n a request for k shares takes: one
+// GPU's shares (the device plugin makes each MPS GPU a device group), the
+// last GPU with room, as Nomad's device allocator takes the last group
+// that fits; -1 if none has room.
+func (s *sim) mpsGPUFor(n *node, k int) int {
+	for gpu := len(n.mpsUsed) - 1; gpu >= 0; gpu-- {
+		if s.mpsShares-n.mpsUsed[gpu] >= k {
+			return gpu
 		}
 	}
-	return best
+	return -1
+}
+
+// fits says whether k instances of group g fit ready node nid.
+func (s *sim) fits(nid int32, g, k int) bool {
+	n := &s.nodes[nid]
+	if n.free[g] < k {
+		return false
+	}
+	return g != s.mpsGroup || s.mpsGPUFor(n, k) >= 0
+}
+
+// anyFree says whether some ready node has k free instances of group g.
+func (s *sim) anyFree(g, k int) bool {
+	for f := k; f < len(s.buckets[g]); f++ {
+		if len(s.buckets[g][f]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pickNode is Nomad's placement of a batch job: the ready nodes in a
+// random order, the first two that fit scored by binpack, ties to the
+// first drawn. Binpack scores CPU and memory after placement, and every
+// replayed task asks for the same, so the node with more allocations wins.
+func (s *sim) pickNode(g, k int) int32 {
+	s.scan = append(s.scan[:0], s.ready...)
+	first := int32(-1)
+	for i := range s.scan {
+		r := i + s.rng.IntN(len(s.scan)-i)
+		s.scan[i], s.scan[r] = s.scan[r], s.scan[i]
+		nid := s.scan[i]
+		if !s.fits(nid, g, k) {
+			continue
+		}
+		if first < 0 {
+			first = nid
+			continue
+		}
+		if len(s.nodes[nid].allocs) > len(s.nodes[first].allocs) {
+			return nid
+		}
+		return first
+	}
+	return first
 }
 
 func (s *sim) tryPlace(id int32) bool {
 	j := &s.jobs[id]
-	if j.k > s.groups[j.g].perNode {
+	if j.k > s.groups[j.g].perNode || !s.anyFree(j.g, j.k) {
 		return false
 	}
-	nid := s.bestNode(j.g, j.k)
+	nid := s.pickNode(j.g, j.k)
 	if nid < 0 {
 		return false
 	}
@@ -779,9 +823,9 @@ func (s *sim) tryPlace(id int32) bool {
 	return true
 }
 
-// tryPreempt looks for the node where preempting the fewest
-// GPU-equivalents of lower-priority allocations lets the job fit, and
-// does it.
+// tryPreempt looks for the node (for MPS shares, the GPU) where
+// preempting the fewest GPU-equivalents of lower-priority allocations lets
+// the job fit, and does it.
 func (s *sim) tryPreempt(id int32) bool {
 	j := &s.jobs[id]
 	g, k, lim := j.g, j.k, j.prio-preemptGap
@@ -801,52 +845,20 @@ func (s *sim) tryPreempt(id int32) bool {
 	bestNode, bestUnits, bestPrio := int32(-1), 0, 0
 	for _, nid := range s.ready {
 		n := &s.nodes[nid]
-		avail := n.free[g]
-		s.cand = s.cand[:0]
-		for _, a := range n.allocs {
-			if v := &s.jobs[a]; v.g == g && v.prio <= lim {
-				avail += v.k
-				s.cand = append(s.cand, a)
-			}
+		bins := 1
+		if g == s.mpsGroup {
+			bins = len(n.mpsUsed)
 		}
-		if avail < k || len(s.cand) == 0 {
-			continue
-		}
-		slices.SortFunc(s.cand, func(a, b int32) int {
-			x, y := &s.jobs[a], &s.jobs[b]
-			if x.prio != y.prio {
-				return x.prio - y.prio
+		for bin := range bins {
+			have := n.free[g]
+			if g == s.mpsGroup {
+				have = s.mpsShares - n.mpsUsed[bin]
 			}
-			if x.k != y.k {
-				return y.k - x.k
+			units, prio, ok := s.victims(n, g, bin, k, lim, have)
+			if ok && (bestNode < 0 || units < bestUnits || units == bestUnits && (prio < bestPrio || prio == bestPrio && nid < bestNode)) {
+				bestNode, bestUnits, bestPrio = nid, units, prio
+				s.best = append(s.best[:0], s.chosen...)
 			}
-			return int(b - a)
-		})
-		have := n.free[g]
-		s.chosen = s.chosen[:0]
-		for _, a := range s.cand {
-			if have >= k {
-				break
-			}
-			s.chosen = append(s.chosen, a)
-			have += s.jobs[a].k
-		}
-		// Drop victims that turned out not to be needed, the highest
-		// priority first.
-		for i := len(s.chosen) - 1; i >= 0; i-- {
-			if c := s.jobs[s.chosen[i]].k; have-c >= k {
-				have -= c
-				s.chosen = slices.Delete(s.chosen, i, i+1)
-			}
-		}
-		units, prio := 0, 0
-		for _, a := range s.chosen {
-			units += s.jobs[a].units
-			prio = max(prio, s.jobs[a].prio)
-		}
-		if bestNode < 0 || units < bestUnits || units == bestUnits && (prio < bestPrio || prio == bestPrio && nid < bestNode) {
-			bestNode, bestUnits, bestPrio = nid, units, prio
-			s.best = append(s.best[:0], s.chosen...)
 		}
 	}
 	if bestNode < 0 {
@@ -854,15 +866,13 @@ func (s *sim) tryPreempt(id int32) bool {
 	}
 	freed := 0
 	for _, v := range s.best {
-		s.release(v)
+		s.evict(v)
 		freed += s.jobs[v].k
 	}
 	s.place(id, bestNode, s.start+s.preemptDelay)
 	for _, v := range s.best {
 		vj := &s.jobs[v]
-		vj.epoch++
-		s.recs[v].Preemptions++
-		if s.raiseFor > 0 {
+		if s.raiseFor > 0 && s.f.Checkpoints {
 			vj.prio = j.prio
 			vj.raise++
 			s.push(s.now+s.raiseFor, evRaiseEnd, v, vj.raise)
@@ -875,3 +885,98 @@ func (s *sim) tryPreempt(id int32) bool {
 	}
 	return true
 }
+
+// victims picks, into s.chosen, the allocations of group g on node n (for
+// MPS, on its GPU bin) to preempt so that k instances fit where have are
+// free: lowest priority first, then the larger, then the newest job; then
+// those not needed after all are dropped, the highest priority first. It
+// returns their GPU-equivalent units and highest priority; ok is false
+// when preempting cannot make room.
+func (s *sim) victims(n *node, g, bin, k, lim, have int) (units, prio int, ok bool) {
+	avail := have
+	s.cand = s.cand[:0]
+	for _, a := range n.allocs {
+		v := &s.jobs[a]
+		if v.g != g || v.prio > lim || g == s.mpsGroup && int(v.mps[0]) != bin {
+			continue
+		}
+		avail += v.k
+		s.cand = append(s.cand, a)
+	}
+	if avail < k || len(s.cand) == 0 {
+		return 0, 0, false
+	}
+	slices.SortFunc(s.cand, func(a, b int32) int {
+		x, y := &s.jobs[a], &s.jobs[b]
+		if x.prio != y.prio {
+			return x.prio - y.prio
+		}
+		if x.k != y.k {
+			return y.k - x.k
+		}
+		return int(b - a)
+	})
+	s.chosen = s.chosen[:0]
+	for _, a := range s.cand {
+		if have >= k {
+			break
+		}
+		s.chosen = append(s.chosen, a)
+		have += s.jobs[a].k
+	}
+	for i := len(s.chosen) - 1; i >= 0; i-- {
+		if c := s.jobs[s.chosen[i]].k; have-c >= k {
+			have -= c
+			s.chosen = slices.Delete(s.chosen, i, i+1)
+		}
+	}
+	for _, a := range s.chosen {
+		units += s.jobs[a].units
+		prio = max(prio, s.jobs[a].prio)
+	}
+	return units, prio, true
+}
+
+// evict stops a preempted job: its devices are free for the preemptor at
+// once; its task commits its checkpoint (with Checkpoints) and stops
+// Latencies.Preempt later, and it keeps what the checkpoint saved, or
+// starts again from scratch (stock preemption).
+func (s *sim) evict(id int32) {
+	j := &s.jobs[id]
+	running := j.state == jobRunning
+	s.release(id)
+	j.epoch++
+	if !running {
+		return // placed, not started: no run to end
+	}
+	done := j.dur - j.remaining
+	run := s.lastRun(id)
+	run.End, run.Preempted = s.now+s.preemptDelay, true
+	run.Reached = min(j.dur, done+s.preemptDelay)
+	if s.f.Checkpoints {
+		run.Checkpointed, run.Saved, run.StopGap = true, done, s.o.Latencies.Preempt
+		return
+	}
+	j.remaining = j.dur
+}
+
+// lastRun is the job's current run record.
+func (s *sim) lastRun(id int32) *tracereplay.Run {
+	runs := s.recs[id].Runs
+	return &runs[len(runs)-1]
+}
+
+// holds are what the placed job holds, as a Run records it.
+func (s *sim) holds(id int32) []tracereplay.Hold {
+	j := &s.jobs[id]
+	gr := s.groups[j.g]
+	switch {
+	case j.g == s.mpsGroup:
+		return []tracereplay.Hold{{Kind: "mps", GPU: fmt.Sprintf("mps%d", j.mps[0]), Units: j.k}}
+	case gr.kind == "mig":
+		return []tracereplay.Hold{{Kind: "mig", Profile: gr.profile, Units: j.k}}
+	}
+	return []tracereplay.Hold{{Kind: "gpu", Units: j.k}}
+}
+
+func nodeName(id int32) string { return fmt.Sprintf("node-%d", id) }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 )
 
 // kind is how a figure is printed and how its calibration error is told.
@@ -24,7 +26,13 @@ type row struct {
 	get  func(Figures) float64
 	// of, when set, is what the figure is out of ("290 / 300").
 	of func(Figures) int
+	// check marks a cross-check (telemetry, a machine latency): shown,
+	// left out of the model's calibration error.
+	check bool
 }
+
+// Figures are package figures' (one definition for both engines).
+type Figures = figures.Figures
 
 func durationRow(name string, get func(Figures) time.Duration) row {
 	return row{name: name, kind: duration, get: func(f Figures) float64 { return get(f).Seconds() }}
@@ -34,23 +42,36 @@ func countRow(name string, get func(Figures) int) row {
 	return row{name: name, kind: count, get: func(f Figures) float64 { return float64(get(f)) }}
 }
 
+func ratioRow(name string, get func(Figures) float64) row {
+	return row{name: name, kind: ratio, get: get}
+}
+
 var rows = []row{
-	{name: "GPU allocated util", kind: ratio, get: func(f Figures) float64 { return f.AllocUtil }},
-	{name: "GPU busy util", kind: ratio, get: func(f Figures) float64 { return f.BusyUtil }},
-	{name: "fragmentation mean", kind: ratio, get: func(f Figures) float64 { return f.FragMean }},
-	durationRow("wait mean", func(f Figures) time.Duration { return f.WaitMean }),
-	durationRow("wait p50", func(f Figures) time.Duration { return f.WaitP50 }),
-	durationRow("wait p95", func(f Figures) time.Duration { return f.WaitP95 }),
-	durationRow("wait max", func(f Figures) time.Duration { return f.WaitMax }),
+	ratioRow("GPU allocated", func(f Figures) float64 { return f.AllocUtil }),
+	ratioRow("GPU useful allocation", func(f Figures) float64 { return f.UsefulUtil }),
+	ratioRow("GPU busy", func(f Figures) float64 { return f.BusyUtil }),
+	{name: "telemetry: allocated", kind: ratio, get: func(f Figures) float64 { return f.TelemetryAlloc }, check: true},
+	{name: "telemetry: busy (of held)", kind: ratio, get: func(f Figures) float64 { return f.TelemetryBusy }, check: true},
+	ratioRow("fragmentation (FGD) of capacity", func(f Figures) float64 { return f.FragCapacity }),
+	ratioRow("fragmentation (FGD) of free", func(f Figures) float64 { return f.FragFree }),
+	durationRow("wait mean", func(f Figures) time.Duration { return f.Wait.Mean }),
+	durationRow("wait p50", func(f Figures) time.Duration { return f.Wait.P50 }),
+	durationRow("wait p95", func(f Figures) time.Duration { return f.Wait.P95 }),
+	durationRow("wait max", func(f Figures) time.Duration { return f.Wait.Max }),
+	durationRow("first wait mean", func(f Figures) time.Duration { return f.FirstWait.Mean }),
+	{name: "re-wait hours", kind: hours, get: func(f Figures) float64 { return f.ReWaitHours }},
 	countRow("unstarted", func(f Figures) int { return f.Unstarted }),
-	durationRow("JCT mean", func(f Figures) time.Duration { return f.JCTMean }),
-	durationRow("JCT p50", func(f Figures) time.Duration { return f.JCTP50 }),
-	durationRow("JCT p95", func(f Figures) time.Duration { return f.JCTP95 }),
+	{name: "JCT mean (common jobs)", kind: duration, get: func(f Figures) float64 { return f.JCT.Mean.Seconds() }},
+	durationRow("JCT p50 (common jobs)", func(f Figures) time.Duration { return f.JCT.P50 }),
+	durationRow("JCT p95 (common jobs)", func(f Figures) time.Duration { return f.JCT.P95 }),
 	{name: "done / jobs", kind: count, get: func(f Figures) float64 { return float64(f.Done) }, of: func(f Figures) int { return f.Jobs }},
 	countRow("preemptions", func(f Figures) int { return f.Preemptions }),
 	{name: "lost GPU-hours", kind: hours, get: func(f Figures) float64 { return f.LostGPUHours }},
+	{name: "commit-to-exit GPU-hours", kind: hours, get: func(f Figures) float64 { return f.StopGapGPUHours }, check: true},
 	{name: "node-hours", kind: hours, get: func(f Figures) float64 { return f.NodeHours }},
 	countRow("peak nodes", func(f Figures) int { return f.PeakNodes }),
+	{name: "cost", kind: hours, get: func(f Figures) float64 { return f.Cost }},
+	{name: "cost per useful GPU-hour", kind: hours, get: func(f Figures) float64 { return f.CostPerUsefulGPUHour }},
 }
 
 // cell prints a figure.
@@ -129,3 +150,5 @@ func Human(d time.Duration) string {
 	d = d.Round(time.Minute)
 	return fmt.Sprintf("%dh %02dm", d/time.Hour, d%time.Hour/time.Minute)
 }
+
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }

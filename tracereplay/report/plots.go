@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 )
 
 // plot is one PNG of a result set, as the Markdown links it.
@@ -29,7 +30,7 @@ func timeUnit(span time.Duration) (time.Duration, string) {
 
 // writePlots draws a result set's plots into dir, file names prefixed
 // with prefix ("real", "model"), one line per result.
-func writePlots(dir, prefix, who string, rs []tracereplay.Result) ([]plot, error) {
+func writePlots(dir, prefix, who string, rs []tracereplay.Result, jobs []tracereplay.Job) ([]plot, error) {
 	var horizon time.Duration
 	for _, r := range rs {
 		horizon = max(horizon, r.Horizon)
@@ -63,12 +64,12 @@ func writePlots(dir, prefix, who string, rs []tracereplay.Result) ([]plot, error
 		}
 	}
 
-	util := snapshot.Chart{Title: who + ": GPU utilisation (solid: allocated, dashed: busy)", XLabel: xlabel, YLabel: "% of ready GPUs", XMax: xmax, YMax: 100}
+	util := snapshot.Chart{Title: who + ": GPU utilisation, telemetry (solid: allocated, dashed: busy)", XLabel: xlabel, YLabel: "% of ready GPUs", XMax: xmax, YMax: 100}
 	nodes := snapshot.Chart{Title: who + ": nodes up", XLabel: xlabel, YLabel: "nodes", XMax: xmax, YMax: 1}
-	frag := snapshot.Chart{Title: who + ": fragmentation of free GPU capacity", XLabel: xlabel, YLabel: "% of free instances", XMax: xmax, YMax: 100}
+	frag := snapshot.Chart{Title: who + ": fragmentation (FGD) over the sample's request mix", XLabel: xlabel, YLabel: "% of ready GPU capacity", XMax: xmax, YMax: 100}
 	var maxWait time.Duration
 	for _, r := range rs {
-		maxWait = max(maxWait, slices.Max(append(Waits(r), 0)))
+		maxWait = max(maxWait, slices.Max(append(figures.Waits(r), 0)))
 	}
 	wunit, wname := timeUnit(maxWait)
 	wait := snapshot.Chart{Title: who + ": wait CDF (unstarted jobs at their wait until the horizon)", XLabel: fmt.Sprintf("wait (trace %s)", wname), YLabel: "fraction of jobs", XMax: math.Max(1.02*float64(maxWait)/float64(wunit), 1e-3), YMax: 1}
@@ -91,9 +92,18 @@ func writePlots(dir, prefix, who string, rs []tracereplay.Result) ([]plot, error
 		for _, xy := range n {
 			nodes.YMax = math.Max(nodes.YMax, xy.Y*1.1)
 		}
-		frag.Lines = append(frag.Lines, snapshot.Line{Label: name, XYs: series(r, func(s tracereplay.Sample) float64 { return 100 * s.Fragmentation }), Color: i, Dashes: i % 3, Step: true})
+		var fxy plotter.XYs
+		for _, p := range figures.FGDSeries(r, figures.MixOf(jobs, r.Cluster, r.Config.Features)) {
+			if p.Capacity > 0 {
+				fxy = append(fxy, plotter.XY{X: x(p.At), Y: 100 * p.FGD / p.Capacity})
+			}
+		}
+		if n := len(fxy); n > 0 && fxy[n-1].X < x(r.Horizon) {
+			fxy = append(fxy, plotter.XY{X: x(r.Horizon), Y: fxy[n-1].Y})
+		}
+		frag.Lines = append(frag.Lines, snapshot.Line{Label: name, XYs: fxy, Color: i, Dashes: i % 3, Step: true})
 
-		ws := Waits(r)
+		ws := figures.Waits(r)
 		slices.Sort(ws)
 		cdf := plotter.XYs{{X: 0, Y: 0}}
 		for k, w := range ws {

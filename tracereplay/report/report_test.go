@@ -14,124 +14,10 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 )
 
 const h = time.Hour
-
-func TestCompute(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		r    tracereplay.Result
-		want Figures
-	}{
-		{
-			name: "step integral, censored waits, lost work",
-			r: tracereplay.Result{
-				Horizon: 10 * h,
-				Timeline: []tracereplay.Sample{
-					{At: 0, Nodes: 2, GPUs: 16, Allocated: 8, Busy: 4, Fragmentation: 0.5},
-					{At: 4 * h, Nodes: 4, GPUs: 32, Allocated: 32, Busy: 16},
-					// After the horizon: not counted, not even for the peak.
-					{At: 12 * h, Nodes: 100, GPUs: 800, Allocated: 800, Busy: 800, Fragmentation: 1},
-				},
-				Jobs: []tracereplay.JobRecord{
-					{ID: "a", Arrival: 0, Starts: []time.Duration{1 * h}, Done: true, Finish: 3 * h, Slice: tracereplay.Slice{GPUs: 1}},
-					{ID: "b", Arrival: 1 * h, Starts: []time.Duration{90 * time.Minute, 5 * h}, Done: true, Finish: 7 * h,
-						Preemptions: 1, LostWork: 30 * time.Minute, Slice: tracereplay.Slice{GPUs: 4}},
-					{ID: "c", Arrival: 2 * h},                                  // waits until the horizon: 8h
-					{ID: "d", Arrival: 9 * h, Starts: []time.Duration{11 * h}}, // starts after it: 1h, unstarted
-				},
-			},
-			want: Figures{
-				AllocUtil: 224.0 / 256, BusyUtil: 112.0 / 256, FragMean: 0.2,
-				// Waits 1h, 30m, 8h, 1h.
-				WaitMean: 2*h + 37*time.Minute + 30*time.Second, WaitP50: 1 * h, WaitP95: 6*h + 57*time.Minute, WaitMax: 8 * h,
-				Unstarted: 2,
-				// JCTs 3h, 6h.
-				JCTMean: 4*h + 30*time.Minute, JCTP50: 4*h + 30*time.Minute, JCTP95: 5*h + 51*time.Minute,
-				Done: 2, Jobs: 4, Preemptions: 1, LostGPUHours: 2, NodeHours: 32, PeakNodes: 4,
-			},
-		},
-		{
-			name: "first sample stands for the time before it; fractional slice",
-			r: tracereplay.Result{
-				Horizon:  2 * h,
-				Timeline: []tracereplay.Sample{{At: 1 * h, Nodes: 1, GPUs: 8, Allocated: 2, Busy: 1, Fragmentation: 0.25}},
-				Jobs: []tracereplay.JobRecord{
-					{Arrival: 0, Starts: []time.Duration{0}, Preemptions: 3, LostWork: 2 * h, Slice: tracereplay.Slice{Kind: "mig", GPUs: 0.25}},
-				},
-			},
-			want: Figures{AllocUtil: 0.25, BusyUtil: 0.125, FragMean: 0.25, Jobs: 1, Preemptions: 3, LostGPUHours: 0.5, NodeHours: 2, PeakNodes: 1},
-		},
-		{
-			// [0, Horizon] is closed: a first start on the horizon is a
-			// start; a nanosecond after it is not.
-			name: "first start at the horizon",
-			r: tracereplay.Result{
-				Horizon: 2 * h,
-				Jobs: []tracereplay.JobRecord{
-					{ID: "edge", Arrival: 0, Starts: []time.Duration{2 * h}},
-					{ID: "after", Arrival: 1 * h, Starts: []time.Duration{2*h + 1}},
-				},
-			},
-			// Waits 2h and 1h (censored at the horizon).
-			want: Figures{WaitMean: 90 * time.Minute, WaitP50: 90 * time.Minute, WaitP95: h + 57*time.Minute, WaitMax: 2 * h, Unstarted: 1, Jobs: 2},
-		},
-		{
-			name: "nothing measured",
-			r:    tracereplay.Result{},
-			want: Figures{},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Compute(tc.r)
-			floats := []struct {
-				name      string
-				got, want float64
-			}{
-				{"AllocUtil", got.AllocUtil, tc.want.AllocUtil},
-				{"BusyUtil", got.BusyUtil, tc.want.BusyUtil},
-				{"FragMean", got.FragMean, tc.want.FragMean},
-				{"LostGPUHours", got.LostGPUHours, tc.want.LostGPUHours},
-				{"NodeHours", got.NodeHours, tc.want.NodeHours},
-			}
-			for _, f := range floats {
-				if math.IsNaN(f.got) || math.Abs(f.got-f.want) > 1e-9 {
-					t.Errorf("%s = %v, want %v", f.name, f.got, f.want)
-				}
-			}
-			durations := []struct {
-				name      string
-				got, want time.Duration
-			}{
-				{"WaitMean", got.WaitMean, tc.want.WaitMean},
-				{"WaitP50", got.WaitP50, tc.want.WaitP50},
-				{"WaitP95", got.WaitP95, tc.want.WaitP95},
-				{"WaitMax", got.WaitMax, tc.want.WaitMax},
-				{"JCTMean", got.JCTMean, tc.want.JCTMean},
-				{"JCTP50", got.JCTP50, tc.want.JCTP50},
-				{"JCTP95", got.JCTP95, tc.want.JCTP95},
-			}
-			for _, d := range durations {
-				if (d.got - d.want).Abs() > time.Millisecond {
-					t.Errorf("%s = %v, want %v", d.name, d.got, d.want)
-				}
-			}
-			ints := [][3]any{
-				{"Unstarted", got.Unstarted, tc.want.Unstarted},
-				{"Done", got.Done, tc.want.Done},
-				{"Jobs", got.Jobs, tc.want.Jobs},
-				{"Preemptions", got.Preemptions, tc.want.Preemptions},
-				{"PeakNodes", got.PeakNodes, tc.want.PeakNodes},
-			}
-			for _, i := range ints {
-				if i[1] != i[2] {
-					t.Errorf("%s = %v, want %v", i[0], i[1], i[2])
-				}
-			}
-		})
-	}
-}
 
 func TestHuman(t *testing.T) {
 	for _, tc := range []struct {
@@ -169,11 +55,11 @@ func TestCalibrationCells(t *testing.T) {
 		m, r Figures
 		want string
 	}{
-		{"GPU allocated util", Figures{AllocUtil: 0.612}, Figures{AllocUtil: 0.581}, "61.2 % (±3.1 pp)"},
+		{"GPU allocated", Figures{AllocUtil: 0.612}, Figures{AllocUtil: 0.581}, "61.2 % (±3.1 pp)"},
 		// Ratios stay in points even against 0.
-		{"fragmentation mean", Figures{FragMean: 0.05}, Figures{}, "5.0 % (±5.0 pp)"},
-		{"wait p95", Figures{WaitP95: 14*time.Minute + 5*time.Second}, Figures{WaitP95: 755 * time.Second}, "14m 05s (±12 %)"},
-		{"wait mean", Figures{WaitMean: 45 * time.Second}, Figures{}, "45s (±45s)"},
+		{"fragmentation (FGD) of capacity", Figures{FragCapacity: 0.05}, Figures{}, "5.0 % (±5.0 pp)"},
+		{"wait p95", Figures{Wait: figures.Dist{P95: 14*time.Minute + 5*time.Second}}, Figures{Wait: figures.Dist{P95: 755 * time.Second}}, "14m 05s (±12 %)"},
+		{"wait mean", Figures{Wait: figures.Dist{Mean: 45 * time.Second}}, Figures{}, "45s (±45s)"},
 		{"preemptions", Figures{Preemptions: 21}, Figures{Preemptions: 20}, "21 (±5.0 %)"},
 		{"unstarted", Figures{Unstarted: 3}, Figures{}, "3 (±3)"},
 		{"lost GPU-hours", Figures{LostGPUHours: 1.2}, Figures{}, "1.20 (±1.20)"},
@@ -187,9 +73,10 @@ func TestCalibrationCells(t *testing.T) {
 }
 
 func TestCalibrationMean(t *testing.T) {
-	r := Figures{AllocUtil: 0.5, WaitMean: 10 * time.Minute, Done: 100, Jobs: 100, NodeHours: 10}
-	m := Figures{AllocUtil: 0.6, WaitMean: 15 * time.Minute, Done: 100, Jobs: 100, NodeHours: 10, Preemptions: 7}
-	// Figures with real 0 (preemptions among them) are left out: 20 %, 50 %, 0, 0.
+	r := Figures{AllocUtil: 0.5, Wait: figures.Dist{Mean: 10 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, TelemetryAlloc: 0.5}
+	m := Figures{AllocUtil: 0.6, Wait: figures.Dist{Mean: 15 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, Preemptions: 7, TelemetryAlloc: 0.9}
+	// Figures with real 0 (preemptions among them) and cross-checks
+	// (telemetry) are left out: 20 %, 50 %, 0, 0.
 	mean, n, worst, worstErr := calibration(m, r)
 	if n != 4 || math.Abs(mean-0.175) > 1e-9 || worst != "wait mean" || math.Abs(worstErr-0.5) > 1e-9 {
 		t.Errorf("calibration = %v over %d, worst %q %v; want 0.175 over 4, worst wait mean 0.5", mean, n, worst, worstErr)
@@ -214,7 +101,7 @@ func synth(engine string, cfg tracereplay.Config, c tracereplay.Cluster, stretch
 			j.Fraction = 0.3
 		}
 		s := c.Slice(j, cfg.Features)
-		jobs = append(jobs, &job{rec: tracereplay.JobRecord{ID: j.ID, Arrival: at, Slice: s}, gpus: s.GPUs, left: j.Duration})
+		jobs = append(jobs, &job{rec: j.Record(s), gpus: s.GPUs, left: j.Duration})
 	}
 	nodes := c.Nodes
 	r := tracereplay.Result{Engine: engine, Version: map[string]string{"nomad": "1.11.0", "model": "model/1"}[engine], Config: cfg, Cluster: c, Compression: 60, Horizon: horizon}
@@ -222,17 +109,18 @@ func synth(engine string, cfg tracereplay.Config, c tracereplay.Cluster, stretch
 		var held, busy, queued float64
 		var running []*job
 		for _, j := range jobs {
-			if j.rec.Arrival <= now && !j.rec.Done && len(j.rec.Starts) > 0 {
+			if j.rec.Arrival <= now && !j.rec.Done && len(j.rec.Runs) > 0 {
 				running = append(running, j)
 				held += j.gpus
 			}
 		}
 		for _, j := range jobs {
-			if j.rec.Arrival > now || len(j.rec.Starts) > 0 {
+			if j.rec.Arrival > now || len(j.rec.Runs) > 0 {
 				continue
 			}
 			if held+j.gpus <= float64(nodes*c.GPUsPerNode) {
-				j.rec.Starts = append(j.rec.Starts, now)
+				j.rec.Runs = append(j.rec.Runs, tracereplay.Run{Start: now, End: horizon, Open: true, Node: "pooled",
+					Held: []tracereplay.Hold{{Kind: j.rec.Slice.Kind, Profile: j.rec.Slice.Profile, GPU: "0", Units: j.rec.Slice.Count}}})
 				held += j.gpus
 				running = append(running, j)
 			} else {
@@ -243,14 +131,10 @@ func synth(engine string, cfg tracereplay.Config, c tracereplay.Cluster, stretch
 			busy += 0.8 * j.gpus
 			if j.left -= time.Minute; j.left <= 0 {
 				j.rec.Done, j.rec.Finish = true, now+time.Minute
+				j.rec.Runs[0].End, j.rec.Runs[0].Open = j.rec.Finish, false
 			}
 		}
-		free := float64(nodes*c.GPUsPerNode) - held
-		frag := 0.0
-		if free > 0 && queued > 0 {
-			frag = math.Min(1, queued/(free+queued))
-		}
-		r.Timeline = append(r.Timeline, tracereplay.Sample{At: now, Nodes: nodes, GPUs: float64(nodes * c.GPUsPerNode), Allocated: held, Busy: busy, Fragmentation: frag})
+		r.Timeline = append(r.Timeline, tracereplay.Sample{At: now, Nodes: nodes, GPUs: float64(nodes * c.GPUsPerNode), Allocated: held, Busy: busy})
 		if cfg.Autoscale != "" && now%(10*time.Minute) == 0 {
 			want := int(math.Ceil((held + queued) / float64(c.GPUsPerNode)))
 			nodes = max(c.MinNodes, min(c.MaxNodes, want))
@@ -329,9 +213,9 @@ func TestWrite(t *testing.T) {
 				main = tc.run.Model
 			}
 			// A computed figure, as the table prints it.
-			want = append(want, rows[0].cell(Compute(main[0])))
+			want = append(want, rows[0].cell(tc.run.compute(main)[0]))
 			if tc.calib {
-				want = append(want, "version 1.11.0", "### Calibration", "3 jobs clipped", rows[0].calibrated(Compute(tc.run.Model[1]), Compute(tc.run.Real[1])))
+				want = append(want, "version 1.11.0", "### Distortion of the real run", "### Calibration", "3 jobs clipped", rows[0].calibrated(tc.run.compute(tc.run.Model)[1], tc.run.compute(tc.run.Real)[1]))
 			}
 			for _, w := range want {
 				if !strings.Contains(s, w) {

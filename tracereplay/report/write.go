@@ -3,6 +3,7 @@ package report
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 )
 
 // Run is one `make bench-trace` run: the trace, and what each engine
@@ -31,6 +33,24 @@ type Run struct {
 	// Started and Elapsed are the run's, in wall-clock time.
 	Started time.Time
 	Elapsed time.Duration
+	// Prices price the node-hours (figures.Figures.Cost).
+	Prices figures.Prices
+	// Notes say how the sample was adjusted (Setup.Notes).
+	Notes []string
+}
+
+// compute is the figures of an engine's results: each against the
+// sample's request mix under its configuration, JCT over the jobs all of
+// them finished.
+func (run Run) compute(rs []tracereplay.Result) []Figures {
+	common := figures.CommonDone(rs)
+	out := make([]Figures, len(rs))
+	for i, r := range rs {
+		out[i] = figures.Compute(r, figures.Options{
+			Mix: figures.MixOf(run.Trace.Jobs, r.Cluster, r.Config.Features), Common: common, Prices: run.Prices,
+		})
+	}
+	return out
 }
 
 // Write writes dir/report.md and the PNG plots it links to, creating dir.
@@ -54,14 +74,18 @@ func Write(dir string, run Run) error {
 		main, mainWho = run.Model, "Model (engine model; no real run)"
 	}
 	fmt.Fprintf(&b, "## Results: %s\n\n", mainWho)
-	writeTable(&b, main, nil)
-	b.WriteString(definitions)
+	mainFigs := run.compute(main)
+	writeTable(&b, main, mainFigs, nil)
+	fmt.Fprintf(&b, definitions, run.Prices.Reserved, run.Prices.OnDemand)
+	writeWaitBreakdown(&b, main, mainFigs)
+	writeDistortion(&b, run.Real)
 
 	if len(run.Real) > 0 && len(run.Model) > 0 {
 		b.WriteString("## Model\n\n")
 		b.WriteString("Each cell is the model's figure with its calibration error against the real run of the same configuration: percentage points for ratios, the relative error |model − real| / real for the rest (the absolute difference where the real figure is 0).\n\n")
-		writeTable(&b, run.Model, run.Real)
-		writeCalibration(&b, run.Model, run.Real)
+		modelFigs, realFigs := run.compute(run.Model), run.compute(run.Real)
+		writeTable(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
+		writeCalibration(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 	}
 
 	b.WriteString("## Plots\n\n")
@@ -77,7 +101,7 @@ func Write(dir string, run Run) error {
 		if len(rs) < len(set.rs) {
 			fmt.Fprintf(&b, "The plots show the first %d of %d configurations; the tables have them all.\n\n", len(rs), len(set.rs))
 		}
-		plots, err := writePlots(dir, set.prefix, set.who, rs)
+		plots, err := writePlots(dir, set.prefix, set.who, rs, run.Trace.Jobs)
 		if err != nil {
 			return err
 		}
@@ -89,9 +113,88 @@ func Write(dir string, run Run) error {
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
 }
 
-const definitions = `Utilisation is ∫allocated (or busy) GPU-equivalents dt / ∫ready GPUs dt over [0, horizon]; fragmentation is the time mean of the share of free device instances no queued request can use. Integrals are step integrals of the sampled timeline (each sample holds until the next). A wait runs from arrival to first start; jobs never started count with their wait until the horizon (censored, so wait figures are lower bounds when "unstarted" is not 0). JCT is finish − arrival of completed jobs. All times are trace time.
+const definitions = `How each figure is computed (package tracereplay/figures; all times trace time, over [0, horizon]):
+
+- Capacity is ∫ GPUs of ready nodes dt. GPU allocated is Σ held GPU-equivalents × run time / capacity, from each job's own runs; useful allocation counts what the job asked for instead (a 0.25-GPU job on a whole GPU: 0.25); busy is useful × the job's utilisation. The telemetry rows are the cluster exporter's allocated and busy-of-held figures, a cross-check.
+- Fragmentation (FGD, Weng et al., USENIX ATC 2023): the expected free capacity, in GPU-equivalents, that a request drawn from this sample's mix of request shapes cannot use (a node where the shape does not fit counts all its free capacity; else its free capacity of other device kinds and its partial GPUs with less free than asked), over capacity and over free capacity.
+- A wait runs from the job's actual submission to its first start, plus each re-wait from a preemption to the next start; jobs still waiting at the horizon count their wait so far (censored: lower bounds when "unstarted" is not 0).
+- JCT is finish − submission, over the jobs every configuration of this table finished.
+- Lost GPU-hours: per preemption, the progress saved by the checkpoint (all progress without one) minus the progress the next run restored, × GPUs held. Commit-to-exit GPU-hours is the work done between a checkpoint's commit and the task's exit: a latency of the machine × compression, shown apart.
+- Cost: the fixed nodes (an autoscaled pool's minimum) at %g per node-hour for the whole horizon, node-hours above it at %g (on demand).
 
 `
+
+// writeWaitBreakdown writes the mean wait by priority and by request kind.
+func writeWaitBreakdown(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
+	tiers, kinds := map[int]bool{}, map[string]bool{}
+	for _, f := range fs {
+		for p := range f.WaitByTier {
+			tiers[p] = true
+		}
+		for k := range f.WaitByKind {
+			kinds[k] = true
+		}
+	}
+	b.WriteString("Mean wait (with re-waits) by job priority and by request:\n\n| jobs |")
+	for _, r := range rs {
+		fmt.Fprintf(b, " %s |", cellText(r.Config.Name))
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(rs)) + "\n")
+	line := func(label string, get func(Figures) figures.Dist) {
+		fmt.Fprintf(b, "| %s |", label)
+		for _, f := range fs {
+			d := get(f)
+			fmt.Fprintf(b, " %s (%d) |", Human(d.Mean), d.N)
+		}
+		b.WriteString("\n")
+	}
+	for _, p := range slices.Sorted(maps.Keys(tiers)) {
+		line(fmt.Sprintf("priority %d", p), func(f Figures) figures.Dist { return f.WaitByTier[p] })
+	}
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		line(k, func(f Figures) figures.Dist { return f.WaitByKind[k] })
+	}
+	b.WriteString("\n")
+}
+
+// writeDistortion writes what the real runs measured of their own
+// faithfulness, against the limits.
+func writeDistortion(b *strings.Builder, real []tracereplay.Result) {
+	if len(real) == 0 {
+		return
+	}
+	b.WriteString("### Distortion of the real run\n\n")
+	fmt.Fprintf(b, "What the machine added, wall clock. Limits: submission lag p95 ≤ %s, median start × compression ≤ %s of trace time, CPU busy ≤ %.0f %%.\n\n",
+		tracereplay.MaxSubmitLagP95, tracereplay.MaxStartTrace, 100*tracereplay.MaxCPUBusy)
+	b.WriteString("| configuration | submission lag p50 / p95 | start p50 / p95 / p99 | start p50 in trace time | preemption p50 | CPU busy | within limits |\n|---|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range real {
+		d := r.Distortion
+		if d == nil {
+			fmt.Fprintf(b, "| %s | – | – | – | – | – | not measured |\n", cellText(r.Config.Name))
+			continue
+		}
+		ok := "yes"
+		if v := d.Violations(r.Compression); len(v) > 0 {
+			ok = "no: " + strings.Join(v, "; ")
+		}
+		fmt.Fprintf(b, "| %s | %s / %s | %s / %s / %s | %s | %s | %.0f %% | %s |\n", cellText(r.Config.Name),
+			Human(d.SubmitLagP50), Human(d.SubmitLagP95), Human(d.StartP50), Human(d.StartP95), Human(d.StartP99),
+			Human(time.Duration(float64(d.StartP50)*r.Compression)), Human(d.PreemptP50), 100*d.CPUBusy, ok)
+	}
+	b.WriteString("\n")
+}
+
+// pairUp is, for each model result, the real figures of the same
+// configuration; nil where there is none.
+func pairUp(model, real []tracereplay.Result, realFigs []Figures) []*Figures {
+	out := make([]*Figures, len(model))
+	for i, m := range model {
+		if j := indexOf(real, m.Config.Name); j >= 0 {
+			out[i] = &realFigs[j]
+		}
+	}
+	return out
+}
 
 func writeMethod(b *strings.Builder, run Run) {
 	all := slices.Concat(run.Real, run.Model)
@@ -129,7 +232,7 @@ func writeMethod(b *strings.Builder, run Run) {
 	} else {
 		fmt.Fprintf(b, "- Run: started %s, took %s (wall clock).\n", run.Started.UTC().Format("2006-01-02 15:04:05 UTC"), Human(run.Elapsed))
 	}
-	b.WriteString("\n| configuration | slices | preemption | autoscale |\n|---|---|---|---|\n")
+	b.WriteString("\n| configuration | slices | preemption | autoscale | nodes | reference |\n|---|---|---|---|---|---|\n")
 	seen := map[string]bool{}
 	for _, r := range all {
 		if seen[r.Config.Name] {
@@ -137,7 +240,20 @@ func writeMethod(b *strings.Builder, run Run) {
 		}
 		seen[r.Config.Name] = true
 		f := r.Config.Features
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cellText(r.Config.Name), yesNo(f.Slices), yesNo(f.Preemption), orNone(f.Autoscale))
+		preempt := "no"
+		switch {
+		case f.Checkpoints:
+			preempt = "with checkpoints"
+		case f.Preemption:
+			preempt = "stock (restart)"
+		}
+		nodes := fmt.Sprint(r.Config.StartNodes(r.Cluster))
+		if f.Autoscale != "" {
+			nodes = fmt.Sprintf("%d–%d", r.Cluster.MinNodes, r.Cluster.MaxNodes)
+		} else if r.Config.NodesLike != "" {
+			nodes += " (node-hours of " + r.Config.NodesLike + ")"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cellText(r.Config.Name), yesNo(f.Slices), preempt, orNone(f.Autoscale), nodes, yesNo(r.Config.Reference))
 	}
 	b.WriteString("\n")
 	if run.Attribution != "" {
@@ -161,28 +277,19 @@ func clusterShape(c tracereplay.Cluster) string {
 }
 
 // writeTable writes one row per figure and one column per result; with
-// real results, each cell has its calibration error against the real
+// real figures, each cell has its calibration error against the real
 // result of the same configuration, where there is one.
-func writeTable(b *strings.Builder, rs, real []tracereplay.Result) {
+func writeTable(b *strings.Builder, rs []tracereplay.Result, fs []Figures, real []*Figures) {
 	b.WriteString("| figure |")
 	for _, r := range rs {
 		fmt.Fprintf(b, " %s |", cellText(r.Config.Name))
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---:|", len(rs)) + "\n")
-	fs := make([]Figures, len(rs))
-	refs := make([]*Figures, len(rs))
-	for i, r := range rs {
-		fs[i] = Compute(r)
-		if j := indexOf(real, r.Config.Name); j >= 0 {
-			f := Compute(real[j])
-			refs[i] = &f
-		}
-	}
 	for _, rw := range rows {
 		fmt.Fprintf(b, "| %s |", rw.name)
 		for i := range rs {
-			if refs[i] != nil {
-				fmt.Fprintf(b, " %s |", rw.calibrated(fs[i], *refs[i]))
+			if i < len(real) && real[i] != nil {
+				fmt.Fprintf(b, " %s |", rw.calibrated(fs[i], *real[i]))
 			} else {
 				fmt.Fprintf(b, " %s |", rw.cell(fs[i]))
 			}
@@ -192,16 +299,15 @@ func writeTable(b *strings.Builder, rs, real []tracereplay.Result) {
 	b.WriteString("\n")
 }
 
-func writeCalibration(b *strings.Builder, model, real []tracereplay.Result) {
+func writeCalibration(b *strings.Builder, model []tracereplay.Result, fs []Figures, real []*Figures) {
 	b.WriteString("### Calibration\n\n")
-	b.WriteString("Mean relative error |model − real| / real over the figures whose real value is not 0, per configuration:\n\n")
-	for _, m := range model {
-		j := indexOf(real, m.Config.Name)
-		if j < 0 {
+	b.WriteString("Mean relative error |model − real| / real over the figures whose real value is not 0 (cross-check rows left out), per configuration:\n\n")
+	for i, m := range model {
+		if real[i] == nil {
 			fmt.Fprintf(b, "- %s: no real run to compare with.\n", m.Config.Name)
 			continue
 		}
-		mean, n, worst, worstErr := calibration(Compute(m), Compute(real[j]))
+		mean, n, worst, worstErr := calibration(fs[i], *real[i])
 		if n == 0 {
 			fmt.Fprintf(b, "- %s: every real figure is 0; see the absolute differences above.\n", m.Config.Name)
 			continue
@@ -216,6 +322,9 @@ func writeCalibration(b *strings.Builder, model, real []tracereplay.Result) {
 func calibration(m, r Figures) (mean float64, n int, worst string, worstErr float64) {
 	var sum float64
 	for _, rw := range rows {
+		if rw.check {
+			continue
+		}
 		e, ok := relativeError(rw.get(m), rw.get(r))
 		if !ok {
 			continue
@@ -234,6 +343,9 @@ func calibration(m, r Figures) (mean float64, n int, worst string, worstErr floa
 
 func writeNotes(b *strings.Builder, run Run) {
 	var notes []string
+	for _, n := range run.Notes {
+		notes = append(notes, "- "+n+"\n")
+	}
 	for _, r := range slices.Concat(run.Real, run.Model) {
 		for _, n := range r.Notes {
 			notes = append(notes, fmt.Sprintf("- %s, %s: %s\n", r.Engine, r.Config.Name, n))

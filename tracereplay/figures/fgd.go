@@ -1,0 +1,284 @@
+package figures
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+)
+
+// Shape is one request shape of a sample's mix and its share of the
+// sample's jobs.
+type Shape struct {
+	tracereplay.Slice
+	Weight float64
+}
+
+// MixOf is the sample's request shapes as configuration f maps them
+// (Cluster.Slice), weighted by how many jobs ask for each.
+func MixOf(jobs []tracereplay.Job, c tracereplay.Cluster, f tracereplay.Features) []Shape {
+	if len(jobs) == 0 {
+		return nil
+	}
+	count := map[tracereplay.Slice]int{}
+	for _, j := range jobs {
+		count[c.Slice(j, f)]++
+	}
+	out := make([]Shape, 0, len(count))
+	for s, n := range count {
+		out = append(out, Shape{Slice: s, Weight: float64(n) / float64(len(jobs))})
+	}
+	slices.SortFunc(out, func(a, b Shape) int {
+		if a.Kind != b.Kind {
+			return cmp.Compare(a.Kind, b.Kind)
+		}
+		if a.Profile != b.Profile {
+			return cmp.Compare(a.Profile, b.Profile)
+		}
+		return a.Count - b.Count
+	})
+	return out
+}
+
+// Layout is one node's devices under a configuration: whole GPUs, MPS
+// GPUs of Shares shares each, and MIG GPUs each holding one instance of
+// every profile of MIGProfiles.
+type Layout struct {
+	Whole, MPSGPUs, Shares, MIGGPUs int
+	MIGProfiles                     []string
+	migSevenths                     []int
+}
+
+// LayoutOf is a node's layout in configuration f.
+func LayoutOf(c tracereplay.Cluster, f tracereplay.Features) Layout {
+	l := Layout{Whole: c.WholeGPUs(f), Shares: 1}
+	if f.Slices {
+		l.MPSGPUs, l.MIGGPUs, l.MIGProfiles = c.MPSGPUs, c.MIGGPUs, c.MIGProfiles
+		if c.MPSGPUs > 0 {
+			l.Shares = c.MPSShares
+		}
+		for _, p := range c.MIGProfiles {
+			g, _ := tracereplay.MIGSevenths(p) // Cluster.Validate checked it
+			l.migSevenths = append(l.migSevenths, g)
+		}
+	}
+	return l
+}
+
+// GPUs is the node's physical GPU count.
+func (l Layout) GPUs() int { return l.Whole + l.MPSGPUs + l.MIGGPUs }
+
+// NodeUse is what is held of one node's devices.
+type NodeUse struct {
+	Whole int
+	// MPS is the shares held per MPS GPU, by GPU name; MIG the instances
+	// held per profile.
+	MPS map[string]int
+	MIG map[string]int
+}
+
+func (u *NodeUse) add(h tracereplay.Hold, sign int) {
+	switch h.Kind {
+	case "mps":
+		if u.MPS == nil {
+			u.MPS = map[string]int{}
+		}
+		u.MPS[h.GPU] += sign * h.Units
+		if u.MPS[h.GPU] == 0 {
+			delete(u.MPS, h.GPU)
+		}
+	case "mig":
+		if u.MIG == nil {
+			u.MIG = map[string]int{}
+		}
+		u.MIG[h.Profile] += sign * h.Units
+	default:
+		u.Whole += sign * h.Units
+	}
+}
+
+func (u NodeUse) empty() bool {
+	if u.Whole != 0 || len(u.MPS) > 0 {
+		return false
+	}
+	for _, n := range u.MIG {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Free is the node's free capacity, in GPU-equivalents.
+func (l Layout) Free(u NodeUse) float64 {
+	free := float64(l.Whole - u.Whole)
+	held := 0
+	for _, n := range u.MPS {
+		held += n
+	}
+	free += float64(l.MPSGPUs*l.Shares-held) / float64(l.Shares)
+	for i, p := range l.MIGProfiles {
+		free += float64((l.MIGGPUs-u.MIG[p])*l.migSevenths[i]) / 7
+	}
+	return free
+}
+
+// Frag is the free capacity of a node in use u that a request of shape s
+// cannot use: all of it where s does not fit; else the free capacity of
+// other device kinds and, for MPS shares (one GPU's per request), the
+// free shares of GPUs with fewer free than s asks.
+func (l Layout) Frag(u NodeUse, s tracereplay.Slice) float64 {
+	free := l.Free(u)
+	switch s.Kind {
+	case "mps":
+		if l.MPSGPUs == 0 {
+			return free
+		}
+		usable := 0
+		for _, n := range u.MPS {
+			if l.Shares-n >= s.Count {
+				usable += l.Shares - n
+			}
+		}
+		if s.Count <= l.Shares {
+			usable += (l.MPSGPUs - len(u.MPS)) * l.Shares // untouched MPS GPUs
+		}
+		if usable == 0 {
+			return free
+		}
+		return free - float64(usable)/float64(l.Shares)
+	case "mig":
+		for i, p := range l.MIGProfiles {
+			if p == s.Profile && l.MIGGPUs-u.MIG[p] >= 1 {
+				return free - float64((l.MIGGPUs-u.MIG[p])*l.migSevenths[i])/7
+			}
+		}
+		return free
+	}
+	if l.Whole-u.Whole >= s.Count {
+		return free - float64(l.Whole-u.Whole)
+	}
+	return free
+}
+
+// FGD is the expected unusable free capacity of a node over the mix.
+func (l Layout) FGD(u NodeUse, mix []Shape) float64 {
+	var sum float64
+	for _, s := range mix {
+		sum += s.Weight * l.Frag(u, s.Slice)
+	}
+	return sum
+}
+
+// FGDPoint is the cluster's fragmentation from At until the next point.
+type FGDPoint struct {
+	At time.Duration
+	// FGD and Free are in GPU-equivalents; Capacity is the ready GPUs.
+	FGD, Free, Capacity float64
+}
+
+// FGDIntegral is ∫FGD dt and ∫free dt over [0, Horizon], in
+// GPU-equivalent seconds (FGDSeries).
+func FGDIntegral(r tracereplay.Result, mix []Shape) (frag, free float64) {
+	ps := FGDSeries(r, mix)
+	for i, p := range ps {
+		to := r.Horizon
+		if i+1 < len(ps) {
+			to = ps[i+1].At
+		}
+		d := (to - p.At).Seconds()
+		frag += d * p.FGD
+		free += d * p.Free
+	}
+	return frag, free
+}
+
+// FGDSeries is the cluster's fragmentation over [0, Horizon], a step
+// function: the nodes' use replayed from the jobs' runs, the ready nodes
+// from the timeline (every ready node without a run is empty).
+func FGDSeries(r tracereplay.Result, mix []Shape) []FGDPoint {
+	l := LayoutOf(r.Cluster, r.Config.Features)
+	gpus := l.GPUs()
+	if gpus == 0 || r.Horizon <= 0 {
+		return nil
+	}
+	type change struct {
+		at   time.Duration
+		node string
+		hold tracereplay.Hold
+		sign int
+		// ready is set for a timeline sample: the ready node count.
+		ready   int
+		isReady bool
+	}
+	var cs []change
+	for i, s := range r.Timeline {
+		at := s.At
+		if i == 0 {
+			at = 0
+		}
+		if at < r.Horizon {
+			cs = append(cs, change{at: at, ready: int(s.GPUs+0.5) / gpus, isReady: true})
+		}
+	}
+	for _, j := range r.Jobs {
+		for _, run := range j.Runs {
+			if overlap(run.Start, run.End, r.Horizon) <= 0 {
+				continue
+			}
+			for _, h := range run.Held {
+				cs = append(cs, change{at: max(run.Start, 0), node: run.Node, hold: h, sign: 1},
+					change{at: min(run.End, r.Horizon), node: run.Node, hold: h, sign: -1})
+			}
+		}
+	}
+	// Releases before takes at one instant: a node handed over at once is
+	// never counted twice.
+	slices.SortStableFunc(cs, func(a, b change) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return a.sign - b.sign
+	})
+	emptyFGD := l.FGD(NodeUse{}, mix)
+	use := map[string]*NodeUse{}
+	nodeFGD, nodeFree := map[string]float64{}, map[string]float64{}
+	var inUseFGD, inUseFree float64
+	ready := 0
+	var out []FGDPoint
+	for i, c := range cs {
+		if c.isReady {
+			ready = c.ready
+		} else {
+			u := use[c.node]
+			if u == nil {
+				u = &NodeUse{}
+				use[c.node] = u
+			}
+			inUseFGD -= nodeFGD[c.node]
+			inUseFree -= nodeFree[c.node]
+			u.add(c.hold, c.sign)
+			if u.empty() {
+				delete(use, c.node)
+				delete(nodeFGD, c.node)
+				delete(nodeFree, c.node)
+			} else {
+				nodeFGD[c.node], nodeFree[c.node] = l.FGD(*u, mix), l.Free(*u)
+				inUseFGD += nodeFGD[c.node]
+				inUseFree += nodeFree[c.node]
+			}
+		}
+		if i+1 < len(cs) && cs[i+1].at == c.at || c.at >= r.Horizon {
+			continue // the state at this instant is the one after all its changes
+		}
+		empty := float64(max(0, ready-len(use)))
+		p := FGDPoint{At: c.at, FGD: inUseFGD + empty*emptyFGD, Free: inUseFree + empty*float64(gpus), Capacity: float64(ready * gpus)}
+		if n := len(out); n > 0 && out[n-1].At == p.At {
+			out[n-1] = p
+		} else {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,326 @@
+// Package figures defines, once, every figure the trace replay reports,
+// and computes them from a tracereplay.Result. Both engines (the real
+// Nomad cluster and the model) produce Results and nothing else; the
+// report prints what this package computes. A figure a platform team
+// would base a purchase on must mean the same in every column.
+//
+// The figures are computed from each job's own record (its run
+// intervals, what it asked for and held, its checkpoint record), not
+// from telemetry: telemetry is kept as a cross-check (Telemetry*). The
+// definitions (README and docs/trace-replay.md repeat them):
+//
+//   - Capacity is ∫ GPUs of ready nodes dt over [0, Horizon].
+//   - Allocated: Σ held GPU-equivalents × run time / capacity. A 0.25-GPU
+//     job on a whole GPU holds 1.
+//   - Useful allocation: Σ requested GPU-equivalents × run time /
+//     capacity. That job counts 0.25.
+//   - Busy: Σ requested × utilisation × run time / capacity.
+//   - Fragmentation (FGD, Weng et al., USENIX ATC 2023): at each instant,
+//     the expected free capacity, in GPU-equivalents, that a request
+//     drawn from the sample's mix of request shapes cannot use: for each
+//     shape, a node where it does not fit counts all its free capacity;
+//     a node where it fits counts its free capacity on devices of another
+//     kind and its partial GPUs with less free than the request. Reported
+//     as ∫FGD / capacity and ∫FGD / ∫free.
+//   - Wait: from the job's actual submission to its first start, plus
+//     every re-wait, from a preemption's stop to the next start; censored
+//     at the horizon for jobs still waiting (Unstarted, or a re-wait
+//     unfinished).
+//   - JCT: finish − submission, over the jobs finished in every
+//     configuration compared (Options.Common).
+//   - Lost work: per preemption followed by a resume, the progress the
+//     job had saved (its committed checkpoint; all it had reached without
+//     one) minus the progress its next run restored, × the GPU-equivalents
+//     it held. The work done between a checkpoint's commit and the task's
+//     exit is reported apart (StopGapGPUHours, and StopGapP50 in wall
+//     time): it is a latency of the machine, not lost progress.
+//   - Cost: the fixed part of the cluster (a fixed configuration's nodes,
+//     an autoscaled one's minimum) at the reserved price for the whole
+//     horizon, every node-hour above it at the on-demand price.
+package figures
+
+import (
+	"math"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+)
+
+// Dist summarises durations.
+type Dist struct {
+	Mean, P50, P95, Max time.Duration
+	N                   int
+}
+
+// DistOf summarises ds.
+func DistOf(ds []time.Duration) Dist {
+	xs := make([]float64, len(ds))
+	var d Dist
+	var sum float64
+	for i, v := range ds {
+		xs[i] = v.Seconds()
+		sum += xs[i]
+		d.Max = max(d.Max, v)
+	}
+	d.N = len(ds)
+	if d.N > 0 {
+		d.Mean = seconds(sum / float64(d.N))
+	}
+	d.P50, d.P95 = seconds(quantile.Of(xs, 0.5)), seconds(quantile.Of(xs, 0.95))
+	return d
+}
+
+// Prices are a node-hour's price, reserved and on demand.
+type Prices struct {
+	Reserved, OnDemand float64
+}
+
+// Options are what a Result's figures are computed against.
+type Options struct {
+	// Mix is the sample's request shapes under the configuration (MixOf).
+	Mix []Shape
+	// Common are the jobs JCT is computed over; nil: every finished job.
+	Common map[string]bool
+	Prices Prices
+}
+
+// Figures summarise one Result over [0, Horizon]. Fractions are 0–1.
+type Figures struct {
+	CapacityGPUHours float64
+	AllocUtil        float64
+	UsefulUtil       float64
+	BusyUtil         float64
+	// TelemetryAlloc and TelemetryBusy are the same from the cluster's
+	// telemetry (Sample.Allocated, Sample.Busy): a cross-check.
+	TelemetryAlloc, TelemetryBusy float64
+	// FragCapacity and FragFree are ∫FGD over ∫capacity and ∫free.
+	FragCapacity, FragFree float64
+	// Wait is each job's whole wait (first wait and re-waits), FirstWait
+	// its first only; ReWaitHours sums the re-waits.
+	Wait, FirstWait Dist
+	ReWaits         int
+	ReWaitHours     float64
+	// WaitByTier is Wait by job priority, WaitByKind by request kind
+	// (RequestKind).
+	WaitByTier map[int]Dist
+	WaitByKind map[string]Dist
+	Unstarted  int
+	// JCT is over Options.Common (JCT.N of them).
+	JCT         Dist
+	Done, Jobs  int
+	Preemptions int
+	// LostGPUHours is progress lost (the checkpoint record);
+	// StopGapGPUHours the work done after commits and thrown away.
+	LostGPUHours, StopGapGPUHours float64
+	// StopGapP50 is the median wall-clock gap from commit to exit.
+	StopGapP50 time.Duration
+	NodeHours  float64
+	PeakNodes  int
+	// Cost is at Options.Prices; CostPerUsefulGPUHour divides it by the
+	// useful GPU-hours.
+	Cost, CostPerUsefulGPUHour float64
+}
+
+// Request kinds of WaitByKind.
+const (
+	KindFraction = "fraction"
+	KindOneGPU   = "1 GPU"
+	KindMultiGPU = "2+ GPUs"
+)
+
+// RequestKind is what the job asked for, as WaitByKind groups it.
+func RequestKind(r tracereplay.JobRecord) string {
+	switch {
+	case r.Requested < 1:
+		return KindFraction
+	case r.Requested < 2:
+		return KindOneGPU
+	}
+	return KindMultiGPU
+}
+
+// Compute summarises r.
+func Compute(r tracereplay.Result, o Options) Figures {
+	f := Figures{Jobs: len(r.Jobs), WaitByTier: map[int]Dist{}, WaitByKind: map[string]Dist{}}
+	h := r.Horizon
+	capacity := tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.GPUs })
+	f.CapacityGPUHours = capacity / 3600
+	f.NodeHours = r.NodeHours()
+	for _, s := range r.Timeline {
+		if s.At <= h {
+			f.PeakNodes = max(f.PeakNodes, s.Nodes)
+		}
+	}
+	var held, useful, busy float64 // GPU-seconds
+	for _, j := range r.Jobs {
+		for _, run := range j.Runs {
+			d := overlap(run.Start, run.End, h).Seconds()
+			held += d * j.Slice.GPUs
+			useful += d * j.Requested
+			busy += d * j.Requested * j.Util / 100
+		}
+	}
+	if capacity > 0 {
+		f.AllocUtil, f.UsefulUtil, f.BusyUtil = held/capacity, useful/capacity, busy/capacity
+		f.TelemetryAlloc = tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.Allocated }) / capacity
+		f.TelemetryBusy = tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.Busy }) / capacity
+	}
+	frag, free := FGDIntegral(r, o.Mix)
+	if capacity > 0 {
+		f.FragCapacity = frag / capacity
+	}
+	if free > 0 {
+		f.FragFree = frag / free
+	}
+	f.waits(r)
+	f.work(r, o.Common)
+	f.cost(r, o.Prices, useful/3600)
+	return f
+}
+
+// waits fills the wait figures.
+func (f *Figures) waits(r tracereplay.Result) {
+	var all, first []time.Duration
+	byTier, byKind := map[int][]time.Duration{}, map[string][]time.Duration{}
+	for _, w := range jobWaits(r) {
+		if w.unstarted {
+			f.Unstarted++
+		}
+		f.ReWaits += w.rewaits
+		f.ReWaitHours += (w.whole - w.first).Hours()
+		first, all = append(first, w.first), append(all, w.whole)
+		byTier[w.job.Priority] = append(byTier[w.job.Priority], w.whole)
+		byKind[RequestKind(w.job)] = append(byKind[RequestKind(w.job)], w.whole)
+	}
+	f.Wait, f.FirstWait = DistOf(all), DistOf(first)
+	for p, ws := range byTier {
+		f.WaitByTier[p] = DistOf(ws)
+	}
+	for k, ws := range byKind {
+		f.WaitByKind[k] = DistOf(ws)
+	}
+}
+
+// Waits are the whole waits (first wait and re-waits, censored at the
+// horizon) of r's jobs submitted within it, in trace order.
+func Waits(r tracereplay.Result) []time.Duration {
+	ws := jobWaits(r)
+	out := make([]time.Duration, len(ws))
+	for i, w := range ws {
+		out[i] = w.whole
+	}
+	return out
+}
+
+type jobWait struct {
+	job          tracereplay.JobRecord
+	first, whole time.Duration
+	rewaits      int
+	unstarted    bool
+}
+
+// jobWaits are the waits of the jobs submitted by the horizon: from the
+// actual submission to the first start, and from each preemption's stop
+// to the next start.
+func jobWaits(r tracereplay.Result) []jobWait {
+	h := r.Horizon
+	var out []jobWait
+	for _, j := range r.Jobs {
+		if j.Submitted > h {
+			continue // never submitted within the measured period
+		}
+		w := jobWait{job: j, first: h - j.Submitted, unstarted: len(j.Runs) == 0}
+		if !w.unstarted {
+			w.first = max(0, j.Runs[0].Start-j.Submitted)
+		}
+		w.whole = w.first
+		for i, run := range j.Runs {
+			if !run.Preempted || run.End >= h {
+				continue
+			}
+			next := h
+			if i+1 < len(j.Runs) {
+				next = j.Runs[i+1].Start
+			}
+			w.rewaits++
+			w.whole += max(0, next-run.End)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// work fills completion, preemption and lost-work figures.
+func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
+	var jcts, gaps []time.Duration
+	for _, j := range r.Jobs {
+		if j.Done {
+			f.Done++
+			if common == nil || common[j.ID] {
+				jcts = append(jcts, j.Finish-j.Submitted)
+			}
+		}
+		for i, run := range j.Runs {
+			if !run.Preempted {
+				continue
+			}
+			f.Preemptions++
+			if run.Checkpointed {
+				gaps = append(gaps, run.StopGap)
+				f.StopGapGPUHours += max(0, run.Reached-run.Saved).Hours() * j.Slice.GPUs
+			}
+			if i+1 >= len(j.Runs) || !run.ProgressKnown || !j.Runs[i+1].ProgressKnown {
+				continue // not resumed yet, or its record unread
+			}
+			kept := run.Reached
+			if run.Checkpointed {
+				kept = run.Saved
+			}
+			f.LostGPUHours += max(0, kept-j.Runs[i+1].Restored).Hours() * j.Slice.GPUs
+		}
+	}
+	f.JCT = DistOf(jcts)
+	f.StopGapP50 = DistOf(gaps).P50
+}
+
+// cost prices the node-hours: the fixed part reserved, the rest on demand.
+func (f *Figures) cost(r tracereplay.Result, p Prices, usefulGPUHours float64) {
+	fixed := float64(r.Config.ReservedNodes(r.Cluster)) * r.Horizon.Hours()
+	f.Cost = fixed*p.Reserved + max(0, f.NodeHours-fixed)*p.OnDemand
+	if usefulGPUHours > 0 {
+		f.CostPerUsefulGPUHour = f.Cost / usefulGPUHours
+	}
+}
+
+// CommonDone are the jobs finished in every one of rs: the set JCT is
+// compared over.
+func CommonDone(rs []tracereplay.Result) map[string]bool {
+	if len(rs) == 0 {
+		return nil
+	}
+	common := map[string]bool{}
+	for _, j := range rs[0].Jobs {
+		if j.Done {
+			common[j.ID] = true
+		}
+	}
+	for _, r := range rs[1:] {
+		done := map[string]bool{}
+		for _, j := range r.Jobs {
+			if j.Done && common[j.ID] {
+				done[j.ID] = true
+			}
+		}
+		common = done
+	}
+	return common
+}
+
+// overlap is the part of [from, to) within [0, horizon].
+func overlap(from, to, horizon time.Duration) time.Duration {
+	from, to = max(from, 0), min(to, horizon)
+	return max(0, to-from)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }

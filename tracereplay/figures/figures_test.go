@@ -1,0 +1,213 @@
+package figures
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
+)
+
+const h = time.Hour
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// A 0.25-GPU job that holds a whole GPU for an hour of a two-hour run on
+// one 1-GPU node: it holds 1 GPU, asks for 0.25 and keeps 80 % of that busy.
+func TestUtilisationOnRequestedGPUs(t *testing.T) {
+	r := tracereplay.Result{
+		Config: tracereplay.Config{Name: "baseline"}, Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 1},
+		Horizon:  2 * h,
+		Timeline: []tracereplay.Sample{{At: 0, Nodes: 1, GPUs: 1, Allocated: 1, Busy: 0.8}, {At: h, Nodes: 1, GPUs: 1}},
+		Jobs: []tracereplay.JobRecord{{
+			ID: "a", Requested: 0.25, Util: 80, Priority: 50, Done: true, Finish: h,
+			Slice: tracereplay.Slice{Kind: "gpu", Count: 1, GPUs: 1},
+			Runs:  []tracereplay.Run{{Start: 0, End: h, Node: "n0", Held: []tracereplay.Hold{{Kind: "gpu", Units: 1}}}},
+		}},
+	}
+	f := Compute(r, Options{})
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"capacity GPU-hours", f.CapacityGPUHours, 2},
+		{"allocated", f.AllocUtil, 0.5},
+		{"useful", f.UsefulUtil, 0.125},
+		{"busy", f.BusyUtil, 0.1},
+		{"telemetry allocated", f.TelemetryAlloc, 0.5},
+		{"telemetry busy", f.TelemetryBusy, 0.4},
+	} {
+		if !near(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// Two nodes of 2 whole GPUs and 1 MPS GPU of 4 shares. Node A holds a
+// whole GPU and 3 shares; node B is empty. The mix: half the jobs ask for
+// one share, a quarter for two, a quarter for 2 whole GPUs.
+//
+//	A: free 1 whole + 1 share = 1.25.
+//	   1 share fits (the last share): the whole GPU is unusable, 1.0.
+//	   2 shares fit nowhere: 1.25. 2 GPUs fit nowhere: 1.25.
+//	   FGD = 0.5×1 + 0.25×1.25 + 0.25×1.25 = 1.125
+//	B: free 3. Shares fit: the 2 whole GPUs are unusable, 2 (twice).
+//	   2 GPUs fit: the MPS GPU is unusable, 1.
+//	   FGD = 0.5×2 + 0.25×2 + 0.25×1 = 1.75
+//
+// FGD is 2.875 of a capacity of 6 and a free 4.25.
+func TestFGDTwoNodes(t *testing.T) {
+	cl := tracereplay.Cluster{Nodes: 2, GPUsPerNode: 3, MPSGPUs: 1, MPSShares: 4}
+	mix := []Shape{
+		{Slice: tracereplay.Slice{Kind: "mps", Count: 1, GPUs: 0.25}, Weight: 0.5},
+		{Slice: tracereplay.Slice{Kind: "mps", Count: 2, GPUs: 0.5}, Weight: 0.25},
+		{Slice: tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2}, Weight: 0.25},
+	}
+	run := func(held tracereplay.Hold) []tracereplay.Run {
+		return []tracereplay.Run{{Start: 0, End: h, Open: true, Node: "A", Held: []tracereplay.Hold{held}}}
+	}
+	r := tracereplay.Result{
+		Config: tracereplay.Config{Features: tracereplay.Features{Slices: true}}, Cluster: cl, Horizon: h,
+		Timeline: []tracereplay.Sample{{At: 0, Nodes: 2, GPUs: 6}},
+		Jobs: []tracereplay.JobRecord{
+			{ID: "whole", Requested: 1, Util: 50, Slice: tracereplay.Slice{Kind: "gpu", Count: 1, GPUs: 1}, Runs: run(tracereplay.Hold{Kind: "gpu", Units: 1})},
+			{ID: "shares", Requested: 0.75, Util: 50, Slice: tracereplay.Slice{Kind: "mps", Count: 3, GPUs: 0.75}, Runs: run(tracereplay.Hold{Kind: "mps", GPU: "m0", Units: 3})},
+		},
+	}
+	l := LayoutOf(cl, r.Config.Features)
+	a := NodeUse{Whole: 1, MPS: map[string]int{"m0": 3}}
+	if got := l.FGD(a, mix); !near(got, 1.125) {
+		t.Errorf("FGD(A) = %v, want 1.125", got)
+	}
+	if got := l.FGD(NodeUse{}, mix); !near(got, 1.75) {
+		t.Errorf("FGD(B) = %v, want 1.75", got)
+	}
+	f := Compute(r, Options{Mix: mix})
+	if !near(f.FragCapacity, 2.875/6) || !near(f.FragFree, 2.875/4.25) {
+		t.Errorf("fragmentation = %v of capacity, %v of free; want %v, %v", f.FragCapacity, f.FragFree, 2.875/6, 2.875/4.25)
+	}
+}
+
+// FGD of an empty node in the baseline layout is 0 for any mix that fits
+// it, and the mix follows the configuration's mapping of requests.
+func TestMixOf(t *testing.T) {
+	cl := tracereplay.Cluster{Nodes: 1, GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
+	jobs := []tracereplay.Job{{GPUs: 1, Fraction: 0.25}, {GPUs: 1, Fraction: 0.25}, {GPUs: 2, Fraction: 1}, {GPUs: 1, Fraction: 1}}
+	base := MixOf(jobs, cl, tracereplay.Features{})
+	if len(base) != 2 || base[0].Count != 1 || !near(base[0].Weight, 0.75) || base[1].Count != 2 {
+		t.Errorf("baseline mix = %+v, want gpu×1 0.75, gpu×2 0.25", base)
+	}
+	if got := LayoutOf(cl, tracereplay.Features{}).FGD(NodeUse{}, base); got != 0 {
+		t.Errorf("baseline empty node FGD = %v, want 0", got)
+	}
+	sliced := MixOf(jobs, cl, tracereplay.Features{Slices: true})
+	if len(sliced) != 3 || sliced[2].Kind != "mps" || !near(sliced[2].Weight, 0.5) {
+		t.Errorf("sliced mix = %+v, want gpu×1, gpu×2, mps×1 (0.5)", sliced)
+	}
+}
+
+// A job submitted 5 minutes late waits 20 minutes for its first start,
+// is preempted after 30 minutes of work and waits 30 more: its wait is
+// 50 minutes, with one re-wait. With its checkpoint committed at 25
+// minutes of work and restored, it lost nothing; 5 minutes were done
+// after the commit. Without a checkpoint it lost all 30.
+func TestWaitsAndLostWork(t *testing.T) {
+	job := func(checkpointed bool) tracereplay.JobRecord {
+		first := tracereplay.Run{Start: 30 * time.Minute, End: time.Hour, Preempted: true, ProgressKnown: true,
+			Reached: 30 * time.Minute, StopGap: 2 * time.Second}
+		second := tracereplay.Run{Start: 90 * time.Minute, End: 2 * h, ProgressKnown: true}
+		if checkpointed {
+			first.Checkpointed, first.Saved, second.Restored = true, 25*time.Minute, 25*time.Minute
+		}
+		return tracereplay.JobRecord{ID: "j", Arrival: 5 * time.Minute, Submitted: 10 * time.Minute, Requested: 2, Util: 100, Priority: 80,
+			Slice: tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2}, Done: true, Finish: 2 * h,
+			Runs: []tracereplay.Run{first, second}}
+	}
+	for _, c := range []struct {
+		name           string
+		checkpointed   bool
+		lost, stopGap  float64 // GPU-hours
+		stopGapP50Wall time.Duration
+	}{
+		{"checkpointed", true, 0, 2 * 5.0 / 60, 2 * time.Second},
+		{"stock", false, 2 * 30.0 / 60, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := tracereplay.Result{Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 8}, Horizon: 3 * h,
+				Timeline: []tracereplay.Sample{{GPUs: 8, Nodes: 1}}, Jobs: []tracereplay.JobRecord{job(c.checkpointed)}}
+			f := Compute(r, Options{})
+			if f.FirstWait.Mean != 20*time.Minute || f.Wait.Mean != 50*time.Minute || f.ReWaits != 1 || !near(f.ReWaitHours, 0.5) {
+				t.Errorf("waits: first %s, whole %s, %d re-waits of %v h; want 20m, 50m, 1 of 0.5 h", f.FirstWait.Mean, f.Wait.Mean, f.ReWaits, f.ReWaitHours)
+			}
+			if f.WaitByTier[80].Mean != 50*time.Minute || f.WaitByKind[KindMultiGPU].N != 1 {
+				t.Errorf("by tier %+v, by kind %+v; want tier 80 and kind %q holding it", f.WaitByTier, f.WaitByKind, KindMultiGPU)
+			}
+			if f.Preemptions != 1 || !near(f.LostGPUHours, c.lost) || !near(f.StopGapGPUHours, c.stopGap) || f.StopGapP50 != c.stopGapP50Wall {
+				t.Errorf("preemptions %d, lost %v, stop gap %v GPU-h (p50 %s); want 1, %v, %v (%s)",
+					f.Preemptions, f.LostGPUHours, f.StopGapGPUHours, f.StopGapP50, c.lost, c.stopGap, c.stopGapP50Wall)
+			}
+			if f.JCT.Mean != 110*time.Minute {
+				t.Errorf("JCT = %s, want 1h50m (finish - submission)", f.JCT.Mean)
+			}
+		})
+	}
+}
+
+// A job preempted and not resumed by the horizon waits until it; one
+// never started counts as unstarted with its wait so far; one submitted
+// after the horizon is not measured.
+func TestCensoredWaits(t *testing.T) {
+	r := tracereplay.Result{Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 8}, Horizon: 2 * h,
+		Timeline: []tracereplay.Sample{{GPUs: 8, Nodes: 1}},
+		Jobs: []tracereplay.JobRecord{
+			{ID: "a", Submitted: 0, Runs: []tracereplay.Run{{Start: 0, End: h, Preempted: true}}},
+			{ID: "b", Submitted: 30 * time.Minute},
+			{ID: "c", Submitted: 3 * h},
+		}}
+	f := Compute(r, Options{})
+	if f.Unstarted != 1 || f.Wait.N != 2 || f.Wait.Max != 90*time.Minute || f.Wait.Mean != 75*time.Minute {
+		t.Errorf("unstarted %d, waits %+v; want 1, two waits of 1h and 1h30m", f.Unstarted, f.Wait)
+	}
+}
+
+// JCT compares the jobs finished in every configuration.
+func TestJCTOverCommonSet(t *testing.T) {
+	done := func(id string, finish time.Duration) tracereplay.JobRecord {
+		return tracereplay.JobRecord{ID: id, Done: true, Finish: finish}
+	}
+	fast := tracereplay.Result{Horizon: 5 * h, Jobs: []tracereplay.JobRecord{done("a", h), done("b", 2*h)}}
+	slow := tracereplay.Result{Horizon: 5 * h, Jobs: []tracereplay.JobRecord{done("a", 3*h), {ID: "b"}}}
+	common := CommonDone([]tracereplay.Result{fast, slow})
+	if len(common) != 1 || !common["a"] {
+		t.Fatalf("common = %v, want a", common)
+	}
+	if f := Compute(fast, Options{Common: common}); f.JCT.Mean != h || f.JCT.N != 1 || f.Done != 2 {
+		t.Errorf("fast: JCT %s over %d, done %d; want 1h over 1, done 2", f.JCT.Mean, f.JCT.N, f.Done)
+	}
+	if f := Compute(slow, Options{Common: common}); f.JCT.Mean != 3*h {
+		t.Errorf("slow: JCT %s, want 3h", f.JCT.Mean)
+	}
+}
+
+// The fixed part of a cluster is paid at the reserved price for the whole
+// horizon, the node-hours above it on demand.
+func TestCost(t *testing.T) {
+	p := Prices{Reserved: 10, OnDemand: 30}
+	cl := tracereplay.Cluster{Nodes: 2, MinNodes: 1, MaxNodes: 4, GPUsPerNode: 8}
+	for _, c := range []struct {
+		name  string
+		cfg   tracereplay.Config
+		nodes []tracereplay.Sample
+		want  float64
+	}{
+		{"fixed 2 nodes for 10h", tracereplay.Config{}, []tracereplay.Sample{{Nodes: 2, GPUs: 16}}, 20 * 10},
+		{"fixed like an autoscaled run: 3 nodes", tracereplay.Config{Nodes: 3}, []tracereplay.Sample{{Nodes: 3, GPUs: 24}}, 30 * 10},
+		{"autoscaled: 1 reserved, 5 node-hours on demand", tracereplay.Config{Features: tracereplay.Features{Autoscale: tracereplay.AutoscaleGPUQueue}},
+			[]tracereplay.Sample{{Nodes: 1, GPUs: 8}, {At: 5 * h, Nodes: 2, GPUs: 16}}, 10*10 + 5*30},
+	} {
+		r := tracereplay.Result{Config: c.cfg, Cluster: cl, Horizon: 10 * h, Timeline: c.nodes}
+		if f := Compute(r, Options{Prices: p}); !near(f.Cost, c.want) {
+			t.Errorf("%s: cost %v, want %v", c.name, f.Cost, c.want)
+		}
+	}
+}
