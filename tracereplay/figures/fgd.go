@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
@@ -110,65 +111,41 @@ func (u NodeUse) empty() bool {
 	return true
 }
 
-// Free is the node's free capacity, in GPU-equivalents.
-func (l Layout) Free(u NodeUse) float64 {
-	free := float64(l.Whole - u.Whole)
-	held := 0
-	for _, n := range u.MPS {
-		held += n
+// node is a node in use u as package fgd sees it: a pool of whole GPUs,
+// a pool of MPS shares whose requests take one GPU's, and a pool per MIG
+// profile.
+func (l Layout) node(u NodeUse) fgd.Node {
+	n := fgd.Node{{Kind: "gpu", Groups: []fgd.Group{{Free: l.Whole - u.Whole, Weight: 1}}}}
+	if l.MPSGPUs > 0 {
+		p := fgd.Pool{Kind: "mps", OneGroup: true}
+		for _, held := range u.MPS {
+			p.Groups = append(p.Groups, fgd.Group{Free: l.Shares - held, Weight: 1 / float64(l.Shares)})
+		}
+		for range l.MPSGPUs - len(u.MPS) {
+			p.Groups = append(p.Groups, fgd.Group{Free: l.Shares, Weight: 1 / float64(l.Shares)})
+		}
+		n = append(n, p)
 	}
-	free += float64(l.MPSGPUs*l.Shares-held) / float64(l.Shares)
-	for i, p := range l.MIGProfiles {
-		free += float64((l.MIGGPUs-u.MIG[p])*l.migSevenths[i]) / 7
+	for i, prof := range l.MIGProfiles {
+		n = append(n, fgd.Pool{Kind: "mig/" + prof, Groups: []fgd.Group{{Free: l.MIGGPUs - u.MIG[prof], Weight: float64(l.migSevenths[i]) / 7}}})
 	}
-	return free
+	return n
 }
 
-// Frag is the free capacity of a node in use u that a request of shape s
-// cannot use: all of it where s does not fit; else the free capacity of
-// other device kinds and, for MPS shares (one GPU's per request), the
-// free shares of GPUs with fewer free than s asks.
-func (l Layout) Frag(u NodeUse, s tracereplay.Slice) float64 {
-	free := l.Free(u)
-	switch s.Kind {
-	case "mps":
-		if l.MPSGPUs == 0 {
-			return free
-		}
-		usable := 0
-		for _, n := range u.MPS {
-			if l.Shares-n >= s.Count {
-				usable += l.Shares - n
-			}
-		}
-		if s.Count <= l.Shares {
-			usable += (l.MPSGPUs - len(u.MPS)) * l.Shares // untouched MPS GPUs
-		}
-		if usable == 0 {
-			return free
-		}
-		return free - float64(usable)/float64(l.Shares)
-	case "mig":
-		for i, p := range l.MIGProfiles {
-			if p == s.Profile && l.MIGGPUs-u.MIG[p] >= 1 {
-				return free - float64((l.MIGGPUs-u.MIG[p])*l.migSevenths[i])/7
-			}
-		}
-		return free
-	}
-	if l.Whole-u.Whole >= s.Count {
-		return free - float64(l.Whole-u.Whole)
-	}
-	return free
-}
+// Free is the node's free capacity, in GPU-equivalents.
+func (l Layout) Free(u NodeUse) float64 { return l.node(u).Free() }
 
 // FGD is the expected unusable free capacity of a node over the mix.
 func (l Layout) FGD(u NodeUse, mix []Shape) float64 {
-	var sum float64
-	for _, s := range mix {
-		sum += s.Weight * l.Frag(u, s.Slice)
+	shapes := make([]fgd.Shape, len(mix))
+	for i, s := range mix {
+		kind := s.Kind
+		if kind == "mig" {
+			kind = "mig/" + s.Profile
+		}
+		shapes[i] = fgd.Shape{Kind: kind, Count: s.Count, Weight: s.Weight}
 	}
-	return sum
+	return l.node(u).FGD(shapes)
 }
 
 // FGDPoint is the cluster's fragmentation from At until the next point.

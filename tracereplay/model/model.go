@@ -7,74 +7,79 @@
 //     also has MPSGPUs GPUs of MPSShares shares each and MIGGPUs GPUs with
 //     the instances MIGProfiles. A job asks for Cluster.Slice and runs in
 //     one allocation on one node. It fits a node with Count free instances
-//     of its kind (of its profile for MIG). MPS shares may come from
-//     several MPS GPUs of the node; they are taken from the most used GPU
-//     first, and MIG instances from the most used MIG GPU first.
+//     of its kind (of its profile for MIG); MPS shares must all come from
+//     one GPU (the device plugin makes each MPS GPU a device group), and
+//     a request takes the last MPS GPU with room, as Nomad's device
+//     allocator takes the last group that fits. MIG instances come from
+//     the most used MIG GPU first.
 //   - Scheduling. Waiting jobs are taken by effective priority (highest
 //     first), then arrival, then trace order: Nomad's eval broker. Each one
-//     is placed on its own, so no head-of-line blocking. The node is the
-//     fitting ready node that holds the most GPU-equivalents (binpack),
-//     ties to the lowest node index. A placed job holds its devices at
-//     once and runs Latencies.Start later. A job that did not fit is
-//     retried only when capacity of its device kind is freed: a finish, a
-//     preemption's leftover, a node ready, or a raised priority ending.
-//     That is a blocked evaluation being unblocked.
+//     is placed on its own, so no head-of-line blocking. The node is
+//     Nomad's batch placement: the ready nodes in a random order (seeded by
+//     Options.Seed), the first two that fit, the one scoring higher on
+//     binpack (every replayed task asks for the same CPU and memory, so
+//     the one with more allocations), ties to the first drawn. A placed
+//     job holds its devices at once and runs Latencies.Start later. A job
+//     that did not fit is retried only when capacity of its device kind
+//     is freed: a finish, a preemption's leftover, a node ready, or a
+//     raised priority ending. That is a blocked evaluation being unblocked.
 //   - Preemption (Features.Preemption). A job that does not fit may
-//     preempt allocations (running or still starting) on one node whose
-//     effective priority is at least 10 below its own, and only if that
-//     makes it fit. The victims hold its device kind. On each node they
-//     are picked lowest priority first, then the larger allocation, then
-//     the newest job. Victims not needed after all are then dropped,
-//     highest priority first. The node chosen frees the fewest
-//     GPU-equivalents, then has the lowest highest victim priority, then
-//     the lowest index. A victim stops at once with its checkpoint
-//     committed (LostWork 0), keeps its progress and waits again, still
-//     ordered by its arrival. Its effective priority is the preemptor's
-//     for PreemptionCooldown, so the preemptor's priority cannot preempt
-//     it meanwhile. Like the driver's re-registered job, it also waits and
+//     preempt allocations (running or still starting) on one node (for
+//     MPS shares, one GPU) whose effective priority is at least 10 below
+//     its own, and only if that makes it fit. The victims hold its device
+//     kind. They are picked lowest priority first, then the larger
+//     allocation, then the newest job; victims not needed after all are
+//     then dropped, highest priority first. The node chosen frees the
+//     fewest GPU-equivalents, then has the lowest highest victim priority,
+//     then the lowest index. A victim's devices are free at once; its run
+//     ends Latencies.Preempt later (its checkpoint's commit and its stop),
+//     and the preemptor runs Latencies.Start + Latencies.Preempt after
+//     placement. The victim waits again at once, still ordered by its
+//     arrival. With Checkpoints it keeps the progress its checkpoint saved
+//     at the preemption (the work of the stop is the run's commit-to-exit
+//     gap) and its effective priority is the preemptor's for
+//     PreemptionCooldown, so the preemptor's priority cannot preempt it
+//     meanwhile; like the driver's re-registered job, it also waits and
 //     preempts at that priority, so one preemption can set off a chain
-//     among its peers. The preemptor runs Latencies.Start +
-//     Latencies.Preempt after placement. Each resume adds one entry to
-//     JobRecord.Starts.
+//     among its peers. Without Checkpoints (stock Nomad) it starts again
+//     from scratch, and nothing raises its priority.
 //   - Autoscaling (Features.Autoscale). The pool starts with Cluster.Nodes
 //     clamped to [MinNodes, MaxNodes], all ready. Without autoscaling it
-//     is Cluster.Nodes, fixed. The autoscaler evaluates every
+//     is Config.StartNodes, fixed. The autoscaler evaluates every
 //     EvalInterval, from EvalInterval on. It skips an evaluation, and
 //     observes nothing, within Cooldown of its last action. "Count" is
-//     the booting and ready nodes. "Alloc %" is the GPU-equivalents held
-//     × 100 / the GPUs of ready nodes (0 with none ready).
+//     the booting and ready nodes. The real policies query the APM for
+//     device nvidia/gpu, which only whole GPUs match, and so does the
+//     model: "alloc %" is the whole GPUs held by placed jobs × 100 / the
+//     whole GPUs of ready nodes (0 with none ready).
 //   - gpu-queue. nodes_needed is a best-fit-decreasing packing of the
-//     waiting jobs' slices into empty nodes, per device kind. The kinds
-//     share nodes, so it takes the largest count over the kinds. It leaves
-//     out jobs that no empty node fits. If nodes_needed, minus the nodes
-//     still booting (the plugin's in-flight ledger), is above 0, the
-//     autoscaler adds that many nodes, at most MaxScaleUp and within
-//     MaxNodes. If nodes_needed is 0 and alloc % has stayed below
-//     IdleFloor at every evaluation for ScaleInAfter, it removes up to
-//     MaxScaleDown idle ready nodes (no allocation, highest index first),
-//     never going below MinNodes.
+//     waiting jobs that ask for whole GPUs, first into the free whole GPUs
+//     of ready nodes, then into new nodes. It leaves out jobs that no
+//     empty node fits. If nodes_needed, minus the nodes still booting (the
+//     plugin's in-flight ledger), is above 0, the autoscaler adds that
+//     many nodes, at most MaxScaleUp and within MaxNodes. If nodes_needed
+//     is 0 and alloc % has stayed below IdleFloor at every evaluation for
+//     ScaleInAfter, it removes up to MaxScaleDown idle ready nodes (no
+//     allocation, highest index first), never going below MinNodes.
 //   - target-value. The desired count is ⌈count × alloc % / TargetAlloc⌉,
 //     clamped to [MinNodes, MaxNodes]. A count of 0 stays 0. Growth adds
 //     the difference. Shrinking removes idle ready nodes only.
 //   - A new node is ready Latencies.Boot after the request. A node being
 //     removed takes no work and holds no GPUs at once. It still counts in
 //     Sample.Nodes until Latencies.Remove later.
+//   - Records. Each job's record has its runs: start, end, node, the
+//     devices held (an MPS hold names its GPU), and its progress: restored
+//     at the start, saved by the checkpoint, reached at the end. Runs
+//     still going at Horizon end there (Open).
 //   - Timeline. Samples are taken at 0, SampleEvery, ... and at Horizon,
 //     after that instant's events and placements. Nodes counts booting,
 //     ready and removing nodes. GPUs counts the physical GPUs of ready
 //     nodes. Allocated counts the GPU-equivalents held. Busy is the sum of
-//     held × EffectiveUtil/100 over running jobs. Queued counts the jobs
-//     submitted and not running, placed ones waiting out their start
-//     latency included.
-//   - Fragmentation is |stranded ∪ slices| / free, each instance counted
-//     once (an instance is a whole GPU, an MPS share or a MIG instance).
-//     It counts the free instances of ready nodes. "Stranded" is, when a
-//     job waits unplaced, a node's free instances of a kind that no such
-//     job's slice fits in. "Slices" are the free MPS shares and MIG instances of
-//     GPUs with at least one instance held. This is
-//     nomad_gpu_cluster_fragmentation_ratio; it is 0 when nothing is free.
+//     held × EffectiveUtil/100 over running jobs (the telemetry's view).
+//     Queued counts the jobs submitted and not running, placed ones
+//     waiting out their start latency included.
 //   - The run stops at Horizon. Jobs still running are not Done. Jobs
-//     arriving after Horizon are never submitted (no Starts).
+//     arriving after Horizon are never submitted (no runs).
 package model
 
 import (
@@ -87,7 +92,7 @@ import (
 
 // Version is the model's Result.Version: bump it when a rule above
 // changes, so reports can tell results of different rules apart.
-const Version = "model-1"
+const Version = "model-2"
 
 // Options say what the model replays on and how.
 type Options struct {

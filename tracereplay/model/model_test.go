@@ -244,6 +244,42 @@ func TestPreemption(t *testing.T) {
 	}
 }
 
+// Stock Nomad's preemption: the victim starts again from scratch, and
+// its record says so (the 9s it had done are lost); nothing raises its
+// priority. With checkpoints the record shows the commit-to-exit work
+// apart: the 2s of the stop.
+func TestPreemptionRecords(t *testing.T) {
+	for _, tt := range []struct {
+		name                  string
+		checkpoints           bool
+		reached, saved, lost  time.Duration
+		restored, lowFinishes time.Duration
+	}{
+		{"stock", false, 11 * sec, 0, 11 * sec, 0, 164 * sec},
+		{"checkpoints", true, 11 * sec, 9 * sec, 0, 9 * sec, 155 * sec},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			jobs := []tracereplay.Job{prio(wjob("low", 0, 100*sec, 8), 20), prio(wjob("high", 10*sec, 50*sec, 8), 80)}
+			r := mustRun(t, jobs, Options{
+				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: tt.checkpoints}},
+				Policy:    tracereplay.Policy{PreemptionCooldown: 30 * sec},
+				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 1000 * sec,
+			})
+			lo := r.Jobs[0]
+			if len(lo.Runs) != 2 {
+				t.Fatalf("low runs %+v, want 2", lo.Runs)
+			}
+			first, second := lo.Runs[0], lo.Runs[1]
+			if !first.Preempted || first.End != 12*sec || first.Reached != tt.reached || first.Saved != tt.saved || first.Checkpointed != tt.checkpoints {
+				t.Errorf("first run %+v, want preempted, ended at 12s, reached %s, saved %s", first, tt.reached, tt.saved)
+			}
+			if second.Restored != tt.restored || lostWork(lo) != tt.lost || lo.Finish != tt.lowFinishes {
+				t.Errorf("second run restored %s, lost %s, finish %s; want %s, %s, %s", second.Restored, lostWork(lo), lo.Finish, tt.restored, tt.lost, tt.lowFinishes)
+			}
+		})
+	}
+}
+
 // TestPreemptionCooldown: low is preempted by mid and resumes raised to
 // mid's priority; next (15 above low, 5 below mid) may preempt it only
 // once the cooldown is over.
