@@ -23,6 +23,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
@@ -368,17 +369,19 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 	bin := cluster.AutoscalerBinary(t)
 	plugins := autoscalerPlugins(t)
 	addr := freeAddr(t)
-	// The APM's metrics on a port of the test's own: it answering shows the
-	// plugin launched with the file's config.
+	// The APM's and the strategy's metrics on ports of the test's own: their
+	// answering shows the plugins launched with the file's config.
 	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "agent.hcl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const fileMetrics = `metrics_address = "0.0.0.0:9403"`
-	if !strings.Contains(string(src), fileMetrics) {
-		t.Fatalf("jobs/autoscaler/agent.hcl has no %s (jobs/monitoring/prometheus.yml scrapes it)", fileMetrics)
+	const fileMetrics, fileStrategyMetrics = `metrics_address = "0.0.0.0:9403"`, `metrics_address = "0.0.0.0:9404"`
+	for _, m := range []string{fileMetrics, fileStrategyMetrics} {
+		if !strings.Contains(string(src), m) {
+			t.Fatalf("jobs/autoscaler/agent.hcl has no %s (jobs/monitoring/prometheus.yml scrapes it)", m)
+		}
 	}
-	metrics := freeAddr(t)
+	metrics, strategyMetrics := freeAddr(t), freeAddr(t)
 	// Nor the file's Nomad, 127.0.0.1:4646, which may be a make dev agent:
 	// one of the test's own that knows nothing.
 	const fileNomad = `address = "http://127.0.0.1:4646"`
@@ -387,7 +390,8 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 	}
 	nomad := httptest.NewServer(http.NotFoundHandler())
 	defer nomad.Close()
-	hcl := strings.NewReplacer(fileMetrics, fmt.Sprintf("metrics_address = %q", metrics), fileNomad, fmt.Sprintf("address = %q", nomad.URL)).Replace(string(src))
+	hcl := strings.NewReplacer(fileMetrics, fmt.Sprintf("metrics_address = %q", metrics), fileStrategyMetrics, fmt.Sprintf("metrics_address = %q", strategyMetrics),
+		fileNomad, fmt.Sprintf("address = %q", nomad.URL)).Replace(string(src))
 	config := filepath.Join(t.TempDir(), "agent.hcl")
 	if err := os.WriteFile(config, []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
@@ -413,7 +417,7 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 			t.Fatalf("the agent did not come up:\n%s", log.String())
 		case <-time.After(250 * time.Millisecond):
 		}
-		if httpOK("http://"+addr+"/v1/health") && httpOK("http://"+metrics+"/metrics") {
+		if httpOK("http://"+addr+"/v1/health") && httpOK("http://"+metrics+"/metrics") && httpOK("http://"+strategyMetrics+gpuqueue.MetricsPath) {
 			return
 		}
 	}
