@@ -1,11 +1,14 @@
 package contract
 
-// Prometheus metrics. Both plugins serve them on their own metrics.address
-// (off by default), each on a registry of its own. Dashboards and alert rules
-// are written against these names and labels, so they are part of the
-// contract: DeviceMetrics and DriverMetrics list every metric each plugin
-// exports, with its type and labels, and the exporters are built from these
-// lists, so an exported metric cannot be missing from them.
+// Prometheus metrics. Both Nomad plugins serve them on their own
+// metrics.address, and the gpu-queue strategy on its metrics_address (all
+// off by default), each on a registry of its own. Dashboards and alert
+// rules are written against these names and labels, so they are part of
+// the contract: DeviceMetrics, DriverMetrics and StrategyMetrics list every
+// metric each exports, with its type and labels, and the exporters are
+// built from these lists, so an exported metric cannot be missing from
+// them. (nomad-gpu-apm's cluster figures are listed by its package,
+// autoscaler/apm.)
 //
 // Labels that name a node, allocation, job, group or task are those of
 // Nomad's own allocation telemetry (nomad_client_allocs_*), so the series
@@ -52,6 +55,9 @@ const (
 	LabelTask       = "task"
 	LabelResult     = "result"
 	LabelReason     = "reason"
+	LabelPool       = "pool"  // a gpu-queue check's pool key ("" for a check alone)
+	LabelCheck      = "check" // a policy check's name
+	LabelQuery      = "query" // a policy check's query
 )
 
 // Label values.
@@ -64,12 +70,20 @@ const (
 	CheckpointTimeout   = "timeout"   // not committed within commit_timeout of a stop
 
 	KillGPUMemory = "gpu_memory" // the GPU-memory watchdog killed the task
+
+	CheckOK      = "ok"      // the strategy returned an action
+	CheckRefused = "refused" // the check's strategy block or its pool's rules are refused
+	CheckError   = "error"   // bad input: a negative count or a metric that is not a number
 )
 
-// DeviceLabels identify a device's series; TaskLabels a task's.
+// DeviceLabels identify a device's series; TaskLabels a task's;
+// CheckLabels a policy check's as the gpu-queue strategy sees it (the
+// agent sends a strategy no policy ID: a pool is one policy's, and a check
+// alone is told apart by its query).
 var (
 	DeviceLabels = []string{LabelHost, LabelDeviceID, LabelDeviceType, LabelGPU}
 	TaskLabels   = []string{LabelHost, LabelNamespace, LabelJob, LabelTaskGroup, LabelAllocID, LabelTask}
+	CheckLabels  = []string{LabelPool, LabelCheck, LabelQuery}
 )
 
 // Device plugin (nomad-device-gpu) metrics. Device series exist for every
@@ -110,6 +124,13 @@ const (
 	MetricTaskRestores           = "nomad_gpu_task_restores_total"
 	MetricTaskPreemptions        = "nomad_gpu_task_preemptions_total"
 	MetricTaskEnforcementKills   = "nomad_gpu_task_enforcement_kills_total"
+)
+
+// Strategy plugin (gpu-queue) metrics, one series set per policy check that
+// names the strategy (see CheckLabels). A check no evaluation has run for
+// an hour loses its series.
+const (
+	MetricStrategyCheckRuns = "nomad_gpu_strategy_check_runs_total"
 )
 
 func with(base []string, extra ...string) []string {
@@ -158,6 +179,14 @@ func DriverMetrics() []Metric {
 		{MetricTaskRestores, Counter, "Runs of the task that restored a committed checkpoint.", TaskLabels},
 		{MetricTaskPreemptions, Counter, "Stops of the task because Nomad preempted its allocation.", TaskLabels},
 		{MetricTaskEnforcementKills, Counter, "Kills of the task by the driver's enforcement, by reason (gpu_memory: over its GPU memory limit).", with(TaskLabels, LabelReason)},
+	}
+}
+
+// StrategyMetrics lists every metric the gpu-queue strategy exports.
+func StrategyMetrics() []Metric {
+	return []Metric{
+		{MetricStrategyCheckRuns, Counter, "Runs of a policy check by the gpu-queue strategy, by result: ok (it returned an action), refused (the check's strategy block or its pool's rules are refused: the check fails on every evaluation until the policy is fixed; the autoscaler's log names the key at error level), error (bad input: a negative count or a metric that is not a number).",
+			with(CheckLabels, LabelResult)},
 	}
 }
 

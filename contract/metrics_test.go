@@ -18,10 +18,11 @@ var (
 
 // The names follow Prometheus conventions: one prefix, a unit in the
 // name, _total for counters and only for them, a histogram in seconds,
-// and the labels that identify a device or a task on every series of it.
+// and the labels that identify a device, a task or a check on every
+// series of it (and the node plugins' the host).
 func TestMetricNamingConventions(t *testing.T) {
 	seen := map[string]bool{}
-	check := func(ms []Metric, identity []string) {
+	check := func(ms []Metric, identity []string, onNode bool) {
 		for _, m := range ms {
 			if !metricName.MatchString(m.Name) || seen[m.Name] {
 				t.Errorf("%s: not a nomad_gpu_ name, or listed twice", m.Name)
@@ -48,7 +49,7 @@ func TestMetricNamingConventions(t *testing.T) {
 				}
 				labels[l] = true
 			}
-			if !labels[LabelHost] {
+			if onNode && !labels[LabelHost] {
 				t.Errorf("%s: every series has the host label", m.Name)
 			}
 			if len(m.Labels) > 1 && m.Name != MetricXIDErrors && m.Name != MetricDeviceAllocationInfo {
@@ -60,8 +61,9 @@ func TestMetricNamingConventions(t *testing.T) {
 			}
 		}
 	}
-	check(DeviceMetrics(), DeviceLabels)
-	check(DriverMetrics(), TaskLabels)
+	check(DeviceMetrics(), DeviceLabels, true)
+	check(DriverMetrics(), TaskLabels, true)
+	check(StrategyMetrics(), CheckLabels, false)
 }
 
 // Task labels are Nomad's own allocation metric labels, so the series join.
@@ -86,7 +88,7 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Skip("docs/metrics.md not found:", err)
 	}
-	for _, m := range append(DeviceMetrics(), DriverMetrics()...) {
+	for _, m := range slices.Concat(DeviceMetrics(), DriverMetrics(), StrategyMetrics()) {
 		if !strings.Contains(string(b), "`"+m.Name+"`") {
 			t.Errorf("docs/metrics.md does not document %s", m.Name)
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
@@ -368,17 +369,19 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 	bin := cluster.AutoscalerBinary(t)
 	plugins := autoscalerPlugins(t)
 	addr := freeAddr(t)
-	// The APM's metrics on a port of the test's own: it answering shows the
-	// plugin launched with the file's config.
+	// The APM's and the strategy's metrics on ports of the test's own: their
+	// answering shows the plugins launched with the file's config.
 	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "agent.hcl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const fileMetrics = `metrics_address = "0.0.0.0:9403"`
-	if !strings.Contains(string(src), fileMetrics) {
-		t.Fatalf("jobs/autoscaler/agent.hcl has no %s (jobs/monitoring/prometheus.yml scrapes it)", fileMetrics)
+	const fileMetrics, fileStrategyMetrics = `metrics_address = "0.0.0.0:9403"`, `metrics_address = "0.0.0.0:9404"`
+	for _, m := range []string{fileMetrics, fileStrategyMetrics} {
+		if !strings.Contains(string(src), m) {
+			t.Fatalf("jobs/autoscaler/agent.hcl has no %s (jobs/monitoring/prometheus.yml scrapes it)", m)
+		}
 	}
-	metrics := freeAddr(t)
+	metrics, strategyMetrics := freeAddr(t), freeAddr(t)
 	// Nor the file's Nomad, 127.0.0.1:4646, which may be a make dev agent:
 	// one of the test's own that knows nothing.
 	const fileNomad = `address = "http://127.0.0.1:4646"`
@@ -387,7 +390,8 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 	}
 	nomad := httptest.NewServer(http.NotFoundHandler())
 	defer nomad.Close()
-	hcl := strings.NewReplacer(fileMetrics, fmt.Sprintf("metrics_address = %q", metrics), fileNomad, fmt.Sprintf("address = %q", nomad.URL)).Replace(string(src))
+	hcl := strings.NewReplacer(fileMetrics, fmt.Sprintf("metrics_address = %q", metrics), fileStrategyMetrics, fmt.Sprintf("metrics_address = %q", strategyMetrics),
+		fileNomad, fmt.Sprintf("address = %q", nomad.URL)).Replace(string(src))
 	config := filepath.Join(t.TempDir(), "agent.hcl")
 	if err := os.WriteFile(config, []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
@@ -413,8 +417,73 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 			t.Fatalf("the agent did not come up:\n%s", log.String())
 		case <-time.After(250 * time.Millisecond):
 		}
-		if httpOK("http://"+addr+"/v1/health") && httpOK("http://"+metrics+"/metrics") {
+		if httpOK("http://"+addr+"/v1/health") && httpOK("http://"+metrics+"/metrics") && httpOK("http://"+strategyMetrics+gpuqueue.MetricsPath) {
 			return
+		}
+	}
+}
+
+// A policy whose gpu-queue strategy block is refused (boot_time = "512ms";
+// it must be at least 1s), run by a real agent: the agent only warns, so
+// the strategy logs every refused run at error level, naming the key, and
+// counts it in its metrics while the pool's other checks count as ok.
+func TestAutoscalerCountsRefusedChecks(t *testing.T) {
+	cluster.AutoscalerBinary(t)
+	plugins := autoscalerPlugins(t)
+	c := cluster.Start(t, cluster.Options{Clients: 0})
+	pool := newSimPool(t, c, "gpu")
+	metrics := "http://" + freeAddr(t) + gpuqueue.MetricsPath
+	hcl := strings.Replace(autoscalerAgentHCL, `driver = "gpu-queue"`,
+		fmt.Sprintf("driver = \"gpu-queue\"\n  config = {\n    metrics_address = %q\n  }", strings.TrimSuffix(strings.TrimPrefix(metrics, "http://"), gpuqueue.MetricsPath)), 1)
+	policy := gpuQueuePolicy(pool.URL(), 0, 2, 5, tracereplay.Policy{
+		EvalInterval: time.Second, Cooldown: 4 * time.Second, MaxScaleUp: 2, MaxScaleDown: 1,
+		IdleFloor: 30, ScaleInAfter: time.Minute,
+	}, 512*time.Millisecond)
+	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{PluginDir: plugins, HCL: hcl, Policies: map[string]string{"gpu-pool.hcl": policy}})
+
+	// runs reads the counts until cond holds of the capacity check's.
+	runs := func(cond func(gpuqueue.CheckRuns) bool) map[string]gpuqueue.CheckRuns {
+		t.Helper()
+		deadline := time.Now().Add(45 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rs, err := gpuqueue.ReadCheckRuns(ctx, metrics)
+			cancel()
+			byCheck := map[string]gpuqueue.CheckRuns{}
+			for _, r := range rs {
+				byCheck[r.Check] = r
+			}
+			if err == nil && cond(byCheck["capacity"]) {
+				return byCheck
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gpu-queue's check runs %+v (%v); agent log:\n%s", rs, err, tailLines(as.Log(), 40))
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	first := runs(func(r gpuqueue.CheckRuns) bool { return r.Refused >= 2 })
+	if r := first["capacity"]; !r.Failing() || r.Pool != "gpu" || r.Query != "nodes_needed{node_pool=gpu,gpus_per_node=5}" {
+		t.Errorf("capacity: %+v", r)
+	}
+	for _, name := range []string{"queue", "nodes", "idle"} {
+		if r := first[name]; r.OK == 0 || r.Failures() != 0 {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+	// It keeps failing: the count rises with every evaluation.
+	runs(func(r gpuqueue.CheckRuns) bool { return r.Refused >= first["capacity"].Refused+2 && r.OK == 0 })
+
+	var refusedLine string
+	for _, l := range strings.Split(as.Log(), "\n") {
+		if strings.Contains(l, "[ERROR]") && strings.Contains(l, "check refused") {
+			refusedLine = l
+			break
+		}
+	}
+	for _, want := range []string{"check_name=capacity", "key=boot_time", "must be a duration of at least 1s"} {
+		if !strings.Contains(refusedLine, want) {
+			t.Fatalf("no error line of the refusal with %s in the agent's log:\n%s", want, tailLines(as.Log(), 40))
 		}
 	}
 }

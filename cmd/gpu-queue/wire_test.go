@@ -6,10 +6,13 @@ package main
 
 import (
 	"context"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 	"github.com/nomad-gpu/nomad-gpu/wire/wiretest"
 )
@@ -68,5 +71,32 @@ func TestWireBadConfigStopsTheAgent(t *testing.T) {
 	_, err := launch(t, map[string]string{"floor": "120"})
 	if err == nil || !strings.Contains(err.Error(), `gpu-queue: floor: "120" must be a percentage from 0 to 100`) {
 		t.Fatalf("Launch: %v", err)
+	}
+}
+
+// With metrics_address, the plugin process serves its checks' run counts:
+// a refused check counts as refused on every run.
+func TestWireMetrics(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c, err := launch(t, map[string]string{"metrics_address": addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := autoscaler.Check{Name: "capacity", Query: "nodes_needed{node_pool=gpu}", Strategy: "gpu-queue",
+		Config: map[string]string{"signal": "nodes_needed", "pool": "gpu", "boot_time": "512ms"}}
+	for range 2 {
+		if _, err := c.Run(check, []autoscaler.Metric{{Time: time.Now(), Value: 1}}, 0); err == nil {
+			t.Fatal("boot_time 512ms accepted")
+		}
+	}
+	runs, err := gpuqueue.ReadCheckRuns(context.Background(), "http://"+addr+gpuqueue.MetricsPath)
+	want := []gpuqueue.CheckRuns{{Pool: "gpu", Check: "capacity", Query: check.Query, Refused: 2}}
+	if err != nil || !slices.Equal(runs, want) {
+		t.Fatalf("got %+v, %v\nwant %+v", runs, err, want)
 	}
 }

@@ -37,6 +37,12 @@ apm "prometheus" {
 
 strategy "gpu-queue" {
   driver = "gpu-queue"
+  # Every check's runs by result, for Prometheus (jobs/monitoring/prometheus.yml
+  # scrapes them): the GPUScalingCheckFailing alert fires on a check that
+  # fails on every evaluation, e.g. a strategy block gpu-queue refuses.
+  config = {
+    metrics_address = "0.0.0.0:9404"
+  }
 }
 
 # The cloud target of the node groups (gpu-pool-aws.hcl). Every target

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +50,9 @@ const (
 	keyScaleInAfter = "scale_in_after"
 	keyBootTime     = "boot_time"
 	keyLookahead    = "lookahead"
+	// keyMetricsAddress is the plugin config's only key of its own: where
+	// the check run counts are served (host:port; unset: off).
+	keyMetricsAddress = "metrics_address"
 )
 
 // ruleKeys are the keys that may appear in the plugin config (as defaults)
@@ -90,8 +95,43 @@ type checkConfig struct {
 	Explicit map[string]string
 }
 
+// configErr is a refused config: a check's strategy block, its pool's
+// merged rules or the plugin config. Its text names the keys and what is
+// allowed.
+type configErr struct {
+	keys []string
+	msg  string
+}
+
+func (e *configErr) Error() string { return e.msg }
+
 func configError(key, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %s", PluginName, key, fmt.Sprintf(format, args...))
+	return &configErr{keys: []string{key}, msg: fmt.Sprintf("%s: %s: %s", PluginName, key, fmt.Sprintf(format, args...))}
+}
+
+// refusedKeys are the config keys err refuses, sorted, and whether err
+// is (or joins) a config refusal at all.
+func refusedKeys(err error) ([]string, bool) {
+	var keys []string
+	found := false
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *configErr:
+			found = true
+			keys = append(keys, e.keys...)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	sort.Strings(keys)
+	return slices.Compact(keys), found
 }
 
 // injected reports whether the agent, not the operator, put key in a
@@ -159,7 +199,7 @@ func parseRule(r *rules, key, raw string) (string, error) {
 		r.Lookahead = b
 		return strconv.FormatBool(b), nil
 	}
-	return "", fmt.Errorf("%s: unknown key %q", PluginName, key)
+	return "", &configErr{keys: []string{key}, msg: fmt.Sprintf("%s: unknown key %q", PluginName, key)}
 }
 
 // parseDuration is time.ParseDuration, also taking a bare "0".
@@ -197,13 +237,23 @@ func unknownKeysError(unknown []string, allowed []string) error {
 	if len(unknown) > 1 {
 		noun = "keys"
 	}
-	return fmt.Errorf("%s: unknown %s %s; allowed: %s", PluginName, noun, strings.Join(quoted, ", "), strings.Join(allowed, ", "))
+	return &configErr{keys: slices.Clone(unknown),
+		msg: fmt.Sprintf("%s: unknown %s %s; allowed: %s", PluginName, noun, strings.Join(quoted, ", "), strings.Join(allowed, ", "))}
 }
 
-// parsePluginConfig parses the plugin block's config map: rule keys only,
-// as defaults for every check. Agent-injected keys are ignored.
-func parsePluginConfig(m map[string]string) (rules, error) {
-	r := defaultRules
+// pluginConfig is the plugin block's config, parsed.
+type pluginConfig struct {
+	// Defaults are the rule keys' values for every check.
+	Defaults rules
+	// MetricsAddress is where the metrics are served; "" for none.
+	MetricsAddress string
+}
+
+// parsePluginConfig parses the plugin block's config map: rule keys, as
+// defaults for every check, and metrics_address. Agent-injected keys are
+// ignored.
+func parsePluginConfig(m map[string]string) (pluginConfig, error) {
+	c := pluginConfig{Defaults: defaultRules}
 	var unknown []string
 	var errs []error
 	for _, k := range sortedKeys(m) {
@@ -211,8 +261,15 @@ func parsePluginConfig(m map[string]string) (rules, error) {
 		case injected(k):
 		case k == keySignal || k == keyPool:
 			errs = append(errs, configError(k, "belongs in each check's strategy block, not in the plugin config"))
+		case k == keyMetricsAddress:
+			v := strings.TrimSpace(m[k])
+			if v != "" && checkListenAddress(v) != nil {
+				errs = append(errs, configError(k, "%q must be host:port to serve Prometheus metrics on, such as \"127.0.0.1:9404\" or \":9404\" (every interface); unset for none", m[k]))
+				continue
+			}
+			c.MetricsAddress = v
 		case isRuleKey(k):
-			if _, err := parseRule(&r, k, m[k]); err != nil {
+			if _, err := parseRule(&c.Defaults, k, m[k]); err != nil {
 				errs = append(errs, err)
 			}
 		default:
@@ -220,14 +277,30 @@ func parsePluginConfig(m map[string]string) (rules, error) {
 		}
 	}
 	if len(unknown) > 0 {
-		errs = append([]error{unknownKeysError(unknown, ruleKeys)}, errs...)
+		errs = append([]error{unknownKeysError(unknown, append(slices.Clone(ruleKeys), keyMetricsAddress))}, errs...)
 	}
 	if len(errs) == 0 {
-		if err := r.validate(); err != nil {
+		if err := c.Defaults.validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return r, errors.Join(errs...)
+	return c, errors.Join(errs...)
+}
+
+// checkListenAddress accepts host:port with a numeric port (0: any) and a
+// host that is empty, an IP address or a name.
+func checkListenAddress(v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	if strings.ContainsAny(host, " \t/") {
+		return fmt.Errorf("bad host %q", host)
+	}
+	return nil
 }
 
 // parseCheckConfig parses a check's strategy block.

@@ -154,6 +154,7 @@
 //	scale_in_after  "10m"            ≥ 1s: how long the queue must stay empty and utilisation below floor
 //	boot_time       "10m"            ≥ 1s, or "0" (off): how long added capacity takes to show in nodes_needed
 //	lookahead       false            true | false: order capacity boot_time ahead (needs boot_time > 0)
+//	metrics_address ""               plugin config only: host:port to serve metrics on (see Metrics)
 //
 // Values arrive as strings, the way the agent formats them with %v.
 // Durations are Go durations ("30m", "90s"). An error names the key and
@@ -164,7 +165,30 @@
 // A key the plugin does not know is an error that names it. The agent's
 // nomad_* keys (and nomad_config_inherit) are ignored. A bad plugin config
 // stops the agent at start. A bad strategy block fails its check on every
-// run.
+// run, and so does a pool whose checks set a key to different values: the
+// agent only logs a warning ("failed to run check") and counts the check
+// as a vote for no change, so the plugin logs each such run at error level
+// ("check refused", with check_name, pool, query and key) and counts it
+// (see Metrics).
+//
+// # Metrics
+//
+// The plugin config's one key of its own is metrics_address (unset: off),
+// host:port (":9404", "127.0.0.1:9404"). The plugin process then serves
+// Prometheus metrics at MetricsPath there:
+//
+//	nomad_gpu_strategy_check_runs_total{pool, check, query, result}
+//
+// the runs of each check by result: ok (an action), refused (its strategy
+// block or its pool's rules are refused), error (bad input: a negative
+// count or a metric that is not a number). pool is the check's pool key
+// ("" alone), check its name, query its query (the agent sends a strategy
+// no policy ID). Each check has a series of every result from its first
+// run; one that no evaluation has run for an hour is dropped, and at most
+// 4096 are kept. An address it cannot listen on is a SetConfig error
+// naming the key. ReadCheckRuns reads the counts back from the endpoint;
+// jobs/monitoring/alerts.yml's GPUScalingCheckFailing fires on a check
+// that fails on every evaluation for 10 minutes.
 //
 // # Scale out
 //

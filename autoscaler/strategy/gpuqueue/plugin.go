@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
 
@@ -27,6 +29,9 @@ const (
 	poolTTL = time.Hour
 	// gcEvery is how often idle pools are looked for.
 	gcEvery = time.Minute
+	// maxChecks bounds the checks whose run counts are kept (and
+	// exported); a check no evaluation has run for poolTTL is dropped.
+	maxChecks = 4096
 )
 
 var _ autoscaler.Strategy = (*Strategy)(nil)
@@ -36,10 +41,16 @@ var _ autoscaler.Strategy = (*Strategy)(nil)
 type Strategy struct {
 	logger hclog.Logger
 	now    func() time.Time
+	reg    *prometheus.Registry
+
+	// cfgMu serialises SetConfig and guards the exporter.
+	cfgMu   sync.Mutex
+	metrics *exporter // nil: metrics_address unset
 
 	mu       sync.Mutex
 	defaults rules
 	pools    map[string]*pool
+	checks   map[checkKey]*runCounts
 	lastGC   time.Time
 }
 
@@ -48,32 +59,57 @@ func New(logger hclog.Logger) *Strategy {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Strategy{logger: logger, now: time.Now, defaults: defaultRules, pools: map[string]*pool{}}
+	s := &Strategy{logger: logger, now: time.Now, defaults: defaultRules, pools: map[string]*pool{},
+		checks: map[checkKey]*runCounts{}, reg: prometheus.NewRegistry()}
+	s.reg.MustRegister(newRunsCollector(s))
+	return s
 }
 
 // SetConfig takes the plugin block's config: defaults for the rule keys of
-// every check. An unknown key or a bad value is an error naming the key;
-// the agent's nomad_* keys are ignored. On error the previous config stays.
+// every check, and metrics_address. An unknown key or a bad value is an
+// error naming the key; the agent's nomad_* keys are ignored. With
+// metrics_address set, the check run counts are served there (see
+// MetricsPath); a changed address moves the listener. On error, an
+// address it cannot listen on included, the previous config stays.
 func (s *Strategy) SetConfig(config map[string]string) error {
-	r, err := parsePluginConfig(config)
+	c, err := parsePluginConfig(config)
 	if err != nil {
 		return err
 	}
+	s.cfgMu.Lock()
+	defer s.cfgMu.Unlock()
+	if err := s.setMetricsAddress(c.MetricsAddress); err != nil {
+		return configError(keyMetricsAddress, "%q: %v", c.MetricsAddress, err)
+	}
 	s.mu.Lock()
-	s.defaults = r
+	s.defaults = c.Defaults
 	s.mu.Unlock()
 	return nil
 }
 
 // Run decides a check's action from its metrics and the target's count.
 // A bad strategy block is an error naming the key (the agent reports it
-// as the check's error and handles it by on_error).
+// as the check's error and handles it by on_error). The plugin logs it at
+// error level, since the check fails on every evaluation until the policy
+// is fixed, and counts it (contract.MetricStrategyCheckRuns, result
+// refused).
 func (s *Strategy) Run(check autoscaler.Check, metrics []autoscaler.Metric, count int64) (autoscaler.Action, error) {
 	a, err := s.run(check, metrics, count)
+	key := newCheckKey(check)
 	if err != nil {
-		s.logger.Warn("check failed", "check_name", check.Name, "error", err)
+		result := contract.CheckError
+		if keys, refused := refusedKeys(err); refused {
+			result = contract.CheckRefused
+			s.logger.Error("check refused: it fails on every evaluation until its policy is fixed",
+				"check_name", check.Name, "pool", key.pool, "query", check.Query,
+				"key", strings.Join(keys, ","), "error", err)
+		} else {
+			s.logger.Warn("check failed", "check_name", check.Name, "pool", key.pool, "query", check.Query, "error", err)
+		}
+		s.count(key, result)
 		return autoscaler.Action{Count: count, Direction: autoscaler.DirectionNone, Error: true, Reason: err.Error()}, err
 	}
+	s.count(key, contract.CheckOK)
 	s.logger.Trace("calculated scaling strategy results", "check_name", check.Name,
 		"current_count", count, "new_count", a.Count, "direction", a.Direction.String(), "reason", a.Reason)
 	return a, nil
@@ -158,12 +194,18 @@ func poolKey(check autoscaler.Check, cc checkConfig) string {
 	return b.String()
 }
 
-// gc drops idle pools and idle members, at most once a gcEvery.
+// gc drops idle pools, idle members and idle checks' run counts, at
+// most once a gcEvery.
 func (s *Strategy) gc(now time.Time) {
 	if now.Sub(s.lastGC) < gcEvery {
 		return
 	}
 	s.lastGC = now
+	for k, c := range s.checks {
+		if now.Sub(c.lastRun) > poolTTL {
+			delete(s.checks, k)
+		}
+	}
 	for k, p := range s.pools {
 		if now.Sub(p.lastUsed) > poolTTL {
 			delete(s.pools, k)
