@@ -38,6 +38,7 @@ import (
 	promodel "github.com/prometheus/common/model"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
@@ -286,8 +287,10 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if d := median(pool.bootTimes()); d > 0 {
 		lat.Boot = d
 	}
+	var strategyMetrics string
 	if cfg.Autoscale != "" {
 		var policy string
+		hcl := autoscalerAgentHCL
 		if cfg.Autoscale == tracereplay.AutoscaleTargetValue {
 			policy = targetValuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Policy)
 		} else {
@@ -295,14 +298,19 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			// not the compressed one.
 			boot := max(time.Second, lat.Boot.Round(time.Second))
 			policy = gpuQueuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Cluster.WholeGPUs(cfg.Features), s.Policy, boot)
+			// Its check runs tell whether the policy ran as written.
+			addr := freeAddr(t)
+			strategyMetrics = "http://" + addr + gpuqueue.MetricsPath
+			hcl = strings.Replace(hcl, `driver = "gpu-queue"`, fmt.Sprintf("driver = \"gpu-queue\"\n  config = {\n    metrics_address = %q\n  }", addr), 1)
 		}
 		c.StartAutoscaler(t, cluster.AutoscalerOptions{
-			PluginDir: autoscalerPlugins(t), HCL: autoscalerAgentHCL,
+			PluginDir: autoscalerPlugins(t), HCL: hcl,
 			Policies: map[string]string{"gpu-pool.hcl": policy},
 		})
 	}
 	// The nodes' devices are fingerprinted a moment after they are ready.
 	waitDevices(t, c, pool, s.Cluster.GPUsPerNode)
+	featuresAsWritten(t, c, pool, cfg, s.Policy)
 
 	wall := func(d time.Duration) time.Duration { return time.Duration(float64(d) / s.Compression) }
 	trace := func(d time.Duration) time.Duration { return time.Duration(float64(d) * s.Compression) }
@@ -314,6 +322,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	t0 := time.Now()
 	sampler := startSampler(t, "http://"+apmAddr+"/metrics", pool, s.Cluster, t0, s.Compression, wall(s.Horizon))
 	submitted := make(map[string]time.Time, len(s.Trace.Jobs))
+	regEval := make(map[string]string, len(s.Trace.Jobs))
 	var lags []time.Duration
 	for _, j := range s.Trace.Jobs {
 		due := t0.Add(wall(j.Arrival))
@@ -327,9 +336,12 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		if cfg.Checkpoints {
 			commit = s.Policy.CommitTimeout
 		}
-		c.RunJob(t, replayJob(j, sl, wall(j.Duration), cli, commit))
+		regEval[j.ID] = registerJob(t, c, replayJob(j, sl, wall(j.Duration), cli, commit))
 	}
 	res.Timeline = sampler.wait()
+	if strategyMetrics != "" {
+		res.Notes = append(res.Notes, checksAsWritten(t, strategyMetrics)...)
+	}
 	busy1, total1 := cpuTimes(t)
 	if total1 > total0 {
 		res.Distortion.CPUBusy = float64(busy1-busy0) / float64(total1-total0)
@@ -350,12 +362,17 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		rec := j.Record(s.Cluster.Slice(j, cfg.Features))
 		rec.Submitted = trace(submitted[j.ID].Sub(t0))
 		rc.collect(t, &rec, byJob[j.ID])
+		// A job its first evaluation placed (it was not blocked) tells
+		// the scheduler's own latency.
+		if as := byJob[j.ID]; len(as) > 0 && as[0].EvalID == regEval[j.ID] {
+			rc.places = append(rc.places, time.Unix(0, as[0].CreateTime).Sub(submitted[j.ID]))
+		}
 		res.Jobs = append(res.Jobs, rec)
 	}
 	res.Notes = append(res.Notes, rc.notes()...)
 	res.Distortion.StartP50, res.Distortion.StartP95, res.Distortion.StartP99 = quantileOf(rc.starts, 0.5), quantileOf(rc.starts, 0.95), quantileOf(rc.starts, 0.99)
 	res.Distortion.PreemptP50 = median(rc.preempts)
-	if d := median(rc.starts); d > 0 {
+	if d := median(rc.places) + median(rc.starts); d > 0 {
 		lat.Start = d
 	}
 	if d := median(rc.preempts); d > 0 {
@@ -374,6 +391,80 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	return res, lat
 }
 
+// registerJob submits a job and returns its evaluation's ID.
+func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
+	t.Helper()
+	job, err := c.API().Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: jobHCL, Canonicalize: true})
+	if err != nil {
+		t.Fatalf("parse job: %v", err)
+	}
+	resp, _, err := c.API().Jobs().Register(job, nil)
+	if err != nil {
+		t.Fatalf("register job %s: %v", *job.ID, err)
+	}
+	return resp.EvalID
+}
+
+// featuresAsWritten fails the replay when a node's gpu driver reports a
+// feature of the configuration off: a configuration that did not happen
+// must not be reported.
+func featuresAsWritten(t *testing.T, c *cluster.Cluster, pool *simPool, cfg tracereplay.Config, p tracereplay.Policy) {
+	t.Helper()
+	nodes, _, err := c.API().Nodes().List(nil)
+	if err != nil {
+		t.Fatalf("listing nodes: %v", err)
+	}
+	for _, stub := range nodes {
+		n, _, err := c.API().Nodes().Info(stub.ID, nil)
+		if err != nil || n.NodePool != "gpu" || n.Status != api.NodeStatusReady {
+			continue
+		}
+		d := n.Drivers["gpu"]
+		if d == nil {
+			t.Fatalf("%s: node %s has no gpu driver", cfg.Name, n.Name)
+		}
+		want := map[string]string{}
+		if cfg.Slices {
+			want["driver.gpu.mps"] = "true"
+		}
+		if cfg.Checkpoints {
+			want["driver.gpu.preemption_cooldown"] = p.PreemptionCooldown.String()
+		}
+		for k, v := range want {
+			if got := d.Attributes[k]; got != v {
+				t.Fatalf("%s: node %s reports %s = %q, want %q: the configuration would not run as written", cfg.Name, n.Name, k, got, v)
+			}
+		}
+	}
+}
+
+// checksAsWritten fails the replay when a gpu-queue check of its policy
+// was refused or never succeeded: a pool whose checks are refused never
+// scales, and a report of it as autoscaled would be false. Checks that
+// erred now and then (a metric not a number) are noted.
+func checksAsWritten(t *testing.T, metrics string) (notes []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runs, err := gpuqueue.ReadCheckRuns(ctx, metrics)
+	if err != nil {
+		t.Fatalf("reading gpu-queue's check runs: %v", err)
+	}
+	if len(runs) == 0 {
+		t.Fatalf("gpu-queue ran no check: the policy never ran")
+	}
+	for _, r := range runs {
+		switch {
+		case r.Refused > 0 || r.Failing():
+			t.Errorf("gpu-queue check %q (pool %s) failed %.0f of %.0f runs (%.0f refused): the policy did not run as written; the autoscaler's log says why",
+				r.Check, r.Pool, r.Failures(), r.Failures()+r.OK, r.Refused)
+		case r.Error > 0:
+			notes = append(notes, fmt.Sprintf("gpu-queue check %q erred in %.0f of %.0f runs", r.Check, r.Error, r.Error+r.OK))
+		}
+	}
+	return notes
+}
+
 // recordCollector turns a replay's allocations into job records: their
 // runs, what they held, and their checkpoint record from the task logs.
 type recordCollector struct {
@@ -382,9 +473,10 @@ type recordCollector struct {
 	horizon time.Time
 	trace   func(time.Duration) time.Duration
 	byID    map[string]*api.AllocationListStub
-	// starts are placement-to-running latencies, preempts
+	// places are submission-to-placement latencies of jobs placed by
+	// their first evaluation, starts placement-to-running ones, preempts
 	// preemptor-placement-to-victim-stopped ones (wall clock).
-	starts, preempts []time.Duration
+	places, starts, preempts []time.Duration
 	// Preemptions whose progress the task logs no longer tell: the node
 	// that ran the allocation was removed (scaled in) before they were read.
 	preempted, unread int
