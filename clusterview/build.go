@@ -146,10 +146,16 @@ const (
 	statMemUsed  = "Memory used"
 	statMPSUsed  = "MPS memory used"
 	statMPSLimit = "MPS memory limit"
-	statTemp     = "Temperature" // C
-	statPower    = "Power"       // W
-	statGPUIndex = "GPU index"   // the physical GPU's, on every device
-	statGPUUUID  = "GPU UUID"
+	statMPSUtil  = "MPS utilization" // a share's task's, of the share's SMs
+	// An MPS share's physical GPU's figures (its plain "GPU utilization"
+	// and "Memory used" are its task's own). A device plugin that predates
+	// them reports the GPU's under the plain names on every share.
+	statPhysGPUUtil = "Physical GPU utilization"
+	statPhysMemUsed = "Physical GPU memory used"
+	statTemp        = "Temperature" // C
+	statPower       = "Power"       // W
+	statGPUIndex    = "GPU index"   // the physical GPU's, on every device
+	statGPUUUID     = "GPU UUID"
 )
 
 // Build makes the view of in. It is pure: the same input gives the same
@@ -407,14 +413,22 @@ func (b *nodeBuilder) addMPS(d *api.NodeDeviceResource, in *api.NodeDevice) {
 		s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMPSMemoryLimit)
 	}
 	s.MemoryUsedMiB = memValue(statValue(ds, statMPSUsed), false)
-	// Every share reads its GPU's telemetry: the GPU's figures.
-	if used, total := memStat(ds, statMemUsed); used != nil && g.MemoryUsedMiB == nil {
+	// Its own: its task's utilisation of the share, never the GPU's.
+	s.UtilizationPct = numStat(ds, statMPSUtil)
+	// Every share carries its GPU's figures: the GPU's. A share's stats
+	// always have "Physical GPU memory used" (its GPU's memory) unless the
+	// plugin predates it, and then has the GPU's under the plain names.
+	gpuUtil, gpuMem := statPhysGPUUtil, statPhysMemUsed
+	if ds != nil && statValue(ds, statPhysMemUsed) == nil {
+		gpuUtil, gpuMem = statGPUUtil, statMemUsed
+	}
+	if used, total := memStat(ds, gpuMem); used != nil && g.MemoryUsedMiB == nil {
 		g.MemoryUsedMiB = used
 		if g.MemoryTotalMiB == nil {
 			g.MemoryTotalMiB = total
 		}
 	}
-	if u := numStat(ds, statGPUUtil); u != nil && g.UtilizationPct == nil {
+	if u := numStat(ds, gpuUtil); u != nil && g.UtilizationPct == nil {
 		g.UtilizationPct = u
 	}
 	g.takeGPUStats(ds)

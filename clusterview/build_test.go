@@ -30,8 +30,8 @@ func describe(g GPU) string {
 		if s.Alloc != nil {
 			holder = s.Alloc.Job + ":" + num(s.Alloc.MemoryUsedMiB)
 		}
-		sl = append(sl, fmt.Sprintf("%s:%s:%s:%v:%s/%s:%s", s.Type, s.ID[len(s.ID)-6:], s.Profile, s.Healthy,
-			num(s.MemoryUsedMiB), num(s.MemoryTotalMiB), holder))
+		sl = append(sl, fmt.Sprintf("%s:%s:%s:%v:%s/%s:%s%%:%s", s.Type, s.ID[len(s.ID)-6:], s.Profile, s.Healthy,
+			num(s.MemoryUsedMiB), num(s.MemoryTotalMiB), num(s.UtilizationPct), holder))
 	}
 	return fmt.Sprintf("%s|%s|idx=%s|%s|%s|healthy=%v %s|mem=%s/%s|util=%s|%sC %sW|allocs=%s|slices=%s",
 		g.UUID, g.PCIBusID, num(g.Index), g.Model, g.Mode, g.Healthy, g.HealthDescription,
@@ -53,9 +53,9 @@ func TestBuildGroupsDevicesIntoGPUs(t *testing.T) {
 		gpuA + "|0000:18:00.0|idx=0|" + h100 + "|whole|healthy=true |mem=30000/81920|util=40|45C 300W|allocs=train/g/t@a0000001:30000|slices=",
 		gpuB + "|0000:2a:00.0|idx=1|" + h100 + "|whole|healthy=false XID 79 (GPU has fallen off the bus)|mem=0/81920|util=0|30C 70W|allocs=|slices=",
 		gpuM + "|0000:9a:00.0|idx=4|" + h100 + "|mps|healthy=true |mem=12000/81920|util=55|51C 250.5W|allocs=notebook/g/t@a0000003:1500|slices=" +
-			"mps:-mps-0:1/4:true:0/20480:- mps:-mps-1:1/4:true:1000/20480:notebook:1000 mps:-mps-2:1/4:true:500/20480:notebook:500 mps:-mps-3:1/4:true:0/20480:-",
+			"mps:-mps-0:1/4:true:0/20480:0%:- mps:-mps-1:1/4:true:1000/20480:100%:notebook:1000 mps:-mps-2:1/4:true:500/20480:100%:notebook:500 mps:-mps-3:1/4:true:0/20480:0%:-",
 		gpuMIG + "|0000:db:00.0|idx=7|" + h100 + "|mig|healthy=true |mem=3072/81920|util=nil|38C 120W|allocs=infer/g/t@a0000002:2048|slices=" +
-			"mig:000000:1g.10gb:true:2048/10240:infer:2048 mig:000000:1g.10gb:true:1024/10240:-",
+			"mig:000000:1g.10gb:true:2048/10240:nil%:infer:2048 mig:000000:1g.10gb:true:1024/10240:nil%:-",
 	}
 	if len(n.GPUs) != len(want) {
 		t.Fatalf("%d GPUs, want %d", len(n.GPUs), len(want))
@@ -160,6 +160,55 @@ func TestBuildHealthAndFallbacks(t *testing.T) {
 			gpu: 2, health: "true ",
 			check: func(t *testing.T, g GPU) {
 				if num(g.TemperatureC) != "51" || num(g.PowerW) != "250.5" || g.UUID != gpuM {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
+			name: "an MPS GPU's figures are its shares' Physical GPU ones, a share's its task's",
+			edit: func(_ *api.NodeListStub, in *Input) {
+				// What the shares' own figures are must not reach the GPU.
+				for _, ds := range in.Stats[node1ID].Host.DeviceStats[2].InstanceStats {
+					ds.Stats.Attributes["GPU utilization"] = fstat(7, "%")
+					ds.Stats.Attributes["Memory used"] = istat(3, 20480, "MiB")
+				}
+			},
+			gpu: 2, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if num(g.UtilizationPct) != "55" || num(g.MemoryUsedMiB) != "12000" || num(g.MemoryTotalMiB) != "81920" ||
+					num(g.Slices[0].UtilizationPct) != "0" || num(g.Slices[1].UtilizationPct) != "100" || num(g.Slices[1].MemoryUsedMiB) != "1000" {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
+			name: "a device plugin of before the Physical GPU stats: the GPU's figures under a share's plain names",
+			edit: func(_ *api.NodeListStub, in *Input) {
+				for _, ds := range in.Stats[node1ID].Host.DeviceStats[2].InstanceStats {
+					a := ds.Stats.Attributes
+					a["GPU utilization"], a["Memory used"] = a["Physical GPU utilization"], a["Physical GPU memory used"]
+					delete(a, "Physical GPU utilization")
+					delete(a, "Physical GPU memory used")
+				}
+			},
+			gpu: 2, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if num(g.UtilizationPct) != "55" || num(g.MemoryUsedMiB) != "12000" ||
+					num(g.Slices[0].UtilizationPct) != "0" || num(g.Slices[1].UtilizationPct) != "100" {
+					t.Errorf("%s", describe(g))
+				}
+			},
+		},
+		{
+			name: "a share whose task is not measured has no utilisation",
+			edit: func(_ *api.NodeListStub, in *Input) {
+				a := in.Stats[node1ID].Host.DeviceStats[2].InstanceStats[shareID(gpuM, 1)].Stats.Attributes
+				delete(a, "GPU utilization")
+				delete(a, "MPS utilization")
+			},
+			gpu: 2, health: "true ",
+			check: func(t *testing.T, g GPU) {
+				if g.Slices[1].UtilizationPct != nil || num(g.Slices[2].UtilizationPct) != "100" || num(g.UtilizationPct) != "55" {
 					t.Errorf("%s", describe(g))
 				}
 			},

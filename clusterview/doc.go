@@ -85,11 +85,15 @@
 //	}
 //
 // memory_used_mib and utilization_pct come from the client's host stats
-// (/v1/client/stats): for a whole GPU and an MPS GPU the GPU's "Memory used"
-// and "GPU utilization"; for a MIG instance its own, for a MIG GPU the sum of
-// its instances' memory and no utilisation; for an MPS share what its task
-// uses ("MPS memory used") of its limit. temperature_c and power_w are
-// the stats "Temperature" and "Power".
+// (/v1/client/stats): for a whole GPU its "Memory used" and "GPU
+// utilization"; for an MPS GPU the "Physical GPU memory used" and "Physical
+// GPU utilization" its shares carry (from a device plugin that predates
+// those, the shares' "Memory used" and "GPU utilization", then the GPU's);
+// for a MIG instance its own, for a MIG GPU the sum of its instances' memory
+// and no utilisation; for an MPS share what its task uses of it: "MPS memory
+// used" of its limit and "MPS utilization" of its SMs (null where the task
+// is not measured), never the GPU's. temperature_c and power_w are the
+// stats "Temperature" and "Power".
 //
 // An allocation's memory_used_mib is "where known": what the task holds
 // of the device stats, since Nomad reports no per-process GPU memory. For

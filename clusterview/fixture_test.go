@@ -138,10 +138,14 @@ func onGPU(index int64, uuid string, temp, power float64, attrs map[string]*api.
 
 func fixtureStats() *api.HostStats {
 	gpuTelemetry := map[string]*api.StatValue{"GPU utilization": fstat(40, "%"), "Memory used": istat(30000, 81920, "MiB")}
-	share := func(used int64) *api.DeviceStats {
+	// A share's plain "GPU utilization" and "Memory used" are its task's,
+	// as "MPS utilization" and "MPS memory used"; the GPU's are "Physical
+	// GPU ...".
+	share := func(used int64, util float64) *api.DeviceStats {
 		a := map[string]*api.StatValue{
-			"GPU utilization": fstat(55, "%"), "Memory used": istat(12000, 81920, "MiB"),
-			"MPS memory used": istat(used, 20480, "MiB"), "MPS memory limit": istat(20480, 0, "MiB"),
+			"Physical GPU utilization": fstat(55, "%"), "Physical GPU memory used": istat(12000, 81920, "MiB"),
+			"GPU utilization": fstat(util, "%"), "Memory used": istat(used, 20480, "MiB"),
+			"MPS utilization": fstat(util, "%"), "MPS memory used": istat(used, 20480, "MiB"), "MPS memory limit": istat(20480, 0, "MiB"),
 		}
 		return onGPU(4, gpuM, 51, 250.5, a)
 	}
@@ -155,7 +159,7 @@ func fixtureStats() *api.HostStats {
 			migB: onGPU(7, gpuMIG, 38, 120, map[string]*api.StatValue{"Memory used": istat(1, 10240, "GiB")}),
 		}},
 		{Vendor: "nvidia", Type: "mps", Name: gpuM, InstanceStats: map[string]*api.DeviceStats{
-			shareID(gpuM, 0): share(0), shareID(gpuM, 1): share(1000), shareID(gpuM, 2): share(500), shareID(gpuM, 3): share(0),
+			shareID(gpuM, 0): share(0, 0), shareID(gpuM, 1): share(1000, 100), shareID(gpuM, 2): share(500, 100), shareID(gpuM, 3): share(0, 0),
 		}},
 	}}
 }

@@ -17,10 +17,10 @@ NODE gpu-1 (11111111)  ready  pool gpu  class h100  dc dc1
   1    GPU-bbbbbbbb  H100 80GB H…  UNHEALTHY    0%   0.0/80.0   30C    70W  free
     XID 79 (GPU has fallen off the bus)
   4    GPU-cccccccc  H100 80GB H…  ok          55%  11.7/80.0   51C   250W  2/4
-  ├─   share 0       1/4           ok            -   0.0/20.0               free
-  ├─   share 1       1/4           ok            -   1.0/20.0               used
-  ├─   share 2       1/4           ok            -   0.5/20.0               used
-  └─   share 3       1/4           ok            -   0.0/20.0               free
+  ├─   share 0       1/4           ok           0%   0.0/20.0               free
+  ├─   share 1       1/4           ok         100%   1.0/20.0               used
+  ├─   share 2       1/4           ok         100%   0.5/20.0               used
+  └─   share 3       1/4           ok           0%   0.0/20.0               free
   7    GPU-eeeeeeee  H100 80GB H…  ok            -   3.0/80.0   38C   120W  1/2
   ├─   MIG-11111111  1g.10gb       ok            -   2.0/10.0               used
   └─   MIG-22222222  1g.10gb       ok            -   1.0/10.0               free

@@ -89,8 +89,9 @@ var (
 // Device plugin (nomad-device-gpu) metrics. Device series exist for every
 // device Nomad is offered: whole GPUs, MIG instances and MPS shares. A MIG
 // instance's and an MPS share's temperature, power, clocks and ECC counts are
-// those of their GPU, as in `nomad node status -stats`; a value NVML does not
-// report for a device has no series.
+// those of their GPU, as in `nomad node status -stats`; an MPS share's
+// utilization and memory used are its task's own, never its GPU's; a value
+// NVML does not report for a device has no series.
 const (
 	MetricDeviceInfo             = "nomad_gpu_device_info"
 	MetricDeviceHealthy          = "nomad_gpu_device_healthy"
@@ -147,8 +148,8 @@ func DeviceMetrics() []Metric {
 		{MetricDeviceAllocationInfo, Gauge, "Always 1: the task of an allocation that holds the device; joins device series to Nomad's allocation metrics.",
 			[]string{LabelHost, LabelDeviceID, LabelNamespace, LabelJob, LabelTaskGroup, LabelAllocID, LabelTask}},
 		{MetricDeviceAllocationsKnown, Gauge, "1 when the plugin read this node's allocations from the Nomad API, so nomad_gpu_device_allocated is known; 0 when it cannot.", []string{LabelHost}},
-		{MetricDeviceUtilization, Gauge, "Share of time a kernel ran on the GPU (MIG: the instance's, where NVML reports it), in percent; for an MPS share, its task's utilization of the share as the gpu driver publishes it (0 without a task), else the GPU's.", DeviceLabels},
-		{MetricDeviceMemUtilization, Gauge, "Share of time device memory was read or written, in percent.", DeviceLabels},
+		{MetricDeviceUtilization, Gauge, "Share of time a kernel ran on the GPU (MIG: the instance's, where NVML reports it), in percent; for an MPS share, its task's utilization of the share's SMs as the gpu driver measures and publishes it (0 without a task), never the GPU's: no series where the driver does not measure the share's task.", DeviceLabels},
+		{MetricDeviceMemUtilization, Gauge, "Share of time device memory was read or written, in percent; whole GPUs and MIG instances only (an MPS share's own is not measured).", DeviceLabels},
 		{MetricDeviceMemoryUsed, Gauge, "GPU memory in use: the whole GPU's or MIG instance's; for an MPS share, what its task uses of the share.", DeviceLabels},
 		{MetricDeviceMemoryTotal, Gauge, "GPU memory of the whole GPU or MIG instance; for an MPS share, its pinned memory limit.", DeviceLabels},
 		{MetricDeviceTemperature, Gauge, "GPU temperature.", DeviceLabels},

@@ -176,19 +176,18 @@ func (m *deviceMetrics) collectTelemetry(ch chan<- prometheus.Metric, lv []strin
 		}
 	}
 	if s.typ == contract.SliceMPS {
-		// Its task's utilisation of the share, where the driver publishes
-		// it; else (an older driver, or NVML samples no per-process
-		// utilisation) the GPU's.
-		u := smp.published(s.gpuUUID)
-		if pct, ok := shareUtilization(u, s.id); ok && u.Util != nil {
+		// Its task's utilisation of the share (0 without a task), where
+		// the driver measures it; else (an older driver, or NVML samples
+		// no per-process utilisation) no series: the GPU's figures are
+		// every client's, not the share's. Nothing measures a share's
+		// memory bandwidth.
+		if pct, ok := shareUtilization(smp.published(s.gpuUUID), s.id); ok {
 			ch <- m.gauge(contract.MetricDeviceUtilization, pct, lv...)
-		} else {
-			opt(contract.MetricDeviceUtilization, t.GPUUtilPercent, 1)
 		}
 	} else {
 		opt(contract.MetricDeviceUtilization, t.GPUUtilPercent, 1)
+		opt(contract.MetricDeviceMemUtilization, t.MemUtilPercent, 1)
 	}
-	opt(contract.MetricDeviceMemUtilization, t.MemUtilPercent, 1)
 	opt(contract.MetricDeviceTemperature, t.TemperatureC, 1)
 	opt(contract.MetricDevicePower, t.PowerMilliW, 1e-3)
 	opt(contract.MetricDeviceSMClock, t.SMClockMHz, 1e6)

@@ -211,7 +211,7 @@ func TestDeviceMetrics(t *testing.T) {
 			},
 		},
 		{
-			name: "utilisation and memory used follow the sim; an MPS share's memory is its task's",
+			name: "utilisation and memory used follow the sim; an MPS share's are its task's (not measured: no utilisation)",
 			setup: func(t *testing.T, n *simNode) {
 				n.ctl.SetUtilization(n.gpuUUID(2), 80, 30)
 				n.ctl.SetUtilization(n.gpuUUID(0), 40, 10)
@@ -227,9 +227,10 @@ func TestDeviceMetrics(t *testing.T) {
 			},
 			metrics: []string{contract.MetricDeviceUtilization, contract.MetricDeviceMemoryUsed},
 			want: func(n *simNode) string {
+				// The driver publishes share 1's task's memory, not its
+				// utilisation: share 1 has no series, share 0 (no task) 0.
 				return expect(contract.MetricDeviceUtilization,
-					row(contract.MetricDeviceUtilization, n.share(0), "mps", "0", 40),
-					row(contract.MetricDeviceUtilization, n.share(1), "mps", "0", 40),
+					row(contract.MetricDeviceUtilization, n.share(0), "mps", "0", 0),
 					row(contract.MetricDeviceUtilization, n.migUUID(0), "mig", "1", 0),
 					row(contract.MetricDeviceUtilization, n.migUUID(1), "mig", "1", 0),
 					row(contract.MetricDeviceUtilization, n.gpuUUID(2), "gpu", "2", 80),

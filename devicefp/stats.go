@@ -27,6 +27,13 @@ const (
 	statShareMemory  = "MPS memory limit"
 	statShareUsed    = "MPS memory used"
 	statShareUtil    = "MPS utilization"
+	// An MPS share's own "GPU utilization", "Memory used" are its task's;
+	// its physical GPU's figures, which every client of the GPU moves, go
+	// under these names instead. There is no per-share memory bandwidth
+	// figure: a share reports the GPU's only, as statPhysMemUtil.
+	statPhysGPUUtil = "Physical GPU utilization"
+	statPhysMemUtil = "Physical GPU memory utilization"
+	statPhysMemUsed = "Physical GPU memory used"
 	// The physical GPU a device is on, per device: Nomad's device groups
 	// gather several GPUs (whole GPUs by product, MIG instances by
 	// profile), so group attributes cannot say which one.
@@ -134,22 +141,30 @@ func shareUtilization(u gpu.ShareUsage, id string) (float64, bool) {
 	return 0, true
 }
 
+// deviceStats is the device's stats from its telemetry. An MPS share reads
+// its GPU's telemetry, which every client of the GPU moves: its utilisation
+// and memory figures go under the "Physical GPU ..." names, and
+// addShareUsage adds the share's own.
 func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats {
 	attrs := map[string]*structs.StatValue{}
+	memUsedName, gpuUtilName, memUtilName, of := statMemUsed, statGPUUtil, statMemUtil, ""
+	if s.typ == contract.SliceMPS {
+		memUsedName, gpuUtilName, memUtilName, of = statPhysMemUsed, statPhysGPUUtil, statPhysMemUtil, " (the physical GPU, all its MPS clients)"
+	}
 	used, total := int64(t.MemoryUsedMiB), int64(t.MemoryTotalMiB)
-	memUsed := &structs.StatValue{IntNumerator: &used, Unit: "MiB", Desc: "GPU memory used"}
+	memUsed := &structs.StatValue{IntNumerator: &used, Unit: "MiB", Desc: "GPU memory used" + of}
 	if total > 0 {
 		memUsed.IntDenominator = &total
 	}
-	attrs[statMemUsed] = memUsed
+	attrs[memUsedName] = memUsed
 	percent := func(name string, v *uint32, desc string) {
 		if v != nil {
 			f := float64(*v)
 			attrs[name] = &structs.StatValue{FloatNumerator: &f, Unit: "%", Desc: desc}
 		}
 	}
-	percent(statGPUUtil, t.GPUUtilPercent, "share of time a kernel ran")
-	percent(statMemUtil, t.MemUtilPercent, "share of time device memory was read or written")
+	percent(gpuUtilName, t.GPUUtilPercent, "share of time a kernel ran"+of)
+	percent(memUtilName, t.MemUtilPercent, "share of time device memory was read or written"+of)
 	intStat := func(name string, v *uint32, unit, desc string) {
 		if v != nil {
 			i := int64(*v)
@@ -186,17 +201,25 @@ func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats 
 	}
 }
 
-// addShareUsage makes an MPS share's summary what its task uses of the
-// share, as the gpu driver measured it, and adds the task's utilisation of
-// the share (its SMs, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), where measured;
-// without a task the share uses 0 of both.
+// addShareUsage adds an MPS share's own figures, what its task uses as the
+// gpu driver measured it: its utilisation of the share (its SMs,
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), as "MPS utilization" and "GPU
+// utilization", where measured (neither where not: never the GPU's); its
+// GPU memory, as "MPS memory used", "Memory used" and the summary. Without
+// a task the share uses 0 of both.
 func addShareUsage(ds *device.DeviceStats, s *slice, u gpu.ShareUsage) {
+	attrs := ds.Stats.Attributes
 	if pct, ok := shareUtilization(u, s.id); ok {
-		ds.Stats.Attributes[statShareUtil] = &structs.StatValue{FloatNumerator: &pct, Unit: "%", Desc: "utilization of this share's SMs by its task"}
+		own := pct
+		attrs[statShareUtil] = &structs.StatValue{FloatNumerator: &pct, Unit: "%", Desc: "utilization of this share's SMs by its task"}
+		attrs[statGPUUtil] = &structs.StatValue{FloatNumerator: &own, Unit: "%", Desc: "utilization of this share's SMs by its task (the GPU's: " + statPhysGPUUtil + ")"}
 	}
-	used := int64(u.Shares[s.id])
-	limit := int64(s.memLimitMiB)
-	v := &structs.StatValue{IntNumerator: &used, IntDenominator: &limit, Unit: "MiB", Desc: "GPU memory used by this share's task, per share"}
-	ds.Stats.Attributes[statShareUsed] = v
+	mem := func(desc string) *structs.StatValue {
+		used, limit := int64(u.Shares[s.id]), int64(s.memLimitMiB)
+		return &structs.StatValue{IntNumerator: &used, IntDenominator: &limit, Unit: "MiB", Desc: desc}
+	}
+	v := mem("GPU memory used by this share's task, per share")
+	attrs[statShareUsed] = v
+	attrs[statMemUsed] = mem("GPU memory used by this share's task, of the share's limit (the GPU's: " + statPhysMemUsed + ")")
 	ds.Summary = v
 }

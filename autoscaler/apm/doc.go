@@ -36,7 +36,10 @@
 //   - max_staleness (1m): how long a list may keep failing before queries
 //     that read it fail rather than answer from the last good state.
 //   - util_stat ("GPU utilization"): the device stat gpu_util_pct
-//     averages (the name devicefp and nomad-device-nvidia report).
+//     averages (the name devicefp and nomad-device-nvidia report). devicefp
+//     reports, for an MPS share, its task's utilisation of the share (not
+//     its GPU's), so the mean over nvidia/mps is the shares' own load, and
+//     a share whose task is not measured reports none and is left out.
 //   - metrics_address (unset: off): host:port (":9403", "127.0.0.1:9403";
 //     port 0 picks one) where the plugin process serves the cluster
 //     figures as Prometheus metrics, at /metrics. A reload keeps the
@@ -179,7 +182,7 @@
 //   - nomad_gpu_cluster_stranded_memory_bytes{pool,datacenter,device}: the memory of the free instances that are stranded either way (each once), Σ m(g) over stranded_devices ∪ stranded_slices.
 //   - nomad_gpu_cluster_fragmentation_ratio{pool,datacenter,device}: the share of free instances that are stranded, |stranded_devices ∪ stranded_slices| / free_devices (0 when none is free).
 //   - nomad_gpu_cluster_allocated_ratio{pool,datacenter,device}: allocated_devices / devices (0 with none), gpu_alloc_pct / 100.
-//   - nomad_gpu_cluster_utilization_ratio{pool,datacenter,device}: mean utilisation of the instances of ready nodes that report util_stat, Σ util / (100 · N) (no series when none report), gpu_util_pct / 100.
+//   - nomad_gpu_cluster_utilization_ratio{pool,datacenter,device}: mean utilisation of the instances of ready nodes that report util_stat, Σ util / (100 · N) (no series when none report), gpu_util_pct / 100. An MPS share's is its task's of the share.
 //   - nomad_gpu_cluster_load_ratio{pool,datacenter,device}: mean GPU load, the same mean over the reporting instances held by an allocation.
 //   - nomad_gpu_cluster_queued_allocs{pool,device,priority,state}: queued allocations asking for the device, Σ allocs (one asking for two devices counts under both).
 //   - nomad_gpu_cluster_queued_devices{pool,device,priority,state}: devices they ask for, Σ allocs · per-allocation ask.

@@ -488,3 +488,38 @@ func TestNodeDeviceReading(t *testing.T) {
 		}
 	}
 }
+
+// An MPS share's "GPU utilization" (util_stat) is its task's utilisation of
+// the share, as the device plugin reports it: gpu_util_pct and the
+// utilisation and load ratios of nvidia/mps average the shares' own
+// figures as they are (not scaled by the share's SM share, not the GPU's
+// "Physical GPU utilization"), leaving out a share whose task is not
+// measured (no "GPU utilization").
+func TestMPSShareUtilization(t *testing.T) {
+	pct := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "%"} }
+	share := func(own *api.StatValue) *api.DeviceStats {
+		a := map[string]*api.StatValue{"Physical GPU utilization": pct(20), "MPS thread percentage": pct(25)}
+		if own != nil {
+			a["GPU utilization"], a["MPS utilization"] = own, own
+		}
+		return &api.DeviceStats{Stats: &api.StatObject{Attributes: a}}
+	}
+	hs := &api.HostStats{DeviceStats: []*api.DeviceGroupStats{{Vendor: "nvidia", Type: "mps", Name: "GPU-A", InstanceStats: map[string]*api.DeviceStats{
+		"GPU-A-mps-0": share(pct(80)), // the held share's task: 80 % of its share, 20 % of the GPU
+		"GPU-A-mps-1": share(pct(0)),  // no task
+		"GPU-A-mps-2": share(nil),     // a task the driver does not measure
+		"GPU-A-mps-3": share(pct(0)),
+	}}}}
+	n := mpsNode()
+	s := &Snapshot{Now: t0, Nodes: []Node{n}, Util: map[string][]InstanceUtil{n.ID: utilOf(hs, DefaultUtilStat)}}
+	if got := eval(t, "gpu_util_pct{pool=mps,device=nvidia/mps}", s); math.Abs(got-80/3.0) > 1e-9 {
+		t.Errorf("gpu_util_pct = %v, want the measured shares' mean %v", got, 80/3.0)
+	}
+	f := CapacityFigures(s)[CapacityKey{"mps", "dc1", "nvidia/mps"}]
+	if u, ok := f.UtilizationRatio(); !ok || math.Abs(u-0.8/3) > 1e-12 {
+		t.Errorf("utilization ratio %v %v, want %v", u, ok, 0.8/3)
+	}
+	if l, ok := f.LoadRatio(); !ok || math.Abs(l-0.8) > 1e-12 {
+		t.Errorf("load ratio %v %v, want the held share's own 0.8", l, ok)
+	}
+}
