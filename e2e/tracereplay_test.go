@@ -37,14 +37,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 	promodel "github.com/prometheus/common/model"
 
-	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/report"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
@@ -105,25 +103,14 @@ func TestTraceReplay(t *testing.T) {
 	if len(real) == 0 {
 		return
 	}
-	var modelled []tracereplay.Result
-	for i, rr := range real {
-		cfg := rr.Config
-		t.Logf("model latencies of %s from this run: %+v", cfg.Name, lats[i])
-		r, err := model.Run(setup.Trace, model.Options{
-			Cluster: setup.Cluster, Config: cfg, Policy: setup.Policy, Latencies: lats[i],
-			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
-		})
-		if err != nil {
-			t.Fatalf("model %s: %v", cfg.Name, err)
-		}
-		modelled = append(modelled, r)
+	for i, r := range real {
+		t.Logf("model latencies of %s from this run: %+v", r.Config.Name, lats[i])
 	}
-	err = report.Write(out, report.Run{
-		Title: "Trace replay: " + filepath.Base(p.TracePath()), Trace: setup.Trace, Seed: setup.Seed,
-		Attribution: setup.Attribution, Real: real, Model: modelled, Started: started, Elapsed: time.Since(started),
-		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand}, Notes: setup.Notes,
-	})
-	if err != nil {
+	rr := tracereplay.RealRun{Flags: strings.Fields(os.Getenv("BENCH_TRACE_FLAGS")), Started: started, Elapsed: time.Since(started), Results: real, Latencies: lats}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := report.FromReal(out, "Trace replay: "+filepath.Base(p.TracePath()), setup, rr); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("bench-trace: report in %s", filepath.Join(out, "report.md"))

@@ -35,6 +35,11 @@ this model, is 'make bench-trace' (docs/trace-replay.md).
 -convert writes the selected jobs as a replay CSV instead, for editing or
 for another tool.
 
+-real reads the record a real run ('make bench-trace') left beside its
+report (real-run.json.gz), runs the model on it again with the latencies
+it measured, and rewrites the report to -out: the sample comes from the
+record's flags, and the other sample flags are not used.
+
 Flags:
 `
 
@@ -49,6 +54,7 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	p.Register(fs)
 	out := fs.String("out", "bench-trace", "directory the report and plots are written to")
 	convert := fs.String("convert", "", `write the selected jobs to this replay CSV ("-": stdout) and exit`)
+	real := fs.String("real", "", "a real run's record ("+tracereplay.RealRunFile+"): model it again and rewrite its report to -out")
 	// The model runs in trace time; its -compression only scales its
 	// wall-clock latencies and policy times. 1 models a cluster in real
 	// time; a real run's compression models that run.
@@ -63,6 +69,9 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "nomad-gpu bench-trace: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if *real != "" {
+		return remodel(*real, *out, stdout, stderr)
 	}
 	setup, err := p.Load()
 	if err != nil {
@@ -117,5 +126,37 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: %d jobs × %d configs on %d–%d nodes in %s; report: %s\n", setup.Trace.Source, len(setup.Trace.Jobs),
 		len(setup.Configs), setup.Cluster.MinNodes, setup.Cluster.MaxNodes, time.Since(started).Round(time.Millisecond), filepath.Join(*out, "report.md"))
+	return 0
+}
+
+// remodel rewrites a real run's report from its record.
+func remodel(path, out string, stdout, stderr io.Writer) int {
+	rr, err := tracereplay.ReadRealRun(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: real: %v\n", err)
+		return 2
+	}
+	var p tracereplay.Params
+	fs := flag.NewFlagSet("bench-trace", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	p.Register(fs)
+	if err := fs.Parse(rr.Flags); err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: real: %s: its flags %q: %v\n", path, rr.Flags, err)
+		return 2
+	}
+	setup, err := p.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: real: %s: %v\n", path, err)
+		return 2
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
+		return 1
+	}
+	if err := report.FromReal(out, "Trace replay: "+filepath.Base(p.TracePath()), setup, rr); err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: %d configurations modelled again; report: %s\n", path, len(rr.Results), filepath.Join(out, "report.md"))
 	return 0
 }
