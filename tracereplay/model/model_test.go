@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
@@ -412,6 +413,27 @@ func TestGPUQueueScalesOutAndIn(t *testing.T) {
 	}
 	if maxNodes != 4 {
 		t.Errorf("at most %d nodes, want 4 (max_nodes)", maxNodes)
+	}
+}
+
+// The real policy's queries ask for device nvidia/gpu, which MPS shares
+// do not match: jobs waiting for shares never scale the pool out, and the
+// shares held do not count in the allocation percentage.
+func TestGPUQueueCountsWholeGPUsOnly(t *testing.T) {
+	o := autoscaled(tracereplay.AutoscaleGPUQueue, 1, 1, 4)
+	o.Cluster.GPUsPerNode, o.Cluster.MPSGPUs, o.Cluster.MPSShares = 2, 1, 4
+	o.Config.Features.Slices = true
+	var jobs []tracereplay.Job
+	for i := range 8 {
+		jobs = append(jobs, frac(fmt.Sprintf("s%d", i), 0, 1000*sec, 0.5))
+	}
+	r := mustRun(t, jobs, o)
+	if last := r.Timeline[len(r.Timeline)-1]; last.Nodes != 1 {
+		t.Errorf("%d nodes at the horizon, want 1: shares queued do not count", last.Nodes)
+	}
+	r = mustRun(t, append(jobs[:0:0], wjob("w1", 0, 1000*sec, 1), wjob("w2", 0, 1000*sec, 1)), o)
+	if s := sampleAt(t, r, 50*sec); s.Nodes != 2 {
+		t.Errorf("%d nodes at 50s, want 2: a whole-GPU job waits", s.Nodes)
 	}
 }
 
