@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 )
 
 // Nomad connection keys the autoscaler agent passes to every plugin (see
@@ -194,7 +196,7 @@ func ParseConfig(m map[string]string) (*Config, error) {
 			c.UtilStat = v
 		case cfgMetricsAddress:
 			if v != "" {
-				err = checkListenAddress(v)
+				err = metrics.CheckListenAddress(v)
 			}
 			c.MetricsAddress = v
 		case cfgPriorityTiers:
@@ -251,22 +253,6 @@ func keyHelp(k string) string {
 		return "want a duration such as 30s, 0 for none"
 	}
 	return ""
-}
-
-// checkListenAddress accepts host:port with a numeric port (0: any) and a
-// host that is empty, an IP address or a name.
-func checkListenAddress(v string) error {
-	host, port, err := net.SplitHostPort(v)
-	if err != nil {
-		return err
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
-	}
-	if strings.ContainsAny(host, " /\t") {
-		return fmt.Errorf("host %q is not a host name or address", host)
-	}
-	return nil
 }
 
 func positiveDuration(v string) (time.Duration, error) {

@@ -1,17 +1,15 @@
 package apm
 
 import (
-	"errors"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 	"github.com/nomad-gpu/nomad-gpu/sizing/predict"
 )
@@ -305,46 +303,6 @@ func (p *Plugin) scrapeInput() scrapeInput {
 	return in
 }
 
-// exporter is the metrics HTTP server on one address.
-type exporter struct {
-	addr string // as configured
-	ln   net.Listener
-	srv  *http.Server
-	done chan struct{}
-}
-
-func listenExporter(addr string, h http.Handler, log hclog.Logger) (*exporter, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle(MetricsPath, h)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte(PluginName + ": cluster GPU figures at " + MetricsPath + "\n"))
-	})
-	e := &exporter{addr: addr, ln: ln, done: make(chan struct{}),
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
-	go func() {
-		defer close(e.done)
-		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "address", addr, "error", err)
-		}
-	}()
-	log.Info("serving Prometheus metrics", "address", ln.Addr().String(), "path", MetricsPath)
-	return e, nil
-}
-
-func (e *exporter) close() {
-	_ = e.srv.Close()
-	<-e.done
-}
-
 // metricsHandler serves the plugin's registry.
 func (p *Plugin) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{
@@ -354,56 +312,22 @@ func (p *Plugin) metricsHandler() http.Handler {
 	})
 }
 
-// setMetricsAddress (p.mu held) starts, moves or stops the exporter. It
-// keeps a running exporter on the same address; on a new one it listens
-// first, so a failure leaves the old exporter serving, unless the old one
-// holds the port the new address asks for (127.0.0.1:9464 to :9464): then
-// the old one is stopped, the new address tried again, and on failure the
-// old one listened on again.
+// setMetricsAddress (p.mu held) starts, moves or stops the exporter
+// (metrics.Move).
 func (p *Plugin) setMetricsAddress(addr string) error {
-	cur := p.metrics
-	if cur != nil && cur.addr == addr {
-		return nil
-	}
-	if addr == "" {
-		if cur != nil {
-			cur.close()
-			p.metrics = nil
+	mux := http.NewServeMux()
+	mux.Handle(MetricsPath, p.handler)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
 		}
-		return nil
-	}
-	e, err := listenExporter(addr, p.handler, p.log)
-	if err == nil {
-		if cur != nil {
-			cur.close()
-		}
-		p.metrics = e
-		return nil
-	}
-	if cur == nil || !samePort(addr, cur.ln.Addr()) {
-		return err
-	}
-	cur.close()
-	p.metrics = nil
-	if e, err2 := listenExporter(addr, p.handler, p.log); err2 == nil {
-		p.metrics = e
-		return nil
-	}
-	back, err3 := listenExporter(cur.ln.Addr().String(), p.handler, p.log)
-	if err3 != nil {
-		p.log.Error("metrics server lost: cannot listen on the old address again", "address", cur.ln.Addr().String(), "error", err3)
-		return err
-	}
-	back.addr = cur.addr
-	p.metrics = back
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(PluginName + ": cluster GPU figures at " + MetricsPath + "\n"))
+	})
+	var err error
+	p.metrics, err = metrics.Move(p.metrics, addr, mux, p.log)
 	return err
-}
-
-// samePort reports whether addr asks for the port a listens on.
-func samePort(addr string, a net.Addr) bool {
-	_, port, err := net.SplitHostPort(addr)
-	ta, ok := a.(*net.TCPAddr)
-	return err == nil && ok && port == strconv.Itoa(ta.Port)
 }
 
 // metricsAddr is the address the exporter listens on, "" when off.
@@ -413,5 +337,5 @@ func (p *Plugin) metricsAddr() string {
 	if p.metrics == nil {
 		return ""
 	}
-	return p.metrics.ln.Addr().String()
+	return p.metrics.Addr()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
 
@@ -33,7 +34,7 @@ type Plugin struct {
 	raw     map[string]string
 	cfg     *Config
 	cache   *cache
-	metrics *exporter // nil: metrics_address unset
+	metrics *metrics.Server // nil: metrics_address unset
 	closed  bool
 }
 
@@ -97,7 +98,7 @@ func (p *Plugin) Close() {
 	p.cache, p.metrics, p.closed = nil, nil, true
 	p.mu.Unlock()
 	if e != nil {
-		e.close()
+		e.Close()
 	}
 	if c != nil {
 		c.close()

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 )
 
 // Signal is what a check's metric measures; the `signal` key names it.
@@ -263,7 +264,7 @@ func parsePluginConfig(m map[string]string) (pluginConfig, error) {
 			errs = append(errs, configError(k, "belongs in each check's strategy block, not in the plugin config"))
 		case k == keyMetricsAddress:
 			v := strings.TrimSpace(m[k])
-			if v != "" && checkListenAddress(v) != nil {
+			if v != "" && metrics.CheckListenAddress(v) != nil {
 				errs = append(errs, configError(k, "%q must be host:port to serve Prometheus metrics on, such as \"127.0.0.1:9404\" or \":9404\" (every interface); unset for none", m[k]))
 				continue
 			}
@@ -285,22 +286,6 @@ func parsePluginConfig(m map[string]string) (pluginConfig, error) {
 		}
 	}
 	return c, errors.Join(errs...)
-}
-
-// checkListenAddress accepts host:port with a numeric port (0: any) and a
-// host that is empty, an IP address or a name.
-func checkListenAddress(v string) error {
-	host, port, err := net.SplitHostPort(v)
-	if err != nil {
-		return err
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("bad port %q", port)
-	}
-	if strings.ContainsAny(host, " \t/") {
-		return fmt.Errorf("bad host %q", host)
-	}
-	return nil
 }
 
 // parseCheckConfig parses a check's strategy block.

@@ -2,10 +2,8 @@ package gpuqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -108,83 +106,16 @@ func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// exporter is the metrics HTTP server on one address.
-type exporter struct {
-	addr string // as configured
-	ln   net.Listener
-	srv  *http.Server
-	done chan struct{}
-}
-
-func (s *Strategy) listen(addr string) (*exporter, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
+// setMetricsAddress (s.cfgMu held) starts, moves or stops the exporter
+// (metrics.Move).
+func (s *Strategy) setMetricsAddress(addr string) error {
 	mux := http.NewServeMux()
 	mux.Handle(MetricsPath, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 2,
 	}))
-	e := &exporter{addr: addr, ln: ln, done: make(chan struct{}),
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
-	go func() {
-		defer close(e.done)
-		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.logger.Error("metrics server stopped", "address", addr, "error", err)
-		}
-	}()
-	s.logger.Info("serving Prometheus metrics", "address", ln.Addr().String(), "path", MetricsPath)
-	return e, nil
-}
-
-func (e *exporter) close() {
-	_ = e.srv.Close()
-	<-e.done
-}
-
-// setMetricsAddress (s.cfgMu held) starts, moves or stops the exporter.
-// The same address keeps it; a new one is listened on first, so that a
-// failure leaves the old one serving, unless the old one holds the port
-// the new one asks for (127.0.0.1:9404 to :9404): then the old one is
-// stopped, the new address tried again, and on failure the old one
-// listened on again.
-func (s *Strategy) setMetricsAddress(addr string) error {
-	cur := s.metrics
-	if cur != nil && cur.addr == addr {
-		return nil
-	}
-	if addr == "" {
-		if cur != nil {
-			cur.close()
-			s.metrics = nil
-		}
-		return nil
-	}
-	e, err := s.listen(addr)
-	if err == nil {
-		if cur != nil {
-			cur.close()
-		}
-		s.metrics = e
-		return nil
-	}
-	if cur == nil {
-		return err
-	}
-	cur.close()
-	s.metrics = nil
-	if e, err2 := s.listen(addr); err2 == nil {
-		s.metrics = e
-		return nil
-	}
-	back, err3 := s.listen(cur.ln.Addr().String())
-	if err3 != nil {
-		s.logger.Error("metrics server lost: cannot listen on the old address again", "address", cur.ln.Addr().String(), "error", err3)
-		return err
-	}
-	back.addr = cur.addr
-	s.metrics = back
+	var err error
+	s.metrics, err = metrics.Move(s.metrics, addr, mux, s.logger)
 	return err
 }
 
@@ -195,7 +126,7 @@ func (s *Strategy) MetricsAddr() string {
 	if s.metrics == nil {
 		return ""
 	}
-	return s.metrics.ln.Addr().String()
+	return s.metrics.Addr()
 }
 
 // Close stops serving the metrics; the agent kills the plugin process
@@ -204,7 +135,7 @@ func (s *Strategy) Close() {
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
 	if s.metrics != nil {
-		s.metrics.close()
+		s.metrics.Close()
 		s.metrics = nil
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
 
@@ -45,7 +46,7 @@ type Strategy struct {
 
 	// cfgMu serialises SetConfig and guards the exporter.
 	cfgMu   sync.Mutex
-	metrics *exporter // nil: metrics_address unset
+	metrics *metrics.Server // nil: metrics_address unset
 
 	mu       sync.Mutex
 	defaults rules
