@@ -101,7 +101,7 @@ func exportedSeries() map[string]string {
 }
 
 // Every metric a panel or a rule names is one we export, and the rules
-// pass promtool.
+// pass promtool's check and its unit tests (alerts_test.yml).
 func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	exported := exportedSeries()
 	qs := monitoringQueries(t)
@@ -124,7 +124,11 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 		testenv.Skip(t, testenv.Prometheus, "e2e: no promtool (apt-get install prometheus); skipping the rule check")
 	}
 	dir := filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring")
-	for _, args := range [][]string{{"check", "rules", filepath.Join(dir, "alerts.yml")}, {"check", "config", filepath.Join(dir, "prometheus.yml")}} {
+	for _, args := range [][]string{
+		{"check", "rules", filepath.Join(dir, "alerts.yml")},
+		{"check", "config", filepath.Join(dir, "prometheus.yml")},
+		{"test", "rules", filepath.Join(dir, "alerts_test.yml")},
+	} {
 		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
