@@ -29,7 +29,7 @@ var snapshotPanels = []string{
 	"GPUs allocated and free by pool",
 	"Queued GPU allocations",
 	"Longest queue wait",
-	"Fragmentation (stranded share of free capacity)",
+	"Fragmentation (FGD share of free GPU capacity)",
 	"Checkpoints",
 }
 

@@ -150,8 +150,10 @@
 // MetricNames lists them all, ExportedMetrics with type, labels and help.
 // Labels:
 //
-//   - pool, datacenter: the node's (device and task figures); for queued
-//     work the job's node pool (a pending allocation: its node's).
+//   - pool, datacenter: the node's (device, GPU-equivalent and task
+//     figures); for queued work the job's node pool (a pending
+//     allocation: its node's). The GPU-equivalent figures have no device
+//     label: fragmentation weighs all device kinds of a node at once.
 //   - device: vendor/type/name of the node's device group, as a jobspec
 //     names it (nvidia/gpu/<model>, nvidia/mig/1g.10gb), except MPS
 //     shares, which are nvidia/mps (their group name is a GPU UUID); for
@@ -173,6 +175,26 @@
 // device figure sums over the nodes and groups its labels select; W is
 // finished_window; every figure below is a gauge unless said.
 //
+// GPU-equivalents (GPUWeight) weigh an instance by the part of a GPU it
+// is: w = 1 for a whole GPU, 1/k for an MPS share of a GPU cut into k
+// shares (the GPU: the UUID its share ID encodes, contract.ParseShareID,
+// else its group's name, which is that UUID), and g/7 for a MIG instance
+// of profile "<g>g.<mem>gb" (c/7 for a compute instance "<c>c.<g>g..."; 1
+// for a group name that is no profile). M(p) is the request mix of pool p,
+// over all its datacenters (RequestMixes): the shapes (device, count) of
+// the device requests of the pending and running allocations on p's nodes
+// (by the held group's type, and a MIG group's profile) and of the
+// unplaced allocations of blocked evaluations of jobs in p or in "all" (as
+// named), each weighted by its share of those requests. frag(n, s) is the
+// free capacity of node n, in GPU-equivalents, that a request of shape s
+// cannot use (package fgd, the trace replay's definition): all of it when
+// s fits none of n's device groups that DeviceSpec.Compatible matches to
+// s's device (Nomad fills a request from one group; an MPS request takes
+// one GPU's shares), else the free capacity of the other groups and of the
+// matching groups with fewer free instances than s asks for. FGD(n) =
+// Σ_{s∈M(p)} weight(s) · frag(n, s) (Weng et al., "Beware of
+// Fragmentation", USENIX ATC 2023); with no request in p it is 0.
+//
 //   - nomad_gpu_cluster_devices{pool,datacenter,device}: healthy device instances of schedulable (ready, eligible, not draining) nodes, Σ|healthy(g)|.
 //   - nomad_gpu_cluster_allocated_devices{pool,datacenter,device}: those held by a pending or running allocation, Σ|held ∩ healthy(g)|.
 //   - nomad_gpu_cluster_free_devices{pool,datacenter,device}: those held by none, Σ|F(g)|.
@@ -180,10 +202,14 @@
 //   - nomad_gpu_cluster_stranded_devices{pool,datacenter,device}: free instances that no queued request which could go to their node fits, while some could go there, Σ|F(g)| over groups with D(n) ≠ ∅ and no ask a ∈ D(n) compatible with g with count(a) ≤ |F(g)| (Nomad fills a request from one group).
 //   - nomad_gpu_cluster_stranded_slices{pool,datacenter,device}: free MIG instances and MPS shares on partly used GPUs, Σ|free(p)| over physical GPUs p with more than one instance and at least one held.
 //   - nomad_gpu_cluster_stranded_memory_bytes{pool,datacenter,device}: the memory of the free instances that are stranded either way (each once), Σ m(g) over stranded_devices ∪ stranded_slices.
-//   - nomad_gpu_cluster_fragmentation_ratio{pool,datacenter,device}: the share of free instances that are stranded, |stranded_devices ∪ stranded_slices| / free_devices (0 when none is free).
 //   - nomad_gpu_cluster_allocated_ratio{pool,datacenter,device}: allocated_devices / devices (0 with none), gpu_alloc_pct / 100.
 //   - nomad_gpu_cluster_utilization_ratio{pool,datacenter,device}: mean utilisation of the instances of ready nodes that report util_stat, Σ util / (100 · N) (no series when none report), gpu_util_pct / 100. An MPS share's is its task's of the share.
 //   - nomad_gpu_cluster_load_ratio{pool,datacenter,device}: mean GPU load, the same mean over the reporting instances held by an allocation.
+//   - nomad_gpu_cluster_capacity_gpus{pool,datacenter}: GPU-equivalents of the healthy GPU, MIG and MPS instances of schedulable nodes, Σ w(i) over healthy(g).
+//   - nomad_gpu_cluster_allocated_gpus{pool,datacenter}: those held by a pending or running allocation, Σ w(i) over held ∩ healthy(g). Nomad gives a request exactly the instances it names, so this is also what the allocations asked for.
+//   - nomad_gpu_cluster_free_gpus{pool,datacenter}: those held by none, Σ w(i) over F(g).
+//   - nomad_gpu_cluster_fragmentation_gpus{pool,datacenter}: FGD fragmentation, the expected free GPU-equivalents that a request drawn from the pool's mix cannot use, Σ FGD(n) over schedulable nodes n.
+//   - nomad_gpu_cluster_fragmentation_ratio{pool,datacenter}: fragmentation_gpus / free_gpus (0 when nothing is free).
 //   - nomad_gpu_cluster_queued_allocs{pool,device,priority,state}: queued allocations asking for the device, Σ allocs (one asking for two devices counts under both).
 //   - nomad_gpu_cluster_queued_devices{pool,device,priority,state}: devices they ask for, Σ allocs · per-allocation ask.
 //   - nomad_gpu_cluster_queue_wait_max_seconds{pool,device,priority,state}: the longest wait of queued work, max(now − since), since being the blocked evaluation's or pending allocation's create time.
@@ -198,10 +224,19 @@
 //
 // A GPU allocation is one given at least one device instance; its pool
 // is its node's (allocations of nodes no longer listed are left out).
-// Device series exist per pool, datacenter and device group of ready nodes
-// (a drained pool's are 0; a pool with no ready node has none); queue and
-// task series exist where there is such work. In PromQL, absent is
-// nothing: use `or vector(0)`.
+// Device series exist per pool, datacenter and device group of ready nodes,
+// GPU-equivalent series per pool and datacenter of ready nodes with GPUs,
+// MIG instances or MPS shares (a drained pool's are 0; a pool with no
+// ready node has none); queue and task series exist where there is such
+// work. In PromQL, absent is nothing: use `or vector(0)`.
+//
+// Fragmentation is FGD rather than a count of stranded instances
+// (stranded_devices, stranded_slices): an instance count weighs an MPS
+// share like a GPU, calls a free share of a partly used GPU wasted when
+// the next fractional request fits it, follows the instant's queue, and
+// is 0 for whole GPUs whenever nothing is queued. Summed over
+// datacenters, fragmentation_gpus and free_gpus give a pool's; their
+// ratio is the pool's fragmentation_ratio.
 //
 // The task figures are gauges over the window rather than histograms: a
 // window's count falls as allocations leave it, which a counter, and so a

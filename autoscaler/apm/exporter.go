@@ -53,10 +53,14 @@ const (
 	mStrandedDevices
 	mStrandedSlices
 	mStrandedMemory
-	mFragmentation
 	mAllocatedRatio
 	mUtilization
 	mLoad
+	mCapacityGPUs
+	mAllocatedGPUs
+	mFreeGPUs
+	mFragmentationGPUs
+	mFragmentation
 	mQueuedAllocs
 	mQueuedDevices
 	mQueueWaitMax
@@ -76,8 +80,10 @@ const (
 
 var (
 	capacityLabels = []string{labelPool, labelDatacenter, labelDevice}
-	queueLabels    = []string{labelPool, labelDevice, labelPriority, labelState}
-	taskLabels     = []string{labelPool, labelPriority}
+	// The GPU-equivalent figures span device kinds: no device label.
+	poolLabels  = []string{labelPool, labelDatacenter}
+	queueLabels = []string{labelPool, labelDevice, labelPriority, labelState}
+	taskLabels  = []string{labelPool, labelPriority}
 	// One series per GPU task of a running allocation, one per queued
 	// task group; basis is a sizing.BasisKind, a bounded set.
 	predictedTaskLabels = []string{labelNamespace, labelJob, labelTaskGroup, labelTask, labelAllocID, labelBasis}
@@ -101,14 +107,22 @@ var exportedMetrics = [numMetrics]MetricSpec{
 		"Free MIG instances and MPS shares on GPUs of which another slice is held."},
 	mStrandedMemory: {"nomad_gpu_cluster_stranded_memory_bytes", "gauge", capacityLabels,
 		"Device memory of the free instances that are stranded devices or stranded slices (each once)."},
-	mFragmentation: {"nomad_gpu_cluster_fragmentation_ratio", "gauge", capacityLabels,
-		"Stranded free instances (devices or slices, each once) over free instances; 0 with none free."},
 	mAllocatedRatio: {"nomad_gpu_cluster_allocated_ratio", "gauge", capacityLabels,
 		"Allocated over healthy instances of schedulable nodes (gpu_alloc_pct / 100); 0 with none."},
 	mUtilization: {"nomad_gpu_cluster_utilization_ratio", "gauge", capacityLabels,
 		"Mean utilisation (0-1) of the instances of ready nodes that report it (gpu_util_pct / 100)."},
 	mLoad: {"nomad_gpu_cluster_load_ratio", "gauge", capacityLabels,
 		"Mean utilisation (0-1) of the allocated instances of ready nodes that report it."},
+	mCapacityGPUs: {"nomad_gpu_cluster_capacity_gpus", "gauge", poolLabels,
+		"GPU-equivalents of the healthy whole GPUs (1), MIG instances (compute slices / 7) and MPS shares (1 / the GPU's shares) of schedulable nodes."},
+	mAllocatedGPUs: {"nomad_gpu_cluster_allocated_gpus", "gauge", poolLabels,
+		"GPU-equivalents of those held by pending or running allocations."},
+	mFreeGPUs: {"nomad_gpu_cluster_free_gpus", "gauge", poolLabels,
+		"GPU-equivalents of those held by no allocation."},
+	mFragmentationGPUs: {"nomad_gpu_cluster_fragmentation_gpus", "gauge", poolLabels,
+		"FGD fragmentation: the expected free GPU-equivalents that a request drawn from the pool's mix of request shapes (its running, pending and queued allocations' device requests) cannot use, summed over schedulable nodes."},
+	mFragmentation: {"nomad_gpu_cluster_fragmentation_ratio", "gauge", poolLabels,
+		"FGD fragmentation over free GPU-equivalents (fragmentation_gpus / free_gpus); 0 with nothing free."},
 	mQueuedAllocs: {"nomad_gpu_cluster_queued_allocs", "gauge", queueLabels,
 		"Queued allocations asking for the device: unplaced allocations of blocked evaluations and pending allocations."},
 	mQueuedDevices: {"nomad_gpu_cluster_queued_devices", "gauge", queueLabels,
@@ -218,7 +232,6 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(mStrandedDevices, float64(v.StrandedDevices), lv...)
 		gauge(mStrandedSlices, float64(v.StrandedSlices), lv...)
 		gauge(mStrandedMemory, float64(v.StrandedMemoryBytes), lv...)
-		gauge(mFragmentation, v.FragmentationRatio(), lv...)
 		gauge(mAllocatedRatio, v.AllocatedRatio(), lv...)
 		if u, ok := v.UtilizationRatio(); ok {
 			gauge(mUtilization, u, lv...)
@@ -226,6 +239,13 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		if l, ok := v.LoadRatio(); ok {
 			gauge(mLoad, l, lv...)
 		}
+	}
+	for k, v := range f.GPUs {
+		gauge(mCapacityGPUs, v.Capacity, k.Pool, k.Datacenter)
+		gauge(mAllocatedGPUs, v.Allocated, k.Pool, k.Datacenter)
+		gauge(mFreeGPUs, v.Free, k.Pool, k.Datacenter)
+		gauge(mFragmentationGPUs, v.Fragmentation, k.Pool, k.Datacenter)
+		gauge(mFragmentation, v.FragmentationRatio(), k.Pool, k.Datacenter)
 	}
 	for k, v := range f.Queue {
 		lv := []string{k.Pool, k.Device, k.Priority, k.State}

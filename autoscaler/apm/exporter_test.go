@@ -126,6 +126,7 @@ func TestExporterCollectAndCompare(t *testing.T) {
 	}
 	cap := `{datacenter="dc1",device="nvidia/gpu/H100",pool="gpu"}`
 	queue := `{device="nvidia/gpu",pool="gpu",priority="P0",state="blocked"}`
+	pool := `{datacenter="dc1",pool="gpu"}`
 	task := `{pool="gpu",priority="P1"}`
 	stat := func(s string) string { return fmt.Sprintf(`{pool="gpu",priority="P1",stat=%q}`, s) }
 	expected := header("nomad_gpu_cluster_devices") + "nomad_gpu_cluster_devices" + cap + " 4\n" +
@@ -135,10 +136,16 @@ func TestExporterCollectAndCompare(t *testing.T) {
 		header("nomad_gpu_cluster_stranded_devices") + "nomad_gpu_cluster_stranded_devices" + cap + " 2\n" +
 		header("nomad_gpu_cluster_stranded_slices") + "nomad_gpu_cluster_stranded_slices" + cap + " 0\n" +
 		header("nomad_gpu_cluster_stranded_memory_bytes") + "nomad_gpu_cluster_stranded_memory_bytes" + cap + " 171798691840\n" +
-		header("nomad_gpu_cluster_fragmentation_ratio") + "nomad_gpu_cluster_fragmentation_ratio" + cap + " 1\n" +
 		header("nomad_gpu_cluster_allocated_ratio") + "nomad_gpu_cluster_allocated_ratio" + cap + " 0.5\n" +
 		header("nomad_gpu_cluster_utilization_ratio") + "nomad_gpu_cluster_utilization_ratio" + cap + " 0.6\n" +
 		header("nomad_gpu_cluster_load_ratio") + "nomad_gpu_cluster_load_ratio" + cap + " 0.9\n" +
+		// Mix: the held 2-GPU request and the queued 4-GPU one, half each;
+		// the 2 free GPUs serve the first, not the second.
+		header("nomad_gpu_cluster_capacity_gpus") + "nomad_gpu_cluster_capacity_gpus" + pool + " 4\n" +
+		header("nomad_gpu_cluster_allocated_gpus") + "nomad_gpu_cluster_allocated_gpus" + pool + " 2\n" +
+		header("nomad_gpu_cluster_free_gpus") + "nomad_gpu_cluster_free_gpus" + pool + " 2\n" +
+		header("nomad_gpu_cluster_fragmentation_gpus") + "nomad_gpu_cluster_fragmentation_gpus" + pool + " 1\n" +
+		header("nomad_gpu_cluster_fragmentation_ratio") + "nomad_gpu_cluster_fragmentation_ratio" + pool + " 0.5\n" +
 		header("nomad_gpu_cluster_queued_allocs") + "nomad_gpu_cluster_queued_allocs" + queue + " 1\n" +
 		header("nomad_gpu_cluster_queued_devices") + "nomad_gpu_cluster_queued_devices" + queue + " 4\n" +
 		header("nomad_gpu_cluster_queue_wait_max_seconds") + "nomad_gpu_cluster_queue_wait_max_seconds" + queue + " 60\n" +

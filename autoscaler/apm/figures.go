@@ -114,8 +114,11 @@ func (o FigureOptions) withDefaults() FigureOptions {
 // Figures are the cluster figures of one snapshot.
 type Figures struct {
 	Capacity map[CapacityKey]*CapacityFigure
-	Queue    map[QueueKey]*QueueFigure
-	Tasks    map[TaskKey]*TaskFigure
+	// GPUs are the GPU-equivalent figures: capacity, allocation and
+	// fragmentation (GPUFigures).
+	GPUs  map[PoolKey]*GPUFigure
+	Queue map[QueueKey]*QueueFigure
+	Tasks map[TaskKey]*TaskFigure
 	// Forecast is the runtime and wait prediction (ForecastOf).
 	Forecast sizing.Forecasts
 }
@@ -125,6 +128,7 @@ func ComputeFigures(s *Snapshot, o FigureOptions) *Figures {
 	o = o.withDefaults()
 	return &Figures{
 		Capacity: CapacityFigures(s),
+		GPUs:     GPUFigures(s),
 		Queue:    QueueFigures(s, o.Tiers),
 		Tasks:    TaskFigures(s, o),
 		Forecast: ForecastOf(s),
@@ -161,9 +165,6 @@ type CapacityFigure struct {
 
 // AllocatedRatio is Allocated / Devices, 0 without devices.
 func (c *CapacityFigure) AllocatedRatio() float64 { return ratio(c.Allocated, c.Devices) }
-
-// FragmentationRatio is Stranded / Free, 0 with nothing free.
-func (c *CapacityFigure) FragmentationRatio() float64 { return ratio(c.Stranded, c.Free) }
 
 // UtilizationRatio is the mean utilisation (0–1) of the reporting
 // instances; ok is false when none report.

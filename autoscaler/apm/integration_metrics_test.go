@@ -134,12 +134,21 @@ plugin "nomad-device-gpu" {
 	waitMetric(t, addr, capSeries("nomad_gpu_cluster_allocated_devices"), 2, 10*time.Second)
 	waitMetric(t, addr, `nomad_gpu_cluster_allocs_started{pool="gpu",priority="P0"}`, 1, 10*time.Second)
 
-	// big: 8 GPUs cannot be placed: the 6 free are stranded.
+	// big: 8 GPUs cannot be placed: the 6 free are stranded. The mix is
+	// hold's 2-GPU request and big's 8-GPU one, half each: the 6 free
+	// GPUs serve the first, not the second, so FGD is 3 of 6 free.
 	c.RunJob(t, withPriority(gpuJob("big", "gpu", "nvidia/gpu", 1, 8, ""), 80))
 	queue := `{device="nvidia/gpu",pool="gpu",priority="P0",state="blocked"}`
+	pool := `{datacenter="dc1",pool="gpu"}`
 	waitMetric(t, addr, "nomad_gpu_cluster_queued_devices"+queue, 8, 30*time.Second)
 	waitMetric(t, addr, capSeries("nomad_gpu_cluster_stranded_devices"), 6, 10*time.Second)
-	got = waitMetric(t, addr, capSeries("nomad_gpu_cluster_fragmentation_ratio"), 1, 10*time.Second)
+	waitMetric(t, addr, "nomad_gpu_cluster_fragmentation_gpus"+pool, 3, 10*time.Second)
+	got = waitMetric(t, addr, "nomad_gpu_cluster_fragmentation_ratio"+pool, 0.5, 10*time.Second)
+	for name, want := range map[string]float64{"capacity_gpus": 8, "allocated_gpus": 2, "free_gpus": 6} {
+		if v := got["nomad_gpu_cluster_"+name+pool]; v != want {
+			t.Errorf("%s %v, want %v", name, v, want)
+		}
+	}
 	if v := got["nomad_gpu_cluster_queued_allocs"+queue]; v != 1 {
 		t.Errorf("queued allocs %v", v)
 	}
