@@ -16,7 +16,7 @@ func TestRealRunRoundTrip(t *testing.T) {
 		Flags:   []string{"-window", "30m"},
 		Started: time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC), Elapsed: time.Minute,
 		Results: []Result{{Engine: "nomad", Config: Config{Name: "baseline"}, Horizon: time.Hour,
-			Jobs: []JobRecord{{ID: "a", Runs: []Run{{Start: time.Second, End: time.Minute, Node: "n", Held: []Hold{{Kind: "mps", GPU: "GPU-1", Units: 2}}}}}},
+			Jobs:       []JobRecord{{ID: "a", Runs: []Run{{Start: time.Second, End: time.Minute, Node: "n", Held: []Hold{{Kind: "mps", GPU: "GPU-1", Units: 2}}}}}},
 			Distortion: &Distortion{StartP50: time.Second}}},
 		Latencies: []Latencies{{Start: time.Second}},
 	}

@@ -38,7 +38,8 @@
 //     arrival. With Checkpoints it keeps the progress its checkpoint saved
 //     at the preemption (the work of the stop is the run's commit-to-exit
 //     gap) and its effective priority is the preemptor's for
-//     PreemptionCooldown, so the preemptor's priority cannot preempt it
+//     PreemptionCooldown and, as the driver checks for cooldowns over
+//     every cooldown/10 (2s to 30s), half that check's period more, so the preemptor's priority cannot preempt it
 //     meanwhile; like the driver's re-registered job, it also waits and
 //     preempts at that priority, so one preemption can set off a chain
 //     among its peers. Without Checkpoints (stock Nomad) it starts again

@@ -265,7 +265,7 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
 	s.boot, s.remove = scale(o.Latencies.Boot), scale(o.Latencies.Remove)
 	s.evalEvery, s.cooldown, s.scaleInAfter = scale(o.Policy.EvalInterval), scale(o.Policy.Cooldown), scale(o.Policy.ScaleInAfter)
-	s.raiseFor = scale(o.Policy.PreemptionCooldown)
+	s.raiseFor = scale(raiseLasts(o.Policy.PreemptionCooldown))
 
 	s.buildGroups()
 	s.buildJobs(tr)
@@ -292,6 +292,17 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		s.push(s.evalEvery, evScale, 0, 0)
 	}
 	return s
+}
+
+// raiseLasts is how long the driver's preemption cooldown keeps a raised
+// priority: the cooldown, and then until the next of the driver's checks
+// for cooldowns over, which run every cooldown/10 (2s to 30s): half that
+// on average.
+func raiseLasts(cooldown time.Duration) time.Duration {
+	if cooldown <= 0 {
+		return 0
+	}
+	return cooldown + min(max(cooldown/10, 2*time.Second), 30*time.Second)/2
 }
 
 func defaultHorizon(tr tracereplay.Trace) time.Duration {
