@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
@@ -22,6 +23,36 @@ type RealRun struct {
 	Elapsed   time.Duration
 	Results   []Result
 	Latencies []Latencies
+}
+
+// PlaceableBoot is the median time, wall clock, from a node's start (the
+// timeline's node count rising) to its GPUs being offered (the ready GPUs
+// rising): a node's boot as the scheduler sees it, device fingerprint
+// included. ok is false when the run started no node after its first
+// sample (a fixed cluster).
+func PlaceableBoot(r Result) (d time.Duration, ok bool) {
+	per := float64(r.Cluster.GPUsPerNode)
+	if per <= 0 || r.Compression <= 0 || len(r.Timeline) == 0 {
+		return 0, false
+	}
+	var started []time.Duration // nodes started and not yet offering GPUs, FIFO
+	var boots []time.Duration
+	prev := r.Timeline[0]
+	for _, s := range r.Timeline[1:] {
+		for range max(0, s.Nodes-prev.Nodes) {
+			started = append(started, s.At)
+		}
+		for n := int((s.GPUs - prev.GPUs + per/2) / per); n > 0 && len(started) > 0; n-- {
+			boots = append(boots, s.At-started[0])
+			started = started[1:]
+		}
+		prev = s
+	}
+	if len(boots) == 0 {
+		return 0, false
+	}
+	slices.Sort(boots)
+	return time.Duration(float64(boots[len(boots)/2]) / r.Compression), true
 }
 
 // RealRunFile is its file name in a report's directory.

@@ -40,3 +40,22 @@ func TestRealRunRoundTrip(t *testing.T) {
 		t.Errorf("reading garbage: %v, want an error naming the file", err)
 	}
 }
+
+// A node started at 10s offers its GPUs at 20s, two started at 30s offer
+// theirs at 50s and 70s: boots of 10s, 20s and 40s of trace time, a median
+// of 20s, 1s of wall time at compression 20.
+func TestPlaceableBoot(t *testing.T) {
+	s := func(at, nodes int, gpus float64) Sample {
+		return Sample{At: time.Duration(at) * time.Second, Nodes: nodes, GPUs: gpus}
+	}
+	r := Result{Cluster: Cluster{GPUsPerNode: 8}, Compression: 20, Timeline: []Sample{
+		s(0, 1, 8), s(10, 2, 8), s(20, 2, 16), s(30, 4, 16), s(50, 4, 24), s(70, 4, 32),
+	}}
+	if d, ok := PlaceableBoot(r); !ok || d != time.Second {
+		t.Errorf("PlaceableBoot = %s, %v; want 1s", d, ok)
+	}
+	r.Timeline = r.Timeline[:1]
+	if _, ok := PlaceableBoot(r); ok {
+		t.Error("a run that started no node has a boot")
+	}
+}

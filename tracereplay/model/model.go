@@ -26,20 +26,23 @@
 //   - Preemption (Features.Preemption). A job that does not fit may
 //     preempt allocations (running or still starting) on one node (for
 //     MPS shares, one GPU) whose effective priority is at least 10 below
-//     its own, and only if that makes it fit. The victims hold its device
+//     its own, and only if that makes it fit. As Nomad preempts while it
+//     places, the nodes are the first two, in a random order, where
+//     preempting makes room. The victims hold its device
 //     kind. They are picked lowest priority first, then the larger
 //     allocation, then the newest job; victims not needed after all are
-//     then dropped, highest priority first. The node chosen frees the
-//     fewest GPU-equivalents, then has the lowest highest victim priority,
-//     then the lowest index. A victim's devices are free at once; its run
+//     then dropped, highest priority first. Of the two, the node chosen frees
+//     the fewest GPU-equivalents, then has the lowest highest victim
+//     priority, then was drawn first. A victim's devices are free at once; its run
 //     ends Latencies.Preempt later (its checkpoint's commit and its stop),
 //     and the preemptor runs Latencies.Start + Latencies.Preempt after
 //     placement. The victim waits again at once, still ordered by its
 //     arrival. With Checkpoints it keeps the progress its checkpoint saved
 //     at the preemption (the work of the stop is the run's commit-to-exit
-//     gap) and its effective priority is the preemptor's for
-//     PreemptionCooldown and, as the driver checks for cooldowns over
-//     every cooldown/10 (2s to 30s), half that check's period more, so the preemptor's priority cannot preempt it
+//     gap). From its stop (when the driver raises its job), its effective
+//     priority is the preemptor's for PreemptionCooldown and, as the
+//     driver checks for cooldowns over every cooldown/10 (2s to 30s), half
+//     that check's period more, so the preemptor's priority cannot preempt it
 //     meanwhile; like the driver's re-registered job, it also waits and
 //     preempts at that priority, so one preemption can set off a chain
 //     among its peers. Without Checkpoints (stock Nomad) it starts again

@@ -292,8 +292,9 @@ func TestPreemptionCooldown(t *testing.T) {
 		preempts int           // low's preemptions
 	}{
 		{"no cooldown", 0, 73 * sec, 2},
-		// Raised for 100s and half the driver's 10s check period: 105s.
-		{"cooldown 100s", 100 * sec, 118 * sec, 2},
+		// Raised when its task has stopped (12s), for 100s and half the
+		// driver's 10s check period: until 117s; next runs 3s later.
+		{"cooldown 100s", 100 * sec, 120 * sec, 2},
 		{"cooldown longer than the run", 10000 * sec, 64*sec + 1000*sec - 9*sec + sec, 1},
 	}
 	for _, tt := range tests {

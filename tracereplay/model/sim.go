@@ -65,6 +65,7 @@ type job struct {
 	// epoch invalidates run and finish events of an earlier allocation;
 	// raise invalidates the end of an earlier raised priority.
 	epoch, raise uint32
+	raiseTo      int // the priority a raise gives
 	node         int32
 	allocPos     int32 // in its node's allocs
 	since        time.Duration
@@ -94,6 +95,7 @@ const (
 	evFinish
 	evNodeReady
 	evNodeGone
+	evRaiseStart
 	evRaiseEnd
 	evScale
 	evSample
@@ -489,8 +491,14 @@ func (s *sim) handle(e event) {
 	case evNodeGone:
 		s.nodes[e.id].state = nodeGone
 		s.nRemoving--
+	case evRaiseStart:
+		if j := &s.jobs[e.id]; j.raise == e.epoch {
+			s.setPrio(e.id, j.raiseTo)
+		}
 	case evRaiseEnd:
-		s.endRaise(e.id, e.epoch)
+		if j := &s.jobs[e.id]; j.raise == e.epoch {
+			s.setPrio(e.id, j.base)
+		}
 	case evScale:
 		s.autoscale()
 		s.push(s.now+s.evalEvery, evScale, 0, 0)
@@ -704,24 +712,26 @@ func (s *sim) release(id int32) {
 	s.cntPrio[j.g][j.prio]--
 }
 
-func (s *sim) endRaise(id int32, raise uint32) {
+// setPrio changes a job's effective priority (a raise starting or ending).
+func (s *sim) setPrio(id int32, p int) {
 	j := &s.jobs[id]
-	if j.raise != raise || j.prio == j.base {
+	if j.prio == p {
 		return
 	}
 	switch j.state {
 	case jobWaiting:
-		j.prio = j.base
+		j.prio = p
 		heap.Fix(&s.sqs[j.sq], int(j.qi))
+		s.dirty = true
 	case jobPending, jobRunning:
 		s.cntPrio[j.g][j.prio]--
-		j.prio = j.base
+		j.prio = p
 		s.cntPrio[j.g][j.prio]++
 		// It may be preemptable now: blocked jobs of its kind look again.
 		s.capVer[j.g]++
 		s.dirty = true
 	default:
-		j.prio = j.base
+		j.prio = p
 	}
 }
 
@@ -853,23 +863,35 @@ func (s *sim) tryPreempt(id int32) bool {
 	if !some {
 		return false
 	}
+	// Nomad preempts while it places: of the ready nodes in a random
+	// order, the first two where preempting makes room are the options.
 	bestNode, bestUnits, bestPrio := int32(-1), 0, 0
-	for _, nid := range s.ready {
+	s.scan = append(s.scan[:0], s.ready...)
+	options := 0
+	for i := 0; i < len(s.scan) && options < 2; i++ {
+		r := i + s.rng.IntN(len(s.scan)-i)
+		s.scan[i], s.scan[r] = s.scan[r], s.scan[i]
+		nid := s.scan[i]
 		n := &s.nodes[nid]
 		bins := 1
 		if g == s.mpsGroup {
 			bins = len(n.mpsUsed)
 		}
+		fits := false
 		for bin := range bins {
 			have := n.free[g]
 			if g == s.mpsGroup {
 				have = s.mpsShares - n.mpsUsed[bin]
 			}
 			units, prio, ok := s.victims(n, g, bin, k, lim, have)
-			if ok && (bestNode < 0 || units < bestUnits || units == bestUnits && (prio < bestPrio || prio == bestPrio && nid < bestNode)) {
+			fits = fits || ok
+			if ok && (bestNode < 0 || units < bestUnits || units == bestUnits && prio < bestPrio) {
 				bestNode, bestUnits, bestPrio = nid, units, prio
 				s.best = append(s.best[:0], s.chosen...)
 			}
+		}
+		if fits {
+			options++
 		}
 	}
 	if bestNode < 0 {
@@ -884,9 +906,11 @@ func (s *sim) tryPreempt(id int32) bool {
 	for _, v := range s.best {
 		vj := &s.jobs[v]
 		if s.raiseFor > 0 && s.f.Checkpoints {
-			vj.prio = j.prio
+			// The driver raises the job when its task has stopped.
+			vj.raiseTo = j.prio
 			vj.raise++
-			s.push(s.now+s.raiseFor, evRaiseEnd, v, vj.raise)
+			s.push(s.now+s.preemptDelay, evRaiseStart, v, vj.raise)
+			s.push(s.now+s.preemptDelay+s.raiseFor, evRaiseEnd, v, vj.raise)
 		}
 		s.enqueue(v)
 	}

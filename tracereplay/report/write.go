@@ -37,6 +37,9 @@ type Run struct {
 	Prices figures.Prices
 	// Notes say how the sample was adjusted (Setup.Notes).
 	Notes []string
+	// Latencies are the model's, per Model result, where calibrated from
+	// a real run.
+	Latencies []tracereplay.Latencies
 }
 
 // compute is the figures of an engine's results: each against the
@@ -83,6 +86,7 @@ func Write(dir string, run Run) error {
 	if len(run.Real) > 0 && len(run.Model) > 0 {
 		b.WriteString("## Model\n\n")
 		b.WriteString("Each cell is the model's figure with its calibration error against the real run of the same configuration: percentage points for ratios, the relative error |model − real| / real for the rest (the absolute difference where the real figure is 0).\n\n")
+		writeLatencies(&b, run.Model, run.Latencies)
 		modelFigs, realFigs := run.compute(run.Model), run.compute(run.Real)
 		writeTable(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 		writeCalibration(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
@@ -180,6 +184,31 @@ func writeDistortion(b *strings.Builder, real []tracereplay.Result) {
 		fmt.Fprintf(b, "| %s | %s / %s | %s / %s / %s | %s | %s | %.0f %% | %s |\n", cellText(r.Config.Name),
 			Human(d.SubmitLagP50), Human(d.SubmitLagP95), Human(d.StartP50), Human(d.StartP95), Human(d.StartP99),
 			Human(time.Duration(float64(d.StartP50)*r.Compression)), Human(d.PreemptP50), 100*d.CPUBusy, ok)
+	}
+	b.WriteString("\n")
+}
+
+// writeLatencies writes the latencies each model result was calibrated
+// with.
+func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []tracereplay.Latencies) {
+	if len(lats) != len(model) {
+		return
+	}
+	b.WriteString("The model's latencies, from the real run of each configuration (wall clock, × compression in trace time): start is the scheduler's placement of a job its first evaluation placed plus placement to running (medians); preemption is a preemptor's placement to its victim stopped (median); boot is a node's start to its GPUs offered, where the run started nodes, else the pool's first nodes' start.\n\n")
+	b.WriteString("| configuration | start | preemption | boot |\n|---|---:|---:|---:|\n")
+	wall := func(d time.Duration) string {
+		if d < time.Second {
+			return fmt.Sprintf("%d ms", d.Milliseconds())
+		}
+		return Human(d)
+	}
+	for i, m := range model {
+		l := lats[i]
+		preempt := "–"
+		if m.Config.Preemption {
+			preempt = wall(l.Preempt)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cellText(m.Config.Name), wall(l.Start), preempt, wall(l.Boot))
 	}
 	b.WriteString("\n")
 }
