@@ -1,11 +1,12 @@
 package e2e
 
 // The monitoring loop against real parts: a sim GPU node with both
-// plugins' metrics on, nomad-gpu-apm's cluster figures, and a real
-// Prometheus server scraping all three with the alert rules of
-// jobs/monitoring. Its query API must return every metric the dashboard
-// and the rules use; utilisation must follow sim-load; the idle-GPU alert,
-// its `for` shortened, must go from pending to firing.
+// plugins' metrics on, nomad-gpu-apm's cluster figures, gpu-queue's check
+// runs, and a real Prometheus server scraping all four with the alert
+// rules of jobs/monitoring. Its query API must return every metric the
+// dashboard and the rules use; utilisation must follow sim-load; the
+// idle-GPU alert, its `for` shortened, must go from pending to firing, and
+// so must the failing-check alert for a check gpu-queue refuses.
 
 import (
 	"context"
@@ -94,6 +95,9 @@ func exportedSeries() map[string]string {
 			out[n] = "plugins"
 		}
 	}
+	for _, n := range contract.SeriesNames(contract.StrategyMetrics()) {
+		out[n] = "gpu-queue"
+	}
 	for _, n := range apm.MetricNames() {
 		out[n] = "nomad-gpu-apm"
 	}
@@ -101,7 +105,7 @@ func exportedSeries() map[string]string {
 }
 
 // Every metric a panel or a rule names is one we export, and the rules
-// pass promtool's check and its unit tests (alerts_test.yml).
+// pass promtool's check and their unit tests (alerts_test.yml).
 func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	exported := exportedSeries()
 	qs := monitoringQueries(t)
@@ -124,11 +128,8 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 		testenv.Skip(t, testenv.Prometheus, "e2e: no promtool (apt-get install prometheus); skipping the rule check")
 	}
 	dir := filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring")
-	for _, args := range [][]string{
-		{"check", "rules", filepath.Join(dir, "alerts.yml")},
-		{"check", "config", filepath.Join(dir, "prometheus.yml")},
-		{"test", "rules", filepath.Join(dir, "alerts_test.yml")},
-	} {
+	for _, args := range [][]string{{"check", "rules", filepath.Join(dir, "alerts.yml")}, {"check", "config", filepath.Join(dir, "prometheus.yml")},
+		{"test", "rules", filepath.Join(dir, "alerts_test.yml")}} {
 		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -147,7 +148,8 @@ func freeAddr(t testing.TB) string {
 
 // monitored is a Nomad server with one sim GPU client (gpu-1) whose
 // device plugin and driver export metrics, nomad-gpu-apm exporting the
-// cluster figures, and a Prometheus server scraping all three.
+// cluster figures, gpu-queue exporting its check runs (one check has run
+// once), and a Prometheus server scraping all four.
 type monitored struct {
 	c    *cluster.Cluster
 	node gpuNode
@@ -155,6 +157,8 @@ type monitored struct {
 	prom *cluster.Prometheus
 	// cli is bin/nomad-gpu, which tasks may run (sim-load).
 	cli string
+	// strategy is the gpu-queue plugin, as the agent would run it.
+	strategy *autoscaler.Client
 }
 
 // startMonitoredCluster starts a monitored cluster, with alerts.yml loaded
@@ -167,10 +171,11 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")
+	strategyBin := cluster.RequireBinary(t, "gpu-queue")
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
-	devAddr, drvAddr, apmAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	devAddr, drvAddr, apmAddr, strategyAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	node := newGPUNode(t)
 	// The plugins reach Nomad through the server here, whose agent is not
@@ -191,6 +196,15 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 		t.Fatalf("launching nomad-gpu-apm: %v", err)
 	}
 	t.Cleanup(apmc.Kill)
+	strategy, err := autoscaler.Launch(ctx, strategyBin, autoscaler.TypeStrategy, map[string]string{"metrics_address": strategyAddr})
+	if err != nil {
+		t.Fatalf("launching gpu-queue: %v", err)
+	}
+	t.Cleanup(strategy.Kill)
+	if _, err := strategy.Run(autoscaler.Check{Name: "capacity", Query: "nodes_needed{node_pool=gpu}", Strategy: "gpu-queue",
+		Config: map[string]string{"signal": "nodes_needed"}}, []autoscaler.Metric{{Time: time.Now(), Value: 0}}, 0); err != nil {
+		t.Fatalf("gpu-queue: %v", err)
+	}
 
 	rules, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "monitoring", "alerts.yml"))
 	if err != nil {
@@ -201,22 +215,50 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 		body = edit(body)
 	}
 	prom := c.StartPrometheus(t, cluster.PrometheusOptions{
-		Targets: map[string][]string{"nomad-gpu-device": {devAddr}, "nomad-gpu-driver": {drvAddr}, "nomad-gpu-apm": {apmAddr}},
-		Rules:   map[string]string{"alerts.yml": body},
+		Targets: map[string][]string{"nomad-gpu-device": {devAddr}, "nomad-gpu-driver": {drvAddr}, "nomad-gpu-apm": {apmAddr},
+			"gpu-queue": {strategyAddr}},
+		Rules: map[string]string{"alerts.yml": body},
 	})
-	return &monitored{c: c, node: node, n: n, prom: prom, cli: cli}
+	return &monitored{c: c, node: node, n: n, prom: prom, cli: cli, strategy: strategy}
 }
 
 func TestMonitoringWithPrometheus(t *testing.T) {
-	// The idle-GPU rule's 10 minutes, shortened so the test sees it fire.
+	// The idle-GPU rule's 10 minutes and the failing-check rule's 5,
+	// shortened so the test sees them fire.
 	m := startMonitoredCluster(t, func(rules string) string {
-		shortened := strings.Replace(rules, "for: 10m", "for: 6s", 1)
-		if shortened == rules {
-			t.Fatal("alerts.yml has no `for: 10m` to shorten")
+		for _, r := range [][2]string{{"for: 10m", "for: 6s"}, {"for: 5m", "for: 3s"}} {
+			shortened := strings.Replace(rules, r[0], r[1], 1)
+			if shortened == rules {
+				t.Fatalf("alerts.yml has no `%s` to shorten", r[0])
+			}
+			rules = shortened
 		}
-		return shortened
+		return rules
 	})
 	c, node, n, prom, cli := m.c, m.node, m.n, m.prom, m.cli
+
+	// A policy check gpu-queue refuses, run as the agent would every
+	// evaluation (its pool's other check keeps working).
+	refused := autoscaler.Check{Name: "refused", Query: "nodes_needed{node_pool=gpu}", Strategy: "gpu-queue",
+		Config: map[string]string{"signal": "nodes_needed", "pool": "monitored", "boot_time": "512ms"}}
+	working := autoscaler.Check{Name: "queue", Query: "allocs_queued{node_pool=gpu}", Strategy: "gpu-queue",
+		Config: map[string]string{"signal": "queued", "pool": "monitored"}}
+	evaluations := time.NewTicker(time.Second)
+	stopEvaluations := make(chan struct{})
+	evaluated := make(chan struct{})
+	go func() {
+		defer close(evaluated)
+		for {
+			select {
+			case <-stopEvaluations:
+				return
+			case <-evaluations.C:
+			}
+			m.strategy.Run(refused, []autoscaler.Metric{{Time: time.Now(), Value: 1}}, 0)
+			m.strategy.Run(working, []autoscaler.Metric{{Time: time.Now(), Value: 0}}, 0)
+		}
+	}()
+	defer func() { evaluations.Stop(); close(stopEvaluations); <-evaluated }()
 
 	// Work for every figure: a GPU under sim load; a
 	// checkpointing task stopped and run again (commit, restore); an MPS
@@ -292,6 +334,12 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 	}
 	if !contains(seen, "pending") {
 		t.Errorf("GPUAllocatedButIdle states %v: never pending before firing", seen)
+	}
+
+	// The refused check pages; its pool's working check does not.
+	waitQuery(t, prom, `ALERTS{alertname="GPUScalingCheckFailing",alertstate="firing",check="refused",pool="monitored",query="nodes_needed{node_pool=gpu}"}`, time.Minute)
+	if v := prom.Query(t, `ALERTS{alertname="GPUScalingCheckFailing",check!="refused"}`); len(v) > 0 {
+		t.Errorf("GPUScalingCheckFailing for a working check: %v", v)
 	}
 }
 
