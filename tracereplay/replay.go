@@ -503,7 +503,8 @@ type Run struct {
 	ProgressKnown            bool
 	// StopGap is the wall-clock time from its checkpoint's commit to its
 	// task's exit: work done after the commit and thrown away. It is a
-	// latency of the machine, not of the trace, and reported apart.
+	// latency of the machine, not of the trace, and reported apart; 0
+	// where not measured (the task logged no progress at its exit).
 	StopGap time.Duration
 }
 

@@ -130,3 +130,21 @@ func TestParamsLoadErrors(t *testing.T) {
 		})
 	}
 }
+
+// Whole-GPU asks larger than a node's whole GPUs with slices are clipped
+// to them, so every configuration runs the same jobs; fractions and asks
+// that fit are kept.
+func TestClipJobs(t *testing.T) {
+	c := Cluster{GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
+	jobs := []Job{{ID: "big", GPUs: 8, Fraction: 1}, {ID: "fits", GPUs: 6, Fraction: 1}, {ID: "frac", GPUs: 1, Fraction: 0.25}}
+	got, notes := c.ClipJobs(jobs)
+	if got[0].GPUs != 6 || got[1].GPUs != 6 || got[2] != jobs[2] || jobs[0].GPUs != 8 {
+		t.Errorf("clipped %+v (input %+v); want big at 6, the others as they were, the input unchanged", got, jobs)
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "1 jobs asked for more than the 6 whole GPUs") {
+		t.Errorf("notes %q, want one naming 1 job and 6 GPUs", notes)
+	}
+	if _, notes := (Cluster{GPUsPerNode: 8}).ClipJobs(jobs); notes != nil {
+		t.Errorf("without slices' GPUs nothing is clipped, but notes %q", notes)
+	}
+}

@@ -229,14 +229,9 @@ func CapacityFigures(s *Snapshot) map[CapacityKey]*CapacityFigure {
 		if n.Status != "ready" || len(n.Devices) == 0 {
 			continue
 		}
-		clear(held)
 		clear(perGPU)
 		clear(util)
-		for _, u := range n.Used {
-			for _, id := range u.IDs {
-				held[id] = true
-			}
-		}
+		n.markHeld(held)
 		for _, u := range s.Util[n.ID] {
 			util[u.ID] = u.Pct
 		}

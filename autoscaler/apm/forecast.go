@@ -42,12 +42,7 @@ func FreeSlices(s *Snapshot) map[string]predict.Capacity {
 		if !n.Schedulable() {
 			continue
 		}
-		clear(held)
-		for _, u := range n.Used {
-			for _, id := range u.IDs {
-				held[id] = true
-			}
-		}
+		n.markHeld(held)
 		for gi := range n.Devices {
 			g := &n.Devices[gi]
 			if g.Vendor != contract.Vendor {

@@ -345,12 +345,7 @@ func GPUFigures(s *Snapshot) map[PoolKey]*GPUFigure {
 		if !n.Schedulable() {
 			continue
 		}
-		clear(held)
-		for _, u := range n.Used {
-			for _, id := range u.IDs {
-				held[id] = true
-			}
-		}
+		n.markHeld(held)
 		groups, capacity, allocated := nodeGPUs(n, held)
 		var free float64
 		for _, g := range groups {

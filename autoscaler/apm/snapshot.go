@@ -53,6 +53,17 @@ type Node struct {
 // draining.
 func (n *Node) Schedulable() bool { return n.Status == "ready" && n.Eligible }
 
+// markHeld sets held[id] for every device instance an allocation on the
+// node holds; held is cleared first (callers reuse one map over nodes).
+func (n *Node) markHeld(held map[string]bool) {
+	clear(held)
+	for _, u := range n.Used {
+		for _, id := range u.IDs {
+			held[id] = true
+		}
+	}
+}
+
 // DeviceGroup is one vendor/type/name group of a node's devices.
 type DeviceGroup struct {
 	DeviceSpec

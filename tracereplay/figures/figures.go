@@ -266,8 +266,10 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 				continue
 			}
 			f.Preemptions++
-			if run.Checkpointed {
+			if run.Checkpointed && run.StopGap > 0 {
 				gaps = append(gaps, run.StopGap)
+			}
+			if run.Checkpointed {
 				f.StopGapGPUHours += max(0, run.Reached-run.Saved).Hours() * j.Slice.GPUs
 			}
 			if i+1 >= len(j.Runs) || !run.ProgressKnown || !j.Runs[i+1].ProgressKnown {

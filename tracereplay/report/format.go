@@ -15,6 +15,7 @@ type kind int
 const (
 	ratio    kind = iota // a fraction, printed in %; errors in percentage points
 	duration             // seconds of trace time
+	wall                 // seconds of wall-clock time, below a second in ms
 	count
 	hours
 )
@@ -68,6 +69,7 @@ var rows = []row{
 	countRow("preemptions", func(f Figures) int { return f.Preemptions }),
 	{name: "lost GPU-hours", kind: hours, get: func(f Figures) float64 { return f.LostGPUHours }},
 	{name: "commit-to-exit GPU-hours", kind: hours, get: func(f Figures) float64 { return f.StopGapGPUHours }, check: true},
+	{name: "commit-to-exit p50 (wall clock)", kind: wall, get: func(f Figures) float64 { return f.StopGapP50.Seconds() }, check: true},
 	{name: "node-hours", kind: hours, get: func(f Figures) float64 { return f.NodeHours }},
 	countRow("peak nodes", func(f Figures) int { return f.PeakNodes }),
 	{name: "cost", kind: hours, get: func(f Figures) float64 { return f.Cost }},
@@ -93,6 +95,11 @@ func value(k kind, v float64) string {
 	case ratio:
 		return fmt.Sprintf("%.1f %%", 100*v)
 	case duration:
+		return Human(seconds(v))
+	case wall:
+		if v < 1 {
+			return fmt.Sprintf("%.0f ms", 1000*v)
+		}
 		return Human(seconds(v))
 	case count:
 		return fmt.Sprintf("%.0f", v)
