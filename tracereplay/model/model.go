@@ -13,7 +13,10 @@
 //     allocator takes the last group that fits. MIG instances come from
 //     the most used MIG GPU first.
 //   - Scheduling. Waiting jobs are taken by effective priority (highest
-//     first), then arrival, then trace order: Nomad's eval broker. Each one
+//     first), then the age of their evaluation (oldest first), then trace
+//     order: Nomad's eval broker. A job's evaluation is made at its
+//     arrival, at its preemption and when the driver re-registers it with
+//     another priority. Each one
 //     is placed on its own, so no head-of-line blocking. The node is
 //     Nomad's batch placement: the ready nodes in a random order (seeded by
 //     Options.Seed), the first two that fit, the one scoring higher on
@@ -36,8 +39,8 @@
 //     priority, then was drawn first. A victim's devices are free at once; its run
 //     ends Latencies.Preempt later (its checkpoint's commit and its stop),
 //     and the preemptor runs Latencies.Start + Latencies.Preempt after
-//     placement. The victim waits again at once, still ordered by its
-//     arrival. With Checkpoints it keeps the progress its checkpoint saved
+//     placement. The victim waits again at once, behind the jobs of its
+//     priority that were already waiting. With Checkpoints it keeps the progress its checkpoint saved
 //     at the preemption (the work of the stop is the run's commit-to-exit
 //     gap). From its stop (when the driver raises its job), its effective
 //     priority is the preemptor's for PreemptionCooldown and, as the
@@ -50,8 +53,10 @@
 //   - Autoscaling (Features.Autoscale). The pool starts with Cluster.Nodes
 //     clamped to [MinNodes, MaxNodes], all ready. Without autoscaling it
 //     is Config.StartNodes, fixed. The autoscaler evaluates every
-//     EvalInterval, from EvalInterval on. It skips an evaluation, and
-//     observes nothing, within Cooldown of its last action. "Count" is
+//     EvalInterval, from EvalInterval on. Within Cooldown of its last
+//     action, and at the evaluation exactly Cooldown later (the cooldown
+//     starts when the scale call returns), it does not act; the strategy
+//     still observes. "Count" is
 //     the booting and ready nodes. The real policies query the APM for
 //     device nvidia/gpu, which only whole GPUs match, and so does the
 //     model: "alloc %" is the whole GPUs held by placed jobs × 100 / the
@@ -96,7 +101,7 @@ import (
 
 // Version is the model's Result.Version: bump it when a rule above
 // changes, so reports can tell results of different rules apart.
-const Version = "model-2"
+const Version = "model-3"
 
 // Options say what the model replays on and how.
 type Options struct {

@@ -281,6 +281,31 @@ func TestPreemptionRecords(t *testing.T) {
 	}
 }
 
+// TestPreemptedJobWaitsBehindItsPeers: Nomad's broker takes evaluations
+// of one priority oldest first, and the plan that preempts a job makes
+// it a new evaluation. So low, preempted at 10s, waits behind peer (same
+// priority, waiting since 5s), though it arrived first.
+func TestPreemptedJobWaitsBehindItsPeers(t *testing.T) {
+	jobs := []tracereplay.Job{
+		prio(wjob("low", 0, 100*sec, 8), 20),
+		prio(wjob("peer", 5*sec, 30*sec, 8), 20),
+		prio(wjob("high", 10*sec, 50*sec, 8), 80),
+	}
+	r := mustRun(t, jobs, Options{
+		Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: true}},
+		Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 1000 * sec,
+	})
+	lo, peer := r.Jobs[0], r.Jobs[1]
+	// high runs 13s to 63s; peer is placed at 63s and runs 64s to 94s;
+	// low resumes at 95s.
+	if firstStart(peer) != 64*sec {
+		t.Errorf("peer started %v, want 64s (before low)", starts(peer))
+	}
+	if got := starts(lo); len(got) != 2 || got[1] != 95*sec {
+		t.Errorf("low started %v, want [1s 1m35s] (after peer)", got)
+	}
+}
+
 // TestPreemptionCooldown: low is preempted by mid and resumes raised to
 // mid's priority; next (15 above low, 5 below mid) may preempt it only
 // once the cooldown is over.
@@ -384,17 +409,18 @@ func TestGPUQueueScalesOutAndIn(t *testing.T) {
 	o := autoscaled(tracereplay.AutoscaleGPUQueue, 1, 0, 4)
 	o.Policy.IdleFloor = 60 // d alone on 4, 3 and 2 nodes is below it
 	r := mustRun(t, jobs, o)
-	// 10s: 3 needed, +2 (max_scale_up), ready at 40s; 30s (cooldown
-	// over): 3 needed, 2 booting, +1, ready at 60s.
+	// 10s: 3 needed, +2 (max_scale_up), ready at 40s; 20s and 30s: still
+	// cooling (the cooldown starts when the scale call returns, after the
+	// evaluation at 10s); 40s: b and c placed, 1 needed, +1, ready at 70s.
 	for _, c := range []struct {
 		at          time.Duration
 		nodes, gpus int
-	}{{5 * sec, 1, 8}, {10 * sec, 3, 8}, {25 * sec, 3, 8}, {30 * sec, 4, 8}, {40 * sec, 4, 24}, {60 * sec, 4, 32}} {
+	}{{5 * sec, 1, 8}, {10 * sec, 3, 8}, {30 * sec, 3, 8}, {40 * sec, 4, 24}, {65 * sec, 4, 24}, {70 * sec, 4, 32}} {
 		if s := sampleAt(t, r, c.at); s.Nodes != c.nodes || s.GPUs != float64(c.gpus) {
 			t.Errorf("at %s: %d nodes, %v GPUs; want %d, %d", c.at, s.Nodes, s.GPUs, c.nodes, c.gpus)
 		}
 	}
-	wantStart := []time.Duration{0, 40 * sec, 40 * sec, 60 * sec}
+	wantStart := []time.Duration{0, 40 * sec, 40 * sec, 70 * sec}
 	for i, rec := range r.Jobs {
 		if firstStart(rec) != wantStart[i] || len(starts(rec)) != 1 {
 			t.Errorf("%s started %v, want once at %s", rec.ID, starts(rec), wantStart[i])

@@ -23,10 +23,14 @@ func (s *sim) allocPct() float64 {
 	return float64(s.heldInst[wholeGroup]) * 100 / float64(total)
 }
 
+// autoscale is one evaluation of the scaling policy. The strategy runs at
+// every evaluation, cooldown or not (the autoscaler's handler asks it
+// before it checks its cooldown), so gpu-queue's idle clock keeps
+// counting; only the action waits. The cooldown starts when the scale
+// call returns, a moment after the evaluation that asked for it, so the
+// evaluation falling exactly one cooldown later is still inside it.
 func (s *sim) autoscale() {
-	if s.hasAction && s.now < s.lastAction+s.cooldown {
-		return
-	}
+	cooling := s.hasAction && s.now <= s.lastAction+s.cooldown
 	count := s.nBooting + s.nReady
 	pct := s.allocPct()
 	switch s.f.Autoscale {
@@ -34,7 +38,7 @@ func (s *sim) autoscale() {
 		needed := s.nodesNeeded()
 		if needed > 0 {
 			s.low = false
-			if add := min(needed-s.nBooting, s.o.Policy.MaxScaleUp, s.cl.MaxNodes-count); add > 0 {
+			if add := min(needed-s.nBooting, s.o.Policy.MaxScaleUp, s.cl.MaxNodes-count); add > 0 && !cooling {
 				s.scaleOut(add)
 			}
 			return
@@ -46,11 +50,11 @@ func (s *sim) autoscale() {
 		if !s.low {
 			s.low, s.lowSince = true, s.now
 		}
-		if s.now-s.lowSince >= s.scaleInAfter {
+		if s.now-s.lowSince >= s.scaleInAfter && !cooling {
 			s.scaleIn(min(s.o.Policy.MaxScaleDown, count-s.cl.MinNodes))
 		}
 	case tracereplay.AutoscaleTargetValue:
-		if count == 0 {
+		if count == 0 || cooling {
 			return // a count of 0 gives a desired count of 0
 		}
 		desired := int(math.Ceil(float64(count)*pct/s.o.Policy.TargetAlloc - 1e-9))

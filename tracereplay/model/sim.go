@@ -53,11 +53,15 @@ type group struct {
 }
 
 type job struct {
-	g, k      int // group and instance count
-	units     int // held, in units
-	base      int // priority of the trace
-	prio      int // effective priority, raised after a preemption
-	arrival   time.Duration
+	g, k    int // group and instance count
+	units   int // held, in units
+	base    int // priority of the trace
+	prio    int // effective priority, raised after a preemption
+	arrival time.Duration
+	// evalAt is when its current evaluation was made: its arrival, its
+	// preemption, or the driver's re-registration with another priority.
+	// The broker takes evaluations of one priority oldest first.
+	evalAt    time.Duration
 	dur       time.Duration // its whole run time
 	remaining time.Duration
 	util      float64
@@ -419,15 +423,15 @@ func (s *sim) push(t time.Duration, k eventKind, id int32, epoch uint32) {
 	heap.Push(&s.events, event{t: t, class: k.class(), kind: k, id: id, epoch: epoch, seq: s.seq})
 }
 
-// before is the eval broker's order: effective priority, then arrival,
-// then trace order.
+// before is the eval broker's order (ReadyEvaluations): effective
+// priority, then the older evaluation, then trace order.
 func (s *sim) before(a, b int32) bool {
 	x, y := &s.jobs[a], &s.jobs[b]
 	if x.prio != y.prio {
 		return x.prio > y.prio
 	}
-	if x.arrival != y.arrival {
-		return x.arrival < y.arrival
+	if x.evalAt != y.evalAt {
+		return x.evalAt < y.evalAt
 	}
 	return a < b
 }
@@ -453,6 +457,7 @@ func (s *sim) run() {
 func (s *sim) handle(e event) {
 	switch e.kind {
 	case evArrive:
+		s.jobs[e.id].evalAt = s.now
 		s.enqueue(e.id)
 		s.dirty = true
 	case evRun:
@@ -720,7 +725,8 @@ func (s *sim) setPrio(id int32, p int) {
 	}
 	switch j.state {
 	case jobWaiting:
-		j.prio = p
+		// The re-registered job's evaluation is a new one.
+		j.prio, j.evalAt = p, s.now
 		heap.Fix(&s.sqs[j.sq], int(j.qi))
 		s.dirty = true
 	case jobPending, jobRunning:
@@ -912,6 +918,8 @@ func (s *sim) tryPreempt(id int32) bool {
 			s.push(s.now+s.preemptDelay, evRaiseStart, v, vj.raise)
 			s.push(s.now+s.preemptDelay+s.raiseFor, evRaiseEnd, v, vj.raise)
 		}
+		// The plan that preempts it makes its job a new evaluation.
+		vj.evalAt = s.now
 		s.enqueue(v)
 	}
 	if freed > k {
