@@ -134,6 +134,25 @@ const (
 	MetricStrategyCheckRuns = "nomad_gpu_strategy_check_runs_total"
 )
 
+// Controller (nomad-gpu controller) metrics, one set per replica.
+const (
+	LabelKind                   = "kind" // a controller decision's kind
+	MetricControllerLeader      = "nomad_gpu_controller_leader"
+	MetricControllerDecisions   = "nomad_gpu_controller_decisions_total"
+	MetricControllerLastTick    = "nomad_gpu_controller_last_tick_timestamp_seconds"
+	MetricControllerLedgerWrite = "nomad_gpu_controller_ledger_writes_total"
+)
+
+// ControllerMetrics lists every metric a controller replica exports.
+func ControllerMetrics() []Metric {
+	return []Metric{
+		{MetricControllerLeader, Gauge, "1 while this replica holds the leader lock and acts, 0 while it follows.", nil},
+		{MetricControllerDecisions, Counter, "Decisions of the leader by kind: protection-pending, protected, protection-dropped, protection-over, protection-skipped, raised, restored, hand-change.", []string{LabelKind}},
+		{MetricControllerLastTick, Gauge, "When the leader last read the cluster and ran its modules, in seconds since the epoch; absent on a follower that never led.", nil},
+		{MetricControllerLedgerWrite, Counter, "Writes (and deletes) of priority ledger variables by this replica.", nil},
+	}
+}
+
 func with(base []string, extra ...string) []string {
 	return append(append([]string(nil), base...), extra...)
 }

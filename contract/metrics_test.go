@@ -36,7 +36,7 @@ func TestMetricNamingConventions(t *testing.T) {
 			case m.Type == Histogram && !strings.HasSuffix(m.Name, "_seconds"):
 				t.Errorf("%s: histograms here are durations in seconds", m.Name)
 			case m.Type == Gauge && !strings.HasSuffix(m.Name, "_info") && !unitSuffix.MatchString(m.Name) &&
-				!slices.Contains([]string{MetricDeviceHealthy, MetricDeviceAllocated, MetricDeviceAllocationsKnown}, m.Name):
+				!slices.Contains([]string{MetricDeviceHealthy, MetricDeviceAllocated, MetricDeviceAllocationsKnown, MetricControllerLeader}, m.Name):
 				t.Errorf("%s: a gauge names its unit (or is an _info or 0/1 state metric)", m.Name)
 			}
 			if m.Help == "" || !strings.HasSuffix(m.Help, ".") {
@@ -64,6 +64,7 @@ func TestMetricNamingConventions(t *testing.T) {
 	check(DeviceMetrics(), DeviceLabels, true)
 	check(DriverMetrics(), TaskLabels, true)
 	check(StrategyMetrics(), CheckLabels, false)
+	check(ControllerMetrics(), nil, false)
 }
 
 // Task labels are Nomad's own allocation metric labels, so the series join.
@@ -88,7 +89,7 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Skip("docs/metrics.md not found:", err)
 	}
-	for _, m := range slices.Concat(DeviceMetrics(), DriverMetrics(), StrategyMetrics()) {
+	for _, m := range slices.Concat(DeviceMetrics(), DriverMetrics(), StrategyMetrics(), ControllerMetrics()) {
 		if !strings.Contains(string(b), "`"+m.Name+"`") {
 			t.Errorf("docs/metrics.md does not document %s", m.Name)
 		}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/controller"
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
+)
+
+func init() {
+	register("controller", command{
+		summary: "the cluster brain: the one part that changes jobs (run it as jobs/controller/controller.nomad.hcl)",
+		run:     runController,
+	})
+}
+
+const controllerUsage = `usage: nomad-gpu controller [flags]
+
+Takes part in the election of the leader (a Nomad variable lock at
+nomad-gpu/controller/leader in -namespace) and, while it leads, reads the
+cluster every -tick (a blocking query on allocations) and runs its modules:
+
+  preemption protection: a job preempted by work of a higher priority is
+  protected once its replacement runs: raised in place to its preemptor's
+  priority for -preemption-cooldown, so that work of that class cannot
+  preempt it again at once. It is never raised while it waits (it would
+  preempt its own peers). Preempted anyway, by work at least 10 above the
+  raise, it loses the raise at once.
+
+Every priority change goes through the priority ledger, one Nomad variable
+per job at nomad-gpu/priority/<job> in the job's namespace: the job's own
+priority and each raise in force, with its reason and end. A priority
+changed by hand is taken as the job's own.
+
+Run two replicas: a killed leader is replaced once its lock lapses
+(-lock-ttl, then Nomad's -lock-delay).
+
+Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION and the TLS variables, as
+the nomad CLI reads them; the flags override them. The token needs
+read-job and submit-job in the namespaces of the protected jobs, and
+variable read/write on nomad-gpu/* in those namespaces and in -namespace.
+
+Flags:
+`
+
+type controllerOptions struct {
+	nomadConn
+	cfg            controller.Config
+	metricsAddress string
+	logLevel       string
+}
+
+func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, error) {
+	o := &controllerOptions{}
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, controllerUsage)
+		fs.PrintDefaults()
+	}
+	o.addFlags(fs, "")
+	fs.StringVar(&o.cfg.Namespace, "namespace", "default", "namespace of the leader lock")
+	fs.DurationVar(&o.cfg.Cooldown, "preemption-cooldown", 5*time.Minute, "how long a resumed preempted job is protected; 0 turns protection off")
+	fs.DurationVar(&o.cfg.LockTTL, "lock-ttl", 15*time.Second, "the leader lock's TTL (10s to 24h)")
+	fs.DurationVar(&o.cfg.LockDelay, "lock-delay", time.Second, "how long after a lapsed lock no replica may take it")
+	fs.DurationVar(&o.cfg.Tick, "tick", time.Second, "the shortest time between two reads of the cluster (100ms to 1m)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9405", `where /metrics is served ("" turns it off)`)
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; the controller takes flags only", fs.Arg(0))
+	}
+	switch {
+	case o.cfg.Cooldown < 0:
+		return nil, fmt.Errorf("-preemption-cooldown: %s; allowed: 0 (off) or more", o.cfg.Cooldown)
+	case o.cfg.LockTTL < 10*time.Second || o.cfg.LockTTL > 24*time.Hour:
+		return nil, fmt.Errorf("-lock-ttl: %s; allowed: 10s to 24h (Nomad's bounds)", o.cfg.LockTTL)
+	case o.cfg.LockDelay <= 0 || o.cfg.LockDelay > time.Hour:
+		return nil, fmt.Errorf("-lock-delay: %s; allowed: more than 0, at most 1h", o.cfg.LockDelay)
+	case o.cfg.Tick < 100*time.Millisecond || o.cfg.Tick > time.Minute:
+		return nil, fmt.Errorf("-tick: %s; allowed: 100ms to 1m", o.cfg.Tick)
+	case o.cfg.Namespace == "":
+		return nil, fmt.Errorf("-namespace: empty; allowed: a namespace name")
+	}
+	if o.metricsAddress != "" {
+		if err := metrics.CheckListenAddress(o.metricsAddress); err != nil {
+			return nil, fmt.Errorf("-metrics-address: %q: %v; allowed: host:port, such as :9405", o.metricsAddress, err)
+		}
+	}
+	if hclog.LevelFromString(o.logLevel) == hclog.NoLevel {
+		return nil, fmt.Errorf("-log-level: %q; allowed: trace, debug, info, warn, error", o.logLevel)
+	}
+	return o, nil
+}
+
+func runController(args []string, _, stderr io.Writer) int {
+	o, err := parseControllerFlags(args, stderr)
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu controller: %v\n", err)
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "nomad-gpu-controller", Level: hclog.LevelFromString(o.logLevel), Output: stderr})
+	client, err := api.NewClient(o.config())
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu controller: %v\n", err)
+		return 2
+	}
+	m := controller.NewMetrics()
+	if o.metricsAddress != "" {
+		srv, err := metrics.Listen(o.metricsAddress, m.Handler(), log)
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-gpu controller: -metrics-address %s: %v\n", o.metricsAddress, err)
+			return 1
+		}
+		defer srv.Close()
+		log.Info("metrics served", "address", srv.Addr())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("started", "nomad", client.Address(), "preemption_cooldown", o.cfg.Cooldown, "lock_ttl", o.cfg.LockTTL)
+	if err := controller.New(client, o.cfg, log, m).Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu controller: %v\n", err)
+		return 1
+	}
+	return 0
+}

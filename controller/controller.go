@@ -1,0 +1,217 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Config is how a controller replica runs.
+type Config struct {
+	// Namespace holds the leader lock.
+	Namespace string
+	// Cooldown is how long a resumed preempted job is protected; 0 turns
+	// preemption protection off.
+	Cooldown time.Duration
+	// LockTTL and LockDelay are the leader lock's (NewVariableLease).
+	LockTTL, LockDelay time.Duration
+	// Tick is the shortest time between two reads of the cluster and the
+	// longest a read waits for a change: it bounds the Nomad API calls.
+	Tick time.Duration
+}
+
+// Controller is one replica.
+type Controller struct {
+	api     *api.Client
+	cfg     Config
+	store   *Store
+	protect Protector
+	log     hclog.Logger
+	metrics *Metrics
+	now     func() time.Time
+}
+
+// New is a replica talking to Nomad through c.
+func New(c *api.Client, cfg Config, log hclog.Logger, m *Metrics) *Controller {
+	return &Controller{api: c, cfg: cfg, store: NewStore(c), protect: Protector{Cooldown: cfg.Cooldown}, log: log, metrics: m, now: time.Now}
+}
+
+// Run takes part in the election until ctx is done, leading when it can.
+func (c *Controller) Run(ctx context.Context) error {
+	lease, err := NewVariableLease(c.api, c.cfg.Namespace, LeaderVariable, c.cfg.LockTTL, c.cfg.LockDelay)
+	if err != nil {
+		return err
+	}
+	l := &Leader{Lease: lease, TTL: c.cfg.LockTTL, Margin: c.cfg.LockTTL / 3, Retry: time.Second, Logger: c.log,
+		OnChange: c.metrics.setLeader}
+	l.Run(ctx, c.lead)
+	return nil
+}
+
+// lead is the leader's loop: load the ledger, then read, decide, write,
+// once a tick, until the lock is lost.
+func (c *Controller) lead(ctx context.Context) error {
+	stored, err := c.store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("loading the priority ledger: %w", err)
+	}
+	ledger := NewLedger(stored)
+	c.log.Info("priority ledger loaded", "entries", len(stored))
+	var index uint64
+	for ctx.Err() == nil {
+		start := time.Now()
+		view, next, err := c.read(ctx, index)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("reading the cluster", "error", err)
+				sleep(ctx, c.cfg.Tick)
+			}
+			continue
+		}
+		index = next
+		c.step(ctx, view, ledger)
+		c.metrics.tick(c.now())
+		sleep(ctx, c.cfg.Tick-time.Since(start))
+	}
+	return nil
+}
+
+// step runs the modules on one view and writes what they decided.
+func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
+	now := c.now()
+	if c.cfg.Cooldown > 0 {
+		for _, d := range c.protect.Step(now, view, ledger) {
+			c.decided(d)
+		}
+	}
+	for _, k := range ledger.Keys() {
+		if err := c.apply(ctx, now, view, ledger, k); err != nil && ctx.Err() == nil {
+			c.log.Warn("priority ledger", "namespace", k.Namespace, "job", k.ID, "error", err)
+			ledger.Forget(k) // read again on the next lead
+		}
+	}
+}
+
+func (c *Controller) decided(d Decision) {
+	c.metrics.decision(d.Kind)
+	c.log.Info("decision", "kind", d.Kind, "namespace", d.Job.Namespace, "job", d.Job.ID, "reason", d.Reason)
+}
+
+// read is the cluster once allocations changed after index (or Tick
+// passed): every allocation and every job.
+func (c *Controller) read(ctx context.Context, index uint64) (View, uint64, error) {
+	q := (&api.QueryOptions{Namespace: "*", WaitIndex: index, WaitTime: c.cfg.Tick}).WithContext(ctx)
+	allocs, meta, err := c.api.Allocations().List(q)
+	if err != nil {
+		return View{}, index, fmt.Errorf("listing allocations: %w", err)
+	}
+	jobs, _, err := c.api.Jobs().List((&api.QueryOptions{Namespace: "*"}).WithContext(ctx))
+	if err != nil {
+		return View{}, index, fmt.Errorf("listing jobs: %w", err)
+	}
+	v := View{Allocs: make(map[string]*api.AllocationListStub, len(allocs)), Jobs: make(map[JobKey]*api.JobListStub, len(jobs))}
+	for _, a := range allocs {
+		v.Allocs[a.ID] = a
+	}
+	for _, j := range jobs {
+		v.Jobs[JobKey{j.Namespace, j.ID}] = j
+	}
+	return v, meta.LastIndex, nil
+}
+
+// apply brings one job to the priority its ledger entry wants, recording
+// the write in the ledger before making it, and deletes entries that
+// hold nothing any more.
+func (c *Controller) apply(ctx context.Context, now time.Time, view View, ledger *Ledger, k JobKey) error {
+	st := ledger.Stored(k)
+	job := view.Jobs[k]
+	if job == nil {
+		return c.drop(ctx, ledger, k, "the job is gone")
+	}
+	e := &st.Entry
+	own := e.Own
+	if e.Observe(job.Priority) {
+		ledger.Edit(k, job.Priority)
+		if e.Own != own {
+			c.decided(Decision{"hand-change", k, fmt.Sprintf("priority %d was set by hand: the job's own from now on (was %d)", e.Own, own)})
+		}
+	}
+	want := e.Want(now)
+	if want != job.Priority {
+		e.Writing = want
+		if err := c.put(ctx, st); err != nil {
+			return err
+		}
+		if err := c.setPriority(ctx, k, want); err != nil {
+			return err
+		}
+		e.Observe(want)
+		ledger.Edit(k, want)
+		kind := "raised"
+		if want == e.Own {
+			kind = "restored"
+		}
+		c.decided(Decision{kind, k, fmt.Sprintf("priority %d → %d", job.Priority, want)})
+	}
+	if e.Idle() {
+		return c.drop(ctx, ledger, k, "nothing left to keep")
+	}
+	if ledger.dirty[k] {
+		if err := c.put(ctx, st); err != nil {
+			return err
+		}
+		ledger.Clean(k)
+	}
+	return nil
+}
+
+// put writes an entry of the ledger, counted.
+func (c *Controller) put(ctx context.Context, st *Stored) error {
+	c.metrics.ledgerWrite()
+	return c.store.Put(ctx, st)
+}
+
+func (c *Controller) drop(ctx context.Context, ledger *Ledger, k JobKey, why string) error {
+	if st := ledger.Stored(k); st.Index != 0 {
+		if err := c.store.Delete(ctx, *st); err != nil {
+			return err
+		}
+		c.metrics.ledgerWrite()
+	}
+	ledger.Forget(k)
+	c.log.Debug("ledger entry dropped", "namespace", k.Namespace, "job", k.ID, "why", why)
+	return nil
+}
+
+// setPriority registers the job again with only its priority changed;
+// the modify index makes it fail rather than undo a change made meanwhile.
+func (c *Controller) setPriority(ctx context.Context, k JobKey, priority int) error {
+	job, _, err := c.api.Jobs().Info(k.ID, (&api.QueryOptions{Namespace: k.Namespace}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("reading job %s: %w", k.ID, err)
+	}
+	if job.Priority != nil && *job.Priority == priority {
+		return nil
+	}
+	job.Priority = &priority
+	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: *job.JobModifyIndex, PreserveCounts: true}
+	if _, _, err := c.api.Jobs().RegisterOpts(job, opts, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("setting job %s's priority to %d: %w", k.ID, priority, err)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,22 @@
+// Package controller is the cluster brain of nomad-gpu: the one process
+// that changes jobs. It runs as replicas of a Nomad service job; one of
+// them, the leader, holds a Nomad variable lock (Leader) and is the only
+// one that acts. Every module reads the same picture of the cluster and
+// writes through the one priority ledger (Ledger), so no two code paths
+// ever race on a job's priority.
+//
+// Why one process, and not the node drivers as before: a cluster-wide
+// decision made on every GPU node needs a job-submit token on every node,
+// has N nodes racing on one check-and-set, and lets a compromised node
+// rewrite jobs across the cluster. The driver now only reads its own
+// allocation; its token needs read access only.
+//
+// Preemption protection (Protector) keeps a just-preempted job from being
+// preempted again at once by work of the class that preempted it. It
+// never raises a job while it waits (a waiting job at a raised priority
+// preempts its own peers, which are raised in turn: a preemption storm).
+// It raises the job in place once its replacement runs: a running
+// allocation preempts nobody, so the raise only shields it, for the
+// cooldown. If the job is preempted anyway (by work at least 10 above
+// the raise), the raise is dropped at once, before its replacement waits.
+package controller

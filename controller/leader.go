@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+// LeaderVariable is the Nomad variable whose lock the leader holds, in
+// the controller's namespace.
+const LeaderVariable = "nomad-gpu/controller/leader"
+
+// Lease is what Leader needs of a lock: Nomad's variable lock in the
+// controller, a fake one in tests.
+type Lease interface {
+	// Acquire takes the lock; ErrHeld when another holder has it.
+	Acquire(ctx context.Context) error
+	// Renew extends the lock; any error means it may be lost.
+	Renew(ctx context.Context) error
+	Release(ctx context.Context) error
+}
+
+// ErrHeld: the lock is held by another replica.
+var ErrHeld = errors.New("the lock is held by another replica")
+
+// Leader runs its work only while this replica holds the lock, and stops
+// it before the lock can pass to another: the work's context is cancelled
+// when a renewal fails or when the last good renewal is TTL−Margin old,
+// whichever comes first. With Nomad's lock delay after the TTL, that
+// leaves no instant at which two replicas act.
+type Leader struct {
+	Lease Lease
+	// TTL is the lock's; Renew runs every TTL/3.
+	TTL time.Duration
+	// Margin is how long before the TTL runs out an unrenewed leader
+	// stops acting: the longest a write may take to land.
+	Margin time.Duration
+	// Retry is how often a follower tries to take the lock.
+	Retry  time.Duration
+	Logger hclog.Logger
+	// OnChange is told when this replica becomes or stops being leader.
+	OnChange func(leading bool)
+}
+
+// Run takes the lock whenever it can and runs lead while it holds it,
+// until ctx is done; then it releases the lock.
+func (l *Leader) Run(ctx context.Context, lead func(ctx context.Context) error) {
+	for ctx.Err() == nil {
+		err := l.Lease.Acquire(ctx)
+		switch {
+		case err == nil:
+			l.hold(ctx, lead)
+			continue
+		case errors.Is(err, ErrHeld):
+		default:
+			l.Logger.Warn("cannot take the leader lock", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(l.Retry):
+		}
+	}
+}
+
+// hold runs lead while renewals keep the lock, and releases it after.
+func (l *Leader) hold(ctx context.Context, lead func(ctx context.Context) error) {
+	work, stop := context.WithCancel(ctx)
+	defer stop()
+	l.Logger.Info("leading: this replica holds the lock", "ttl", l.TTL)
+	l.change(true)
+	defer l.change(false)
+	done := make(chan error, 1)
+	go func() { done <- lead(work) }()
+	renewed := time.Now()
+	tick := time.NewTicker(l.TTL / 3)
+	defer tick.Stop()
+	for {
+		deadline := time.Until(renewed.Add(l.TTL - l.Margin))
+		select {
+		case err := <-done:
+			if err != nil && ctx.Err() == nil {
+				l.Logger.Error("leading stopped", "error", err)
+			}
+			l.release()
+			return
+		case <-tick.C:
+			rctx, cancel := context.WithTimeout(ctx, l.TTL/3)
+			err := l.Lease.Renew(rctx)
+			cancel()
+			if err == nil {
+				renewed = time.Now()
+				continue
+			}
+			l.Logger.Warn("lost the leader lock: renewing failed", "error", err)
+		case <-time.After(deadline):
+			l.Logger.Warn("lost the leader lock: not renewed in time", "since", time.Since(renewed).Round(time.Millisecond))
+		}
+		stop()
+		<-done
+		l.release()
+		return
+	}
+}
+
+func (l *Leader) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.Lease.Release(ctx); err != nil {
+		l.Logger.Debug("releasing the leader lock", "error", err)
+	}
+}
+
+func (l *Leader) change(leading bool) {
+	if l.OnChange != nil {
+		l.OnChange(leading)
+	}
+}
+
+// VariableLease is a Lease over a Nomad variable lock.
+type VariableLease struct {
+	api       *api.Client
+	namespace string
+	mu        sync.Mutex // guards v: Acquire sets its lock ID, Renew and Release read it
+	v         *api.Variable
+}
+
+// NewVariableLease is the lock of the variable at path in namespace,
+// with ttl (10s to 24h, Nomad's bounds) and delay, Nomad's lock delay:
+// how long after a lapsed lease no one may take the lock.
+func NewVariableLease(c *api.Client, namespace, path string, ttl, delay time.Duration) (*VariableLease, error) {
+	if ttl < 10*time.Second || ttl > 24*time.Hour {
+		return nil, fmt.Errorf("lock_ttl: %s is out of range; allowed: 10s to 24h (Nomad's bounds)", ttl)
+	}
+	if delay <= 0 {
+		return nil, fmt.Errorf("lock_delay: %s; allowed: more than 0", delay)
+	}
+	return &VariableLease{api: c, namespace: namespace, v: &api.Variable{
+		Path: path, Namespace: namespace,
+		Lock: &api.VariableLock{TTL: ttl.String(), LockDelay: delay.String()},
+	}}, nil
+}
+
+func (l *VariableLease) opts(ctx context.Context) *api.WriteOptions {
+	return (&api.WriteOptions{Namespace: l.namespace}).WithContext(ctx)
+}
+
+// Acquire implements Lease.
+func (l *VariableLease) Acquire(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	want := *l.v
+	want.Lock = &api.VariableLock{TTL: l.v.Lock.TTL, LockDelay: l.v.Lock.LockDelay}
+	out, _, err := l.api.Variables().AcquireLock(&want, l.opts(ctx))
+	if status(err) == http.StatusConflict {
+		return ErrHeld
+	}
+	if err != nil {
+		return err
+	}
+	l.v.Lock.ID = out.LockID()
+	return nil
+}
+
+// Renew implements Lease.
+func (l *VariableLease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _, err := l.api.Variables().RenewLock(l.v, l.opts(ctx))
+	return err
+}
+
+// Release implements Lease.
+func (l *VariableLease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _, err := l.api.Variables().ReleaseLock(l.v, l.opts(ctx))
+	return err
+}
+
+// status is the HTTP status of a Nomad API error, 0 for other errors.
+func status(err error) int {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return ue.StatusCode()
+	}
+	var up *api.UnexpectedResponseError
+	if errors.As(err, &up) {
+		return up.StatusCode()
+	}
+	return 0
+}

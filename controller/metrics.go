@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
+)
+
+// Metrics are a replica's exported figures (contract.ControllerMetrics).
+type Metrics struct {
+	reg       *prometheus.Registry
+	leader    prometheus.Gauge
+	decisions *prometheus.CounterVec
+	lastTick  prometheus.Gauge
+	writes    prometheus.Counter
+	ticked    sync.Once // registers lastTick with the first tick
+}
+
+// NewMetrics registers the controller's metrics.
+func NewMetrics() *Metrics {
+	ms := contract.ControllerMetrics()
+	find := func(name string) contract.Metric { return metrics.Find(ms, name) }
+	leader, decisions := find(contract.MetricControllerLeader), find(contract.MetricControllerDecisions)
+	tick, writes := find(contract.MetricControllerLastTick), find(contract.MetricControllerLedgerWrite)
+	m := &Metrics{
+		reg:       prometheus.NewRegistry(),
+		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: leader.Name, Help: leader.Help}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: decisions.Name, Help: decisions.Help}, decisions.Labels),
+		lastTick:  prometheus.NewGauge(prometheus.GaugeOpts{Name: tick.Name, Help: tick.Help}),
+		writes:    prometheus.NewCounter(prometheus.CounterOpts{Name: writes.Name, Help: writes.Help}),
+	}
+	m.reg.MustRegister(m.leader, m.decisions, m.writes)
+	return m
+}
+
+// Handler serves the metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 2})
+}
+
+func (m *Metrics) setLeader(leading bool) {
+	if leading {
+		m.leader.Set(1)
+		return
+	}
+	m.leader.Set(0)
+}
+
+func (m *Metrics) decision(kind string) { m.decisions.WithLabelValues(kind).Inc() }
+
+func (m *Metrics) ledgerWrite() { m.writes.Inc() }
+
+// tick records a leader's tick; the series appears with the first.
+func (m *Metrics) tick(at time.Time) {
+	m.ticked.Do(func() { m.reg.MustRegister(m.lastTick) })
+	m.lastTick.Set(float64(at.UnixNano()) / 1e9)
+}
