@@ -416,6 +416,9 @@ type Result struct {
 	// Distortion is what a real run measured of its own faithfulness;
 	// nil for the model.
 	Distortion *Distortion
+	// PlacementsRecorded says the engine filled each JobRecord's
+	// PreemptingPlacements; records written before it existed did not.
+	PlacementsRecorded bool
 }
 
 // Distortion is how far a real run strayed from the trace it replays:
@@ -481,6 +484,10 @@ type JobRecord struct {
 	Util float64
 	// Priority is its job priority.
 	Priority int
+	// PreemptingPlacements counts its allocations, placed by the horizon
+	// (started or not), whose placement preempted at least one
+	// allocation: Nomad's PreemptedAllocations not empty.
+	PreemptingPlacements int
 }
 
 // Run is one allocation of a job, from its task's start to its stop.

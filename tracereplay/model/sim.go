@@ -909,6 +909,7 @@ func (s *sim) tryPreempt(id int32) bool {
 		freed += s.jobs[v].k
 	}
 	s.place(id, bestNode, s.start+s.preemptDelay)
+	s.recs[id].PreemptingPlacements++
 	for _, v := range s.best {
 		vj := &s.jobs[v]
 		if s.raiseFor > 0 && s.f.Checkpoints {
