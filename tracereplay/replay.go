@@ -560,8 +560,17 @@ type Policy struct {
 	ScaleInAfter time.Duration
 	// TargetAlloc is target-value's target GPU allocation percentage.
 	TargetAlloc float64
-	// PreemptionCooldown is the driver's preemption { cooldown }.
+	// PreemptionCooldown is how long preempted work is protected once its
+	// replacement runs (the preemption { cooldown }); 0: never.
 	PreemptionCooldown time.Duration
+	// ProtectReaction is from a preempted job's replacement running to
+	// the controller's raise of it in place: a watch's wake-up and a job
+	// update.
+	ProtectReaction time.Duration
+	// PreemptMinRuntime is how long an allocation of nomad-gpu's
+	// preemption (with checkpoints) runs before it can be preempted at
+	// all, as Slurm's PreemptExemptTime and KAI's min-runtime; 0: off.
+	PreemptMinRuntime time.Duration
 	// CommitTimeout is the tasks' checkpoint { commit_timeout }.
 	CommitTimeout time.Duration
 }
@@ -577,7 +586,10 @@ func DefaultPolicy() Policy {
 		ScaleInAfter:       10 * time.Second,
 		TargetAlloc:        70,
 		PreemptionCooldown: 10 * time.Second,
-		CommitTimeout:      10 * time.Second,
+		// The driver's raise came half its 2s check period (a 10s
+		// cooldown's) late on average; the controller is held to that.
+		ProtectReaction: time.Second,
+		CommitTimeout:   10 * time.Second,
 	}
 }
 
