@@ -304,6 +304,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	res := tracereplay.Result{
 		Engine: "nomad", Version: nomadVersion(t, c), Config: cfg, Cluster: s.Cluster,
 		Compression: s.Compression, Horizon: s.Horizon, Distortion: &tracereplay.Distortion{},
+		PlacementsRecorded: true,
 	}
 	busy0, total0 := cpuTimes(t)
 	t0 := time.Now()
@@ -482,6 +483,9 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 			if info, _, err := rc.c.API().Allocations().Info(a.ID, nil); err == nil {
 				t.Errorf("job %s failed: %s", rec.ID, cluster.AllocSummary(info))
 			}
+		}
+		if len(a.PreemptedAllocations) > 0 && !time.Unix(0, a.CreateTime).After(rc.horizon) {
+			rec.PreemptingPlacements++
 		}
 		st := a.TaskStates["t"]
 		if st == nil || st.StartedAt.IsZero() || st.StartedAt.After(rc.horizon) {

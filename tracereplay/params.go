@@ -46,6 +46,9 @@ type Params struct {
 	Strategy string
 	// PriceReserved and PriceOnDemand price a node-hour.
 	PriceReserved, PriceOnDemand float64
+	// PreemptionCooldown is Policy.PreemptionCooldown (0: no protection
+	// of preempted work), wall clock.
+	PreemptionCooldown time.Duration
 }
 
 // TracePath is the file the trace is read from.
@@ -89,6 +92,7 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	// reservation) give the figures a realistic ratio; set your own.
 	fs.Float64Var(&p.PriceReserved, "price-reserved", 55, "price of a reserved node-hour (the fixed part of the cluster)")
 	fs.Float64Var(&p.PriceOnDemand, "price-ondemand", 98, "price of an on-demand node-hour (autoscaled nodes above the minimum)")
+	fs.DurationVar(&p.PreemptionCooldown, "preemption-cooldown", DefaultPolicy().PreemptionCooldown, "how long preempted work is protected once its replacement runs, wall clock, with checkpoints (0: never)")
 }
 
 // ConfigNames are the configurations Params.Configs may list.
@@ -176,6 +180,10 @@ func (p Params) Load() (Setup, error) {
 		return s, fmt.Errorf("price-reserved, price-ondemand: %v, %v; allowed: 0 or more", p.PriceReserved, p.PriceOnDemand)
 	}
 	s.PriceReserved, s.PriceOnDemand = p.PriceReserved, p.PriceOnDemand
+	if p.PreemptionCooldown < 0 {
+		return s, fmt.Errorf("preemption-cooldown: %s; allowed: 0 (off) or more", p.PreemptionCooldown)
+	}
+	s.Policy.PreemptionCooldown = p.PreemptionCooldown
 	s.Cluster = Cluster{
 		Nodes: p.Nodes, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsPerNode: p.GPUsPerNode,
 		MPSGPUs: p.MPSGPUs, MPSShares: p.MPSShares,

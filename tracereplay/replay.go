@@ -416,6 +416,9 @@ type Result struct {
 	// Distortion is what a real run measured of its own faithfulness;
 	// nil for the model.
 	Distortion *Distortion
+	// PlacementsRecorded says the engine filled each JobRecord's
+	// PreemptingPlacements; records written before it existed did not.
+	PlacementsRecorded bool
 }
 
 // Distortion is how far a real run strayed from the trace it replays:
@@ -481,6 +484,10 @@ type JobRecord struct {
 	Util float64
 	// Priority is its job priority.
 	Priority int
+	// PreemptingPlacements counts its allocations, placed by the horizon
+	// (started or not), whose placement preempted at least one
+	// allocation: Nomad's PreemptedAllocations not empty.
+	PreemptingPlacements int
 }
 
 // Run is one allocation of a job, from its task's start to its stop.
@@ -553,8 +560,17 @@ type Policy struct {
 	ScaleInAfter time.Duration
 	// TargetAlloc is target-value's target GPU allocation percentage.
 	TargetAlloc float64
-	// PreemptionCooldown is the driver's preemption { cooldown }.
+	// PreemptionCooldown is how long preempted work is protected once its
+	// replacement runs (the preemption { cooldown }); 0: never.
 	PreemptionCooldown time.Duration
+	// ProtectReaction is from a preempted job's replacement running to
+	// the controller's raise of it in place: a watch's wake-up and a job
+	// update.
+	ProtectReaction time.Duration
+	// PreemptMinRuntime is how long an allocation of nomad-gpu's
+	// preemption (with checkpoints) runs before it can be preempted at
+	// all, as Slurm's PreemptExemptTime and KAI's min-runtime; 0: off.
+	PreemptMinRuntime time.Duration
 	// CommitTimeout is the tasks' checkpoint { commit_timeout }.
 	CommitTimeout time.Duration
 }
@@ -570,7 +586,10 @@ func DefaultPolicy() Policy {
 		ScaleInAfter:       10 * time.Second,
 		TargetAlloc:        70,
 		PreemptionCooldown: 10 * time.Second,
-		CommitTimeout:      10 * time.Second,
+		// The driver's raise came half its 2s check period (a 10s
+		// cooldown's) late on average; the controller is held to that.
+		ProtectReaction: time.Second,
+		CommitTimeout:   10 * time.Second,
 	}
 }
 

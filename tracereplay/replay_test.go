@@ -3,6 +3,7 @@ package tracereplay
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestClusterSlice(t *testing.T) {
@@ -119,6 +120,7 @@ func TestParamsLoadErrors(t *testing.T) {
 		{"missing philly", func(p *Params) { p.Philly = "/nonexistent.csv" }, "philly: open /nonexistent.csv"},
 		{"missing trace", func(p *Params) { p.CSV = "/nonexistent.csv" }, "trace: open /nonexistent.csv"},
 		{"cluster", func(p *Params) { p.GPUsPerNode = 0 }, "gpus_per_node: 0"},
+		{"preemption cooldown", func(p *Params) { p.PreemptionCooldown = -time.Second }, "preemption-cooldown: -1s; allowed: 0 (off) or more"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

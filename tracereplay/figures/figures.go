@@ -28,6 +28,11 @@
 //     unfinished).
 //   - JCT: finish − submission, over the jobs finished in every
 //     configuration compared (Options.Common).
+//   - Preemptions: runs stopped by a preemption. Preempting placements:
+//     allocations placed by the horizon whose placement preempted at
+//     least one allocation (counted only where the engine recorded them,
+//     PreemptingPlacementsKnown). Preemptions well above preempting
+//     placements are preempted jobs preempting in turn: a storm.
 //   - Lost work: per preemption followed by a resume, the progress the
 //     job had saved (its committed checkpoint; all it had reached without
 //     one) minus the progress its next run restored, × the GPU-equivalents
@@ -110,6 +115,10 @@ type Figures struct {
 	JCT         Dist
 	Done, Jobs  int
 	Preemptions int
+	// PreemptingPlacements is valid where PreemptingPlacementsKnown
+	// (Result.PlacementsRecorded).
+	PreemptingPlacements      int
+	PreemptingPlacementsKnown bool
 	// LostGPUHours is progress lost (the checkpoint record);
 	// StopGapGPUHours the work done after commits and thrown away.
 	LostGPUHours, StopGapGPUHours float64
@@ -261,6 +270,7 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 				jcts = append(jcts, j.Finish-j.Submitted)
 			}
 		}
+		f.PreemptingPlacements += j.PreemptingPlacements
 		for i, run := range j.Runs {
 			if !run.Preempted {
 				continue
@@ -282,6 +292,7 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 			f.LostGPUHours += max(0, kept-j.Runs[i+1].Restored).Hours() * j.Slice.GPUs
 		}
 	}
+	f.PreemptingPlacementsKnown = r.PlacementsRecorded
 	f.JCT = DistOf(jcts)
 	f.StopGapP50 = DistOf(gaps).P50
 }

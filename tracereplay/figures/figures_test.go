@@ -153,6 +153,42 @@ func TestWaitsAndLostWork(t *testing.T) {
 	}
 }
 
+// Preemptions count the runs a preemption stopped; preempting placements
+// the allocations whose placement preempted any. "two at once": high's
+// placement preempts a and b (2 preemptions, 1 placement). "chain": high
+// preempts a, whose replacement preempts b (2 and 2). A record that did
+// not count placements makes the figure unknown, not 0.
+func TestPreemptingPlacements(t *testing.T) {
+	preempted := []tracereplay.Run{{Start: 0, End: h, Preempted: true}, {Start: 2 * h, End: 3 * h}}
+	once := []tracereplay.Run{{Start: h, End: 2 * h}}
+	for _, c := range []struct {
+		name               string
+		recorded           bool
+		high, a, b         int // preempting placements of each
+		preemptions, known int
+		wantKnown          bool
+	}{
+		{"two at once", true, 1, 0, 0, 2, 1, true},
+		{"chain", true, 1, 1, 0, 2, 2, true},
+		{"not recorded", false, 0, 0, 0, 2, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			job := func(id string, placements int, runs []tracereplay.Run) tracereplay.JobRecord {
+				return tracereplay.JobRecord{ID: id, Requested: 1, Util: 100, Slice: tracereplay.Slice{Kind: "gpu", Count: 1, GPUs: 1},
+					Runs: runs, PreemptingPlacements: placements}
+			}
+			r := tracereplay.Result{Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 2}, Horizon: 4 * h,
+				Timeline: []tracereplay.Sample{{GPUs: 2, Nodes: 1}}, PlacementsRecorded: c.recorded,
+				Jobs: []tracereplay.JobRecord{job("high", c.high, once), job("a", c.a, preempted), job("b", c.b, preempted)}}
+			f := Compute(r, Options{})
+			if f.Preemptions != c.preemptions || f.PreemptingPlacements != c.known || f.PreemptingPlacementsKnown != c.wantKnown {
+				t.Errorf("preemptions %d, preempting placements %d (known %v); want %d, %d (%v)",
+					f.Preemptions, f.PreemptingPlacements, f.PreemptingPlacementsKnown, c.preemptions, c.known, c.wantKnown)
+			}
+		})
+	}
+}
+
 // A job preempted and not resumed by the horizon waits until it; one
 // never started counts as unstarted with its wait so far; one submitted
 // after the horizon is not measured.

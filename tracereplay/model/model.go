@@ -15,17 +15,17 @@
 //   - Scheduling. Waiting jobs are taken by effective priority (highest
 //     first), then the age of their evaluation (oldest first), then trace
 //     order: Nomad's eval broker. A job's evaluation is made at its
-//     arrival, at its preemption and when the driver re-registers it with
-//     another priority. Each one
-//     is placed on its own, so no head-of-line blocking. The node is
+//     arrival and at its preemption; a raise in place of a running job
+//     (Protection) changes no waiting order. Each one is placed on its own, so no head-of-line blocking. The node is
 //     Nomad's batch placement: the ready nodes in a random order (seeded by
 //     Options.Seed), the first two that fit, the one scoring higher on
 //     binpack (every replayed task asks for the same CPU and memory, so
 //     the one with more allocations), ties to the first drawn. A placed
 //     job holds its devices at once and runs Latencies.Start later. A job
 //     that did not fit is retried only when capacity of its device kind
-//     is freed: a finish, a preemption's leftover, a node ready, or a
-//     raised priority ending. That is a blocked evaluation being unblocked.
+//     is freed: a finish, a preemption's leftover, a node ready, a
+//     protection's raise ending or a minimum runtime reached. That is a
+//     blocked evaluation being unblocked.
 //   - Preemption (Features.Preemption). A job that does not fit may
 //     preempt allocations (running or still starting) on one node (for
 //     MPS shares, one GPU) whose effective priority is at least 10 below
@@ -39,17 +39,23 @@
 //     priority, then was drawn first. A victim's devices are free at once; its run
 //     ends Latencies.Preempt later (its checkpoint's commit and its stop),
 //     and the preemptor runs Latencies.Start + Latencies.Preempt after
-//     placement. The victim waits again at once, behind the jobs of its
-//     priority that were already waiting. With Checkpoints it keeps the progress its checkpoint saved
-//     at the preemption (the work of the stop is the run's commit-to-exit
-//     gap). From its stop (when the driver raises its job), its effective
-//     priority is the preemptor's for PreemptionCooldown and, as the
-//     driver checks for cooldowns over every cooldown/10 (2s to 30s), half
-//     that check's period more, so the preemptor's priority cannot preempt it
-//     meanwhile; like the driver's re-registered job, it also waits and
-//     preempts at that priority, so one preemption can set off a chain
-//     among its peers. Without Checkpoints (stock Nomad) it starts again
-//     from scratch, and nothing raises its priority.
+//     placement. The victim waits again at once, at its own priority,
+//     behind the jobs of that priority that were already waiting. With
+//     Checkpoints it keeps the progress its checkpoint saved at the
+//     preemption (the work of the stop is the run's commit-to-exit gap).
+//     Without Checkpoints (stock Nomad) it starts again from scratch, and
+//     nothing protects it.
+//   - Protection (Checkpoints, the controller's). A preempted job is never
+//     raised while it waits, so it preempts only what its own priority
+//     may. Policy.ProtectReaction after its replacement's task is running,
+//     that running allocation is raised in place to its preemptor's
+//     priority for Policy.PreemptionCooldown (0: never). A running
+//     allocation preempts nobody, so the raise only keeps work less than
+//     10 above it from preempting it. Preempted anyway (by work at least
+//     10 above the raise), it loses the raise before it waits, and its
+//     next replacement is protected at its new preemptor's priority. With
+//     Policy.PreemptMinRuntime, an allocation whose task has run less than
+//     it (one still starting too) is no preemption candidate.
 //   - Autoscaling (Features.Autoscale). The pool starts with Cluster.Nodes
 //     clamped to [MinNodes, MaxNodes], all ready. Without autoscaling it
 //     is Config.StartNodes, fixed. The autoscaler evaluates every
@@ -101,7 +107,7 @@ import (
 
 // Version is the model's Result.Version: bump it when a rule above
 // changes, so reports can tell results of different rules apart.
-const Version = "model-3"
+const Version = "model-4"
 
 // Options say what the model replays on and how.
 type Options struct {
@@ -159,6 +165,7 @@ func validate(tr tracereplay.Trace, o *Options) error {
 		{"latencies.remove", o.Latencies.Remove}, {"latencies.preempt", o.Latencies.Preempt},
 		{"policy.eval_interval", o.Policy.EvalInterval}, {"policy.cooldown", o.Policy.Cooldown},
 		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
+		{"policy.protect_reaction", o.Policy.ProtectReaction}, {"policy.preempt_min_runtime", o.Policy.PreemptMinRuntime},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: %s; allowed: 0 or more", d.name, d.v)

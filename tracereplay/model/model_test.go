@@ -306,44 +306,143 @@ func TestPreemptedJobWaitsBehindItsPeers(t *testing.T) {
 	}
 }
 
-// TestPreemptionCooldown: low is preempted by mid and resumes raised to
-// mid's priority; next (15 above low, 5 below mid) may preempt it only
-// once the cooldown is over.
-func TestPreemptionCooldown(t *testing.T) {
+// checkpointed are the options of the protection tests: one 4-GPU node,
+// nomad-gpu's preemption, a start of 1s, a stop of 2s, a raise 1s after a
+// replacement runs, for cooldown.
+func checkpointed(cooldown, minRuntime time.Duration) Options {
+	return Options{
+		Cluster: fixed(1, 4), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: true}},
+		Policy:    tracereplay.Policy{PreemptionCooldown: cooldown, ProtectReaction: sec, PreemptMinRuntime: minRuntime},
+		Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 5000 * sec,
+	}
+}
+
+// sameStarts compares a job's starts with want.
+func sameStarts(t *testing.T, r tracereplay.JobRecord, want ...time.Duration) {
+	t.Helper()
+	if got := starts(r); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s started %v, want %v", r.ID, got, want)
+	}
+}
+
+// placements sums the preempting placements of r's jobs.
+func placements(r tracereplay.Result) int {
+	n := 0
+	for _, j := range r.Jobs {
+		n += j.PreemptingPlacements
+	}
+	return n
+}
+
+// TestPreemptionNoStorm: a and b (priority 30, 2 GPUs each) fill the
+// node; high (90, 2 GPUs) preempts b, the newest, at 10s and runs from
+// 13s to 63s. b waits at 30 (the rule of the driver's cooldown raised it
+// to 90 at its stop, 12s, and it preempted a: a storm); it resumes at 64s.
+func TestPreemptionNoStorm(t *testing.T) {
+	for _, cooldown := range []time.Duration{0, 100 * sec} {
+		t.Run(fmt.Sprintf("cooldown %s", cooldown), func(t *testing.T) {
+			jobs := []tracereplay.Job{
+				prio(wjob("a", 0, 1000*sec, 2), 30), prio(wjob("b", 0, 1000*sec, 2), 30),
+				prio(wjob("high", 10*sec, 50*sec, 2), 90),
+			}
+			r := mustRun(t, jobs, checkpointed(cooldown, 0))
+			sameStarts(t, r.Jobs[0], sec)
+			sameStarts(t, r.Jobs[1], sec, 64*sec)
+			sameStarts(t, r.Jobs[2], 13*sec)
+			if got := placements(r); got != 1 || r.Jobs[2].PreemptingPlacements != 1 {
+				t.Errorf("%d preempting placements (high's %d), want high's 1", got, r.Jobs[2].PreemptingPlacements)
+			}
+		})
+	}
+}
+
+// TestPreemptionProtection: as in TestPreemptionNoStorm, b resumes at
+// 64s; it is raised in place to 90 at 65s, until 165s. peer (30, 2 GPUs)
+// arrives at 90s and waits. Then a second preemptor arrives:
+//
+//   - 90 at 100s: 90 is not 10 above b's raise; it preempts a (100s),
+//     runs 103s–153s; peer (older evaluation) runs 154s–184s, a at 185s.
+//   - 90 at 200s: b's raise is over; it preempts b (the newest) and runs
+//     at 203s; peer runs 254s–284s, b at 285s.
+//   - 99, 4 GPUs, at 100s: b's raise (9 below) keeps it out until 165s;
+//     it preempts a and b, runs 168s–218s; peer and a run at 219s, b,
+//     after peer, at 250s.
+//   - 100, 4 GPUs, at 100s: 10 above the raise, it preempts both at
+//     once and runs 103s–153s. b's raise is dropped: it waits at 30,
+//     behind peer, and resumes at 185s (raised, it would have run first
+//     at 154s).
+func TestPreemptionProtection(t *testing.T) {
 	tests := []struct {
-		name     string
-		cooldown time.Duration
-		next     time.Duration // when next starts
-		preempts int           // low's preemptions
+		name        string
+		prio, gpus  int
+		at          time.Duration
+		second      time.Duration // its start
+		aStarts     []time.Duration
+		bStarts     []time.Duration
+		peer        time.Duration // its start
+		preemptions int
 	}{
-		{"no cooldown", 0, 73 * sec, 2},
-		// Raised when its task has stopped (12s), for 100s and half the
-		// driver's 10s check period: until 117s; next runs 3s later.
-		{"cooldown 100s", 100 * sec, 120 * sec, 2},
-		{"cooldown longer than the run", 10000 * sec, 64*sec + 1000*sec - 9*sec + sec, 1},
+		{"90 inside the cooldown", 90, 2, 100 * sec, 103 * sec, []time.Duration{sec, 185 * sec}, []time.Duration{sec, 64 * sec}, 154 * sec, 2},
+		{"90 after the cooldown", 90, 2, 200 * sec, 203 * sec, []time.Duration{sec}, []time.Duration{sec, 64 * sec, 285 * sec}, 254 * sec, 2},
+		{"9 above the raise", 99, 4, 100 * sec, 168 * sec, []time.Duration{sec, 219 * sec}, []time.Duration{sec, 64 * sec, 250 * sec}, 219 * sec, 3},
+		{"10 above the raise", 100, 4, 100 * sec, 103 * sec, []time.Duration{sec, 154 * sec}, []time.Duration{sec, 64 * sec, 185 * sec}, 154 * sec, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			jobs := []tracereplay.Job{
-				prio(wjob("low", 0, 1000*sec, 8), 20),
-				prio(wjob("mid", 10*sec, 50*sec, 8), 40),
-				prio(wjob("next", 70*sec, 10*sec, 8), 35),
+				prio(wjob("a", 0, 1000*sec, 2), 30), prio(wjob("b", 0, 1000*sec, 2), 30),
+				prio(wjob("high", 10*sec, 50*sec, 2), 90),
+				prio(wjob("peer", 90*sec, 30*sec, 2), 30),
+				prio(wjob("second", tt.at, 50*sec, tt.gpus), tt.prio),
 			}
-			r := mustRun(t, jobs, Options{
-				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: true}},
-				Policy:    tracereplay.Policy{PreemptionCooldown: tt.cooldown},
-				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 5000 * sec,
-			})
-			lo, next := r.Jobs[0], r.Jobs[2]
-			if lo.Preemptions() != tt.preempts {
-				t.Errorf("low preempted %d times, want %d", lo.Preemptions(), tt.preempts)
+			r := mustRun(t, jobs, checkpointed(100*sec, 0))
+			sameStarts(t, r.Jobs[0], tt.aStarts...)
+			sameStarts(t, r.Jobs[1], tt.bStarts...)
+			sameStarts(t, r.Jobs[3], tt.peer)
+			sameStarts(t, r.Jobs[4], tt.second)
+			preemptions := 0
+			for _, j := range r.Jobs {
+				preemptions += j.Preemptions()
 			}
-			if firstStart(next) != tt.next {
-				t.Errorf("next started at %s, want %s", firstStart(next), tt.next)
+			if preemptions != tt.preemptions || placements(r) != 2 {
+				t.Errorf("%d preemptions by %d placements, want %d by 2", preemptions, placements(r), tt.preemptions)
 			}
-			if !lo.Done || len(starts(lo)) != tt.preempts+1 {
-				t.Errorf("low: %+v, want done after %d starts", lo, tt.preempts+1)
+		})
+	}
+}
+
+// TestPreemptMinRuntime: a runs from 1s, b from 51s; high (90) asks for
+// 2 GPUs at 60s. Without a minimum it preempts b (the newest). With 30s,
+// b (9s run) is exempt and a (59s) is not. With 100s both are: high waits
+// until a has run 100s (101s). Stock preemption has no minimum.
+func TestPreemptMinRuntime(t *testing.T) {
+	tests := []struct {
+		name        string
+		checkpoints bool
+		minRuntime  time.Duration
+		victim      int
+		high        time.Duration // its start
+	}{
+		{"off", true, 0, 1, 63 * sec},
+		{"30s", true, 30 * sec, 0, 63 * sec},
+		{"100s", true, 100 * sec, 0, 104 * sec},
+		{"stock preemption", false, 100 * sec, 1, 63 * sec},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			jobs := []tracereplay.Job{
+				prio(wjob("a", 0, 1000*sec, 2), 30), prio(wjob("b", 50*sec, 1000*sec, 2), 30),
+				prio(wjob("high", 60*sec, 50*sec, 2), 90),
 			}
+			o := checkpointed(0, tt.minRuntime)
+			o.Config.Features.Checkpoints = tt.checkpoints
+			r := mustRun(t, jobs, o)
+			for i, rec := range r.Jobs[:2] {
+				if want := map[bool]int{true: 1}[i == tt.victim]; rec.Preemptions() != want {
+					t.Errorf("%s preempted %d times, want %d", rec.ID, rec.Preemptions(), want)
+				}
+			}
+			sameStarts(t, r.Jobs[2], tt.high)
 		})
 	}
 }

@@ -192,14 +192,15 @@ func (s *sim) result() tracereplay.Result {
 		notes = append(notes, fmt.Sprintf("%d jobs arrive after the horizon %s; never submitted", late, s.horizon))
 	}
 	return tracereplay.Result{
-		Engine:      "model",
-		Version:     Version,
-		Config:      s.o.Config,
-		Cluster:     s.o.Cluster,
-		Compression: s.o.Compression,
-		Horizon:     s.horizon,
-		Jobs:        s.recs,
-		Timeline:    s.timeline,
-		Notes:       notes,
+		Engine:             "model",
+		Version:            Version,
+		Config:             s.o.Config,
+		Cluster:            s.o.Cluster,
+		Compression:        s.o.Compression,
+		Horizon:            s.horizon,
+		Jobs:               s.recs,
+		PlacementsRecorded: true,
+		Timeline:           s.timeline,
+		Notes:              notes,
 	}
 }

@@ -56,27 +56,31 @@ type job struct {
 	g, k    int // group and instance count
 	units   int // held, in units
 	base    int // priority of the trace
-	prio    int // effective priority, raised after a preemption
+	prio    int // effective priority: base, or a protection's raise while running
 	arrival time.Duration
-	// evalAt is when its current evaluation was made: its arrival, its
-	// preemption, or the driver's re-registration with another priority.
-	// The broker takes evaluations of one priority oldest first.
+	// evalAt is when its current evaluation was made: its arrival or its
+	// preemption (a raise in place of a running job makes no waiting
+	// evaluation). The broker takes evaluations of one priority oldest
+	// first.
 	evalAt    time.Duration
 	dur       time.Duration // its whole run time
 	remaining time.Duration
 	util      float64
 	state     jobStateKind
-	// epoch invalidates run and finish events of an earlier allocation;
-	// raise invalidates the end of an earlier raised priority.
+	// epoch invalidates run, finish and exemption events of an earlier
+	// allocation; raise invalidates the start and end of an earlier
+	// protection.
 	epoch, raise uint32
-	raiseTo      int // the priority a raise gives
-	node         int32
-	allocPos     int32 // in its node's allocs
-	since        time.Duration
-	sq           int32 // sub-queue
-	qi           int32 // position in the sub-queue's heap
-	mps          []int16
-	mig          int32 // slot held, MIG GPU × len(profiles) + profile index
+	// raiseTo is the priority its next run is protected at (its last
+	// preemptor's); 0: none.
+	raiseTo  int
+	node     int32
+	allocPos int32 // in its node's allocs
+	since    time.Duration
+	sq       int32 // sub-queue
+	qi       int32 // position in the sub-queue's heap
+	mps      []int16
+	mig      int32 // slot held, MIG GPU × len(profiles) + profile index
 }
 
 type node struct {
@@ -101,6 +105,7 @@ const (
 	evNodeGone
 	evRaiseStart
 	evRaiseEnd
+	evExempt
 	evScale
 	evSample
 )
@@ -226,7 +231,8 @@ type sim struct {
 	// Trace-time figures.
 	start, preemptDelay, boot, remove     time.Duration
 	evalEvery, cooldown, scaleInAfter     time.Duration
-	raiseFor, horizon, sampleEvery        time.Duration
+	protectFor, protectAfter, minRuntime  time.Duration
+	horizon, sampleEvery                  time.Duration
 	samples                               int
 	now                                   time.Duration
 	seq                                   uint64
@@ -271,7 +277,11 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
 	s.boot, s.remove = scale(o.Latencies.Boot), scale(o.Latencies.Remove)
 	s.evalEvery, s.cooldown, s.scaleInAfter = scale(o.Policy.EvalInterval), scale(o.Policy.Cooldown), scale(o.Policy.ScaleInAfter)
-	s.raiseFor = scale(raiseLasts(o.Policy.PreemptionCooldown))
+	if s.f.Checkpoints {
+		// Protection is nomad-gpu's controller: stock preemption has none.
+		s.protectFor, s.protectAfter = scale(o.Policy.PreemptionCooldown), scale(o.Policy.ProtectReaction)
+		s.minRuntime = scale(o.Policy.PreemptMinRuntime)
+	}
 
 	s.buildGroups()
 	s.buildJobs(tr)
@@ -298,17 +308,6 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		s.push(s.evalEvery, evScale, 0, 0)
 	}
 	return s
-}
-
-// raiseLasts is how long the driver's preemption cooldown keeps a raised
-// priority: the cooldown, and then until the next of the driver's checks
-// for cooldowns over, which run every cooldown/10 (2s to 30s): half that
-// on average.
-func raiseLasts(cooldown time.Duration) time.Duration {
-	if cooldown <= 0 {
-		return 0
-	}
-	return cooldown + min(max(cooldown/10, 2*time.Second), 30*time.Second)/2
 }
 
 func defaultHorizon(tr tracereplay.Trace) time.Duration {
@@ -472,6 +471,7 @@ func (s *sim) handle(e event) {
 			Start: s.now, Node: nodeName(j.node), Held: s.holds(e.id), Restored: j.dur - j.remaining, ProgressKnown: true,
 		})
 		s.push(s.now+j.remaining, evFinish, e.id, j.epoch)
+		s.protect(e.id)
 	case evFinish:
 		j := &s.jobs[e.id]
 		if j.epoch != e.epoch || j.state != jobRunning {
@@ -497,12 +497,18 @@ func (s *sim) handle(e event) {
 		s.nodes[e.id].state = nodeGone
 		s.nRemoving--
 	case evRaiseStart:
-		if j := &s.jobs[e.id]; j.raise == e.epoch {
+		if j := &s.jobs[e.id]; j.raise == e.epoch && j.state == jobRunning {
 			s.setPrio(e.id, j.raiseTo)
 		}
 	case evRaiseEnd:
-		if j := &s.jobs[e.id]; j.raise == e.epoch {
+		if j := &s.jobs[e.id]; j.raise == e.epoch && j.state == jobRunning {
 			s.setPrio(e.id, j.base)
+		}
+	case evExempt:
+		if j := &s.jobs[e.id]; j.epoch == e.epoch && j.state == jobRunning {
+			// A preemption candidate now: blocked jobs of its kind look again.
+			s.capVer[j.g]++
+			s.dirty = true
 		}
 	case evScale:
 		s.autoscale()
@@ -717,27 +723,38 @@ func (s *sim) release(id int32) {
 	s.cntPrio[j.g][j.prio]--
 }
 
-// setPrio changes a job's effective priority (a raise starting or ending).
+// protect schedules the controller's protection of a running job that
+// replaces a preempted one: ProtectReaction after it runs, it is raised
+// in place to its preemptor's priority, for PreemptionCooldown; with a
+// minimum runtime, it becomes a preemption candidate after that.
+func (s *sim) protect(id int32) {
+	j := &s.jobs[id]
+	if s.minRuntime > 0 {
+		s.push(s.now+s.minRuntime, evExempt, id, j.epoch)
+	}
+	if s.protectFor <= 0 || j.raiseTo <= j.base {
+		return
+	}
+	j.raise++
+	s.push(s.now+s.protectAfter, evRaiseStart, id, j.raise)
+	s.push(s.now+s.protectAfter+s.protectFor, evRaiseEnd, id, j.raise)
+}
+
+// setPrio raises a running job in place or ends its raise. The job
+// waits for nothing, so no waiting order changes.
 func (s *sim) setPrio(id int32, p int) {
 	j := &s.jobs[id]
 	if j.prio == p {
 		return
 	}
-	switch j.state {
-	case jobWaiting:
-		// The re-registered job's evaluation is a new one.
-		j.prio, j.evalAt = p, s.now
-		heap.Fix(&s.sqs[j.sq], int(j.qi))
-		s.dirty = true
-	case jobPending, jobRunning:
-		s.cntPrio[j.g][j.prio]--
-		j.prio = p
-		s.cntPrio[j.g][j.prio]++
+	lowered := p < j.prio
+	s.cntPrio[j.g][j.prio]--
+	j.prio = p
+	s.cntPrio[j.g][j.prio]++
+	if lowered {
 		// It may be preemptable now: blocked jobs of its kind look again.
 		s.capVer[j.g]++
 		s.dirty = true
-	default:
-		j.prio = p
 	}
 }
 
@@ -909,15 +926,12 @@ func (s *sim) tryPreempt(id int32) bool {
 		freed += s.jobs[v].k
 	}
 	s.place(id, bestNode, s.start+s.preemptDelay)
+	s.recs[id].PreemptingPlacements++
 	for _, v := range s.best {
 		vj := &s.jobs[v]
-		if s.raiseFor > 0 && s.f.Checkpoints {
-			// The driver raises the job when its task has stopped.
-			vj.raiseTo = j.prio
-			vj.raise++
-			s.push(s.now+s.preemptDelay, evRaiseStart, v, vj.raise)
-			s.push(s.now+s.preemptDelay+s.raiseFor, evRaiseEnd, v, vj.raise)
-		}
+		// Its replacement will be protected at its preemptor's priority
+		// once it runs (protect); it waits at its own.
+		vj.raiseTo = j.prio
 		// The plan that preempts it makes its job a new evaluation.
 		vj.evalAt = s.now
 		s.enqueue(v)
@@ -940,7 +954,7 @@ func (s *sim) victims(n *node, g, bin, k, lim, have int) (units, prio int, ok bo
 	s.cand = s.cand[:0]
 	for _, a := range n.allocs {
 		v := &s.jobs[a]
-		if v.g != g || v.prio > lim || g == s.mpsGroup && int(v.mps[0]) != bin {
+		if v.g != g || v.prio > lim || g == s.mpsGroup && int(v.mps[0]) != bin || s.exempt(v) {
 			continue
 		}
 		avail += v.k
@@ -980,6 +994,12 @@ func (s *sim) victims(n *node, g, bin, k, lim, have int) (units, prio int, ok bo
 	return units, prio, true
 }
 
+// exempt says whether placed job v has not yet run the minimum runtime,
+// and so is no preemption candidate; one still starting has run nothing.
+func (s *sim) exempt(v *job) bool {
+	return s.minRuntime > 0 && (v.state != jobRunning || s.now-v.since < s.minRuntime)
+}
+
 // evict stops a preempted job: its devices are free for the preemptor at
 // once; its task commits its checkpoint (with Checkpoints) and stops
 // Latencies.Preempt later, and it keeps what the checkpoint saved, or
@@ -989,6 +1009,10 @@ func (s *sim) evict(id int32) {
 	running := j.state == jobRunning
 	s.release(id)
 	j.epoch++
+	// The controller drops a raise before the job waits: a waiting job is
+	// never raised, so it preempts nobody at its preemptor's priority.
+	j.prio = j.base
+	j.raise++
 	if !running {
 		return // placed, not started: no run to end
 	}

@@ -30,7 +30,13 @@ type row struct {
 	// check marks a cross-check (telemetry, a machine latency): shown,
 	// left out of the model's calibration error.
 	check bool
+	// known, when set, says whether the result recorded the figure at
+	// all: one it did not is printed as such and never compared.
+	known func(Figures) bool
 }
+
+// recorded says whether f has the figure (see row.known).
+func (rw row) recorded(f Figures) bool { return rw.known == nil || rw.known(f) }
 
 // Figures are package figures' (one definition for both engines).
 type Figures = figures.Figures
@@ -67,6 +73,8 @@ var rows = []row{
 	durationRow("JCT p95 (common jobs)", func(f Figures) time.Duration { return f.JCT.P95 }),
 	{name: "done / jobs", kind: count, get: func(f Figures) float64 { return float64(f.Done) }, of: func(f Figures) int { return f.Jobs }},
 	countRow("preemptions", func(f Figures) int { return f.Preemptions }),
+	{name: "preempting placements", kind: count, get: func(f Figures) float64 { return float64(f.PreemptingPlacements) },
+		known: func(f Figures) bool { return f.PreemptingPlacementsKnown }},
 	{name: "lost GPU-hours", kind: hours, get: func(f Figures) float64 { return f.LostGPUHours }},
 	{name: "commit-to-exit GPU-hours", kind: hours, get: func(f Figures) float64 { return f.StopGapGPUHours }, check: true},
 	{name: "commit-to-exit p50 (wall clock)", kind: wall, get: func(f Figures) float64 { return f.StopGapP50.Seconds() }, check: true},
@@ -78,6 +86,9 @@ var rows = []row{
 
 // cell prints a figure.
 func (rw row) cell(f Figures) string {
+	if !rw.recorded(f) {
+		return "not recorded"
+	}
 	s := value(rw.kind, rw.get(f))
 	if rw.of != nil {
 		s += fmt.Sprintf(" / %d", rw.of(f))
@@ -87,6 +98,9 @@ func (rw row) cell(f Figures) string {
 
 // calibrated prints model figure m with its error against real figure r.
 func (rw row) calibrated(m, r Figures) string {
+	if !rw.recorded(m) || !rw.recorded(r) {
+		return rw.cell(m) + " (real: " + rw.cell(r) + ")"
+	}
 	return rw.cell(m) + " (±" + calibrationError(rw.kind, rw.get(m), rw.get(r)) + ")"
 }
 

@@ -65,6 +65,9 @@ func TestCalibrationCells(t *testing.T) {
 		{"lost GPU-hours", Figures{LostGPUHours: 1.2}, Figures{}, "1.20 (±1.20)"},
 		{"node-hours", Figures{NodeHours: 30}, Figures{NodeHours: 40}, "30.0 (±25 %)"},
 		{"done / jobs", Figures{Done: 270, Jobs: 300}, Figures{Done: 300, Jobs: 300}, "270 / 300 (±10 %)"},
+		{"preempting placements", Figures{PreemptingPlacements: 30, PreemptingPlacementsKnown: true}, Figures{PreemptingPlacements: 25, PreemptingPlacementsKnown: true}, "30 (±20 %)"},
+		// A real run recorded before the figure existed is not a 0.
+		{"preempting placements", Figures{PreemptingPlacements: 30, PreemptingPlacementsKnown: true}, Figures{}, "30 (real: not recorded)"},
 	} {
 		if got := rowNamed(t, tc.row).calibrated(tc.m, tc.r); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.row, got, tc.want)
@@ -73,10 +76,12 @@ func TestCalibrationCells(t *testing.T) {
 }
 
 func TestCalibrationMean(t *testing.T) {
-	r := Figures{AllocUtil: 0.5, Wait: figures.Dist{Mean: 10 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, TelemetryAlloc: 0.5}
-	m := Figures{AllocUtil: 0.6, Wait: figures.Dist{Mean: 15 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, Preemptions: 7, TelemetryAlloc: 0.9}
-	// Figures with real 0 (preemptions among them) and cross-checks
-	// (telemetry) are left out: 20 %, 50 %, 0, 0.
+	r := Figures{AllocUtil: 0.5, Wait: figures.Dist{Mean: 10 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, TelemetryAlloc: 0.5, PreemptingPlacements: 3}
+	m := Figures{AllocUtil: 0.6, Wait: figures.Dist{Mean: 15 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, Preemptions: 7, TelemetryAlloc: 0.9,
+		PreemptingPlacements: 7, PreemptingPlacementsKnown: true}
+	// Figures with real 0 (preemptions among them), cross-checks
+	// (telemetry) and figures the real run did not record (preempting
+	// placements) are left out: 20 %, 50 %, 0, 0.
 	mean, n, worst, worstErr := calibration(m, r)
 	if n != 4 || math.Abs(mean-0.175) > 1e-9 || worst != "wait mean" || math.Abs(worstErr-0.5) > 1e-9 {
 		t.Errorf("calibration = %v over %d, worst %q %v; want 0.175 over 4, worst wait mean 0.5", mean, n, worst, worstErr)

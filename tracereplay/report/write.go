@@ -351,7 +351,7 @@ func writeCalibration(b *strings.Builder, model []tracereplay.Result, fs []Figur
 func calibration(m, r Figures) (mean float64, n int, worst string, worstErr float64) {
 	var sum float64
 	for _, rw := range rows {
-		if rw.check {
+		if rw.check || !rw.recorded(m) || !rw.recorded(r) {
 			continue
 		}
 		e, ok := relativeError(rw.get(m), rw.get(r))
