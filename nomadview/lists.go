@@ -25,7 +25,9 @@ const (
 // watch is one list kept fresh by blocking queries in its own goroutine.
 type watch struct {
 	list  List
-	ready chan struct{} // closed after the first successful list
+	ready    chan struct{} // closed after the first successful list
+	answered chan struct{} // closed after the first list, good or failed
+	answer   sync.Once
 
 	mu           sync.Mutex
 	started      bool
@@ -61,6 +63,7 @@ func (w *Watcher) run(wt *watch) {
 		}
 		if err != nil {
 			wt.fail(err)
+			wt.answer.Do(func() { close(wt.answered) })
 			w.cfg.Log.Warn("nomad list failed; retrying", "list", wt.list.String(), "error", err, "retry_in", backoff)
 			if !sleepCtx(w.ctx, backoff) {
 				return
@@ -75,6 +78,7 @@ func (w *Watcher) run(wt *watch) {
 		changed := first || idx != index
 		wt.succeed(data, changed)
 		if first {
+			wt.answer.Do(func() { close(wt.answered) })
 			close(wt.ready)
 			first = false
 		}
@@ -185,8 +189,8 @@ func (w *Watcher) fetchFinished(index uint64) (any, uint64, error) {
 	cut := time.Now().Add(-w.cfg.FinishedWindow)
 	var out []*api.AllocationListStub
 	for _, a := range stubs {
-		if a == nil || len(allocDevices(a)) == 0 {
-			continue
+		if a == nil || holdsDevices(a) || len(allocDevices(a)) == 0 {
+			continue // not terminal, or held nothing
 		}
 		if f := FinishedAt(a); f.IsZero() || f.Before(cut) {
 			continue
@@ -221,7 +225,7 @@ func (w *Watcher) fetchJobs(index uint64) (any, uint64, error) {
 	jobs := make(map[JobKey]*api.JobListStub, len(stubs))
 	for _, j := range stubs {
 		if j != nil {
-			jobs[JobKey{j.Namespace, j.ID}] = j
+			jobs[JobKey{Namespace: j.Namespace, ID: j.ID}] = j
 		}
 	}
 	return jobs, lastIndex(meta), nil
@@ -252,7 +256,7 @@ func (w *Watcher) fetchBlocked(index uint64) (any, uint64, error) {
 			continue
 		}
 		blocked = append(blocked, e)
-		k := JobKey{e.Namespace, e.JobID}
+		k := JobKey{Namespace: e.Namespace, ID: e.JobID}
 		if live[k] {
 			continue
 		}

@@ -52,7 +52,7 @@ func (s *Snapshot) QueuedGroups() []QueuedGroup {
 		if e == nil || e.Status != api.EvalStatusBlocked {
 			continue
 		}
-		k := JobKey{e.Namespace, e.JobID}
+		k := JobKey{Namespace: e.Namespace, ID: e.JobID}
 		job := s.Specs[k]
 		if job == nil || job.Stop != nil && *job.Stop {
 			continue
@@ -225,4 +225,16 @@ func (s *Snapshot) PendingAllocs() []PendingAlloc {
 		}
 	}
 	return out
+}
+
+// GPUTask is the first task, by name, of the job's group that asks for a
+// GPU, MIG instance or MPS share: the task whose history predicts the
+// group's run time. "" when none does or there is no such group.
+func GPUTask(job *api.Job, group string) string {
+	tg := taskGroup(job, group)
+	if tg == nil {
+		return ""
+	}
+	_, task := groupAsks(tg)
+	return task
 }

@@ -53,7 +53,7 @@ func TestQueuedCount(t *testing.T) {
 			s := &Snapshot{Blocked: []*api.Evaluation{blocked("e", "j", 10, 2)},
 				Specs: map[JobKey]*api.Job{{"default", "j"}: gpuJob("j", "gpu", "nvidia/gpu")}, Jobs: map[JobKey]*api.JobListStub{}}
 			if tc.job != nil {
-				s.Jobs[JobKey{"default", "j"}] = tc.job
+				s.Jobs[JobKey{Namespace: "default", ID: "j"}] = tc.job
 			}
 			got := 0
 			for _, q := range s.QueuedGroups() {

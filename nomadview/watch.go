@@ -119,10 +119,13 @@ func NewWatcher(cl *api.Client, cfg Config) *Watcher {
 	w := &Watcher{cl: cl, cfg: cfg.withDefaults(), ctx: ctx, cancel: cancel,
 		specs: map[JobKey]*api.Job{}, subs: map[chan *Snapshot]struct{}{}}
 	for k := range w.watches {
-		w.watches[k] = &watch{list: List(k), ready: make(chan struct{})}
+		w.watches[k] = &watch{list: List(k), ready: make(chan struct{}), answered: make(chan struct{})}
 	}
 	return w
 }
+
+// Config is the watcher's configuration, defaults filled in.
+func (w *Watcher) Config() Config { return w.cfg }
 
 // Close stops every watch and waits for them; subscriptions end.
 func (w *Watcher) Close() {
@@ -181,6 +184,27 @@ func (w *Watcher) Sync(ctx context.Context, lists ...List) error {
 			return fmt.Errorf("list %s: %w", l, ctx.Err())
 		case <-w.ctx.Done():
 			return fmt.Errorf("nomadview: watcher closed")
+		}
+	}
+	return nil
+}
+
+// Answer starts lists and waits until each has answered once: it fails
+// with the error of a list whose last call failed (its last good list is
+// still in Latest), for a caller that reports failures rather than
+// waiting them out (top), or when ctx ends first.
+func (w *Watcher) Answer(ctx context.Context, lists ...List) error {
+	if !w.Start(lists...) {
+		return fmt.Errorf("nomadview: watcher closed")
+	}
+	for _, l := range lists {
+		select {
+		case <-w.watches[l].answered:
+		case <-ctx.Done():
+			return fmt.Errorf("list %s: %w", l, ctx.Err())
+		}
+		if _, err := w.Health(l); err != nil {
+			return fmt.Errorf("list %s: %w", l, err)
 		}
 	}
 	return nil

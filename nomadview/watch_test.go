@@ -91,7 +91,7 @@ func TestSnapshotsNeverChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := w.Latest()
-	if len(first.Nodes) != 1 || len(first.Pools) != 1 || len(first.Specs) != 1 || first.Jobs[JobKey{"default", "j"}] == nil {
+	if len(first.Nodes) != 1 || len(first.Pools) != 1 || len(first.Specs) != 1 || first.Jobs[JobKey{Namespace: "default", ID: "j"}] == nil {
 		t.Fatalf("first snapshot %+v", first)
 	}
 	if q := first.QueuedGroups(); len(q) != 1 || q[0].Count != 2 {
