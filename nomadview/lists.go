@@ -24,7 +24,7 @@ const (
 
 // watch is one list kept fresh by blocking queries in its own goroutine.
 type watch struct {
-	list  List
+	list     List
 	ready    chan struct{} // closed after the first successful list
 	answered chan struct{} // closed after the first list, good or failed
 	answer   sync.Once
