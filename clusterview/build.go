@@ -12,37 +12,29 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
-// Input is what a View is built from: Nomad API objects as Reader fetches
-// them, or as a test writes them.
+// Input is what a View is built from: a snapshot of the cluster (a
+// nomadview.Watcher's, or one a test writes) and the shown nodes' host
+// stats.
 type Input struct {
+	// Snapshot is the cluster; its rules (queued groups, held slices)
+	// are the ones the APM answers by.
+	*nomadview.Snapshot
 	// Now is the instant waits are measured to.
 	Now time.Time
-	// Nodes are listed with resources (/v1/nodes?resources=true).
-	Nodes []*api.NodeListStub
-	// Allocs are listed with resources; only pending and running ones
-	// count.
-	Allocs []*api.AllocationListStub
-	// Finished are terminal allocations, listed with resources: the run
-	// history forecasts learn from (with the terminal ones of Allocs).
-	Finished []*api.AllocationListStub
-	// HistoryError says why Finished could not be read; forecasts are
-	// then shown as unknown.
+	// HistoryError says why the finished allocations could not be read;
+	// forecasts are then shown as unknown.
 	HistoryError string
 	// Stats are the nodes' host stats by node ID; a node missing here
 	// shows "stats unavailable".
-	Stats map[string]NodeStats
-	// Blocked are blocked evaluations; Jobs and Summaries their jobs'
-	// specs and summaries (a job missing from Jobs is left out).
-	Blocked   []*api.Evaluation
-	Jobs      map[JobKey]*api.Job
-	Summaries map[JobKey]*api.JobSummary
-	Filter    Filter
+	Stats  map[string]NodeStats
+	Filter Filter
 }
 
 // JobKey names a job in a namespace.
-type JobKey struct{ Namespace, ID string }
+type JobKey = nomadview.JobKey
 
 // NodeStats is one node's host stats, or why they could not be read.
 type NodeStats struct {
@@ -162,7 +154,7 @@ const (
 // view, with nodes, GPUs, slices and allocations in a fixed order.
 func Build(in *Input) *View {
 	v := &View{GeneratedAt: in.Now.UTC(), Nodes: []Node{}, Queue: []QueueEntry{}, HistoryError: in.HistoryError}
-	held := heldDevices(in.Allocs)
+	held := heldDevices(in)
 	for _, n := range in.Nodes {
 		if n == nil || !in.Filter.matchNode(n) {
 			continue
@@ -189,53 +181,24 @@ func hasGPUDriver(n *api.NodeListStub) bool {
 }
 
 // heldDevices maps node ID → device ID → the tasks holding that device,
-// from the pending and running allocations.
-func heldDevices(allocs []*api.AllocationListStub) map[string]map[string][]AllocRef {
+// from the pending and running allocations (the snapshot's HeldSlices).
+func heldDevices(in *Input) map[string]map[string][]AllocRef {
 	out := map[string]map[string][]AllocRef{}
-	for _, a := range allocs {
-		if a == nil || !holdsDevices(a) || a.AllocatedResources == nil {
-			continue
-		}
-		for _, task := range sortedKeys(a.AllocatedResources.Tasks) {
-			tr := a.AllocatedResources.Tasks[task]
-			if tr == nil {
+	for node, held := range in.HeldSlices() {
+		m := map[string][]AllocRef{}
+		for _, h := range held {
+			if !nomadview.IsGPUAsk(h.Device) {
 				continue
 			}
-			ref := AllocRef{AllocID: a.ID, Job: a.JobID, Group: a.TaskGroup, Task: task, Namespace: a.Namespace}
-			for _, d := range tr.Devices {
-				if d == nil || !isGPUDevice(d.Vendor, d.Type) {
-					continue
-				}
-				m := out[a.NodeID]
-				if m == nil {
-					m = map[string][]AllocRef{}
-					out[a.NodeID] = m
-				}
-				for _, id := range d.DeviceIDs {
-					m[id] = append(m[id], ref)
-				}
+			a := h.Alloc
+			ref := AllocRef{AllocID: a.ID, Job: a.JobID, Group: a.TaskGroup, Task: h.Task, Namespace: a.Namespace}
+			for _, id := range h.IDs {
+				m[id] = append(m[id], ref)
 			}
 		}
+		out[node] = m
 	}
 	return out
-}
-
-// holdsDevices reports whether an allocation holds its devices now.
-func holdsDevices(a *api.AllocationListStub) bool {
-	return a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
-}
-
-// isGPUDevice reports whether vendor/type (either may be "", as in a
-// jobspec's request) names our GPUs or their slices.
-func isGPUDevice(vendor, typ string) bool {
-	if vendor != "" && vendor != contract.Vendor {
-		return false
-	}
-	switch typ {
-	case contract.SliceGPU, contract.SliceMIG, contract.SliceMPS:
-		return true
-	}
-	return false
 }
 
 // gpuBuilder accumulates one GPU while the node's devices are read.

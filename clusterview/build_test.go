@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 func num[T int | int64 | float64](p *T) string {
@@ -364,7 +366,7 @@ func TestJSONShape(t *testing.T) {
 	if u := gpus[3].(map[string]any)["utilization_pct"]; u != nil {
 		t.Errorf("MIG GPU utilization_pct = %v, want null", u)
 	}
-	empty, _ := json.Marshal(Build(&Input{Now: t0}))
+	empty, _ := json.Marshal(Build(&Input{Now: t0, Snapshot: &nomadview.Snapshot{}}))
 	if string(empty) != `{"generated_at":"2026-12-03T10:00:00Z","nodes":[],"queue":[]}` {
 		t.Errorf("empty view: %s", empty)
 	}
@@ -402,7 +404,7 @@ func TestBuildWhichNodesAreGPUNodes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			n := &api.NodeListStub{ID: node3ID, Name: "n", Status: "ready", Drivers: tc.drivers, NodeResources: &api.NodeResources{Devices: tc.devices}}
-			v := Build(&Input{Now: t0, Nodes: []*api.NodeListStub{n}})
+			v := Build(&Input{Now: t0, Snapshot: &nomadview.Snapshot{Nodes: []*api.NodeListStub{n}}})
 			if got := len(v.Nodes) == 1; got != tc.shown {
 				t.Errorf("shown %v, want %v", got, tc.shown)
 			}

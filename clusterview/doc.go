@@ -7,7 +7,7 @@
 // the cluster.
 //
 // Build turns API objects into a View and is pure (tests feed it fixtures);
-// Reader fetches those objects from Nomad; WriteTable draws a View as text.
+// Source reads them through a nomadview.Watcher; WriteTable draws a View as text.
 //
 // # Grouping
 //
@@ -124,8 +124,8 @@
 // Run times and waits are sizing.Forecast's, the computation behind the
 // APM's nomad_gpu_job_predicted_* metrics, over what the frame read: the
 // run records of the pending and running allocations and of the terminal
-// ones that finished within Reader.HistoryWindow (`top -history-window`,
-// 24h by default; the newest HistoryMaxAllocs at most), each in its node's
+// ones that finished within the watcher's FinishedWindow (`top -history-window`,
+// 24h by default; the newest 2000 at most), each in its node's
 // pool; the free slices per pool and unit (healthy nvidia instances of
 // ready, eligible, not draining nodes that no pending or running
 // allocation holds); and the blocked entries of the queue as queued work

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // Fixture API objects: a node with two whole GPUs, a GPU in MIG mode
@@ -180,7 +182,7 @@ func jobWithDevices(id, pool string, devs ...*api.RequestedDevice) *api.Job {
 
 func blockedEval(id, job string, created time.Time, m *api.AllocationMetric) *api.Evaluation {
 	return &api.Evaluation{
-		ID: id, Namespace: "default", JobID: job, Status: api.EvalStatusBlocked, JobModifyIndex: 10,
+		ID: id, Namespace: "default", JobID: job, Status: api.EvalStatusBlocked, JobModifyIndex: 10, ModifyIndex: 10,
 		CreateTime: created.UnixNano(), FailedTGAllocs: map[string]*api.AllocationMetric{"g": m},
 	}
 }
@@ -191,22 +193,36 @@ func missingDevices() *api.AllocationMetric {
 
 func fixtureInput() *Input {
 	nodes := append([]*api.NodeListStub{gpuNode()}, otherNodes()...)
+	big := jobWithDevices("big", "gpu", &api.RequestedDevice{Name: "nvidia/gpu", Count: ptr(uint64(3))})
+	listed := listedJob(big)
+	// The summary was written after the blocked evaluation (index 10).
+	listed.JobSummary = &api.JobSummary{ModifyIndex: 20, Summary: map[string]api.TaskGroupSummary{"g": {Queued: 2}}}
 	return &Input{
-		Now:    t0,
-		Nodes:  nodes,
-		Allocs: fixtureAllocs(),
+		Now: t0,
+		Snapshot: &nomadview.Snapshot{
+			Nodes:   nodes,
+			Allocs:  fixtureAllocs(),
+			Blocked: []*api.Evaluation{blockedEval("e1", "big", t0.Add(-95*time.Second), missingDevices())},
+			Specs:   map[JobKey]*api.Job{{Namespace: "default", ID: "big"}: big},
+			Jobs:    map[JobKey]*api.JobListStub{{Namespace: "default", ID: "big"}: listed},
+		},
 		Stats: map[string]NodeStats{
 			node1ID: {Host: fixtureStats()},
 			node2ID: {Err: errorString("Unexpected response code: 500 (rpc error: no path to node)")},
 		},
-		Blocked: []*api.Evaluation{blockedEval("e1", "big", t0.Add(-95*time.Second), missingDevices())},
-		Jobs: map[JobKey]*api.Job{
-			{"default", "big"}: jobWithDevices("big", "gpu", &api.RequestedDevice{Name: "nvidia/gpu", Count: ptr(uint64(3))}),
-		},
-		Summaries: map[JobKey]*api.JobSummary{
-			{"default", "big"}: {Summary: map[string]api.TaskGroupSummary{"g": {Queued: 2}}},
-		},
 	}
+}
+
+// listedJob is job as the jobs list shows it, without a summary.
+func listedJob(job *api.Job) *api.JobListStub {
+	j := &api.JobListStub{ID: *job.ID, Namespace: "default"}
+	if job.Type != nil {
+		j.Type = *job.Type
+	}
+	if job.Priority != nil {
+		j.Priority = *job.Priority
+	}
+	return j
 }
 
 type errorString string

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 	"github.com/nomad-gpu/nomad-gpu/sizing/predict"
 )
@@ -25,7 +26,7 @@ type Prediction struct {
 // builds it: the runs of the pending, running and finished allocations,
 // the free slices of schedulable nodes per pool, and the blocked entries
 // of queue as queued work.
-func forecastInput(in *Input, queue []QueueEntry, held map[string]map[string][]AllocRef) sizing.ForecastInput {
+func forecastInput(in *Input, queue []QueueEntry) sizing.ForecastInput {
 	pools := map[string]string{}
 	for _, n := range in.Nodes {
 		if n != nil {
@@ -34,8 +35,8 @@ func forecastInput(in *Input, queue []QueueEntry, held map[string]map[string][]A
 	}
 	prio := map[sizing.JobID]int{}
 	for k, j := range in.Jobs {
-		if j != nil && j.Priority != nil {
-			prio[sizing.JobID{Namespace: k.Namespace, ID: k.ID}] = *j.Priority
+		if j != nil {
+			prio[sizing.JobID{Namespace: k.Namespace, ID: k.ID}] = j.Priority
 		}
 	}
 	seen := map[string]bool{}
@@ -47,15 +48,15 @@ func forecastInput(in *Input, queue []QueueEntry, held map[string]map[string][]A
 		seen[a.ID] = true
 		allocs = append(allocs, a)
 	}
-	fi := sizing.ForecastInput{Runs: sizing.RunsOf(allocs, pools, prio), Free: freeSlices(in.Nodes, held)}
+	fi := sizing.ForecastInput{Runs: sizing.RunsOf(allocs, pools, prio), Free: freeCapacity(in.FreeSlices())}
 	for _, e := range queue {
 		if e.State != StateBlocked {
 			continue
 		}
-		job := in.Jobs[JobKey{e.Namespace, e.Job}]
+		job := in.Specs[JobKey{Namespace: e.Namespace, ID: e.Job}]
 		q := sizing.QueuedWork{Namespace: e.Namespace, Job: e.Job, Group: e.Group, Pool: e.Pool, Since: e.Since, Allocs: e.Count}
 		if job != nil {
-			q.Task = groupTask(job, e.Group)
+			q.Task = nomadview.GPUTask(job, e.Group)
 			if job.Priority != nil {
 				q.Priority = *job.Priority
 			}
@@ -68,67 +69,24 @@ func forecastInput(in *Input, queue []QueueEntry, held map[string]map[string][]A
 	return fi
 }
 
-// freeSlices are, per node pool and unit, the healthy nvidia device
-// instances of schedulable (ready, eligible, not draining) nodes that no
-// pending or running allocation holds (held: node ID → device ID).
-func freeSlices(nodes []*api.NodeListStub, held map[string]map[string][]AllocRef) map[string]predict.Capacity {
-	out := map[string]predict.Capacity{}
-	for _, n := range nodes {
-		if n == nil || n.Status != api.NodeStatusReady || n.SchedulingEligibility != api.NodeSchedulingEligible || n.Drain || n.NodeResources == nil {
-			continue
+// freeCapacity is the snapshot's free slices per node pool as the
+// forecasts count them, per unit.
+func freeCapacity(free map[string]nomadview.FreeSlices) map[string]predict.Capacity {
+	out := make(map[string]predict.Capacity, len(free))
+	for pool, f := range free {
+		c := predict.Capacity{}
+		if f.GPUs > 0 {
+			c[predict.Unit{Kind: contract.SliceGPU}] = f.GPUs
 		}
-		for _, d := range n.NodeResources.Devices {
-			if d == nil || d.Vendor != contract.Vendor {
-				continue
-			}
-			var u predict.Unit
-			switch d.Type {
-			case contract.SliceGPU, contract.SliceMPS:
-				u = predict.Unit{Kind: d.Type}
-			case contract.SliceMIG:
-				u = predict.Unit{Kind: d.Type, Profile: d.Name}
-			default:
-				continue
-			}
-			c := out[n.NodePool]
-			if c == nil {
-				c = predict.Capacity{}
-				out[n.NodePool] = c
-			}
-			for _, i := range d.Instances {
-				if i != nil && i.Healthy && len(held[n.ID][i.ID]) == 0 {
-					c[u]++
-				}
-			}
+		if f.MPS > 0 {
+			c[predict.Unit{Kind: contract.SliceMPS}] = f.MPS
 		}
+		for _, p := range f.Profiles() {
+			c[predict.Unit{Kind: contract.SliceMIG, Profile: p}] = f.MIG[p]
+		}
+		out[pool] = c
 	}
 	return out
-}
-
-// groupTask is the group's first task, by name, asking for a GPU, MIG
-// instance or MPS share: the task whose history predicts the group.
-func groupTask(job *api.Job, group string) string {
-	var names []string
-	for _, tg := range job.TaskGroups {
-		if tg == nil || tg.Name == nil || *tg.Name != group {
-			continue
-		}
-		for _, t := range tg.Tasks {
-			if t == nil || t.Resources == nil {
-				continue
-			}
-			for _, d := range t.Resources.Devices {
-				if d != nil && isGPURequest(d.Name) && (d.Count == nil || *d.Count > 0) {
-					names = append(names, t.Name)
-					break
-				}
-			}
-		}
-	}
-	if len(names) == 0 {
-		return ""
-	}
-	return slices.Min(names)
 }
 
 // seconds is a Known estimate in whole seconds, nil when not Known.
@@ -146,7 +104,7 @@ func seconds(e predict.Estimate) *int64 {
 // those of batch and sysbatch jobs. When the history could not be read
 // every forecast is unknown.
 func addForecasts(v *View, in *Input, held map[string]map[string][]AllocRef) {
-	fc := sizing.Forecast(forecastInput(in, v.Queue, held), in.Now)
+	fc := sizing.Forecast(forecastInput(in, v.Queue), in.Now)
 	unknown := in.HistoryError != ""
 
 	jobTypes := map[string]string{} // alloc ID → job type
@@ -225,7 +183,7 @@ func addQueueForecasts(queue []QueueEntry, in *Input, waits []sizing.WaitForecas
 		}
 		e.PredictedWaitSeconds = seconds(w.Wait)
 		e.PredictionBasis = sizing.BasisKind(w.Wait)
-		if job := in.Jobs[JobKey{e.Namespace, e.Job}]; job != nil && job.Type != nil && runsToEnd(*job.Type) {
+		if job := in.Jobs[JobKey{Namespace: e.Namespace, ID: e.Job}]; job != nil && runsToEnd(job.Type) {
 			e.PredictedRuntimeSeconds = seconds(w.Runtime)
 		}
 	}
@@ -239,5 +197,5 @@ func Forecast(in *Input) (sizing.Forecasts, error) {
 	if in.HistoryError != "" {
 		return sizing.Forecasts{}, errors.New(in.HistoryError)
 	}
-	return sizing.Forecast(forecastInput(in, buildQueue(in), heldDevices(in.Allocs)), in.Now), nil
+	return sizing.Forecast(forecastInput(in, buildQueue(in)), in.Now), nil
 }

@@ -42,7 +42,8 @@ func forecastFixture(finished ...*api.AllocationListStub) *Input {
 // queueBlocked adds a blocked evaluation of job, created a minute ago.
 func queueBlocked(in *Input, job *api.Job) {
 	in.Blocked = append(in.Blocked, blockedEval("e-"+*job.ID, *job.ID, t0.Add(-time.Minute), &api.AllocationMetric{NodesEvaluated: 1, NodePool: "gpu", NodesExhausted: 1}))
-	in.Jobs[JobKey{"default", *job.ID}] = job
+	in.Specs[JobKey{Namespace: "default", ID: *job.ID}] = job
+	in.Jobs[JobKey{Namespace: "default", ID: *job.ID}] = listedJob(job)
 }
 
 func secs(p *int64) string { return num(p) }

@@ -8,102 +8,29 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // buildQueue lists the GPU work that waits: unplaced allocations of blocked
-// evaluations and pending allocations holding GPUs, longest wait first.
+// evaluations and pending allocations holding GPUs (the snapshot's rules),
+// longest wait first.
 func buildQueue(in *Input) []QueueEntry {
 	out := []QueueEntry{}
-	type groupKey struct{ ns, job, group string }
-	seen := map[groupKey]int{} // → index in out
-	for _, e := range in.Blocked {
-		if e == nil || e.Status != api.EvalStatusBlocked {
+	for _, g := range in.QueuedGroups() {
+		if !in.Filter.matchPool(g.Pool) {
 			continue
 		}
-		k := JobKey{e.Namespace, e.JobID}
-		job := in.Jobs[k]
-		if job == nil || (job.Stop != nil && *job.Stop) {
-			continue
-		}
-		since := time.Unix(0, e.CreateTime)
-		for _, tg := range sortedKeys(e.FailedTGAllocs) {
-			m := e.FailedTGAllocs[tg]
-			asks, gpu := groupAsks(job, tg)
-			if !gpu {
-				continue
-			}
-			pool := jobPool(job, m)
-			if !in.Filter.matchPool(pool) {
-				continue
-			}
-			count := 0
-			if s := in.Summaries[k]; s != nil {
-				count = s.Summary[tg].Queued
-			}
-			if count <= 0 && m != nil {
-				// No summary yet (the scheduler records the queued
-				// counts just after it writes the blocked eval).
-				count = m.CoalescedFailures + 1
-			}
-			if count <= 0 {
-				count = 1
-			}
-			q := QueueEntry{
-				Job: e.JobID, Namespace: e.Namespace, Group: tg, Pool: pool, State: StateBlocked,
-				Devices: asks, Count: count, Since: since.UTC(), WaitingSeconds: waitSeconds(in.Now, since),
-				Reason: FailureReason(m, e.QuotaLimitReached),
-			}
-			gk := groupKey{e.Namespace, e.JobID, tg}
-			if i, dup := seen[gk]; dup {
-				if q.Since.Before(out[i].Since) {
-					out[i] = q
-				}
-				continue
-			}
-			seen[gk] = len(out)
-			out = append(out, q)
-		}
-	}
-
-	nodes := map[string]*api.NodeListStub{}
-	for _, n := range in.Nodes {
-		if n != nil {
-			nodes[n.ID] = n
-		}
-	}
-	for _, a := range in.Allocs {
-		if a == nil || a.ClientStatus != api.AllocClientStatusPending || a.AllocatedResources == nil {
-			continue
-		}
-		asks := heldAsks(a)
-		if len(asks) == 0 {
-			continue
-		}
-		name, pool := a.NodeName, ""
-		if n := nodes[a.NodeID]; n != nil {
-			name, pool = n.Name, n.NodePool
-			if len(in.Filter.Nodes) > 0 && !in.Filter.matchNode(n) {
-				continue
-			}
-		} else if len(in.Filter.Nodes) > 0 {
-			continue
-		}
-		if !in.Filter.matchPool(pool) {
-			continue
-		}
-		if name == "" {
-			name = shortID(a.NodeID)
-		}
-		reason := "placed on " + name + ", not running yet"
-		if a.ClientDescription != "" {
-			reason += ": " + a.ClientDescription
-		}
-		since := time.Unix(0, a.CreateTime)
 		out = append(out, QueueEntry{
-			Job: a.JobID, Namespace: a.Namespace, Group: a.TaskGroup, Pool: pool, State: StatePending,
-			Devices: asks, Count: 1, Since: since.UTC(), WaitingSeconds: waitSeconds(in.Now, since),
-			Reason: reason, Node: name,
+			Job: g.JobID, Namespace: g.Namespace, Group: g.Group, Pool: g.Pool, State: StateBlocked,
+			Devices: deviceAsks(g.Asks), Count: g.Count, Since: g.Since.UTC(), WaitingSeconds: waitSeconds(in.Now, g.Since),
+			Reason: FailureReason(g.Metric, g.QuotaLimitReached),
 		})
+	}
+	for _, p := range in.PendingAllocs() {
+		if e, ok := pendingEntry(in, p); ok {
+			out = append(out, e)
+		}
 	}
 	slices.SortStableFunc(out, func(a, b QueueEntry) int {
 		return cmp.Or(-cmp.Compare(a.WaitingSeconds, b.WaitingSeconds),
@@ -113,100 +40,51 @@ func buildQueue(in *Input) []QueueEntry {
 	return out
 }
 
+// pendingEntry is the queue entry of a pending allocation, false when the
+// filter drops it.
+func pendingEntry(in *Input, p nomadview.PendingAlloc) (QueueEntry, bool) {
+	a := p.Alloc
+	name, pool := a.NodeName, ""
+	if n := p.Node; n != nil {
+		name, pool = n.Name, n.NodePool
+		if len(in.Filter.Nodes) > 0 && !in.Filter.matchNode(n) {
+			return QueueEntry{}, false
+		}
+	} else if len(in.Filter.Nodes) > 0 {
+		return QueueEntry{}, false
+	}
+	if !in.Filter.matchPool(pool) {
+		return QueueEntry{}, false
+	}
+	if name == "" {
+		name = shortID(a.NodeID)
+	}
+	reason := "placed on " + name + ", not running yet"
+	if a.ClientDescription != "" {
+		reason += ": " + a.ClientDescription
+	}
+	since := time.Unix(0, a.CreateTime)
+	return QueueEntry{
+		Job: a.JobID, Namespace: a.Namespace, Group: a.TaskGroup, Pool: pool, State: StatePending,
+		Devices: deviceAsks(p.Held), Count: 1, Since: since.UTC(), WaitingSeconds: waitSeconds(in.Now, since),
+		Reason: reason, Node: name,
+	}, true
+}
+
+// deviceAsks are asks as the view names them.
+func deviceAsks(asks []nomadview.DeviceAsk) []DeviceAsk {
+	out := make([]DeviceAsk, len(asks))
+	for i, a := range asks {
+		out[i] = DeviceAsk{Name: a.Device.String(), Count: a.Count}
+	}
+	return out
+}
+
 func waitSeconds(now, since time.Time) int64 {
 	if since.IsZero() || since.Unix() <= 0 || now.Before(since) {
 		return 0
 	}
 	return int64(now.Sub(since) / time.Second)
-}
-
-// jobPool is the node pool the scheduler placed the group in.
-func jobPool(job *api.Job, m *api.AllocationMetric) string {
-	switch {
-	case m != nil && m.NodePool != "":
-		return m.NodePool
-	case job.NodePool != nil && *job.NodePool != "":
-		return *job.NodePool
-	}
-	return "default"
-}
-
-// groupAsks are the devices one allocation of the job's group asks for
-// (summed over its tasks, in first-seen order), and whether any is a GPU,
-// MIG instance or MPS share.
-func groupAsks(job *api.Job, group string) ([]DeviceAsk, bool) {
-	var asks []DeviceAsk
-	gpu := false
-	for _, tg := range job.TaskGroups {
-		if tg == nil || tg.Name == nil || *tg.Name != group {
-			continue
-		}
-		for _, t := range tg.Tasks {
-			if t == nil || t.Resources == nil {
-				continue
-			}
-			for _, d := range t.Resources.Devices {
-				if d == nil || d.Name == "" {
-					continue
-				}
-				n := 1
-				if d.Count != nil {
-					n = int(*d.Count)
-				}
-				if n <= 0 {
-					continue
-				}
-				asks = addAsk(asks, d.Name, n)
-				if isGPURequest(d.Name) {
-					gpu = true
-				}
-			}
-		}
-	}
-	return asks, gpu
-}
-
-func addAsk(asks []DeviceAsk, name string, n int) []DeviceAsk {
-	for i := range asks {
-		if asks[i].Name == name {
-			asks[i].Count += n
-			return asks
-		}
-	}
-	return append(asks, DeviceAsk{Name: name, Count: n})
-}
-
-// isGPURequest parses a jobspec device name as Nomad does ("type",
-// "vendor/type" or "vendor/type/name") and reports whether it can ask for
-// our devices.
-func isGPURequest(name string) bool {
-	parts := strings.SplitN(name, "/", 3)
-	if len(parts) == 1 {
-		return isGPUDevice("", parts[0])
-	}
-	return isGPUDevice(parts[0], parts[1])
-}
-
-// heldAsks are the GPU devices a placed allocation was given, as asks.
-func heldAsks(a *api.AllocationListStub) []DeviceAsk {
-	var asks []DeviceAsk
-	for _, task := range sortedKeys(a.AllocatedResources.Tasks) {
-		tr := a.AllocatedResources.Tasks[task]
-		if tr == nil {
-			continue
-		}
-		for _, d := range tr.Devices {
-			if d == nil || len(d.DeviceIDs) == 0 || !isGPUDevice(d.Vendor, d.Type) {
-				continue
-			}
-			name := d.Vendor + "/" + d.Type
-			if d.Name != "" {
-				name += "/" + d.Name
-			}
-			asks = addAsk(asks, name, len(d.DeviceIDs))
-		}
-	}
-	return asks
 }
 
 // FailureReason sums up why the scheduler could not place a task group, in

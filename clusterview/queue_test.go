@@ -26,29 +26,39 @@ func TestQueue(t *testing.T) {
 		{
 			name: "no summary: the eval's failures count",
 			edit: func(in *Input) {
-				in.Summaries = nil
+				delete(in.Jobs, JobKey{Namespace: "default", ID: "big"})
 				in.Blocked[0].FailedTGAllocs["g"].CoalescedFailures = 4
 			},
 			want: []string{`big/g blocked nvidia/gpu x6 5 1m35s`, `notebook/g pending`},
 		},
 		{
-			name: "summary says 0 queued (not recorded yet): the eval's failures count",
+			name: "summary older than the eval says 0 queued (not recorded yet): the eval's failures count",
 			edit: func(in *Input) {
-				in.Summaries[JobKey{"default", "big"}].Summary["g"] = api.TaskGroupSummary{}
+				in.Jobs[JobKey{Namespace: "default", ID: "big"}].JobSummary.ModifyIndex = 5
+				in.Jobs[JobKey{Namespace: "default", ID: "big"}].JobSummary.Summary["g"] = api.TaskGroupSummary{}
 			},
 			want: []string{`big/g blocked nvidia/gpu x6 1 1m35s`, `notebook/g pending`},
 		},
 		{
+			// Settled with the APM (nomadview.queuedCount): top used to
+			// count the eval's failures here.
+			name: "summary newer than the eval says 0 queued: the blocked eval is stale, nothing waits",
+			edit: func(in *Input) {
+				in.Jobs[JobKey{Namespace: "default", ID: "big"}].JobSummary.Summary["g"] = api.TaskGroupSummary{}
+			},
+			want: []string{`notebook/g pending`},
+		},
+		{
 			name: "work asking for no GPU is not GPU work",
 			edit: func(in *Input) {
-				in.Jobs[JobKey{"default", "big"}] = jobWithDevices("big", "gpu", &api.RequestedDevice{Name: "xilinx/fpga"})
+				in.Specs[JobKey{Namespace: "default", ID: "big"}] = jobWithDevices("big", "gpu", &api.RequestedDevice{Name: "xilinx/fpga"})
 			},
 			want: []string{`notebook/g pending`},
 		},
 		{
 			name: "a type-only ask is GPU work (Nomad reads a/b as vendor/type); other devices ride along",
 			edit: func(in *Input) {
-				in.Jobs[JobKey{"default", "big"}] = jobWithDevices("big", "gpu",
+				in.Specs[JobKey{Namespace: "default", ID: "big"}] = jobWithDevices("big", "gpu",
 					&api.RequestedDevice{Name: "mig"}, &api.RequestedDevice{Name: "xilinx/fpga", Count: ptr(uint64(1))})
 			},
 			want: []string{`big/g blocked mig x2, xilinx/fpga x2 2`, `notebook/g pending`},
@@ -56,7 +66,7 @@ func TestQueue(t *testing.T) {
 		{
 			name: "stopped, unknown and unblocked evaluations' jobs are left out",
 			edit: func(in *Input) {
-				in.Jobs[JobKey{"default", "big"}].Stop = ptr(true)
+				in.Specs[JobKey{Namespace: "default", ID: "big"}].Stop = ptr(true)
 				in.Blocked = append(in.Blocked,
 					blockedEval("e2", "gone", t0, missingDevices()),
 					&api.Evaluation{ID: "e3", Namespace: "default", JobID: "big", Status: "complete", FailedTGAllocs: map[string]*api.AllocationMetric{"g": nil}})
@@ -75,7 +85,7 @@ func TestQueue(t *testing.T) {
 			edit: func(in *Input) {
 				in.Filter.Pool = "gpu"
 				in.Blocked[0].FailedTGAllocs["g"].NodePool = ""
-				in.Jobs[JobKey{"default", "big"}] = jobWithDevices("big", "all", gpu3)
+				in.Specs[JobKey{Namespace: "default", ID: "big"}] = jobWithDevices("big", "all", gpu3)
 			},
 			want: []string{`big/g blocked`, `notebook/g pending`},
 		},
@@ -84,7 +94,7 @@ func TestQueue(t *testing.T) {
 			edit: func(in *Input) {
 				in.Filter.Pool = "gpu"
 				in.Blocked[0].FailedTGAllocs["g"].NodePool = ""
-				in.Jobs[JobKey{"default", "big"}] = jobWithDevices("big", "", gpu3)
+				in.Specs[JobKey{Namespace: "default", ID: "big"}] = jobWithDevices("big", "", gpu3)
 			},
 			want: []string{`notebook/g pending`},
 		},

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 const wantTable = `nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 2  GPUs 5 (3 in use, 1 unhealthy)
@@ -51,7 +53,7 @@ func TestWriteTable(t *testing.T) {
 	}{
 		{"fixture", fixtureInput(), TableOptions{}, nil},
 		{"fixture at 80", fixtureInput(), TableOptions{Width: 80}, nil},
-		{"empty cluster", &Input{Now: t0}, TableOptions{}, []string{
+		{"empty cluster", &Input{Now: t0, Snapshot: &nomadview.Snapshot{}}, TableOptions{}, []string{
 			"nomad-gpu top  2026-12-03 10:00:00 UTC  nodes 0  GPUs 0 (0 in use, 0 unhealthy)",
 			"queue empty",
 			"no GPU nodes",

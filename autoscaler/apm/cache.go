@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // Endpoints the plugin calls, as Stats names them.
@@ -667,7 +668,7 @@ func (c *cache) priorities(want map[jobKey]uint64) map[jobKey]int {
 		job, _, err := c.cl.Jobs().Info(k.id, (&api.QueryOptions{Namespace: k.ns}).WithContext(ctx))
 		e := prioEntry{version: want[k], used: now}
 		switch {
-		case isNotFound(err):
+		case nomadview.IsNotFound(err):
 		case err != nil:
 			c.log.Debug("job read for its priority failed", "job", k.id, "namespace", k.ns, "error", err)
 			return nil
@@ -819,7 +820,7 @@ func (c *cache) fetchEvals(index uint64) (any, uint64, error) {
 		defer cancel()
 		c.calls.add(EndpointJob)
 		job, _, err := c.cl.Jobs().Info(k.id, (&api.QueryOptions{Namespace: k.ns}).WithContext(ctx))
-		if isNotFound(err) {
+		if nomadview.IsNotFound(err) {
 			mu.Lock()
 			c.jobs[k] = &jobInfo{stopped: true, modifyIndex: ^uint64(0)}
 			mu.Unlock()
@@ -850,7 +851,7 @@ func (c *cache) fetchEvals(index uint64) (any, uint64, error) {
 		}
 		mu.Unlock()
 		switch {
-		case isNotFound(err):
+		case nomadview.IsNotFound(err):
 		case err != nil:
 			return fmt.Errorf("job %q (namespace %q) summary: %w", e.JobID, e.Namespace, err)
 		default:
@@ -910,21 +911,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func isNotFound(err error) bool {
-	if err == nil {
-		return false
-	}
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) {
-		return ue.StatusCode() == http.StatusNotFound
-	}
-	var uep *api.UnexpectedResponseError
-	if errors.As(err, &uep) {
-		return uep.StatusCode() == http.StatusNotFound
-	}
-	return strings.Contains(err.Error(), "404")
 }
 
 // parallel runs f(0..n-1) on up to limit goroutines; the first error wins.
@@ -1007,32 +993,19 @@ func jobInfoOf(j *api.Job) *jobInfo {
 					order = append(order, d.Name)
 				}
 				byName[d.Name] += n
-				if n > 0 && isGPUSlice(requestSpec(d.Name)) && (g.task == "" || t.Name < g.task) {
+				if n > 0 && nomadview.IsGPUAsk(nomadview.ParseRequest(d.Name)) && (g.task == "" || t.Name < g.task) {
 					g.task = t.Name
 				}
 			}
 		}
 		for _, name := range order {
 			if byName[name] > 0 {
-				g.asks = append(g.asks, DeviceAsk{Device: requestSpec(name), Count: byName[name]})
+				g.asks = append(g.asks, DeviceAsk{Device: nomadview.ParseRequest(name), Count: byName[name]})
 			}
 		}
 		info.groups[*tg.Name] = g
 	}
 	return info
-}
-
-// isGPUSlice reports whether a device request can ask for our GPUs, MIG
-// instances or MPS shares.
-func isGPUSlice(d DeviceSpec) bool {
-	if d.Vendor != "" && d.Vendor != contract.Vendor {
-		return false
-	}
-	switch d.Type {
-	case contract.SliceGPU, contract.SliceMIG, contract.SliceMPS:
-		return true
-	}
-	return false
 }
 
 func classRules(cs []*api.Constraint) []ClassRule {

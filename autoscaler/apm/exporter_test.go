@@ -34,7 +34,7 @@ func fullInput() scrapeInput {
 		snap: &Snapshot{Now: t0, Nodes: nodes,
 			Work: []Work{
 				blocked("gpu", 2, ask("nvidia/gpu", 7)),
-				{Source: FromPendingAlloc, Pool: "mps", Priority: 50, Allocs: 1, Since: t0.Add(-time.Second), Asks: []DeviceAsk{{DeviceSpec{"nvidia", "mps", "GPU-A"}, 1}}},
+				{Source: FromPendingAlloc, Pool: "mps", Priority: 50, Allocs: 1, Since: t0.Add(-time.Second), Asks: []DeviceAsk{{Device: DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-A"}, Count: 1}}},
 			},
 			Util: map[string][]InstanceUtil{"a": {{h100, "a-0", 80}, {h100, "a-7", 0}}},
 			Runs: runs},

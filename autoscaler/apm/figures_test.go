@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 const gib = int64(1) << 30
@@ -15,7 +17,7 @@ const gib = int64(1) << 30
 // slicedGroup is a group of n instances (IDs prefix-0..) on one physical
 // GPU, each of mem bytes.
 func slicedGroup(vendor, typ, name, prefix, gpu string, n int, mem int64) DeviceGroup {
-	g := DeviceGroup{DeviceSpec: DeviceSpec{vendor, typ, name}, MemoryBytes: mem}
+	g := DeviceGroup{DeviceSpec: DeviceSpec{Vendor: vendor, Type: typ, Name: name}, MemoryBytes: mem}
 	for i := range n {
 		g.Instances = append(g.Instances, DeviceInstance{ID: fmt.Sprintf("%s-%d", prefix, i), Healthy: true, GPU: gpu})
 	}
@@ -46,7 +48,7 @@ func blocked(pool string, allocs int, asks ...DeviceAsk) Work {
 		Pool: pool, Datacenters: []string{"dc*"}, CapacityBlocked: true}
 }
 
-var h100 = DeviceSpec{"nvidia", "gpu", "H100"}
+var h100 = DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}
 
 // wholeGPUNodes: a 5 of 8 held, b 7 of 8 held, c none held; d is
 // ineligible with 8 free; e has 2 unhealthy of 8 free.
@@ -105,8 +107,8 @@ func TestStrandedWholeGPUs(t *testing.T) {
 // none held; 0000:03 as 2 × 3g.40gb, 1 held.
 func migNode() Node {
 	return node("m", "mig", "h100", []UsedDevices{
-		{DeviceSpec{"nvidia", "mig", "1g.10gb"}, []string{"p1-0", "p1-1"}},
-		{DeviceSpec{"nvidia", "mig", "3g.40gb"}, []string{"p3-0"}},
+		{DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "1g.10gb"}, []string{"p1-0", "p1-1"}},
+		{DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "3g.40gb"}, []string{"p3-0"}},
 	},
 		mergeGroups(slicedGroup("nvidia", "mig", "1g.10gb", "p1", "0000:01", 7, 10*gib), slicedGroup("nvidia", "mig", "1g.10gb", "p2", "0000:02", 7, 10*gib)),
 		slicedGroup("nvidia", "mig", "3g.40gb", "p3", "0000:03", 2, 40*gib),
@@ -152,7 +154,7 @@ func TestStrandedMIG(t *testing.T) {
 // mpsNode: GPU-A and GPU-B as 4 MPS shares of 20 GiB each (one group per
 // GPU, named by its UUID); one share of GPU-A held.
 func mpsNode() Node {
-	return node("s", "mps", "l4", []UsedDevices{{DeviceSpec{"nvidia", "mps", "GPU-A"}, []string{"GPU-A-mps-0"}}},
+	return node("s", "mps", "l4", []UsedDevices{{DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-A"}, []string{"GPU-A-mps-0"}}},
 		slicedGroup("nvidia", "mps", "GPU-A", "GPU-A-mps", "GPU-A", 4, 20*gib),
 		slicedGroup("nvidia", "mps", "GPU-B", "GPU-B-mps", "GPU-B", 4, 20*gib),
 	)
@@ -291,8 +293,8 @@ func TestQueueFigures(t *testing.T) {
 		w(FromBlockedEval, "gpu", 80, 3, 100*time.Second, ask("nvidia/gpu", 2)),
 		w(FromBlockedEval, "gpu", 90, 1, 50*time.Second, ask("nvidia/gpu", 1), ask("nvidia/mig/1g.10gb", 1)),
 		w(FromBlockedEval, "gpu", 50, 2, 10*time.Second, ask("gpu", 1)),
-		w(FromPendingAlloc, "gpu", 10, 1, 5*time.Second, DeviceAsk{DeviceSpec{"nvidia", "mps", "GPU-X"}, 2}),
-		w(FromPendingAlloc, "gpu", 10, 1, 7*time.Second, DeviceAsk{DeviceSpec{"nvidia", "mps", "GPU-Y"}, 1}),
+		w(FromPendingAlloc, "gpu", 10, 1, 5*time.Second, DeviceAsk{Device: DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-X"}, Count: 2}),
+		w(FromPendingAlloc, "gpu", 10, 1, 7*time.Second, DeviceAsk{Device: DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-Y"}, Count: 1}),
 		w(FromBlockedEval, "gpu", 0, 1, 0, ask("nvidia/gpu", 1)),
 		w(FromBlockedEval, "gpu", 80, 5, time.Hour),                                                                // no devices
 		w(FromBlockedEval, "gpu", 80, 0, time.Hour, ask("nvidia/gpu", 1)),                                          // nothing left queued
@@ -322,7 +324,7 @@ func TestQueueFigures(t *testing.T) {
 	// to gpus_queued, and the longest wait is wait_max_seconds.
 	sum := 0
 	for k, f := range got {
-		if k.Pool == "gpu" && DefaultDevice.Compatible(requestSpec(k.Device)) {
+		if k.Pool == "gpu" && DefaultDevice.Compatible(nomadview.ParseRequest(k.Device)) {
 			sum += f.Devices
 		}
 	}
@@ -419,12 +421,12 @@ func TestSummarize(t *testing.T) {
 
 func TestDeviceLabel(t *testing.T) {
 	for spec, want := range map[DeviceSpec]string{
-		{"nvidia", "gpu", "H100"}:     "nvidia/gpu/H100",
-		{"nvidia", "mig", "1g.10gb"}:  "nvidia/mig/1g.10gb",
-		{"nvidia", "mps", "GPU-1234"}: "nvidia/mps",
-		{"", "gpu", ""}:               "gpu",
-		{"nvidia", "gpu", ""}:         "nvidia/gpu",
-		{"amd", "gpu", "MI300X"}:      "amd/gpu/MI300X",
+		{Vendor: "nvidia", Type: "gpu", Name: "H100"}:     "nvidia/gpu/H100",
+		{Vendor: "nvidia", Type: "mig", Name: "1g.10gb"}:  "nvidia/mig/1g.10gb",
+		{Vendor: "nvidia", Type: "mps", Name: "GPU-1234"}: "nvidia/mps",
+		{Vendor: "", Type: "gpu", Name: ""}:               "gpu",
+		{Vendor: "nvidia", Type: "gpu", Name: ""}:         "nvidia/gpu",
+		{Vendor: "amd", Type: "gpu", Name: "MI300X"}:      "amd/gpu/MI300X",
 	} {
 		if got := DeviceLabel(spec); got != want {
 			t.Errorf("%+v: %q, want %q", spec, got, want)

@@ -113,8 +113,8 @@ func TestFreeSlices(t *testing.T) {
 	drained := node("d", "gpu", "", nil, gpus("d", 8, 0)...)
 	drained.Eligible = false
 	s := &Snapshot{Nodes: []Node{
-		node("a", "gpu", "", []UsedDevices{{h100, ids("a", 0, 1)}, {DeviceSpec{"nvidia", "mig", "1g.10gb"}, []string{"m-0"}}}, gpus("a", 4, 1)[0], mig, other),
-		node("b", "mps", "", []UsedDevices{{DeviceSpec{"nvidia", "mps", "GPU-X"}, []string{"GPU-X-mps-3"}}}, mps),
+		node("a", "gpu", "", []UsedDevices{{h100, ids("a", 0, 1)}, {DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "1g.10gb"}, []string{"m-0"}}}, gpus("a", 4, 1)[0], mig, other),
+		node("b", "mps", "", []UsedDevices{{DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-X"}, []string{"GPU-X-mps-3"}}}, mps),
 		drained,
 	}}
 	want := map[string]predict.Capacity{

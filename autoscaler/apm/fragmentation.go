@@ -3,11 +3,11 @@ package apm
 import (
 	"cmp"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // The GPU-equivalent figures: capacity, allocation and FGD fragmentation
@@ -85,7 +85,7 @@ func RequestMixes(s *Snapshot) map[string][]RequestShape {
 		n := &s.Nodes[i]
 		pools[n.Pool] = true
 		for _, u := range n.Used {
-			if len(u.IDs) > 0 && isGPUSlice(u.DeviceSpec) {
+			if len(u.IDs) > 0 && nomadview.IsGPUAsk(u.DeviceSpec) {
 				add(n.Pool, heldSpec(u.DeviceSpec), len(u.IDs), 1)
 			}
 		}
@@ -96,7 +96,7 @@ func RequestMixes(s *Snapshot) map[string][]RequestShape {
 			continue
 		}
 		for _, a := range w.Asks {
-			if a.Count <= 0 || !isGPUSlice(a.Device) {
+			if a.Count <= 0 || !nomadview.IsGPUAsk(a.Device) {
 				continue
 			}
 			d := askedSpec(a.Device)
@@ -149,39 +149,9 @@ func heldSpec(d DeviceSpec) DeviceSpec {
 	return d
 }
 
-// GPUWeight is one instance of device group g in GPU-equivalents: 1 for
-// a whole GPU; for a MIG instance its profile's compute slices over 7
-// ("3g.40gb": 3/7, the compute instance "1c.3g.40gb": 1/7; 1 when the
-// group's name is no profile). An MPS share is 1 over its GPU's shares,
-// which the group alone does not say (see nodeGPUs).
-func GPUWeight(g DeviceSpec) float64 {
-	if g.Type != contract.SliceMIG {
-		return 1
-	}
-	return migWeight(g.Name)
-}
-
-func migWeight(profile string) float64 {
-	base, _, _ := strings.Cut(profile, "+")
-	base, _, _ = strings.Cut(base, "-")
-	gs := 0
-	for _, part := range strings.Split(base, ".") {
-		n, err := strconv.Atoi(strings.TrimRight(part, "cg"))
-		if err != nil || n < 1 || n > 7 || len(part) < 2 {
-			continue
-		}
-		switch part[len(part)-1] {
-		case 'c': // a compute instance: its own slices
-			return float64(n) / 7
-		case 'g':
-			gs = n
-		}
-	}
-	if gs == 0 {
-		return 1
-	}
-	return float64(gs) / 7
-}
+// GPUWeight is one instance of device group g in GPU-equivalents
+// (nomadview's rule).
+func GPUWeight(g DeviceSpec) float64 { return nomadview.GPUWeight(g) }
 
 // gpuGroup is a group of a node's instances as package fgd sees it: a
 // whole-GPU or MIG device group, or one GPU's shares of an MPS group.
@@ -212,7 +182,7 @@ func mpsGPU(g *DeviceGroup, in *DeviceInstance) string {
 func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, allocated float64) {
 	for gi := range n.Devices {
 		g := &n.Devices[gi]
-		if !isGPUSlice(g.DeviceSpec) {
+		if !nomadview.IsGPUAsk(g.DeviceSpec) {
 			continue
 		}
 		kind := heldSpec(g.DeviceSpec).String()
@@ -333,7 +303,7 @@ func GPUFigures(s *Snapshot) map[PoolKey]*GPUFigure {
 	held := map[string]bool{}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		if n.Status != "ready" || !slices.ContainsFunc(n.Devices, func(g DeviceGroup) bool { return isGPUSlice(g.DeviceSpec) }) {
+		if n.Status != "ready" || !slices.ContainsFunc(n.Devices, func(g DeviceGroup) bool { return nomadview.IsGPUAsk(g.DeviceSpec) }) {
 			continue
 		}
 		k := PoolKey{n.Pool, n.Datacenter}

@@ -11,8 +11,8 @@ import (
 )
 
 var (
-	mpsX  = DeviceSpec{"nvidia", "mps", "GPU-X"}
-	mig3g = DeviceSpec{"nvidia", "mig", "3g.40gb"}
+	mpsX  = DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-X"}
+	mig3g = DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "3g.40gb"}
 )
 
 // fgdNodes, in pool p:
@@ -151,14 +151,14 @@ func TestGPUFigures(t *testing.T) {
 func TestRequestMixes(t *testing.T) {
 	s := &Snapshot{Nodes: append(fgdNodes(), node("z", "q", "", nil, wholeGPUs("z", 1))),
 		Work: []Work{
-			blocked("p", 2, ask("gpu", 2)),                                                 // no vendor: nvidia's; merges with held nvidia/gpu
-			blocked("all", 1, ask("nvidia/gpu", 1)),                                        // every pool
-			blocked("p", 1, ask("nvidia/fpga", 1)),                                         // not a GPU
-			blocked("p", 0, ask("nvidia/gpu", 4)),                                          // nothing unplaced
-			{Source: FromPendingAlloc, Pool: "p", Allocs: 1, Asks: []DeviceAsk{{h100, 1}}}, // counted as held
+			blocked("p", 2, ask("gpu", 2)),          // no vendor: nvidia's; merges with held nvidia/gpu
+			blocked("all", 1, ask("nvidia/gpu", 1)), // every pool
+			blocked("p", 1, ask("nvidia/fpga", 1)),  // not a GPU
+			blocked("p", 0, ask("nvidia/gpu", 4)),   // nothing unplaced
+			{Source: FromPendingAlloc, Pool: "p", Allocs: 1, Asks: []DeviceAsk{{Device: h100, Count: 1}}}, // counted as held
 		}}
-	gpu := DeviceSpec{"nvidia", "gpu", ""}
-	mps := DeviceSpec{"nvidia", "mps", ""}
+	gpu := DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: ""}
+	mps := DeviceSpec{Vendor: "nvidia", Type: "mps", Name: ""}
 	want := map[string][]RequestShape{
 		"p": {
 			{gpu, 1, 2.0 / 7}, {gpu, 2, 2.0 / 7}, {mig3g, 1, 1.0 / 7}, {mps, 1, 1.0 / 7}, {mps, 2, 1.0 / 7},
@@ -184,8 +184,8 @@ func TestFGDMatchesTraceReplay(t *testing.T) {
 	}
 	groups, _, _ := nodeGPUs(&x, held)
 	mix := []RequestShape{
-		{DeviceSpec{"nvidia", "gpu", ""}, 1, 0.2}, {DeviceSpec{"nvidia", "gpu", ""}, 2, 0.3},
-		{DeviceSpec{"nvidia", "mps", ""}, 1, 0.25}, {DeviceSpec{"nvidia", "mps", ""}, 2, 0.25},
+		{DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: ""}, 1, 0.2}, {DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: ""}, 2, 0.3},
+		{DeviceSpec{Vendor: "nvidia", Type: "mps", Name: ""}, 1, 0.25}, {DeviceSpec{Vendor: "nvidia", Type: "mps", Name: ""}, 2, 0.25},
 	}
 	var apm float64
 	for _, m := range byDevice(mix) {
@@ -223,7 +223,7 @@ func TestGPUWeights(t *testing.T) {
 		"1g.10gb": 1.0 / 7, "3g.40gb": 3.0 / 7, "7g.80gb": 1, "1g.10gb+me": 1.0 / 7, "1g.10gb-me": 1.0 / 7,
 		"1c.3g.40gb": 1.0 / 7, "2c.4g.40gb": 2.0 / 7, "4g.24gb": 4.0 / 7, "weird": 1, "": 1, "9g.90gb": 1,
 	} {
-		if got := GPUWeight(DeviceSpec{"nvidia", "mig", profile}); math.Abs(got-want) > 1e-15 {
+		if got := GPUWeight(DeviceSpec{Vendor: "nvidia", Type: "mig", Name: profile}); math.Abs(got-want) > 1e-15 {
 			t.Errorf("%q: %v, want %v", profile, got, want)
 		}
 	}

@@ -109,7 +109,7 @@ plugin "nomad-device-gpu" {
 		return n.NodeResources != nil && len(n.NodeResources.Devices) > 0 && n.NodePool == "gpu"
 	}, 2*time.Minute)
 	d := node.NodeResources.Devices[0]
-	label := DeviceLabel(DeviceSpec{d.Vendor, d.Type, d.Name})
+	label := DeviceLabel(DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name})
 	p := newTestPlugin(t, c.Server().HTTPAddr(), map[string]string{
 		"metrics_address": "127.0.0.1:0", "stats_ttl": "1s", "finished_refresh_interval": "200ms",
 	})

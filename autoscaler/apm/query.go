@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // Metric names a query can ask for.
@@ -57,24 +59,12 @@ func (s State) String() string {
 	return "all"
 }
 
-// DeviceSpec is a device name as Nomad parses a job's device request:
-// "type", "vendor/type" or "vendor/type/name". An empty field matches any.
-type DeviceSpec struct {
-	Vendor, Type, Name string
-}
+// DeviceSpec is a device name as Nomad parses a job's device request
+// (nomadview's, where its rules live).
+type DeviceSpec = nomadview.DeviceSpec
 
 // DefaultDevice is the device a query means when it names none.
 var DefaultDevice = DeviceSpec{Vendor: "nvidia", Type: "gpu"}
-
-func (d DeviceSpec) String() string {
-	switch {
-	case d.Vendor == "" && d.Name == "":
-		return d.Type
-	case d.Name == "":
-		return d.Vendor + "/" + d.Type
-	}
-	return d.Vendor + "/" + d.Type + "/" + d.Name
-}
 
 // ParseDeviceSpec parses a device name the way Nomad parses a device
 // request's name: one part is the type, two are vendor/type, three are
@@ -95,29 +85,6 @@ func ParseDeviceSpec(s string) (DeviceSpec, error) {
 		return DeviceSpec{Vendor: parts[0], Type: parts[1], Name: parts[2]}, nil
 	}
 	return DeviceSpec{}, fmt.Errorf("device %q has %d parts; want type, vendor/type or vendor/type/name (e.g. nvidia/gpu, nvidia/mig/1g.10gb)", s, len(parts))
-}
-
-// requestSpec parses a job's device request name leniently (Nomad's own
-// rule: split into at most three parts).
-func requestSpec(name string) DeviceSpec {
-	parts := strings.SplitN(name, "/", 3)
-	switch len(parts) {
-	case 1:
-		return DeviceSpec{Type: parts[0]}
-	case 2:
-		return DeviceSpec{Vendor: parts[0], Type: parts[1]}
-	}
-	return DeviceSpec{Vendor: parts[0], Type: parts[1], Name: parts[2]}
-}
-
-// Compatible reports whether a device request d could be satisfied by a
-// device the filter f selects: every field both name must be equal.
-// A request "gpu" is compatible with the filter nvidia/gpu, and so is
-// "nvidia/gpu/H100"; "nvidia/mig/2g.20gb" is not compatible with
-// nvidia/mig/1g.10gb.
-func (f DeviceSpec) Compatible(d DeviceSpec) bool {
-	eq := func(a, b string) bool { return a == "" || b == "" || a == b }
-	return eq(f.Vendor, d.Vendor) && eq(f.Type, d.Type) && eq(f.Name, d.Name)
 }
 
 // Filter selects nodes and work. Empty fields match everything.

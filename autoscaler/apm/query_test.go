@@ -3,6 +3,8 @@ package apm
 import (
 	"strings"
 	"testing"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 func TestParseQuery(t *testing.T) {
@@ -17,7 +19,7 @@ func TestParseQuery(t *testing.T) {
 		{"gpus_queued{node_pool=gpu,datacenter=dc1,node_class=a100,device=nvidia/gpu}",
 			Query{Metric: MetricGPUsQueued, Filter: Filter{NodePool: "gpu", Datacenter: "dc1", NodeClass: "a100", Device: gpu}}},
 		{"gpus_queued{pool=gpu, class=a100 , device = nvidia/mig/1g.10gb}",
-			Query{Metric: MetricGPUsQueued, Filter: Filter{NodePool: "gpu", NodeClass: "a100", Device: DeviceSpec{"nvidia", "mig", "1g.10gb"}}}},
+			Query{Metric: MetricGPUsQueued, Filter: Filter{NodePool: "gpu", NodeClass: "a100", Device: DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "1g.10gb"}}}},
 		{"wait_max_seconds{device=gpu,state=blocked}",
 			Query{Metric: MetricWaitMax, Filter: Filter{Device: DeviceSpec{Type: "gpu"}}, State: StateBlocked}},
 		{"wait_mean_seconds{state=pending}", Query{Metric: MetricWaitMean, Filter: Filter{Device: gpu}, State: StatePending}},
@@ -99,7 +101,7 @@ func TestParseQueryErrors(t *testing.T) {
 }
 
 func TestDeviceCompatible(t *testing.T) {
-	spec := func(s string) DeviceSpec { return requestSpec(s) }
+	spec := func(s string) DeviceSpec { return nomadview.ParseRequest(s) }
 	cases := []struct {
 		filter, dev string
 		want        bool

@@ -26,7 +26,7 @@ import (
 func syntheticCluster() *Snapshot {
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := &Snapshot{Now: t0, Util: map[string][]InstanceUtil{}}
-	mig := DeviceSpec{"nvidia", "mig", "1g.10gb"}
+	mig := DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "1g.10gb"}
 	run := 0
 	for i := range 1000 {
 		n := Node{ID: fmt.Sprintf("node-%04d", i), Datacenter: fmt.Sprintf("dc%d", i%4+1), Class: []string{"a100", "h100"}[i%2],
@@ -44,7 +44,7 @@ func syntheticCluster() *Snapshot {
 			if run%70 == 0 {
 				r.Status, r.Started = "pending", time.Time{}
 				s.Work = append(s.Work, Work{Source: FromPendingAlloc, Allocs: 1, Since: r.Created, Priority: prio, Pool: n.Pool,
-					Asks: []DeviceAsk{{spec, len(ids)}}, Datacenters: []string{n.Datacenter}, ClassRules: []ClassRule{{"=", n.Class}}})
+					Asks: []DeviceAsk{{Device: spec, Count: len(ids)}}, Datacenters: []string{n.Datacenter}, ClassRules: []ClassRule{{"=", n.Class}}})
 			}
 			s.Runs = append(s.Runs, r)
 		}
@@ -90,7 +90,7 @@ func syntheticCluster() *Snapshot {
 			n.Pool = "mps"
 			for gpu := range 8 {
 				uuid := fmt.Sprintf("GPU-%s-%d", n.ID, gpu)
-				spec := DeviceSpec{"nvidia", "mps", uuid}
+				spec := DeviceSpec{Vendor: "nvidia", Type: "mps", Name: uuid}
 				g := slicedGroup("nvidia", "mps", uuid, uuid+"-mps", uuid, 4, 20*gib)
 				for _, in := range g.Instances {
 					util(spec, in.ID)

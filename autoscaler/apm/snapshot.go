@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/sizing/history"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // Snapshot is the cluster state the metrics are computed from. The cache
@@ -181,11 +183,8 @@ func (r *AllocRun) Terminal() bool {
 	return false
 }
 
-// DeviceAsk is one device request of an allocation.
-type DeviceAsk struct {
-	Device DeviceSpec
-	Count  int
-}
+// DeviceAsk is one device request of an allocation (nomadview's).
+type DeviceAsk = nomadview.DeviceAsk
 
 // ClassRule is a job constraint on ${node.class}.
 type ClassRule struct {

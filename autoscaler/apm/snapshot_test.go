@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -16,7 +18,7 @@ func gpus(prefix string, n, unhealthy int) []DeviceGroup {
 }
 
 func devGroup(vendor, typ, name, prefix string, n, unhealthy int) []DeviceGroup {
-	g := DeviceGroup{DeviceSpec: DeviceSpec{vendor, typ, name}}
+	g := DeviceGroup{DeviceSpec: DeviceSpec{Vendor: vendor, Type: typ, Name: name}}
 	for i := range n {
 		g.Instances = append(g.Instances, DeviceInstance{ID: fmt.Sprintf("%s-%d", prefix, i), Healthy: i < n-unhealthy})
 	}
@@ -24,10 +26,12 @@ func devGroup(vendor, typ, name, prefix string, n, unhealthy int) []DeviceGroup 
 }
 
 func used(vendor, typ, name string, ids ...string) UsedDevices {
-	return UsedDevices{DeviceSpec: DeviceSpec{vendor, typ, name}, IDs: ids}
+	return UsedDevices{DeviceSpec: DeviceSpec{Vendor: vendor, Type: typ, Name: name}, IDs: ids}
 }
 
-func ask(name string, n int) DeviceAsk { return DeviceAsk{Device: requestSpec(name), Count: n} }
+func ask(name string, n int) DeviceAsk {
+	return DeviceAsk{Device: nomadview.ParseRequest(name), Count: n}
+}
 
 // fixture is a small cluster:
 //
@@ -67,15 +71,15 @@ func fixture() *Snapshot {
 				Pool: "gpu", Datacenters: []string{"dc1"}, CapacityBlocked: true},
 			{Source: FromBlockedEval, JobID: "F", Allocs: 2, Asks: []DeviceAsk{ask("nvidia/gpu", 1)}, Since: t0.Add(-10 * time.Second),
 				Pool: "gpu", Datacenters: []string{"dc1"}, CapacityBlocked: false},
-			{Source: FromPendingAlloc, JobID: "P", Allocs: 1, Asks: []DeviceAsk{{DeviceSpec{"nvidia", "gpu", "H100"}, 2}}, Since: t0.Add(-20 * time.Second),
+			{Source: FromPendingAlloc, JobID: "P", Allocs: 1, Asks: []DeviceAsk{{Device: DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, Count: 2}}, Since: t0.Add(-20 * time.Second),
 				Pool: "gpu", Datacenters: []string{"dc1"}, ClassRules: []ClassRule{{"=", "a100"}}},
 		},
 		Util: map[string][]InstanceUtil{
-			"n1": {{DeviceSpec{"nvidia", "gpu", "H100"}, "g1-0", 50}, {DeviceSpec{"nvidia", "gpu", "H100"}, "g1-1", 70}},
-			"n2": {{DeviceSpec{"nvidia", "gpu", "H100"}, "g2-0", 100}},
-			"n3": {{DeviceSpec{"nvidia", "gpu", "H100"}, "g3-0", 0}},
-			"n4": {{DeviceSpec{"nvidia", "mig", "1g.10gb"}, "m4-0", 10}},
-			"n5": {{DeviceSpec{"nvidia", "gpu", "H100"}, "g5-0", 90}},
+			"n1": {{DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, "g1-0", 50}, {DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, "g1-1", 70}},
+			"n2": {{DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, "g2-0", 100}},
+			"n3": {{DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, "g3-0", 0}},
+			"n4": {{DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "1g.10gb"}, "m4-0", 10}},
+			"n5": {{DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, "g5-0", 90}},
 		},
 	}
 }
@@ -345,7 +349,7 @@ func TestUtilOf(t *testing.T) {
 		nil,
 	}}
 	got := utilOf(hs, DefaultUtilStat)
-	want := []InstanceUtil{{DeviceSpec{"nvidia", "gpu", "H100"}, "g0", 40}, {DeviceSpec{"nvidia", "gpu", "H100"}, "g1", 60}}
+	want := []InstanceUtil{{DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, "g0", 40}, {DeviceSpec{Vendor: "nvidia", Type: "gpu", Name: "H100"}, "g1", 60}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}

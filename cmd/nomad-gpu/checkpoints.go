@@ -17,6 +17,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 func init() {
@@ -163,7 +164,7 @@ func jobStates(ctx context.Context, cl *api.Client, stored []checkpoint.Stored) 
 		switch {
 		case err == nil:
 			states[ref] = jobState{exists: true}
-		case clusterview.IsNotFound(err):
+		case nomadview.IsNotFound(err):
 			states[ref] = jobState{gone: true}
 		default:
 			states[ref] = jobState{err: fmt.Errorf("job %q (namespace %q): %w", ref.job, ref.namespace, err)}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
 	"github.com/nomad-gpu/nomad-gpu/clusterview"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
@@ -162,7 +163,9 @@ func sizerLoop(ctx context.Context, o *sizerOptions, logger hclog.Logger, stdout
 	if o.forecastWindow > 0 {
 		// The deadlines' waits: the forecast top shows, from Nomad's own
 		// allocations of the last -forecast-window.
-		r := &clusterview.Reader{Client: cl, HistoryWindow: o.forecastWindow, SkipStats: true}
+		w := nomadview.NewWatcher(cl, nomadview.Config{FinishedWindow: o.forecastWindow})
+		defer w.Close()
+		r := &clusterview.Source{Client: cl, Watcher: w, History: true, SkipStats: true}
 		s.Forecast = func(ctx context.Context, _ time.Time) (sizing.Forecasts, error) {
 			in, err := r.Read(ctx, clusterview.Filter{})
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/clusterview"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 func init() {
@@ -113,14 +114,17 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	return o, nil
 }
 
-// reader connects to Nomad as the options and environment say.
-func (o *topOptions) reader() (*clusterview.Reader, error) {
+// source connects to Nomad as the options and environment say: a
+// nomadview.Watcher (the APM's read model) and the nodes' stats. The
+// caller closes the watcher.
+func (o *topOptions) source() (*clusterview.Source, error) {
 	cfg := o.config()
 	cl, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &clusterview.Reader{Client: cl, Namespace: cfg.Namespace, StatsTimeout: o.statsTimeout, HistoryWindow: o.historyWindow}, nil
+	w := nomadview.NewWatcher(cl, nomadview.Config{Namespace: cfg.Namespace, FinishedWindow: o.historyWindow})
+	return &clusterview.Source{Client: cl, Watcher: w, StatsTimeout: o.statsTimeout, History: o.historyWindow > 0}, nil
 }
 
 func runTop(args []string, stdout, stderr io.Writer) int {
@@ -132,11 +136,12 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nomad-gpu top:", err)
 		return 2
 	}
-	r, err := o.reader()
+	r, err := o.source()
 	if err != nil {
 		fmt.Fprintln(stderr, "nomad-gpu top:", err)
 		return 1
 	}
+	defer r.Watcher.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	scr, restore, err := openScreen(o, os.Stdin, stdout)
@@ -150,7 +155,7 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 
 // top runs the command once connected: one JSON document, one frame, or
 // frames until ctx ends or the operator quits.
-func top(ctx context.Context, o *topOptions, r *clusterview.Reader, scr topScreen, stderr io.Writer) int {
+func top(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScreen, stderr io.Writer) int {
 	if o.json || o.once {
 		v, err := r.View(ctx, o.filter)
 		if ferr := filterError(err); ferr != nil {
@@ -213,7 +218,7 @@ type topFrame struct {
 // ends or the operator quits. A frame that cannot be read shows the error
 // and the next one tries again; but a filter that matches no pool or node
 // in the first frame is an error.
-func watch(ctx context.Context, o *topOptions, r *clusterview.Reader, scr topScreen, stderr io.Writer) int {
+func watch(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScreen, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := make(chan topFrame)
@@ -252,7 +257,7 @@ func watch(ctx context.Context, o *topOptions, r *clusterview.Reader, scr topScr
 }
 
 // readFrames reads a frame every interval into frames until ctx ends.
-func readFrames(ctx context.Context, o *topOptions, r *clusterview.Reader, frames chan<- topFrame) {
+func readFrames(ctx context.Context, o *topOptions, r *clusterview.Source, frames chan<- topFrame) {
 	defer func() {
 		if p := recover(); p != nil {
 			select {

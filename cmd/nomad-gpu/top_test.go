@@ -38,8 +38,13 @@ func TestParseTopFlags(t *testing.T) {
 			if o.historyWindow != 6*time.Hour {
 				t.Errorf("history window %v", o.historyWindow)
 			}
-			if r, err := o.reader(); err != nil || r.HistoryWindow != 6*time.Hour {
-				t.Errorf("reader %+v, %v", r, err)
+			r, err := o.source()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Watcher.Close()
+			if !r.History || r.Watcher.Config().FinishedWindow != 6*time.Hour {
+				t.Errorf("source %+v, watcher %+v", r, r.Watcher.Config())
 			}
 		}},
 		{name: "history off", args: []string{"-history-window", "0"}, check: func(t *testing.T, o *topOptions) {
@@ -130,6 +135,8 @@ func (f *topFakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}}
 	case "/v1/evaluations":
 		v = []*api.Evaluation{}
+	case "/v1/jobs":
+		v = []*api.JobListStub{}
 	case "/v1/node/pools":
 		v = []*api.NodePool{{Name: "all"}, {Name: "default"}, {Name: "empty"}}
 	case "/v1/client/stats":
@@ -284,10 +291,11 @@ func TestWatchRedrawsAndSurvivesErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := o.reader()
+	r, err := o.source()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Watcher.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out topSyncBuffer
 	done := make(chan int)
@@ -378,10 +386,11 @@ func TestWatchKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := o.reader()
+	r, err := o.source()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Watcher.Close()
 	keys := make(chan []byte)
 	var out topSyncBuffer
 	done := make(chan int)
@@ -448,6 +457,6 @@ func TestWatchPanicReachesTheCaller(t *testing.T) {
 			t.Errorf("recovered %v, want the reader's nil pointer panic with its stack", p)
 		}
 	}()
-	top(context.Background(), o, &clusterview.Reader{}, topScreen{out: io.Discard}, io.Discard)
+	top(context.Background(), o, &clusterview.Source{}, topScreen{out: io.Discard}, io.Discard)
 	t.Error("no panic")
 }

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // VariablePrefix is where cooldowns are kept, one variable per job, in the
@@ -208,7 +210,7 @@ func (c *Client) Protect(ctx context.Context, r Reason, cooldown time.Duration) 
 			cd.Original = old.Original
 			cd.Raised = max(cd.Raised, old.Raised)
 		}
-	case !errors.Is(err, api.ErrVariablePathNotFound) && !strings.Contains(err.Error(), "404"):
+	case !nomadview.IsNotFound(err):
 		return Cooldown{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if cd.Raised <= *job.Priority && index == 0 {
@@ -288,7 +290,7 @@ func (c *Client) Restore(ctx context.Context) ([]Restored, error) {
 func (c *Client) restoreJob(ctx context.Context, cd Cooldown) (string, error) {
 	job, _, err := c.api.Jobs().Info(cd.JobID, (&api.QueryOptions{Namespace: cd.Namespace}).WithContext(ctx))
 	if err != nil {
-		if strings.Contains(err.Error(), "404") {
+		if nomadview.IsNotFound(err) {
 			return "the job is gone", nil
 		}
 		return "", fmt.Errorf("reading job %s: %w", cd.JobID, err)

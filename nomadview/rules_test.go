@@ -1,0 +1,204 @@
+package nomadview
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func gpuJob(id, pool string, devices ...string) *api.Job {
+	t := &api.Task{Name: "train", Resources: &api.Resources{}}
+	for _, d := range devices {
+		t.Resources.Devices = append(t.Resources.Devices, &api.RequestedDevice{Name: d, Count: ptr(uint64(2))})
+	}
+	return &api.Job{ID: ptr(id), NodePool: ptr(pool), JobModifyIndex: ptr(uint64(1)),
+		TaskGroups: []*api.TaskGroup{{Name: ptr("g"), Tasks: []*api.Task{t}}}}
+}
+
+func blocked(id, job string, modify uint64, coalesced int) *api.Evaluation {
+	return &api.Evaluation{ID: id, Namespace: "default", JobID: job, Status: api.EvalStatusBlocked, ModifyIndex: modify,
+		CreateTime: time.Unix(100, 0).UnixNano(), FailedTGAllocs: map[string]*api.AllocationMetric{"g": {CoalescedFailures: coalesced}}}
+}
+
+func listed(id string, summaryIndex uint64, queued map[string]int) *api.JobListStub {
+	s := &api.JobSummary{JobID: id, Namespace: "default", ModifyIndex: summaryIndex, Summary: map[string]api.TaskGroupSummary{}}
+	for tg, n := range queued {
+		s.Summary[tg] = api.TaskGroupSummary{Queued: n}
+	}
+	return &api.JobListStub{ID: id, Namespace: "default", JobSummary: s}
+}
+
+func TestQueuedCount(t *testing.T) {
+	tests := []struct {
+		name string
+		job  *api.JobListStub
+		want int
+	}{
+		{"summary newer than the eval wins", listed("j", 20, map[string]int{"g": 5}), 5},
+		{"summary newer than the eval says 0: a stale blocked eval", listed("j", 20, map[string]int{"g": 0}), 0},
+		{"summary as new as the eval (reblocked in one write)", listed("j", 10, map[string]int{"g": 4}), 4},
+		{"summary older than the eval has not caught up", listed("j", 9, map[string]int{"g": 0}), 3},
+		{"summary without the group", listed("j", 20, map[string]int{"other": 7}), 3},
+		{"no job listed", nil, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Snapshot{Blocked: []*api.Evaluation{blocked("e", "j", 10, 2)},
+				Specs: map[JobKey]*api.Job{{"default", "j"}: gpuJob("j", "gpu", "nvidia/gpu")}, Jobs: map[JobKey]*api.JobListStub{}}
+			if tc.job != nil {
+				s.Jobs[JobKey{Namespace: "default", ID: "j"}] = tc.job
+			}
+			got := 0
+			for _, q := range s.QueuedGroups() {
+				got += q.Count
+			}
+			if got != tc.want {
+				t.Errorf("queued %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestQueuedGroups(t *testing.T) {
+	stopped := gpuJob("stopped", "gpu", "nvidia/gpu")
+	stopped.Stop = ptr(true)
+	older := blocked("e0", "a", 10, 0)
+	older.CreateTime = time.Unix(50, 0).UnixNano()
+	older.FailedTGAllocs["g"].NodePool = "metric-pool"
+	s := &Snapshot{
+		Blocked: []*api.Evaluation{blocked("e1", "a", 10, 1), older, blocked("e2", "cpu", 10, 0),
+			blocked("e3", "stopped", 10, 0), blocked("e4", "gone", 10, 0)},
+		Specs: map[JobKey]*api.Job{
+			{"default", "a"}:       gpuJob("a", "gpu", "nvidia/mig/1g.10gb", "nvidia/mig/1g.10gb", "acme/fpga"),
+			{"default", "cpu"}:     gpuJob("cpu", "gpu", "acme/fpga"),
+			{"default", "stopped"}: stopped,
+		},
+	}
+	got := s.QueuedGroups()
+	if len(got) != 1 {
+		t.Fatalf("groups %+v, want job a only", got)
+	}
+	q := got[0]
+	want := []DeviceAsk{{DeviceSpec{"nvidia", "mig", "1g.10gb"}, 4}, {DeviceSpec{"acme", "fpga", ""}, 2}}
+	if fmt.Sprint(q.Asks) != fmt.Sprint(want) || q.EvalID != "e0" || q.Pool != "metric-pool" || q.Count != 1 || q.GPUTask != "train" {
+		t.Errorf("group %+v", q)
+	}
+}
+
+func gpuNode(id, pool string, healthy bool, devs ...*api.NodeDeviceResource) *api.NodeListStub {
+	for _, d := range devs {
+		for _, in := range d.Instances {
+			in.Healthy = in.Healthy || healthy
+		}
+	}
+	return &api.NodeListStub{ID: id, NodePool: pool, Status: api.NodeStatusReady,
+		SchedulingEligibility: api.NodeSchedulingEligible, NodeResources: &api.NodeResources{Devices: devs}}
+}
+
+func group(typ, name string, ids ...string) *api.NodeDeviceResource {
+	d := &api.NodeDeviceResource{Vendor: "nvidia", Type: typ, Name: name}
+	for _, id := range ids {
+		d.Instances = append(d.Instances, &api.NodeDevice{ID: id})
+	}
+	return d
+}
+
+func holding(node, status string, typ string, ids ...string) *api.AllocationListStub {
+	return &api.AllocationListStub{ID: "alloc-" + ids[0], NodeID: node, ClientStatus: status,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"t": {Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: typ, DeviceIDs: ids}}}}}}
+}
+
+func TestFreeSlices(t *testing.T) {
+	draining := gpuNode("n3", "gpu", true, group("gpu", "H100", "g9"))
+	draining.Drain = true
+	s := &Snapshot{
+		Nodes: []*api.NodeListStub{
+			gpuNode("n1", "gpu", true, group("gpu", "H100", "g1", "g2"), group("mig", "1g.10gb", "m1", "m2", "m3"), group("mps", "GPU-x", "s1", "s2")),
+			gpuNode("n2", "infer", false, group("gpu", "H100", "g3")), // unhealthy
+			draining,
+		},
+		Allocs: []*api.AllocationListStub{
+			holding("n1", "running", "gpu", "g1"), holding("n1", "pending", "mig", "m1"),
+			holding("n1", "complete", "mps", "s1"), // terminal: holds nothing
+		},
+	}
+	got := s.FreeSlices()
+	want := map[string]FreeSlices{"gpu": {GPUs: 1, MIG: map[string]int{"1g.10gb": 2}, MPS: 2}, "infer": {MIG: map[string]int{}}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("free %v, want %v", got, want)
+	}
+	if held := s.HeldSlices()["n1"]; len(held) != 2 {
+		t.Errorf("held on n1 %+v, want the running and the pending allocation's", held)
+	}
+}
+
+func TestGPUEquivalents(t *testing.T) {
+	tests := []struct {
+		ask    string
+		count  int
+		shares int
+		want   float64
+	}{
+		{"nvidia/gpu", 2, 0, 2},
+		{"gpu", 1, 0, 1},
+		{"nvidia/mig/3g.40gb", 7, 0, 3},
+		{"nvidia/mig/1c.3g.40gb", 7, 0, 1},
+		{"nvidia/mps", 2, 4, 0.5},
+		{"nvidia/mps", 2, 0, 2},
+		{"acme/fpga", 3, 0, 0},
+		{"nvidia/nic", 3, 0, 0},
+	}
+	for _, tc := range tests {
+		got := DeviceAsk{ParseRequest(tc.ask), tc.count}.GPUEquivalents(tc.shares)
+		if got != tc.want {
+			t.Errorf("%d × %s (shares %d) = %v, want %v", tc.count, tc.ask, tc.shares, got, tc.want)
+		}
+	}
+}
+
+func TestIsNotFound(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/job/gone":
+			http.Error(w, "job not found", http.StatusNotFound)
+		default:
+			http.Error(w, "404 of them failed", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	cl, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, gone := cl.Jobs().Info("gone", nil)
+	_, _, broken := cl.Jobs().Info("other", nil)
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"404 from the API", gone, true},
+		{"404 wrapped", fmt.Errorf("reading: %w", gone), true},
+		{"500 whose text says 404", broken, false},
+		{"plain text 404", errors.New("404"), false},
+		{"variable path not found", api.ErrVariablePathNotFound, true},
+		{"typed", NotFound(gone), true},
+	}
+	for _, tc := range tests {
+		if got := IsNotFound(tc.err); got != tc.want {
+			t.Errorf("%s: IsNotFound(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+	if !errors.Is(NotFound(gone), ErrNotFound) || errors.Is(NotFound(broken), ErrNotFound) {
+		t.Error("NotFound wraps only 404s")
+	}
+}

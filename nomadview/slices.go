@@ -1,0 +1,153 @@
+package nomadview
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+)
+
+// HeldDevices are the instances of one device group that one task of an
+// allocation holds.
+type HeldDevices struct {
+	Device DeviceSpec
+	IDs    []string
+	Task   string
+}
+
+// allocDevices lists the device instances an allocation was given, by
+// task name, then in the order the task lists them.
+func allocDevices(a *api.AllocationListStub) []HeldDevices {
+	if a.AllocatedResources == nil {
+		return nil
+	}
+	var out []HeldDevices
+	for _, task := range sortedKeys(a.AllocatedResources.Tasks) {
+		tr := a.AllocatedResources.Tasks[task]
+		if tr == nil {
+			continue
+		}
+		for _, d := range tr.Devices {
+			if d == nil || len(d.DeviceIDs) == 0 {
+				continue
+			}
+			out = append(out, HeldDevices{Device: DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name}, IDs: d.DeviceIDs, Task: task})
+		}
+	}
+	return out
+}
+
+// HeldSlice is what one allocation's task holds on a node.
+type HeldSlice struct {
+	HeldDevices
+	Alloc *api.AllocationListStub
+}
+
+// HeldSlices maps node ID → the device instances its pending and running
+// allocations hold (any device: a held instance is not free, whatever it
+// is), in the order the allocations were listed.
+func (s *Snapshot) HeldSlices() map[string][]HeldSlice {
+	out := map[string][]HeldSlice{}
+	for _, a := range s.Allocs {
+		if a == nil || !holdsDevices(a) {
+			continue
+		}
+		for _, h := range allocDevices(a) {
+			out[a.NodeID] = append(out[a.NodeID], HeldSlice{HeldDevices: h, Alloc: a})
+		}
+	}
+	return out
+}
+
+// holdsDevices reports whether an allocation holds its devices now.
+func holdsDevices(a *api.AllocationListStub) bool {
+	return a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
+}
+
+// FreeSlices counts the free GPU instances of a node pool: healthy, on a
+// schedulable node, held by no pending or running allocation.
+type FreeSlices struct {
+	// GPUs are whole GPUs (nvidia/gpu).
+	GPUs int
+	// MIG counts MIG instances by profile (nvidia/mig/<profile>).
+	MIG map[string]int
+	// MPS counts MPS shares (nvidia/mps), of any GPU.
+	MPS int
+}
+
+// FreeSlices maps node pool → its free GPU instances. Every pool with a
+// schedulable node with GPU devices is there, with zeros when nothing is
+// free.
+func (s *Snapshot) FreeSlices() map[string]FreeSlices {
+	held := map[string]map[string]bool{}
+	for node, hs := range s.HeldSlices() {
+		m := map[string]bool{}
+		for _, h := range hs {
+			for _, id := range h.IDs {
+				m[id] = true
+			}
+		}
+		held[node] = m
+	}
+	acc := map[string]*FreeSlices{}
+	for _, n := range s.Nodes {
+		if n == nil || !Schedulable(n) || n.NodeResources == nil {
+			continue
+		}
+		for _, d := range n.NodeResources.Devices {
+			if d == nil || d.Vendor != contract.Vendor || !IsGPUAsk(DeviceSpec{Vendor: d.Vendor, Type: d.Type}) {
+				continue
+			}
+			f := acc[n.NodePool]
+			if f == nil {
+				f = &FreeSlices{MIG: map[string]int{}}
+				acc[n.NodePool] = f
+			}
+			for _, in := range d.Instances {
+				if in != nil && in.Healthy && !held[n.ID][in.ID] {
+					f.add(d.Type, d.Name)
+				}
+			}
+		}
+	}
+	out := make(map[string]FreeSlices, len(acc))
+	for pool, f := range acc {
+		out[pool] = *f
+	}
+	return out
+}
+
+// add counts one free instance of a device group of type typ, name name.
+func (f *FreeSlices) add(typ, name string) {
+	switch typ {
+	case contract.SliceGPU:
+		f.GPUs++
+	case contract.SliceMPS:
+		f.MPS++
+	case contract.SliceMIG:
+		f.MIG[name]++
+	}
+}
+
+// Profiles are the MIG profiles with free instances, sorted.
+func (f FreeSlices) Profiles() []string {
+	out := make([]string, 0, len(f.MIG))
+	for p, n := range f.MIG {
+		if n > 0 {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
