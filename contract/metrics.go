@@ -141,6 +141,8 @@ const (
 	MetricControllerDecisions   = "nomad_gpu_controller_decisions_total"
 	MetricControllerLastTick    = "nomad_gpu_controller_last_tick_timestamp_seconds"
 	MetricControllerLedgerWrite = "nomad_gpu_controller_ledger_writes_total"
+	MetricControllerNomadCalls  = "nomad_gpu_controller_nomad_requests_total"
+	LabelEndpoint               = "endpoint" // a Nomad API list a watch reads
 )
 
 // ControllerMetrics lists every metric a controller replica exports.
@@ -150,6 +152,7 @@ func ControllerMetrics() []Metric {
 		{MetricControllerDecisions, Counter, "Decisions of the leader by kind: protection-pending, protected, protection-dropped, protection-over, protection-skipped, raised, restored, hand-change.", []string{LabelKind}},
 		{MetricControllerLastTick, Gauge, "When the leader last read the cluster and ran its modules, in seconds since the epoch; absent on a follower that never led.", nil},
 		{MetricControllerLedgerWrite, Counter, "Writes (and deletes) of priority ledger variables by this replica.", nil},
+		{MetricControllerNomadCalls, Counter, "Nomad API list requests of the leader's watches of the cluster, by list.", []string{LabelEndpoint}},
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // Config is how a controller replica runs.
@@ -51,8 +53,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// lead is the leader's loop: load the ledger, then read, decide, write,
-// once a tick, until the lock is lost.
+// lead is the leader's loop: load the ledger, watch the cluster (the one
+// read model, nomadview), and run the modules on its newest snapshot once
+// a tick, until the lock is lost.
 func (c *Controller) lead(ctx context.Context) error {
 	stored, err := c.store.Load(ctx)
 	if err != nil {
@@ -60,24 +63,26 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	ledger := NewLedger(stored)
 	c.log.Info("priority ledger loaded", "entries", len(stored))
-	var index uint64
-	for ctx.Err() == nil {
-		start := time.Now()
-		view, next, err := c.read(ctx, index)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("reading the cluster", "error", err)
-				sleep(ctx, c.cfg.Tick)
-			}
-			continue
-		}
-		index = next
-		c.step(ctx, view, ledger)
-		c.metrics.tick(c.now())
-		sleep(ctx, c.cfg.Tick-time.Since(start))
+	w := nomadview.NewWatcher(c.api, nomadview.Config{MinRefresh: c.cfg.Tick, Log: c.log, OnCall: c.metrics.call})
+	defer w.Close()
+	if err := w.Sync(ctx, viewLists...); err != nil {
+		return fmt.Errorf("reading the cluster: %w", err)
 	}
-	return nil
+	tick := time.NewTicker(c.cfg.Tick)
+	defer tick.Stop()
+	for {
+		c.step(ctx, ViewOf(w.Latest()), ledger)
+		c.metrics.tick(c.now())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }
+
+// viewLists are the lists the modules read.
+var viewLists = []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs}
 
 // step runs the modules on one view and writes what they decided.
 func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
@@ -98,28 +103,6 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 func (c *Controller) decided(d Decision) {
 	c.metrics.decision(d.Kind)
 	c.log.Info("decision", "kind", d.Kind, "namespace", d.Job.Namespace, "job", d.Job.ID, "reason", d.Reason)
-}
-
-// read is the cluster once allocations changed after index (or Tick
-// passed): every allocation and every job.
-func (c *Controller) read(ctx context.Context, index uint64) (View, uint64, error) {
-	q := (&api.QueryOptions{Namespace: "*", WaitIndex: index, WaitTime: c.cfg.Tick}).WithContext(ctx)
-	allocs, meta, err := c.api.Allocations().List(q)
-	if err != nil {
-		return View{}, index, fmt.Errorf("listing allocations: %w", err)
-	}
-	jobs, _, err := c.api.Jobs().List((&api.QueryOptions{Namespace: "*"}).WithContext(ctx))
-	if err != nil {
-		return View{}, index, fmt.Errorf("listing jobs: %w", err)
-	}
-	v := View{Allocs: make(map[string]*api.AllocationListStub, len(allocs)), Jobs: make(map[JobKey]*api.JobListStub, len(jobs))}
-	for _, a := range allocs {
-		v.Allocs[a.ID] = a
-	}
-	for _, j := range jobs {
-		v.Jobs[JobKey{j.Namespace, j.ID}] = j
-	}
-	return v, meta.LastIndex, nil
 }
 
 // apply brings one job to the priority its ledger entry wants, recording
@@ -202,16 +185,4 @@ func (c *Controller) setPriority(ctx context.Context, k JobKey, priority int) er
 		return fmt.Errorf("setting job %s's priority to %d: %w", k.ID, priority, err)
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -22,6 +22,11 @@ type Raise struct {
 	// Until is when it ends; zero for a raise that ends only when its
 	// module ends it.
 	Until time.Time `json:"until,omitzero"`
+	// AllocName and After say what a waiting preemption protection waits
+	// for: an allocation of that name created after that index (the
+	// preempted one's), so the preempted one need not be listed still.
+	AllocName string `json:"alloc_name,omitempty"`
+	After     uint64 `json:"after,omitempty"`
 }
 
 // InForce says whether the raise lifts the job at now.
@@ -151,7 +156,7 @@ func NewLedger(stored []Stored) *Ledger {
 	l := &Ledger{entries: map[JobKey]*Stored{}, dirty: map[JobKey]bool{}}
 	for i := range stored {
 		st := stored[i]
-		l.entries[JobKey{st.Namespace, st.JobID}] = &st
+		l.entries[JobKey{Namespace: st.Namespace, ID: st.JobID}] = &st
 	}
 	return l
 }

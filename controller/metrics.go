@@ -19,6 +19,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	lastTick  prometheus.Gauge
 	writes    prometheus.Counter
+	calls     *prometheus.CounterVec
 	ticked    sync.Once // registers lastTick with the first tick
 }
 
@@ -28,14 +29,16 @@ func NewMetrics() *Metrics {
 	find := func(name string) contract.Metric { return metrics.Find(ms, name) }
 	leader, decisions := find(contract.MetricControllerLeader), find(contract.MetricControllerDecisions)
 	tick, writes := find(contract.MetricControllerLastTick), find(contract.MetricControllerLedgerWrite)
+	calls := find(contract.MetricControllerNomadCalls)
 	m := &Metrics{
 		reg:       prometheus.NewRegistry(),
 		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: leader.Name, Help: leader.Help}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: decisions.Name, Help: decisions.Help}, decisions.Labels),
 		lastTick:  prometheus.NewGauge(prometheus.GaugeOpts{Name: tick.Name, Help: tick.Help}),
 		writes:    prometheus.NewCounter(prometheus.CounterOpts{Name: writes.Name, Help: writes.Help}),
+		calls:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: calls.Name, Help: calls.Help}, calls.Labels),
 	}
-	m.reg.MustRegister(m.leader, m.decisions, m.writes)
+	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls)
 	return m
 }
 
@@ -55,6 +58,9 @@ func (m *Metrics) setLeader(leading bool) {
 func (m *Metrics) decision(kind string) { m.decisions.WithLabelValues(kind).Inc() }
 
 func (m *Metrics) ledgerWrite() { m.writes.Inc() }
+
+// call counts a Nomad API call of the leader's watches, by endpoint.
+func (m *Metrics) call(endpoint string) { m.calls.WithLabelValues(endpoint).Inc() }
 
 // tick records a leader's tick; the series appears with the first.
 func (m *Metrics) tick(at time.Time) {

@@ -8,17 +8,33 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // JobKey names a job.
-type JobKey struct{ Namespace, ID string }
+type JobKey = nomadview.JobKey
 
-// View is the picture of the cluster a module reads on one tick.
+// View is what the modules read on one tick: the one snapshot of the
+// cluster, with its allocations indexed by ID.
 type View struct {
-	// Allocs are every allocation Nomad lists, by ID.
+	Snap *nomadview.Snapshot
+	// Allocs are the snapshot's live and recently finished allocations,
+	// by ID: a preempted allocation is finished within seconds.
 	Allocs map[string]*api.AllocationListStub
-	// Jobs are every job, by namespace and ID.
+	// Jobs are the snapshot's jobs.
 	Jobs map[JobKey]*api.JobListStub
+}
+
+// ViewOf indexes a snapshot for the modules.
+func ViewOf(snap *nomadview.Snapshot) View {
+	v := View{Snap: snap, Jobs: snap.Jobs, Allocs: make(map[string]*api.AllocationListStub, len(snap.Allocs)+len(snap.Finished))}
+	for _, list := range [][]*api.AllocationListStub{snap.Finished, snap.Allocs} {
+		for _, a := range list {
+			v.Allocs[a.ID] = a
+		}
+	}
+	return v
 }
 
 // Decision is one thing a module decided, logged with its reason and
@@ -56,7 +72,7 @@ func (p *Protector) Step(now time.Time, v View, l *Ledger) []Decision {
 // job's replacement to run; and drops the protection a was running under,
 // as it did not protect it.
 func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []Decision {
-	k := JobKey{a.Namespace, a.JobID}
+	k := JobKey{Namespace: a.Namespace, ID: a.JobID}
 	job := v.Jobs[k]
 	if job == nil || slices.Contains(l.Peek(k).Handled, a.ID) {
 		return nil
@@ -73,12 +89,12 @@ func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []De
 	by := v.Allocs[a.PreemptedByAllocation]
 	var byJob *api.JobListStub
 	if by != nil {
-		byJob = v.Jobs[JobKey{by.Namespace, by.JobID}]
+		byJob = v.Jobs[JobKey{Namespace: by.Namespace, ID: by.JobID}]
 	}
 	if byJob == nil {
 		return append(out, Decision{"protection-skipped", k, fmt.Sprintf("alloc %s was preempted by alloc %s, whose job is gone", short(a.ID), short(a.PreemptedByAllocation))})
 	}
-	e.Begin(Raise{Key: preemptionKey + a.ID, Priority: byJob.Priority,
+	e.Begin(Raise{Key: preemptionKey + a.ID, Priority: byJob.Priority, AllocName: a.Name, After: a.CreateIndex,
 		Reason: fmt.Sprintf("preempted by alloc %s (job %s, priority %d)", short(by.ID), by.JobID, byJob.Priority)})
 	return append(out, Decision{"protection-pending", k, fmt.Sprintf("alloc %s preempted by alloc %s of job %s at priority %d; protected once its replacement runs", short(a.ID), short(by.ID), by.JobID, byJob.Priority)})
 }
@@ -100,13 +116,7 @@ func (p *Protector) advance(now time.Time, v View, l *Ledger, k JobKey) []Decisi
 			l.Edit(k, cur.Own).End(r.Key)
 			out = append(out, Decision{"protection-over", k, "the job is stopped or gone"})
 		case r.Since.IsZero():
-			victim := strings.TrimPrefix(r.Key, preemptionKey)
-			rep := replacement(v, k, victim)
-			if rep == nil && v.Allocs[victim] == nil {
-				l.Edit(k, cur.Own).End(r.Key)
-				out = append(out, Decision{"protection-over", k, fmt.Sprintf("preempted alloc %s is gone and nothing replaced it", short(victim))})
-			}
-			if rep != nil {
+			if rep := replacement(v, k, r); rep != nil {
 				r.Since, r.Until = now, now.Add(p.Cooldown)
 				l.Edit(k, job.Priority).Begin(r)
 				out = append(out, Decision{"protected", k, fmt.Sprintf("replacement alloc %s runs: priority %d (%s) until %s", short(rep.ID), r.Priority, r.Reason, r.Until.UTC().Format(time.RFC3339))})
@@ -125,15 +135,11 @@ func (p *Protector) advance(now time.Time, v View, l *Ledger, k JobKey) []Decisi
 	return out
 }
 
-// replacement is the running allocation that took over from the victim:
-// same job and name, created after it.
-func replacement(v View, k JobKey, victimID string) *api.AllocationListStub {
-	victim := v.Allocs[victimID]
-	for _, a := range v.Allocs {
-		if a.Namespace != k.Namespace || a.JobID != k.ID || a.ID == victimID {
-			continue
-		}
-		if victim != nil && (a.Name != victim.Name || a.CreateIndex <= victim.CreateIndex) {
+// replacement is the running allocation that took over from the one
+// whose preemption r protects: same job and name, created after it.
+func replacement(v View, k JobKey, r Raise) *api.AllocationListStub {
+	for _, a := range v.Snap.Allocs {
+		if a.Namespace != k.Namespace || a.JobID != k.ID || a.Name != r.AllocName || a.CreateIndex <= r.After {
 			continue
 		}
 		if a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun {
