@@ -123,6 +123,12 @@ func (c *Controller) apply(ctx context.Context, now time.Time, view View, ledger
 		}
 	}
 	want := e.Want(now)
+	if want != job.Priority && job.Status == jobStatusDead {
+		// Registering a dead job again runs it again: a finished batch
+		// job's work would be done twice. (A batch job whose allocation
+		// was just evicted also reads dead for a moment; its entry waits.)
+		return nil
+	}
 	if want != job.Priority {
 		e.Writing = want
 		if err := c.put(ctx, st); err != nil {
@@ -150,6 +156,10 @@ func (c *Controller) apply(ctx context.Context, now time.Time, view View, ledger
 	}
 	return nil
 }
+
+// jobStatusDead is Nomad's status of a job with nothing running or
+// waiting (the api package has no constant for it).
+const jobStatusDead = "dead"
 
 // put writes an entry of the ledger, counted.
 func (c *Controller) put(ctx context.Context, st *Stored) error {

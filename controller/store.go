@@ -26,10 +26,12 @@ func LedgerPath(jobID string) string {
 	if plainPath.MatchString(jobID) {
 		return LedgerPrefix + jobID
 	}
-	return LedgerPrefix + "hex-" + hex.EncodeToString([]byte(jobID))
+	return LedgerPrefix + "x" + hex.EncodeToString([]byte(jobID))
 }
 
-var plainPath = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+// plainPath: the characters variable paths allow, less '/', and not
+// starting with 'x', which LedgerPath puts before every encoded ID.
+var plainPath = regexp.MustCompile(`^[A-Za-wyz0-9_~-][A-Za-z0-9_~-]{0,99}$`)
 
 // Stored is an entry with the variable index it was read or written at,
 // for check-and-set.

@@ -232,7 +232,7 @@ func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemptio
 		close(known)
 		rt := c.d.rt.Load()
 		if rt != nil {
-			c.d.protectPreempted(rt, c.t, r)
+			c.d.countPreempted(c.t, r)
 		}
 	}()
 	allowed := c.cfg.CommitTimeout

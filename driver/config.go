@@ -65,20 +65,18 @@ func (c MetricsConfig) exporter() metrics.Config {
 
 // NomadAPIConfig is how the driver reaches the Nomad API: the local client
 // agent, to learn why a task is stopped (preempted, and by which
-// allocation; drained) and to keep preemption cooldowns.
+// allocation; drained). The driver only reads.
 type NomadAPIConfig struct {
 	Address string `hcl:"address" default:"http://127.0.0.1:4646"`
-	// Token is an ACL token, where ACLs are on. Reading allocations needs
-	// read-job; a preemption cooldown also needs submit-job and variable
-	// write on nomad-gpu/preemption-cooldown/*.
+	// Token is an ACL token, where ACLs are on: read-job is all it needs.
 	Token string `hcl:"token"`
 }
 
-// PreemptionConfig is the opt-in preemption cooldown.
+// PreemptionConfig is what remains of the driver's preemption cooldown,
+// which moved to the controller: a config that still sets it is refused
+// with a message saying where it went, rather than silently left without
+// protection.
 type PreemptionConfig struct {
-	// Cooldown, when set, protects a job whose task was just preempted
-	// from being preempted again by work of its preemptor's priority for
-	// that long, by raising the job's priority to its preemptor's.
 	Cooldown time.Duration `hcl:"cooldown"`
 }
 
@@ -137,8 +135,8 @@ func (c *Config) Validate() error {
 	if r := c.Metrics.TaskRetention; r < 0 || r > 24*time.Hour {
 		return fmt.Errorf("metrics.task_retention: %s is out of range; allowed: 0 (at once) to 24h", r)
 	}
-	if c.Preemption.Cooldown < 0 || c.Preemption.Cooldown > 0 && c.Preemption.Cooldown < 10*time.Second {
-		return fmt.Errorf("preemption.cooldown: %s is out of range; allowed: 0 (off) or at least 10s", c.Preemption.Cooldown)
+	if c.Preemption.Cooldown != 0 {
+		return fmt.Errorf("preemption.cooldown: %s; the preemption cooldown moved to the controller: run `nomad-gpu controller -preemption-cooldown %s` (jobs/controller/controller.nomad.hcl) and remove this block, whose only allowed value is 0", c.Preemption.Cooldown, c.Preemption.Cooldown)
 	}
 	if err := nomadaddr.Check(c.Nomad.Address); err != nil {
 		return fmt.Errorf("nomad.address: %v", err)

@@ -219,8 +219,7 @@ var pluginKeyCases = []keyCase{
 	{"nomad.address", "unix without a path", map[string]any{"nomad": map[string]any{"address": "unix://"}},
 		`nomad.address: "unix://" is not a unix:// address with the socket's absolute path (e.g. "unix:///var/run/nomad.sock")`},
 
-	{"preemption.cooldown", "too short", map[string]any{"preemption": map[string]any{"cooldown": "9s"}}, "preemption.cooldown: 9s is out of range; allowed: 0 (off) or at least 10s"},
-	{"preemption.cooldown", "negative", map[string]any{"preemption": map[string]any{"cooldown": "-1m"}}, "preemption.cooldown: -1m0s is out of range; allowed: 0 (off) or at least 10s"},
+	{"preemption.cooldown", "moved to the controller", map[string]any{"preemption": map[string]any{"cooldown": "10s"}}, "preemption.cooldown: 10s; the preemption cooldown moved to the controller"},
 	{"preemption.cooldown", "not a duration", map[string]any{"preemption": map[string]any{"cooldown": "soon"}}, `preemption.cooldown: "soon" is not a duration`},
 
 	{"metrics.address", "no port", map[string]any{"metrics": map[string]any{"address": "127.0.0.1"}},
@@ -275,7 +274,6 @@ func TestConfigKeyValidationAccepts(t *testing.T) {
 		{"nomad": map[string]any{"address": "unix:///run/nomad.sock"}},
 		{"nomad": map[string]any{"address": "https://nomad.example:4646"}},
 		{"preemption": map[string]any{"cooldown": "0s"}},
-		{"preemption": map[string]any{"cooldown": "10s"}},
 		{"metrics": map[string]any{"address": ":9400", "node_name": "gpu-1", "task_retention": "24h"}},
 		{"metrics": map[string]any{"task_retention": "0s"}},
 	} {

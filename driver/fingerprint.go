@@ -61,7 +61,6 @@ func (d *Driver) fingerprint() *drivers.Fingerprint {
 	}
 	attrs["driver.gpu.mps"] = structs.NewBool(mpsOK)
 
-	attrs["driver.gpu.preemption_cooldown"] = structs.NewString(d.cooldownState(rt))
 	problem, landlockOn := d.fingerprintIsolation(attrs, &notes)
 	// Either fence keeps a task off the GPU nodes it did not reserve: the
 	// devices cgroup (v1) by device number, Landlock by path.

@@ -148,12 +148,12 @@ func (d *Driver) StopTask(id string, timeout time.Duration, signal string) error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+waitTimeout)
 	defer cancel()
-	if rt := d.rt.Load(); rt != nil && (t.ckpt != nil || d.config().Preemption.Cooldown > 0 || d.metrics.exp.Enabled()) {
+	if rt := d.rt.Load(); rt != nil && (t.ckpt != nil || d.metrics.exp.Enabled()) {
 		reason := d.stopReason(rt, t)
 		if t.ckpt != nil && !t.exited() {
 			timeout = t.ckpt.beforeStop(timeout, reason)
 		} else {
-			go func() { d.protectPreempted(rt, t, <-reason) }()
+			go func() { d.countPreempted(t, <-reason) }()
 		}
 	}
 	return t.proc.KillTree(ctx, timeout, sig)

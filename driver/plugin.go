@@ -95,9 +95,9 @@ type runtimeState struct {
 	watch *gpuwatch.Watchdog
 	caps  *migcaps.Registry
 	ckpt  *checkpoint.Store
-	// nomad reads why allocations stop and keeps preemption cooldowns.
+	// nomad reads why allocations stop, and which allocation a
+	// replacement takes over from; it writes nothing.
 	nomad *preemption.Client
-	probe probeCache
 }
 
 var _ drivers.Plugin = (*Driver)(nil)
@@ -288,9 +288,6 @@ func (d *Driver) runtime() (*runtimeState, error) {
 	go rt.watch.Run(d.ctx)
 	d.rt.Store(rt)
 	go d.publishShareUsage(rt)
-	if cfg.Preemption.Cooldown > 0 {
-		go d.endCooldowns(rt, cfg.Preemption.Cooldown)
-	}
 	return rt, nil
 }
 

@@ -35,7 +35,7 @@ type controllerProc struct {
 
 func (p *controllerProc) log() string { b, _ := os.ReadFile(p.logPath); return string(b) }
 
-var metricsServed = regexp.MustCompile(`metrics served: address=(\S+)`)
+var metricsServed = regexp.MustCompile(`serving Prometheus metrics: address=(\S+)`)
 
 // startController runs a replica against the cluster until the test ends.
 func startController(t *testing.T, c *cluster.Cluster, name string, args ...string) *controllerProc {
@@ -76,9 +76,18 @@ func startController(t *testing.T, c *cluster.Cluster, name string, args ...stri
 // the replica's metrics; -1 when it has none.
 func (p *controllerProc) metric(t *testing.T, name string) float64 {
 	t.Helper()
+	v, ok := p.tryMetric(name)
+	if !ok {
+		t.Fatalf("%s: no metrics at %s", p.name, p.metrics)
+	}
+	return v
+}
+
+// tryMetric is metric, false when the metrics cannot be read.
+func (p *controllerProc) tryMetric(name string) (float64, bool) {
 	resp, err := http.Get(p.metrics)
 	if err != nil {
-		t.Fatalf("%s metrics: %v", p.name, err)
+		return 0, false
 	}
 	defer resp.Body.Close()
 	sum, found := 0.0, false
@@ -95,9 +104,9 @@ func (p *controllerProc) metric(t *testing.T, name string) float64 {
 		}
 	}
 	if !found {
-		return -1
+		return -1, true
 	}
-	return sum
+	return sum, true
 }
 
 // fourGPUNode is a sim node with 4 whole GPUs: the other 4 are in MIG mode.
@@ -323,4 +332,45 @@ func waitMetric(t *testing.T, p *controllerProc, name string, want float64, with
 		time.Sleep(100 * time.Millisecond)
 	}
 	return time.Now()
+}
+
+// jobs/controller/controller.nomad.hcl runs as written (raw_exec, the
+// binary built here): two replicas on two nodes, reaching Nomad through
+// the task API with their workload identity, registered as a Nomad
+// service; exactly one leads.
+func TestControllerJob(t *testing.T) {
+	cli := cluster.RequireBinary(t, "nomad-gpu")
+	rawExec := cluster.ClientOptions{ExtraHCL: "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}"}
+	c := cluster.Start(t, cluster.Options{Clients: 2, Client: rawExec})
+	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "controller", "controller.nomad.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := c.RunJobVars(t, string(src), fmt.Sprintf("driver = \"raw_exec\"\nnomad_gpu = %q", cli))
+	allocs := c.WaitForAllocs(t, *job.ID, 2, time.Minute)
+	for _, a := range allocs {
+		c.WaitForAllocStatus(t, a.ID, "running", time.Minute)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		regs, _, err := c.API().Services().Get("nomad-gpu-controller", nil)
+		leaders, answered := 0.0, 0
+		for _, r := range regs {
+			p := &controllerProc{name: r.AllocID[:8], metrics: fmt.Sprintf("http://%s:%d/metrics", r.Address, r.Port)}
+			if v, ok := p.tryMetric(contract.MetricControllerLeader); ok {
+				leaders += v
+				answered++
+			}
+		}
+		if err == nil && answered == 2 && leaders == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, a := range allocs {
+				t.Logf("%s stderr:\n%s", a.ID[:8], c.AllocLogs(t, a.ID, "controller", "stderr"))
+			}
+			t.Fatalf("after 1m: %d registrations (%v), %d answered, leaders %v; want 2, 2, 1", len(regs), err, answered, leaders)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

@@ -79,6 +79,7 @@ func TestJobsFilesValidate(t *testing.T) {
 // workloadSkips are the jobspecs the run below leaves out, and why.
 var workloadSkips = map[string]string{
 	"autoscaler/inference-horizontal.nomad.hcl": "runs vLLM on a real model (/opt/vllm, /models); its scaling policy is checked by nomad job validate",
+	"controller/controller.nomad.hcl":           "run by TestControllerJob (raw_exec, on nodes without GPUs)",
 	"examples/checkpoint.nomad.hcl":             "run by TestExampleJobs",
 	"examples/gpu.nomad.hcl":                    "run by TestExampleJobs",
 	"examples/inference-mps.nomad.hcl":          "run by TestExampleJobs",

@@ -123,11 +123,6 @@ plugin "nomad-driver-gpu" {
     nomad {
       address = "$ADDR"
     }
-    # A preempted job is not preempted again by work of its preemptor's
-    # priority for 10 minutes.
-    preemption {
-      cooldown = "10m"
-    }
     # Tasks may run bin/nomad-gpu (sim-load: jobs/examples/sim-load.nomad.hcl).
     isolation {
       unveil_paths = ["rx:$BIN"]
@@ -183,6 +178,9 @@ cat <<MSG
     the device turns unhealthy on the node within a fingerprint period (5s):
       bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json xid --device <UUID> --xid 79
 
+    The controller (preemption protection) runs beside the agent:
+      log .dev/controller.log, metrics http://127.0.0.1:9405/metrics
+
     Ctrl-C stops the agent and everything it started.
 
 MSG
@@ -202,6 +200,10 @@ set -m
 pid=$!
 set +m
 tail -n +1 -F --pid="$pid" "$DEV/nomad.log" 2>/dev/null &
+# The controller waits for the agent's API by itself (it retries the
+# leader lock every second).
+"$BIN/nomad-gpu" controller -address "$ADDR" -preemption-cooldown 10m -metrics-address 127.0.0.1:9405 >"$DEV/controller.log" 2>&1 </dev/null &
+ctl=$!
 
 stopping=0
 stop() {
@@ -221,6 +223,8 @@ while kill -0 "$pid" 2>/dev/null; do
   wait "$pid" && rc=0 || rc=$?
 done
 trap - INT TERM HUP
+kill -TERM "$ctl" 2>/dev/null || true
+wait "$ctl" 2>/dev/null || true
 unmount_dev
 # A -dev client destroys its allocations on shutdown; an agent stopped on
 # purpose exits non-zero, which is not an error here.

@@ -128,7 +128,6 @@ func runController(args []string, _, stderr io.Writer) int {
 			return 1
 		}
 		defer srv.Close()
-		log.Info("metrics served", "address", srv.Addr())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -101,14 +101,8 @@ plugin "nomad-driver-gpu" {
     # The local agent's API: why a task is stopped (preempted, drained).
     nomad {
       address = "http://127.0.0.1:4646"
-      token   = "" # where ACLs are on: read-job; for the cooldown also submit-job and variables
+      token   = "" # where ACLs are on: read-job (the driver writes nothing)
     }
-
-    # Off by default. A preempted job is not preempted again by work of its
-    # preemptor's priority for this long (docs/checkpoints.md):
-    # preemption {
-    #   cooldown = "10m"
-    # }
 
     # Every guard is on by default; only this block can relax it.
     isolation {
