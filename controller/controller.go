@@ -18,6 +18,11 @@ type Config struct {
 	// Cooldown is how long a resumed preempted job is protected; 0 turns
 	// preemption protection off.
 	Cooldown time.Duration
+	// MinRuntime is the minimum runtime by node pool (jobs set their own
+	// with meta nomad_gpu_min_runtime), and MinRuntimePriority what a job
+	// is raised to meanwhile.
+	MinRuntime         map[string]time.Duration
+	MinRuntimePriority int
 	// LockTTL and LockDelay are the leader lock's (NewVariableLease).
 	LockTTL, LockDelay time.Duration
 	// Tick is the shortest time between two reads of the cluster and the
@@ -31,6 +36,7 @@ type Controller struct {
 	cfg     Config
 	store   *Store
 	protect Protector
+	minRun  MinRuntime
 	log     hclog.Logger
 	metrics *Metrics
 	now     func() time.Time
@@ -38,7 +44,8 @@ type Controller struct {
 
 // New is a replica talking to Nomad through c.
 func New(c *api.Client, cfg Config, log hclog.Logger, m *Metrics) *Controller {
-	return &Controller{api: c, cfg: cfg, store: NewStore(c), protect: Protector{Cooldown: cfg.Cooldown}, log: log, metrics: m, now: time.Now}
+	return &Controller{api: c, cfg: cfg, store: NewStore(c), protect: Protector{Cooldown: cfg.Cooldown},
+		minRun: MinRuntime{ByPool: cfg.MinRuntime, Priority: cfg.MinRuntimePriority}, log: log, metrics: m, now: time.Now}
 }
 
 // Run takes part in the election until ctx is done, leading when it can.
@@ -82,7 +89,7 @@ func (c *Controller) lead(ctx context.Context) error {
 }
 
 // viewLists are the lists the modules read.
-var viewLists = []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs}
+var viewLists = []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs, nomadview.Nodes}
 
 // step runs the modules on one view and writes what they decided.
 func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
@@ -91,6 +98,9 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 		for _, d := range c.protect.Step(now, view, ledger) {
 			c.decided(d)
 		}
+	}
+	for _, d := range c.minRun.Step(now, view, ledger) {
+		c.decided(d)
 	}
 	for _, k := range ledger.Keys() {
 		if err := c.apply(ctx, now, view, ledger, k); err != nil && ctx.Err() == nil {

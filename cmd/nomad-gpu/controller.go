@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +38,11 @@ cluster every -tick (a blocking query on allocations) and runs its modules:
   preempt its own peers). Preempted anyway, by work at least 10 above the
   raise, it loses the raise at once.
 
+  minimum runtime: an allocation younger than its minimum runtime (its
+  job's meta nomad_gpu_min_runtime, else its node pool's -min-runtime)
+  cannot be preempted at all: its job runs at -min-runtime-priority
+  meanwhile.
+
 Every priority change goes through the priority ledger, one Nomad variable
 per job at nomad-gpu/priority/<job> in the job's namespace: the job's own
 priority and each raise in force, with its reason and end. A priority
@@ -56,6 +62,7 @@ Flags:
 type controllerOptions struct {
 	nomadConn
 	cfg            controller.Config
+	minRuntime     string
 	metricsAddress string
 	logLevel       string
 }
@@ -71,6 +78,8 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	o.addFlags(fs, "")
 	fs.StringVar(&o.cfg.Namespace, "namespace", "default", "namespace of the leader lock")
 	fs.DurationVar(&o.cfg.Cooldown, "preemption-cooldown", 5*time.Minute, "how long a resumed preempted job is protected; 0 turns protection off")
+	fs.StringVar(&o.minRuntime, "min-runtime", "", `minimum runtime by node pool, "training=20m,hpc=1h" (off where unset)`)
+	fs.IntVar(&o.cfg.MinRuntimePriority, "min-runtime-priority", 100, "what a job is raised to while an allocation is inside its minimum runtime (1 to 32767; Nomad's job_max_priority, 100 by default, cannot be preempted)")
 	fs.DurationVar(&o.cfg.LockTTL, "lock-ttl", 15*time.Second, "the leader lock's TTL (10s to 24h)")
 	fs.DurationVar(&o.cfg.LockDelay, "lock-delay", time.Second, "how long after a lapsed lock no replica may take it")
 	fs.DurationVar(&o.cfg.Tick, "tick", time.Second, "the shortest time between two reads of the cluster (100ms to 1m)")
@@ -93,6 +102,12 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 		return nil, fmt.Errorf("-tick: %s; allowed: 100ms to 1m", o.cfg.Tick)
 	case o.cfg.Namespace == "":
 		return nil, fmt.Errorf("-namespace: empty; allowed: a namespace name")
+	case o.cfg.MinRuntimePriority < 1 || o.cfg.MinRuntimePriority > 32767:
+		return nil, fmt.Errorf("-min-runtime-priority: %d; allowed: 1 to 32767", o.cfg.MinRuntimePriority)
+	}
+	var err error
+	if o.cfg.MinRuntime, err = parsePoolDurations(o.minRuntime); err != nil {
+		return nil, fmt.Errorf("-min-runtime: %v", err)
 	}
 	if o.metricsAddress != "" {
 		if err := metrics.CheckListenAddress(o.metricsAddress); err != nil {
@@ -103,6 +118,28 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 		return nil, fmt.Errorf("-log-level: %q; allowed: trace, debug, info, warn, error", o.logLevel)
 	}
 	return o, nil
+}
+
+// parsePoolDurations reads "pool=duration,pool=duration".
+func parsePoolDurations(s string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		pool, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		switch {
+		case !ok || strings.TrimSpace(pool) == "":
+			return nil, fmt.Errorf("%q; allowed: pool=duration, comma-separated, such as training=20m,hpc=1h", part)
+		case err != nil || d <= 0:
+			return nil, fmt.Errorf("%q: %q is not a duration above 0 such as 20m", part, v)
+		case out[strings.TrimSpace(pool)] != 0:
+			return nil, fmt.Errorf("pool %q given twice", strings.TrimSpace(pool))
+		}
+		out[strings.TrimSpace(pool)] = d
+	}
+	return out, nil
 }
 
 func runController(args []string, _, stderr io.Writer) int {
