@@ -236,7 +236,9 @@ func (c *cache) snapshot() *Snapshot {
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
 	if c.snap == nil || c.from != v {
-		c.from, c.snap = v, snapshotOf(v, c.metrics, c.cfg.DefaultGPUsPerNode)
+		s := SnapshotOf(v, c.metrics)
+		s.DefaultGPUsPerNode = c.cfg.DefaultGPUsPerNode
+		c.from, c.snap = v, s
 	}
 	return c.snap
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
-// snapshotOf is the figures' input made from a nomadview snapshot: its
+// SnapshotOf is the figures' input made from a nomadview snapshot: its
 // nodes with the instances their allocations hold (HeldSlices), its queue
 // (QueuedGroups and PendingAllocs: the rules `nomad-gpu top` shows too)
-// and, with runs, the GPU allocations the task figures and forecasts read.
-// Now and Util are left for the caller. v is not modified.
-func snapshotOf(v *nomadview.Snapshot, runs bool, defaultGPUsPerNode int) *Snapshot {
-	s := &Snapshot{DefaultGPUsPerNode: defaultGPUsPerNode}
+// and, with runs, the GPU allocations the task figures and forecasts read
+// (only the cluster figures need them). Now, Util and DefaultGPUsPerNode
+// are left for the caller. v is not modified.
+func SnapshotOf(v *nomadview.Snapshot, runs bool) *Snapshot {
+	s := &Snapshot{}
 	held := v.HeldSlices()
 	s.Nodes = make([]Node, 0, len(v.Nodes))
 	for _, n := range v.Nodes {

@@ -69,10 +69,10 @@ func viewFixture(t0 time.Time) *nomadview.Snapshot {
 
 func TestSnapshotOf(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	s := snapshotOf(viewFixture(t0), true, 8)
+	s := SnapshotOf(viewFixture(t0), true)
 
-	if len(s.Nodes) != 1 || s.DefaultGPUsPerNode != 8 {
-		t.Fatalf("nodes %d, default shape %d", len(s.Nodes), s.DefaultGPUsPerNode)
+	if len(s.Nodes) != 1 {
+		t.Fatalf("nodes %d", len(s.Nodes))
 	}
 	n := s.Nodes[0]
 	got := fmt.Sprint(n.ID, " ", n.Pool, " ", n.Datacenter, " ", n.Class, " ", n.Schedulable())
@@ -122,7 +122,7 @@ func TestSnapshotOf(t *testing.T) {
 	if d := s.Runs[0]; !d.Finished.Equal(t0.Add(-10*time.Minute)) || !d.Started.Equal(t0.Add(-50*time.Minute)) {
 		t.Errorf("finished run: started %v finished %v", d.Started, d.Finished)
 	}
-	if s := snapshotOf(viewFixture(t0), false, 0); s.Runs != nil {
+	if s := SnapshotOf(viewFixture(t0), false); s.Runs != nil {
 		t.Errorf("runs without the cluster figures: %v", s.Runs)
 	}
 }
