@@ -93,7 +93,7 @@ func BenchmarkQueryQueued(b *testing.B) {
 	}
 	cold := time.Since(coldStart)
 	coldCalls := p.Stats().Calls
-	// The summaries settle for 10 s after the blocked evals were written.
+	// The job summaries catch up with the blocked evaluations.
 	waitValue(b, p, "gpus_queued{pool=gpu}", jobs*perJob, 30*time.Second)
 	waitValue(b, p, "nodes_needed{pool=gpu,gpus_per_node=8}", jobs*perJob/8, time.Second)
 

@@ -99,14 +99,20 @@
 //
 // # Metrics
 //
-// Queued work is (a) the unplaced allocations of blocked evaluations: per
-// task group in the evaluation's FailedTGAllocs, the group's Queued count
-// from the job summary (which the scheduler decrements as it places;
-// CoalescedFailures+1 when there is no summary), each asking for the
-// devices of the group's tasks' device blocks; and (b) allocations placed
-// but still pending on their node, asking for the devices they were given,
-// and placed by their node's pool, datacenter and class. Only work asking
-// for at least one matching device counts.
+// The plugin reads the cluster through nomadview, the read model `nomad-gpu
+// top` and the controller read too, and counts the queue by its rules
+// (nomadview.Snapshot.QueuedGroups and PendingAllocs), so `top` and the
+// autoscaler see the same queue. Queued work is (a) the unplaced
+// allocations of blocked evaluations: per task group in the evaluation's
+// FailedTGAllocs that asks for a GPU, MIG instance or MPS share, the
+// group's Queued count from the job summary when the summary is at least
+// as new as the evaluation (its modify index), even when it says 0 (the
+// scheduler has placed them since, or the job was scaled down), else the
+// evaluation's own CoalescedFailures+1, each asking for the devices of the
+// group's tasks' device blocks; and (b) allocations placed but still
+// pending on their node, asking for the GPU devices they were given, and
+// placed by their node's pool, datacenter and class. Only work asking for
+// at least one matching device counts.
 //
 //   - gpus_queued: matching devices asked for by queued allocations
 //     (per-allocation ask × allocations).
@@ -219,7 +225,7 @@
 //   - nomad_gpu_cluster_allocs_started{pool,priority}: the N of task_wait_seconds, GPU allocations whose first task started within W.
 //   - nomad_gpu_cluster_allocs_finished{pool,priority,outcome}: GPU allocations that finished within W, by client status.
 //   - nomad_gpu_cluster_alloc_failure_ratio{pool,priority}: (failed + lost) / (complete + failed + lost) within W (no series when none finished).
-//   - nomad_gpu_cluster_list_up{list}: 1 when the list (nodes, blocked_evaluations, allocations, finished_allocations) has been read and has not been failing for over max_staleness, else 0.
+//   - nomad_gpu_cluster_list_up{list}: 1 when the list (nodes, blocked_evaluations, jobs, allocations, finished_allocations) has been read and has not been failing for over max_staleness, else 0.
 //   - nomad_gpu_cluster_nomad_requests_total{endpoint} (counter): Nomad API requests the plugin made, by endpoint (Stats).
 //
 // A GPU allocation is one given at least one device instance; its pool
@@ -249,20 +255,17 @@
 //
 // # Cost
 //
-// Three lists are kept by blocking queries (WaitIndex = last index), each
-// in its own goroutine, started by the first query that needs it:
-// /v1/nodes?resources=true; /v1/evaluations?status=blocked; and
-// /v1/allocations?resources=true filtered to pending and running. A list
-// is re-read only when its table's index moves, at most once per
-// min_refresh_interval. With the blocked evaluations, each blocked job's
-// spec is read once per job modify index, and its summary once per
-// modify index of its blocked evaluation (and again on each evaluations
-// change, for up to 10 s, while it shows a failed group with nothing
-// queued: the scheduler records the queued counts just after it writes
-// the blocked evaluation). Queries read the cache, so a
-// policy evaluation of any number of queries makes no Nomad call when the
-// cluster did not change; each change costs one list of the kind that
-// changed (plus the new or re-blocked jobs' spec and summary). The one
+// Four lists are kept by blocking queries (WaitIndex = last index) of a
+// nomadview.Watcher, each in its own goroutine, started by the first query
+// that needs it: /v1/nodes?resources=true; /v1/evaluations?status=blocked;
+// /v1/jobs?meta=true (job summaries and priorities; the blocked queue
+// reads it); and /v1/allocations?resources=true filtered to pending and
+// running. A list is re-read only when its table's index moves, at most
+// once per min_refresh_interval. With the blocked evaluations, each
+// blocked job's spec is read once per job modify index. Queries read the
+// cache, so a policy evaluation of any number of queries makes no Nomad
+// call when the cluster did not change; each change costs one list of the
+// kind that changed (plus the new or re-blocked jobs' spec). The one
 // exception is gpu_util_pct: one client stats call per matching node, at
 // most once per stats_ttl. Stats counts every call.
 //
@@ -271,9 +274,9 @@
 // finished_max_allocs filtered to complete, failed and lost, at most once
 // per finished_refresh_interval (one page: the newest terminal
 // allocations, so a list costs at most finished_max_allocs stubs; an
-// allocation created before that many newer terminal ones is missed); one
-// job spec read per job holding devices and per newer job version (its
-// priority; blocked evaluations carry theirs); and the device stats of
+// allocation created before that many newer terminal ones is missed; an
+// allocation's priority is its job's in the jobs list, 0 once the job is
+// purged); and the device stats of
 // every ready node with devices, once per stats_ttl, in the background
 // (a scrape reads stats no older than 3 × stats_ttl). A scrape makes no
 // Nomad call; its own cost at 1,000 nodes is BenchmarkClusterScrape's.

@@ -311,10 +311,10 @@ func (p *Plugin) scrapeInput() scrapeInput {
 	p.mu.Lock()
 	c := p.cache
 	p.mu.Unlock()
-	if c == nil || !c.start(figureWatches, true) {
+	if c == nil || !c.start(figureLists, true) {
 		return in
 	}
-	in.lists = c.listStates(figureWatches)
+	in.lists = c.listStates(figureLists)
 	snap := *c.snapshot()
 	snap.Now = time.Now()
 	snap.Util = c.cachedUtil(3 * c.cfg.StatsTTL)

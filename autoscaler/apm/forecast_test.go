@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nomad-gpu/nomad-gpu/sizing"
@@ -166,23 +165,6 @@ func TestExporterPredictions(t *testing.T) {
 	expected = header(names[2]) + names[2] + wait("one", "fits_now") + " 0\n" + names[2] + wait("three", "list_schedule") + " 1050\n"
 	if err := testutil.CollectAndCompare(fixedCollector(scrapeInput{snap: s}), strings.NewReader(expected), names...); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestJobInfoGPUTask(t *testing.T) {
-	dev := func(name string) *api.Resources {
-		return &api.Resources{Devices: []*api.RequestedDevice{{Name: name}}}
-	}
-	j := &api.Job{ID: ptrTo("j"), TaskGroups: []*api.TaskGroup{
-		{Name: ptrTo("train"), Tasks: []*api.Task{{Name: "z-main", Resources: dev("nvidia/gpu")}, {Name: "b-side", Resources: dev("nvidia/mig/1g.10gb")}, {Name: "a-fpga", Resources: dev("xilinx/fpga")}, {Name: "a-log"}}},
-		{Name: ptrTo("cpu"), Tasks: []*api.Task{{Name: "web"}}},
-	}}
-	info := jobInfoOf(j)
-	if got := info.groups["train"].task; got != "b-side" {
-		t.Errorf("train's GPU task %q, want b-side (the first by name asking for a GPU slice)", got)
-	}
-	if got := info.groups["cpu"].task; got != "" {
-		t.Errorf("cpu's GPU task %q, want none", got)
 	}
 }
 

@@ -83,7 +83,7 @@ func (p *Plugin) SetConfig(config map[string]string) error {
 	p.raw, p.cfg = maps.Clone(config), cfg
 	p.cache = newCache(cl, cfg, p.log, &p.calls)
 	if cfg.MetricsAddress != "" {
-		p.cache.start(figureWatches, true)
+		p.cache.start(figureLists, true)
 	}
 	if old != nil {
 		go old.close()

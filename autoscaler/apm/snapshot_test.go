@@ -295,47 +295,6 @@ func TestGlobMatch(t *testing.T) {
 	}
 }
 
-func TestJobInfoOf(t *testing.T) {
-	str := func(s string) *string { return &s }
-	u64 := func(n uint64) *uint64 { return &n }
-	idx := uint64(42)
-	j := &api.Job{
-		JobModifyIndex: &idx,
-		NodePool:       str("gpu"),
-		Datacenters:    []string{"dc1", "dc2"},
-		Constraints:    []*api.Constraint{{LTarget: "${node.class}", Operand: "!=", RTarget: "cpu"}, {LTarget: "${attr.kernel.name}", RTarget: "linux"}},
-		TaskGroups: []*api.TaskGroup{
-			{Name: str("train"), Constraints: []*api.Constraint{{LTarget: "${node.class}", RTarget: "a100"}},
-				Tasks: []*api.Task{
-					{Name: "a", Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: u64(2)}, {Name: "nvidia/mig/1g.10gb"}}}},
-					{Name: "b", Constraints: []*api.Constraint{{LTarget: "${node.class}", Operand: "regexp", RTarget: "^a"}},
-						Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: u64(1)}}}},
-				}},
-			{Name: str("web"), Tasks: []*api.Task{{Name: "w", Resources: &api.Resources{}}}},
-		},
-	}
-	info := jobInfoOf(j)
-	if info.modifyIndex != 42 || info.pool != "gpu" || len(info.dcs) != 2 || info.stopped {
-		t.Fatalf("job: %+v", info)
-	}
-	g := info.groups["train"]
-	wantAsks := []DeviceAsk{ask("nvidia/gpu", 3), ask("nvidia/mig/1g.10gb", 1)}
-	if fmt.Sprint(g.asks) != fmt.Sprint(wantAsks) {
-		t.Errorf("asks %v, want %v", g.asks, wantAsks)
-	}
-	wantRules := []ClassRule{{"!=", "cpu"}, {"=", "a100"}, {"regexp", "^a"}}
-	if fmt.Sprint(g.classRules) != fmt.Sprint(wantRules) {
-		t.Errorf("rules %v, want %v", g.classRules, wantRules)
-	}
-	if len(info.groups["web"].asks) != 0 {
-		t.Errorf("web asks %v", info.groups["web"].asks)
-	}
-	// Defaults: no pool is "default", no datacenters is "*".
-	if d := jobInfoOf(&api.Job{}); d.pool != "default" || fmt.Sprint(d.dcs) != "[*]" {
-		t.Errorf("defaults: %+v", d)
-	}
-}
-
 func TestUtilOf(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	i := func(v int64) *int64 { return &v }

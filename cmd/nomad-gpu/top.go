@@ -167,9 +167,7 @@ func top(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScree
 			return 1
 		}
 		if o.json {
-			enc := json.NewEncoder(scr.out)
-			enc.SetIndent("", "  ")
-			err = enc.Encode(v)
+			err = writeTopJSON(scr.out, v)
 		} else {
 			err = clusterview.WriteTable(scr.out, v, clusterview.TableOptions{Width: scr.lineWidth()})
 		}
@@ -180,6 +178,14 @@ func top(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScree
 		return 0
 	}
 	return watch(ctx, o, r, scr, stderr)
+}
+
+// writeTopJSON writes the view as `top -json` prints it: one indented
+// JSON document.
+func writeTopJSON(w io.Writer, v *clusterview.View) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // filterError says which flag names a node pool or node that does not
