@@ -179,7 +179,7 @@ func (c *Controller) registerResize(ctx context.Context, jr sizing.JobResize) {
 		return
 	}
 	for _, r := range jr.Resized {
-		c.decided(Decision{"resized", k, fmt.Sprintf("task %s/%s: %s", r.Key.Group, r.Key.Task, r.Reason)})
+		c.decided(Decision{"resized", k, r.String()})
 	}
 }
 

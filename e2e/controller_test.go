@@ -35,6 +35,12 @@ type controllerProc struct {
 
 func (p *controllerProc) log() string { b, _ := os.ReadFile(p.logPath); return string(b) }
 
+// stop ends the replica as Nomad stops a task (SIGTERM) and waits for it.
+func (p *controllerProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_, _ = p.cmd.Process.Wait()
+}
+
 var metricsServed = regexp.MustCompile(`metrics served: address=(\S+)`)
 
 // startController runs a replica against the cluster until the test ends.

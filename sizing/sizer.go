@@ -54,6 +54,12 @@ type Resized struct {
 	Reason   string
 }
 
+// String is the resize in words: "ns/job/group/task: 1 MPS share → 2 MPS
+// shares: <evidence>".
+func (r Resized) String() string {
+	return fmt.Sprintf("%s: %s → %s: %s", r.Key, describe(r.From), describe(r.To), r.Reason)
+}
+
 // JobResize is a job with its resized tasks' device requests changed, to
 // be registered at its JobModifyIndex.
 type JobResize struct {

@@ -121,7 +121,7 @@ func printPlan(w io.Writer, p controller.Plan) {
 	}
 	for _, jr := range p.Resizes {
 		for _, r := range jr.Resized {
-			fmt.Fprintf(w, "resize %s: %s\n", r.Key, r.Reason)
+			fmt.Fprintf(w, "resize %s\n", r)
 		}
 	}
 	if len(p.Decisions)+len(p.Priorities)+len(p.Resizes) == 0 {
