@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
+	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // Config is how a controller replica runs.
@@ -28,24 +29,46 @@ type Config struct {
 	// Tick is the shortest time between two reads of the cluster and the
 	// longest a read waits for a change: it bounds the Nomad API calls.
 	Tick time.Duration
+	// Deadlines serves job deadlines (Deadliner); nil: off.
+	Deadlines *sizing.DeadlineConfig
+	// Sizing resizes jobs from their history (Resizer); nil: off.
+	Sizing *SizingConfig
+	// FinishedWindow is how far back finished allocations are read: the
+	// history of the deadlines' forecast, and of the sizer's runs when it
+	// keeps no file; 0: the read model's default.
+	FinishedWindow time.Duration
 }
 
 // Controller is one replica.
 type Controller struct {
-	api     *api.Client
-	cfg     Config
-	store   *Store
-	protect Protector
-	minRun  MinRuntime
-	log     hclog.Logger
-	metrics *Metrics
-	now     func() time.Time
+	api      *api.Client
+	cfg      Config
+	store    *Store
+	protect  Protector
+	minRun   MinRuntime
+	deadline *Deadliner // nil: off
+	resize   *Resizer   // nil: off
+	log      hclog.Logger
+	metrics  *Metrics
+	now      func() time.Time
 }
 
 // New is a replica talking to Nomad through c.
 func New(c *api.Client, cfg Config, log hclog.Logger, m *Metrics) *Controller {
-	return &Controller{api: c, cfg: cfg, store: NewStore(c), protect: Protector{Cooldown: cfg.Cooldown},
+	return newController(c, cfg, log, m, false)
+}
+
+// newController is a replica; a dry one records no sizing history.
+func newController(c *api.Client, cfg Config, log hclog.Logger, m *Metrics, dry bool) *Controller {
+	ctl := &Controller{api: c, cfg: cfg, store: NewStore(c), protect: Protector{Cooldown: cfg.Cooldown},
 		minRun: MinRuntime{ByPool: cfg.MinRuntime, Priority: cfg.MinRuntimePriority}, log: log, metrics: m, now: time.Now}
+	if cfg.Deadlines != nil {
+		ctl.deadline = &Deadliner{Config: *cfg.Deadlines}
+	}
+	if cfg.Sizing != nil {
+		ctl.resize = NewResizer(*cfg.Sizing, sizing.NomadCluster{Client: c}, log.Named("sizing"), dry)
+	}
+	return ctl
 }
 
 // Run takes part in the election until ctx is done, leading when it can.
@@ -70,10 +93,17 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	ledger := NewLedger(stored)
 	c.log.Info("priority ledger loaded", "entries", len(stored))
-	w := nomadview.NewWatcher(c.api, nomadview.Config{MinRefresh: c.cfg.Tick, Log: c.log, OnCall: c.metrics.call})
+	w := c.watcher()
 	defer w.Close()
-	if err := w.Sync(ctx, viewLists...); err != nil {
+	if err := w.Sync(ctx, c.viewLists()...); err != nil {
 		return fmt.Errorf("reading the cluster: %w", err)
+	}
+	if c.resize != nil {
+		defer func() {
+			if err := c.resize.Close(); err != nil {
+				c.log.Warn("closing the sizing history", "error", err)
+			}
+		}()
 	}
 	tick := time.NewTicker(c.cfg.Tick)
 	defer tick.Stop()
@@ -88,25 +118,76 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 }
 
-// viewLists are the lists the modules read.
-var viewLists = []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs, nomadview.Nodes}
+// watcher is the leader's watch on the cluster.
+func (c *Controller) watcher() *nomadview.Watcher {
+	return nomadview.NewWatcher(c.api, nomadview.Config{MinRefresh: c.cfg.Tick, FinishedWindow: c.cfg.FinishedWindow, Log: c.log, OnCall: c.metrics.call})
+}
+
+// viewLists are the lists the modules read: protection reads the
+// allocations and jobs, the minimum runtime the nodes (their pools); the
+// deadlines' forecast and the sizer read the blocked evaluations too.
+func (c *Controller) viewLists() []nomadview.List {
+	lists := []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs, nomadview.Nodes}
+	if c.deadline != nil || c.resize != nil {
+		lists = append(lists, nomadview.Blocked)
+	}
+	return lists
+}
 
 // step runs the modules on one view and writes what they decided.
 func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 	now := c.now()
-	if c.cfg.Cooldown > 0 {
-		for _, d := range c.protect.Step(now, view, ledger) {
-			c.decided(d)
-		}
-	}
-	for _, d := range c.minRun.Step(now, view, ledger) {
+	for _, d := range c.decide(now, view, ledger) {
 		c.decided(d)
+	}
+	for _, jr := range c.resizes(ctx, now, view) {
+		c.registerResize(ctx, jr)
 	}
 	for _, k := range ledger.Keys() {
 		if err := c.apply(ctx, now, view, ledger, k); err != nil && ctx.Err() == nil {
 			c.log.Warn("priority ledger", "namespace", k.Namespace, "job", k.ID, "error", err)
 			ledger.Forget(k) // read again on the next lead
 		}
+	}
+}
+
+// decide runs the modules that change priorities, on the ledger only.
+func (c *Controller) decide(now time.Time, view View, ledger *Ledger) []Decision {
+	var out []Decision
+	if c.cfg.Cooldown > 0 {
+		out = append(out, c.protect.Step(now, view, ledger)...)
+	}
+	out = append(out, c.minRun.Step(now, view, ledger)...)
+	if c.deadline != nil {
+		out = append(out, c.deadline.Step(now, view, ledger)...)
+	}
+	return out
+}
+
+// resizes runs a sizing round when one is due.
+func (c *Controller) resizes(ctx context.Context, now time.Time, view View) []sizing.JobResize {
+	if c.resize == nil || !c.resize.Due(now) {
+		return nil
+	}
+	out, err := c.resize.Step(ctx, now, view)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("sizing round failed; the next one tries again", "error", err)
+	}
+	return out
+}
+
+// registerResize writes one resize and records the decision.
+func (c *Controller) registerResize(ctx context.Context, jr sizing.JobResize) {
+	k := JobKey{Namespace: "default", ID: *jr.Job.ID}
+	if jr.Job.Namespace != nil && *jr.Job.Namespace != "" {
+		k.Namespace = *jr.Job.Namespace
+	}
+	if err := register(ctx, c.api, jr); err != nil {
+		c.log.Warn("resize not registered; the next round tries again", "namespace", k.Namespace, "job", k.ID, "error", err)
+		return
+	}
+	for _, r := range jr.Resized {
+		c.decided(Decision{"resized", k, r.String()})
 	}
 }
 

@@ -19,4 +19,19 @@
 // allocation preempts nobody, so the raise only shields it, for the
 // cooldown. If the job is preempted anyway (by work at least 10 above
 // the raise), the raise is dropped at once, before its replacement waits.
+//
+// Deadlines (Deadliner) raise a queued job that would miss its meta
+// nomad_gpu_deadline a tier, as a ledger raise keyed "deadline", ended
+// when the job starts; the rule is the sizing package's. A deadline raise
+// and a protection on one job compose: the ledger gives the higher.
+//
+// Right-sizing (Resizer) runs the sizing package's round once an
+// interval and registers its resizes, guarded by the job's modify index.
+// A resize changes a device request, never a priority, so it does not go
+// through the ledger. Its history is Prometheus (no state: any replica
+// can lead) or a bbolt file that only the leader opens while it leads
+// (bbolt locks it; replicas on different nodes need a shared volume).
+//
+// Preview runs the deadline and sizing modules once on a copy of the
+// ledger and writes nothing: `nomad-gpu sizer -dry-run`.
 package controller

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -167,13 +168,15 @@ func (l *Ledger) Keys() []JobKey {
 	for k := range l.entries {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b JobKey) int {
-		if a.Namespace != b.Namespace {
-			return strings.Compare(a.Namespace, b.Namespace)
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	sortJobKeys(keys)
 	return keys
+}
+
+// sortJobKeys sorts keys by namespace, then ID.
+func sortJobKeys(keys []JobKey) {
+	slices.SortFunc(keys, func(a, b JobKey) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.ID, b.ID))
+	})
 }
 
 // Peek is the job's entry, the zero Entry if it has none.

@@ -1,8 +1,8 @@
 package e2e
 
-// Right-sizing against a real Nomad: `nomad-gpu sizer` samples the MPS
-// shares of running tasks through Nomad's node device stats and resizes the
-// jobs whose policy is auto. A starved job grows one step per interval up
+// Right-sizing against a real Nomad: the controller's sizing module
+// samples the MPS shares of running tasks through Nomad's node device
+// stats and resizes the jobs whose policy is auto. A starved job grows one step per interval up
 // to its max and resumes from its checkpoint each time; an idle one shrinks
 // to its min; a job under recommend and one that does not checkpoint are
 // never restarted.
@@ -18,6 +18,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
@@ -91,7 +93,7 @@ func sharesOf(a *api.Allocation) int {
 	return n
 }
 
-func TestSizerResizesAutoJobs(t *testing.T) {
+func TestControllerResizesAutoJobs(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	cli := cluster.RequireBinary(t, "nomad-gpu")
@@ -124,7 +126,8 @@ func TestSizerResizesAutoJobs(t *testing.T) {
 		first[id] = nextAlloc(t, c, id, 0, 2*time.Minute)
 	}
 
-	sizerLog := startSizer(t, c, cli, "-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m", "-log-level", "debug")
+	history := filepath.Join(t.TempDir(), "history.db")
+	ctl := startController(t, c, "controller", "-history", history, "-sizing-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m")
 
 	// resumed checks that next restored what prev committed on its way out.
 	resumed := func(id string, prev, next *api.Allocation) {
@@ -190,48 +193,36 @@ func TestSizerResizesAutoJobs(t *testing.T) {
 	if last := j.TaskGroups[0].Tasks[0].Meta[sizing.MetaLastResize]; !strings.Contains(last, "→ 4 MPS shares") {
 		t.Errorf("task meta %s = %q, want the last resize's reason", sizing.MetaLastResize, last)
 	}
-	log := sizerLog()
-	for _, want := range []string{"resized: task=default/starved/g/t from=\"1 MPS share\" to=\"2 MPS shares\"", "task=default/watched/g/t", "recommended only"} {
+	log := ctl.log()
+	for _, want := range []string{"kind=resized namespace=default job=starved reason=\"default/starved/g/t: 1 MPS share → 2 MPS shares", "task=default/watched/g/t", "recommended only"} {
 		if !strings.Contains(log, want) {
-			t.Errorf("sizer log lacks %q", want)
+			t.Errorf("controller log lacks %q", want)
 		}
+	}
+	if n := strings.Count(log, "kind=resized"); n != 3 {
+		t.Errorf("the controller logged %d resizes, want 3 (starved twice, idle once)", n)
+	}
+	if n := ctl.metric(t, contract.MetricControllerDecisions); n < 3 {
+		t.Errorf("%s is %v, want the 3 resizes counted at least", contract.MetricControllerDecisions, n)
+	}
+	// The dry run reads the same file once the leader lets go of it, and
+	// with every job at its bound has nothing to do.
+	ctl.stop()
+	out, err := exec.Command(cli, "sizer", "-dry-run", "-address", c.Server().HTTPAddr(), "-history", history, "-min-samples", "4", "-min-span", "6s", "-window", "10m").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nothing to do") {
+		t.Errorf("nomad-gpu sizer -dry-run: %v\n%s", err, out)
 	}
 	for _, id := range []string{"starved", "idle", "watched", "nockpt"} {
 		c.StopJob(t, id, true)
 	}
 }
 
-// startSizer runs `nomad-gpu sizer` against the cluster until the test
-// ends, and returns a func reading its log (logged when the test fails).
-func startSizer(t *testing.T, c *cluster.Cluster, cli string, args ...string) func() string {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "sizer.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { logf.Close() })
-	sizer := exec.Command(cli, append([]string{"sizer", "-address", c.Server().HTTPAddr(), "-history", filepath.Join(t.TempDir(), "history.db")}, args...)...)
-	sizer.Stdout, sizer.Stderr = logf, logf
-	if err := sizer.Start(); err != nil {
-		t.Fatal(err)
-	}
-	read := func() string { b, _ := os.ReadFile(logPath); return string(b) }
-	t.Cleanup(func() {
-		_ = sizer.Process.Kill()
-		_ = sizer.Wait()
-		if t.Failed() {
-			t.Logf("sizer log:\n%s", read())
-		}
-	})
-	return read
-}
-
-// A job whose deadline it would miss behind a busy node is raised a tier,
+// A job whose deadline it would miss behind a busy node is raised a tier
+// by the controller's deadline module (a ledger raise),
 // preempts its way in (the busy job checkpoints), starts before its
 // deadline, and gets its priority back once it has run.
-func TestSizerDeadline(t *testing.T) {
-	cli := cluster.RequireBinary(t, "nomad-gpu")
+func TestControllerDeadline(t *testing.T) {
+	cluster.RequireBinary(t, "nomad-gpu")
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
@@ -242,7 +233,7 @@ func TestSizerDeadline(t *testing.T) {
 	busy := nextAlloc(t, c, "busy", 0, 2*time.Minute)
 	waitProgress(t, c, busy.ID, 20)
 
-	// Nothing is known of how long busy runs, so the sizer takes the wait
+	// Nothing is known of how long busy runs, so the controller takes the wait
 	// as -deadline-lead (60s): past the latest start 15 s from now.
 	deadline := time.Now().Add(75 * time.Second)
 	c.RunJob(t, fmt.Sprintf(`
@@ -269,7 +260,7 @@ job "urgent" {
     }
   }
 }`, sizing.MetaDeadline, deadline.UTC().Format(time.RFC3339)))
-	sizerLog := startSizer(t, c, cli, "-interval", "2s", "-deadline-lead", "60s", "-raise-every", "10s", "-priority-tiers", "70,40", "-max-priority", "80")
+	ctl := startController(t, c, "controller", "-deadline-lead", "60s", "-raise-every", "10s", "-priority-tiers", "70,40", "-max-priority", "80")
 
 	urgent := nextAlloc(t, c, "urgent", 0, 90*time.Second)
 	if p := jobPriority(t, c, "urgent"); p != 40 && p != 70 {
@@ -294,11 +285,15 @@ job "urgent" {
 			t.Fatalf("urgent's priority is %d after it ran, want 30 back", jobPriority(t, c, "urgent"))
 		}
 	}
-	log := sizerLog()
-	for _, want := range []string{"deadline priority: namespace=default job=urgent from=30 to=40", "restore=true"} {
+	log := ctl.log()
+	for _, want := range []string{"kind=deadline-raised namespace=default job=urgent reason=\"to 40: ", "kind=deadline-restored namespace=default job=urgent", "kind=restored namespace=default job=urgent"} {
 		if !strings.Contains(log, want) {
-			t.Errorf("sizer log lacks %q", want)
+			t.Errorf("controller log lacks %q", want)
 		}
+	}
+	// The raise was kept in the priority ledger, and nowhere else.
+	if _, _, err := c.API().Variables().Read(controller.LedgerPath("urgent"), nil); err == nil {
+		t.Errorf("the ledger entry of urgent outlived its raise")
 	}
 	c.StopJob(t, "busy", true)
 	c.StopJob(t, "urgent", true)

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// DeadlineStep is what the sizer does to a queued job's priority for its
+// DeadlineStep is what the deadline rule does to a queued job's priority for its
 // deadline (meta nomad_gpu_deadline, the time by which it should be done).
 type DeadlineStep struct {
 	Raise    bool
@@ -43,6 +43,6 @@ func PlanDeadline(priority int, deadline, now time.Time, wait, runtime time.Dura
 		return DeadlineStep{Raise: true, Priority: t, Reason: fmt.Sprintf("predicted start %s misses the latest start %s (deadline %s less predicted runtime %s): priority %d → %d",
 			start.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339), deadline.UTC().Format(time.RFC3339), runtime.Round(time.Second), priority, t)}
 	}
-	return DeadlineStep{Reason: fmt.Sprintf("predicted start %s misses the latest start %s, but priority %d is at the highest tier the sizer may give (%d)",
+	return DeadlineStep{Reason: fmt.Sprintf("predicted start %s misses the latest start %s, but priority %d is at the highest tier a deadline raise may give (%d)",
 		start.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339), priority, maxPriority)}
 }

@@ -1,23 +1,20 @@
 package sizing
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-
-	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
 
-// DeadlineConfig is how the sizer serves job deadlines (job meta
-// nomad_gpu_deadline): earliest-deadline-first on top of Nomad's priority
-// scheduler, one tier at a time.
+// DeadlineConfig is how job deadlines (job meta nomad_gpu_deadline) are
+// served: earliest-deadline-first on top of Nomad's priority scheduler,
+// one tier at a time.
 type DeadlineConfig struct {
 	// Tiers are the priority tiers' lower bounds (as the APM's
 	// priority_tiers, e.g. 70, 40): a raise goes to the next one up.
 	Tiers []int
-	// MaxPriority is the highest priority the sizer gives.
+	// MaxPriority is the highest priority a deadline raise gives.
 	MaxPriority int
 	// Lead stands in for a queued job's wait when it cannot be predicted
 	// (no history of what holds the GPUs): such a job is taken to start
@@ -28,134 +25,107 @@ type DeadlineConfig struct {
 	RaiseEvery time.Duration
 }
 
-// DefaultDeadlines are the sizer's defaults.
+// DefaultDeadlines are the defaults of the controller's deadline module.
 var DefaultDeadlines = DeadlineConfig{Tiers: []int{70, 40}, MaxPriority: 90, Lead: 10 * time.Minute, RaiseEvery: time.Minute}
 
-// DeadlineChange is one priority change a Step made for a deadline.
-type DeadlineChange struct {
-	Namespace, Job string
-	From, To       int
-	Restore        bool // back to the priority the job had before its raises
-	Reason         string
+// DeadlineJob is what the deadline rule reads of one job.
+type DeadlineJob struct {
+	// Priority is the job's priority now, raises included.
+	Priority int
+	// Deadline is its meta nomad_gpu_deadline; "" when it has none.
+	Deadline string
+	// Queued: some of its allocations wait to be placed. Started: one
+	// of its allocations runs or has run. Stopped: it is stopped or dead.
+	Queued, Started, Stopped bool
+	// RaisedAt is when its deadline raise was last set; zero when the job
+	// has none.
+	RaisedAt time.Time
 }
 
-// queuedWait is the predicted wait and run time of a queued job, unknown
-// (false) when not predicted.
-type queuedWait func(ns, job string) (wait, runtime time.Duration, known bool)
-
-// stepDeadlines raises the priority of queued jobs that would miss their
-// deadline, and restores that of raised jobs once they run or end. started
-// holds the jobs with an allocation that is running or has run.
-func (s *Sizer) stepDeadlines(ctx context.Context, jobs []*api.JobListStub, started map[[2]string]bool, wait queuedWait, now time.Time) ([]DeadlineChange, error) {
-	cfg := DefaultDeadlines
-	if s.Deadlines != nil {
-		cfg = *s.Deadlines
+// DeadlineJobOf reads a job as the deadline rule does; raisedAt is when
+// its deadline raise was last set (zero: none). A job has started when an
+// allocation of it runs or has completed (its summary says so, however
+// long ago), so a job placed once is never raised again.
+func DeadlineJobOf(j *api.JobListStub, raisedAt time.Time) DeadlineJob {
+	d := DeadlineJob{Priority: j.Priority, Deadline: j.Meta[MetaDeadline], Stopped: j.Stop || j.Status == "dead", RaisedAt: raisedAt}
+	if j.JobSummary != nil {
+		for _, g := range j.JobSummary.Summary {
+			d.Queued = d.Queued || g.Queued > 0
+			d.Started = d.Started || g.Running > 0 || g.Complete > 0
+		}
 	}
-	byID := map[[2]string]*api.JobListStub{}
-	for _, j := range jobs {
-		byID[[2]string{j.Namespace, j.ID}] = j
-	}
-	var out []DeadlineChange
+	return d
+}
 
-	raises, err := s.Store.Raises(ctx)
+// JobWait is a queued job's predicted wait and run time; not Known when
+// not predicted.
+type JobWait struct {
+	Wait, Runtime time.Duration
+	Known         bool
+}
+
+// DeadlineAction is what the deadline rule does to a job's raise.
+type DeadlineAction int
+
+const (
+	DeadlineKeep  DeadlineAction = iota // nothing changes
+	DeadlineRaise                       // raise the job to Priority
+	DeadlineEnd                         // end its raise: its own priority comes back
+)
+
+// DeadlineDecision is the rule's answer for one job.
+type DeadlineDecision struct {
+	Action   DeadlineAction
+	Priority int    // with DeadlineRaise
+	Reason   string // why, for people
+}
+
+// Decide is the deadline rule for one job at now: a raised job that has
+// started or stopped loses its raise; a queued job that would miss its
+// deadline (PlanDeadline) is raised one tier, at most once per RaiseEvery.
+func (c DeadlineConfig) Decide(j DeadlineJob, w JobWait, now time.Time) DeadlineDecision {
+	raised := !j.RaisedAt.IsZero()
+	switch {
+	case raised && j.Started:
+		return DeadlineDecision{Action: DeadlineEnd, Reason: "the job has started: the priority it had before its deadline raises comes back"}
+	case raised && j.Stopped:
+		return DeadlineDecision{Action: DeadlineEnd, Reason: "the job is stopped: its deadline raise ends"}
+	case j.Deadline == "" || j.Started || j.Stopped || !j.Queued:
+		return DeadlineDecision{}
+	case raised && now.Sub(j.RaisedAt) < c.RaiseEvery:
+		return DeadlineDecision{Reason: fmt.Sprintf("raised %s ago, less than the %s between raises", now.Sub(j.RaisedAt).Round(time.Second), c.RaiseEvery)}
+	}
+	deadline, err := time.Parse(time.RFC3339, j.Deadline)
 	if err != nil {
-		return nil, err
+		return DeadlineDecision{Reason: fmt.Sprintf("meta %s %q is not an RFC 3339 time: ignored", MetaDeadline, j.Deadline)}
 	}
-	raised := map[[2]string]history.PriorityRaise{}
-	for _, r := range raises {
-		k := [2]string{r.Namespace, r.Job}
-		j := byID[k]
-		switch {
-		case j == nil:
-			// Purged: nothing to give back.
-		case started[k] || j.Status == "dead" || j.Stop:
-			if j.Priority == r.Raised {
-				c := DeadlineChange{Namespace: r.Namespace, Job: r.Job, From: j.Priority, To: r.Original, Restore: true,
-					Reason: fmt.Sprintf("the job has started; priority %d it had before its deadline raises is restored", r.Original)}
-				if err := s.setPriority(ctx, r.Namespace, r.Job, r.Original); err != nil {
-					s.Logger.Warn("cannot restore a job's priority; the next round tries again", "namespace", r.Namespace, "job", r.Job, "error", err)
-					raised[k] = r
-					continue
-				}
-				out = append(out, c)
-			} else {
-				s.Logger.Info("a raised job's priority was changed by someone else; left as it is", "namespace", r.Namespace, "job", r.Job, "priority", j.Priority, "raised", r.Raised)
-			}
-		default:
-			raised[k] = r
-			continue
-		}
-		if err := s.Store.DeleteRaise(ctx, r.Namespace, r.Job); err != nil {
-			return out, err
-		}
+	basis := "predicted"
+	if !w.Known {
+		w.Wait, basis = c.Lead, fmt.Sprintf("unknown (what holds the slices has no history), taken as %s", c.Lead)
 	}
-
-	for _, j := range jobs {
-		k := [2]string{j.Namespace, j.ID}
-		v, ok := j.Meta[MetaDeadline]
-		if !ok || started[k] || j.Stop || j.Status == "dead" || !hasQueued(j) {
-			continue
-		}
-		deadline, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			s.Logger.Warn("job has a deadline that is not an RFC 3339 time; ignored", "namespace", j.Namespace, "job", j.ID, "meta", MetaDeadline, "value", v)
-			continue
-		}
-		prev, wasRaised := raised[k]
-		if wasRaised && now.Sub(prev.At) < cfg.RaiseEvery {
-			continue
-		}
-		w, rt, known := wait(j.Namespace, j.ID)
-		basis := "predicted"
-		if !known {
-			w, basis = cfg.Lead, fmt.Sprintf("unknown (what holds the slices has no history), taken as %s", cfg.Lead)
-		}
-		step := PlanDeadline(j.Priority, deadline, now, w, rt, cfg.Tiers, cfg.MaxPriority)
-		if !step.Raise {
-			continue
-		}
-		reason := step.Reason + "; wait " + basis
-		if err := s.setPriority(ctx, j.Namespace, j.ID, step.Priority); err != nil {
-			s.Logger.Warn("cannot raise a job's priority for its deadline; the next round tries again", "namespace", j.Namespace, "job", j.ID, "error", err)
-			continue
-		}
-		rec := history.PriorityRaise{Namespace: j.Namespace, Job: j.ID, Original: j.Priority, Raised: step.Priority, At: now, Reason: reason}
-		if wasRaised {
-			rec.Original = prev.Original
-		}
-		if err := s.Store.PutRaise(ctx, rec); err != nil {
-			return out, err
-		}
-		out = append(out, DeadlineChange{Namespace: j.Namespace, Job: j.ID, From: j.Priority, To: step.Priority, Reason: reason})
+	step := PlanDeadline(j.Priority, deadline, now, w.Wait, w.Runtime, c.Tiers, c.MaxPriority)
+	if !step.Raise {
+		return DeadlineDecision{Reason: step.Reason}
 	}
-	for _, c := range out {
-		s.Logger.Info("deadline priority", "namespace", c.Namespace, "job", c.Job, "from", c.From, "to", c.To, "restore", c.Restore, "reason", c.Reason)
-	}
-	return out, nil
+	return DeadlineDecision{Action: DeadlineRaise, Priority: step.Priority, Reason: step.Reason + "; wait " + basis}
 }
 
-// hasQueued is whether some of the job's allocations wait to be placed.
-func hasQueued(j *api.JobListStub) bool {
-	if j.JobSummary == nil {
-		return false
-	}
-	for _, g := range j.JobSummary.Summary {
-		if g.Queued > 0 {
-			return true
+// JobWaits are the predicted waits and run times of the queued jobs of a
+// forecast: of each job, the longest of its groups'.
+func JobWaits(f Forecasts) map[JobID]JobWait {
+	out := map[JobID]JobWait{}
+	for _, q := range f.Queued {
+		if !q.Wait.Known {
+			continue
 		}
+		k := JobID{Namespace: q.Namespace, ID: q.Job}
+		w := out[k]
+		w.Known = true
+		w.Wait = max(w.Wait, q.Wait.Duration())
+		if q.Runtime.Known {
+			w.Runtime = max(w.Runtime, q.Runtime.Duration())
+		}
+		out[k] = w
 	}
-	return false
-}
-
-// setPriority registers the job with another priority and nothing else
-// changed: Nomad updates its allocations in place (priority is no task
-// setting), guarded by the job's modify index.
-func (s *Sizer) setPriority(ctx context.Context, ns, id string, priority int) error {
-	job, _, err := s.Nomad.Jobs().Info(id, (&api.QueryOptions{Namespace: ns}).WithContext(ctx))
-	if err != nil {
-		return err
-	}
-	job.Priority = &priority
-	_, _, err = s.Nomad.Jobs().EnforceRegister(job, *job.JobModifyIndex, (&api.WriteOptions{Namespace: ns}).WithContext(ctx))
-	return err
+	return out
 }

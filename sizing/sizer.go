@@ -1,36 +1,184 @@
 package sizing
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
 
-// Sizer is one sizer: each Step records what the cluster's GPU tasks use
-// and how their runs ended, then sizes the jobs that hold GPUs and resizes
-// those the policy lets it.
+// Cluster is what a sizing round asks Nomad beyond the snapshot.
+type Cluster interface {
+	// DeviceStats are a node's device stats (GET /v1/client/stats).
+	DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error)
+	// Job is a job's spec as registered now, with its modify index.
+	Job(ctx context.Context, namespace, id string) (*api.Job, error)
+}
+
+// Sizer is one round of right-sizing, run on a snapshot of the cluster:
+// it records what the GPU tasks use and how their runs end, sizes the jobs
+// that hold GPUs, and says which to resize. It writes no job: its caller
+// (the controller's leader) registers the resizes.
 type Sizer struct {
-	Nomad      *api.Client
-	Store      *history.Store // run records, and samples unless Samples is set
-	Samples    history.Source // where samples are read from (Prometheus); nil: Store
-	Window     time.Duration  // how far back Recommend reads
+	Cluster Cluster
+	// Store keeps the run records, and the samples unless Samples is set;
+	// nil: the runs are those Nomad remembers (SnapshotRuns), and Samples
+	// must be set.
+	Store *history.Store
+	// Samples reads the samples from Prometheus instead of the nodes.
+	Samples *history.Prometheus
+	// DryRun records nothing: the history is only read.
+	DryRun     bool
+	Window     time.Duration // how far back Recommend reads
 	Thresholds Thresholds
 	Logger     hclog.Logger
-	// Deadlines is how job deadlines are served; nil: DefaultDeadlines.
-	Deadlines *DeadlineConfig
-	// Forecast predicts queued jobs' waits and run times for deadlines;
-	// nil: not predicted, and DeadlineConfig.Lead stands in.
-	Forecast func(ctx context.Context, now time.Time) (Forecasts, error)
 
 	// held is the last recommendation logged per task that was not
 	// applied, so that one repeated every round is logged once.
 	held map[history.Key]string
+}
+
+// Resized is one task's resize.
+type Resized struct {
+	Key      history.Key
+	From, To history.Slice
+	Reason   string
+}
+
+// String is the resize in words: "ns/job/group/task: 1 MPS share → 2 MPS
+// shares: <evidence>".
+func (r Resized) String() string {
+	return fmt.Sprintf("%s: %s → %s: %s", r.Key, describe(r.From), describe(r.To), r.Reason)
+}
+
+// JobResize is a job with its resized tasks' device requests changed, to
+// be registered at its JobModifyIndex.
+type JobResize struct {
+	Job     *api.Job
+	Resized []Resized
+}
+
+// StepReport says what one round found.
+type StepReport struct {
+	Samples, Runs int
+	Results       []TaskResult
+	Resizes       []JobResize
+}
+
+// Step runs one round on snap at now.
+func (s *Sizer) Step(ctx context.Context, snap *nomadview.Snapshot, now time.Time) (StepReport, error) {
+	if s.Store == nil && s.Samples == nil {
+		return StepReport{}, errors.New("sizer: no history: neither a store nor Prometheus")
+	}
+	runs := SnapshotRuns(snap)
+	running := runningTasks(snap.Allocs)
+	rep := StepReport{Runs: len(runs)}
+	if err := s.record(ctx, runs, running, now, &rep); err != nil {
+		return rep, err
+	}
+	src := s.source(runs)
+	for _, k := range jobsOf(running) {
+		job, err := s.Cluster.Job(ctx, k.Namespace, k.ID)
+		if err != nil {
+			s.Logger.Warn("cannot read a job holding GPUs", "namespace", k.Namespace, "job", k.ID, "error", err)
+			continue
+		}
+		res, resize, err := s.sizeJob(ctx, job, src, snap.Nodes, now)
+		if err != nil {
+			return rep, err
+		}
+		rep.Results = append(rep.Results, res...)
+		if resize != nil {
+			rep.Resizes = append(rep.Resizes, *resize)
+		}
+	}
+	return rep, nil
+}
+
+// record keeps the runs, and the samples of the running tasks read from
+// their nodes' device stats, in the store.
+func (s *Sizer) record(ctx context.Context, runs []history.Run, running []TaskDevices, now time.Time, rep *StepReport) error {
+	if s.DryRun || s.Store == nil {
+		return nil
+	}
+	for _, r := range runs {
+		if err := s.Store.PutRun(ctx, r); err != nil {
+			return err
+		}
+	}
+	if s.Samples != nil {
+		return nil
+	}
+	samples := SampleTasks(running, s.deviceStats(ctx, running), now)
+	rep.Samples = len(samples)
+	return s.Store.AddSamples(ctx, samples)
+}
+
+// deviceStats are the device stats of the nodes running tasks, by node.
+func (s *Sizer) deviceStats(ctx context.Context, running []TaskDevices) map[string][]*api.DeviceGroupStats {
+	stats := map[string][]*api.DeviceGroupStats{}
+	for _, t := range running {
+		if _, done := stats[t.NodeID]; done {
+			continue
+		}
+		ds, err := s.Cluster.DeviceStats(ctx, t.NodeID)
+		if err != nil {
+			s.Logger.Warn("no device stats of a node holding GPU tasks; its tasks get no sample this round", "node_id", t.NodeID, "error", err)
+		}
+		stats[t.NodeID] = ds
+	}
+	return stats
+}
+
+// source is where the round reads the history.
+func (s *Sizer) source(runs []history.Run) history.Source {
+	switch {
+	case s.Samples == nil:
+		return s.Store
+	case s.Store != nil:
+		return s.Samples.WithRuns(s.Store)
+	}
+	return s.Samples.WithRuns(RunList(runs))
+}
+
+// sizeJob sizes job's tasks and, where the policy lets it, changes their
+// device requests; the JobResize is nil when none changed.
+func (s *Sizer) sizeJob(ctx context.Context, job *api.Job, src history.Source, nodes []*api.NodeListStub, now time.Time) ([]TaskResult, *JobResize, error) {
+	res, err := SizeJob(ctx, job, src, nodes, s.Window, s.Thresholds, false, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	var resized []Resized
+	for _, r := range res {
+		switch {
+		case r.Err != nil:
+			s.Logger.Warn("cannot size a task", "task", r.Key.String(), "error", r.Err)
+			continue
+		case !r.Decision.Apply:
+			if r.Recommendation.Change != Keep {
+				s.logHeld(r)
+			}
+			continue
+		}
+		rec := r.Recommendation
+		if err := Resize(job, r.Key.Group, r.Key.Task, rec.Recommended, rec.Reason, now); err != nil {
+			return nil, nil, err
+		}
+		resized = append(resized, Resized{Key: r.Key, From: rec.Current, To: rec.Recommended, Reason: rec.Summary()})
+	}
+	if len(resized) == 0 {
+		return res, nil, nil
+	}
+	return res, &JobResize{Job: job, Resized: resized}, nil
 }
 
 // logHeld logs a recommendation that is not applied: at info when the
@@ -47,184 +195,46 @@ func (s *Sizer) logHeld(r TaskResult) {
 	log("recommendation", "task", r.Key.String(), "summary", r.Recommendation.Summary(), "held", r.Decision.Hold)
 }
 
-// Resized is one resize a Step made.
-type Resized struct {
-	Key      history.Key
-	From, To history.Slice
-	Reason   string
+// runningTasks are the GPU tasks of the running allocations.
+func runningTasks(allocs []*api.AllocationListStub) []TaskDevices {
+	running := slices.DeleteFunc(slices.Clone(allocs), func(a *api.AllocationListStub) bool {
+		return a == nil || a.ClientStatus != api.AllocClientStatusRunning
+	})
+	return GPUTasks(running)
 }
 
-// StepReport says what one Step did.
-type StepReport struct {
-	Samples   int
-	Runs      int
-	Results   []TaskResult
-	Resized   []Resized
-	Deadlines []DeadlineChange
-}
-
-// Step runs one round at now.
-func (s *Sizer) Step(ctx context.Context, now time.Time) (StepReport, error) {
-	var rep StepReport
-	q := (&api.QueryOptions{Namespace: "*", Params: map[string]string{"resources": "true"}}).WithContext(ctx)
-	allocs, _, err := s.Nomad.Allocations().List(q)
-	if err != nil {
-		return rep, fmt.Errorf("list allocations: %w", err)
-	}
-	nodes, _, err := s.Nomad.Nodes().List((&api.QueryOptions{Params: map[string]string{"resources": "true"}}).WithContext(ctx))
-	if err != nil {
-		return rep, fmt.Errorf("list nodes: %w", err)
-	}
-	// meta=true: the list carries job meta, where deadlines are.
-	jobList, _, err := s.Nomad.Jobs().List((&api.QueryOptions{Namespace: "*", Params: map[string]string{"meta": "true"}}).WithContext(ctx))
-	if err != nil {
-		return rep, fmt.Errorf("list jobs: %w", err)
-	}
-	priority := map[[2]string]int{}
-	for _, j := range jobList {
-		priority[[2]string{j.Namespace, j.ID}] = j.Priority
-	}
-	pools := map[string]string{}
-	for _, n := range nodes {
-		pools[n.ID] = n.NodePool
-	}
-	byID := map[string]*api.AllocationListStub{}
-	for _, a := range allocs {
-		byID[a.ID] = a
-	}
-	started := map[[2]string]bool{}
-	for _, a := range allocs {
-		if a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusComplete {
-			started[[2]string{a.Namespace, a.JobID}] = true
-		}
-	}
-	if rep.Deadlines, err = s.stepDeadlines(ctx, jobList, started, s.queuedWaits(ctx, now), now); err != nil {
-		return rep, err
-	}
-	tasks := GPUTasks(allocs)
-	var running []TaskDevices
-	stats := map[string][]*api.DeviceGroupStats{}
-	jobs := map[[2]string]bool{}
-	var runs []history.Run
+// jobsOf are the jobs of tasks, each once, in order.
+func jobsOf(tasks []TaskDevices) []JobID {
+	var out []JobID
 	for _, t := range tasks {
-		a := byID[t.AllocID]
-		runs = append(runs, RunOf(a, t, pools[t.NodeID], priority[[2]string{a.Namespace, a.JobID}]))
-		if a.ClientStatus != api.AllocClientStatusRunning {
-			continue
-		}
-		running = append(running, t)
-		jobs[[2]string{a.Namespace, a.JobID}] = true
-		if _, ok := stats[t.NodeID]; !ok {
-			hs, err := s.Nomad.Nodes().Stats(t.NodeID, (&api.QueryOptions{}).WithContext(ctx))
-			if err != nil {
-				s.Logger.Warn("no device stats of a node holding GPU tasks; its tasks get no sample this round", "node_id", t.NodeID, "error", err)
-			}
-			if hs != nil {
-				stats[t.NodeID] = hs.DeviceStats
-			} else {
-				stats[t.NodeID] = nil
-			}
+		k := JobID{Namespace: t.Key.Namespace, ID: t.Key.Job}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
 		}
 	}
-	for _, r := range runs {
-		if err := s.Store.PutRun(ctx, r); err != nil {
-			return rep, err
-		}
-	}
-	rep.Runs = len(runs)
-	if s.Samples == nil {
-		samples := SampleTasks(running, stats, now)
-		if err := s.Store.AddSamples(ctx, samples); err != nil {
-			return rep, err
-		}
-		rep.Samples = len(samples)
-	}
-	src := s.Samples
-	if src == nil {
-		src = s.Store
-	}
-	keys := make([][2]string, 0, len(jobs))
-	for k := range jobs {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+"/"+keys[i][1] < keys[j][0]+"/"+keys[j][1] })
-	for _, k := range keys {
-		wq := (&api.QueryOptions{Namespace: k[0]}).WithContext(ctx)
-		job, _, err := s.Nomad.Jobs().Info(k[1], wq)
-		if err != nil {
-			s.Logger.Warn("cannot read a job holding GPUs", "namespace", k[0], "job", k[1], "error", err)
-			continue
-		}
-		res, err := SizeJob(ctx, job, src, nodes, s.Window, s.Thresholds, false, now)
-		if err != nil {
-			return rep, err
-		}
-		rep.Results = append(rep.Results, res...)
-		changed := false
-		var resized []Resized
-		for _, r := range res {
-			if r.Err != nil {
-				s.Logger.Warn("cannot size a task", "task", r.Key.String(), "error", r.Err)
-				continue
-			}
-			if !r.Decision.Apply {
-				if r.Recommendation.Change != Keep {
-					s.logHeld(r)
-				}
-				continue
-			}
-			rec := r.Recommendation
-			if err := Resize(job, r.Key.Group, r.Key.Task, rec.Recommended, rec.Reason, now); err != nil {
-				return rep, err
-			}
-			changed = true
-			resized = append(resized, Resized{Key: r.Key, From: rec.Current, To: rec.Recommended, Reason: rec.Summary()})
-		}
-		if !changed {
-			continue
-		}
-		// EnforceIndex: a job changed since it was read is not overwritten;
-		// the next round reads it again.
-		if _, _, err := s.Nomad.Jobs().EnforceRegister(job, *job.JobModifyIndex, (&api.WriteOptions{Namespace: k[0]}).WithContext(ctx)); err != nil {
-			s.Logger.Warn("resize not registered; the next round tries again", "namespace", k[0], "job", k[1], "error", err)
-			continue
-		}
-		for _, r := range resized {
-			s.Logger.Info("resized", "task", r.Key.String(), "from", describe(r.From), "to", describe(r.To), "reason", r.Reason)
-		}
-		rep.Resized = append(rep.Resized, resized...)
-	}
-	return rep, nil
+	slices.SortFunc(out, func(a, b JobID) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.ID, b.ID))
+	})
+	return out
 }
 
-// queuedWaits are the predicted waits of queued jobs (the longest of their
-// groups), from Forecast when set.
-func (s *Sizer) queuedWaits(ctx context.Context, now time.Time) queuedWait {
-	unknown := func(string, string) (time.Duration, time.Duration, bool) { return 0, 0, false }
-	if s.Forecast == nil {
-		return unknown
-	}
-	f, err := s.Forecast(ctx, now)
+// String is "namespace/job".
+func (j JobID) String() string { return fmt.Sprintf("%s/%s", j.Namespace, j.ID) }
+
+// NomadCluster is the Cluster of a Nomad API client.
+type NomadCluster struct{ Client *api.Client }
+
+// DeviceStats reads the node's host stats.
+func (n NomadCluster) DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error) {
+	hs, err := n.Client.Nodes().Stats(nodeID, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		s.Logger.Warn("no wait forecast this round; deadlines use the lead", "error", err)
-		return unknown
+		return nil, err
 	}
-	type est struct{ wait, runtime time.Duration }
-	waits := map[[2]string]est{}
-	for _, q := range f.Queued {
-		if !q.Wait.Known {
-			continue
-		}
-		k := [2]string{q.Namespace, q.Job}
-		e := waits[k]
-		e.wait = max(e.wait, q.Wait.Duration())
-		if q.Runtime.Known {
-			e.runtime = max(e.runtime, q.Runtime.Duration())
-		}
-		waits[k] = e
-	}
-	return func(ns, job string) (time.Duration, time.Duration, bool) {
-		e, ok := waits[[2]string{ns, job}]
-		return e.wait, e.runtime, ok
-	}
+	return hs.DeviceStats, nil
+}
+
+// Job reads the job.
+func (n NomadCluster) Job(ctx context.Context, namespace, id string) (*api.Job, error) {
+	job, _, err := n.Client.Jobs().Info(id, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+	return job, err
 }

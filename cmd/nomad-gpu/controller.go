@@ -42,19 +42,36 @@ cluster every -tick (a blocking query on allocations) and runs its modules:
   job's meta nomad_gpu_min_runtime, else its node pool's -min-runtime)
   cannot be preempted at all: its job runs at -min-runtime-priority
   meanwhile.
+  deadlines (-deadlines): a queued job whose meta nomad_gpu_deadline
+  (RFC 3339) would be missed at its predicted wait and run time is raised
+  to the next priority tier (-priority-tiers, at most -max-priority), one
+  tier per -raise-every; the raise ends once the job has started.
+
+  right-sizing (on with -history or -prometheus): every -sizing-interval,
+  records each GPU task's utilisation and memory and how its runs end,
+  sizes every job holding GPUs, and resizes the tasks whose meta
+  nomad_gpu_sizing is auto, that checkpoint, and that were not resized
+  within their nomad_gpu_sizing_interval: it registers the job with the
+  new device request (guarded by the job's modify index); the gpu driver
+  checkpoints the task before Nomad replaces it. Only the leader opens
+  the -history file: give replicas a shared host volume for it, or use
+  -prometheus alone (samples from Prometheus, runs from what Nomad
+  remembers, no file). nomad-gpu sizer -dry-run shows what it would do.
 
 Every priority change goes through the priority ledger, one Nomad variable
 per job at nomad-gpu/priority/<job> in the job's namespace: the job's own
-priority and each raise in force, with its reason and end. A priority
-changed by hand is taken as the job's own.
+priority and each raise in force (preemption protection, deadline), with
+its reason and end; the job runs at the highest. A priority changed by
+hand is taken as the job's own.
 
 Run two replicas: a killed leader is replaced once its lock lapses
 (-lock-ttl, then Nomad's -lock-delay).
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION and the TLS variables, as
 the nomad CLI reads them; the flags override them. The token needs
-read-job and submit-job in the namespaces of the protected jobs, and
-variable read/write on nomad-gpu/* in those namespaces and in -namespace.
+read-job and submit-job in the namespaces of the jobs it changes,
+variable read/write on nomad-gpu/* in those namespaces and in -namespace,
+and node:read (the sizer reads the nodes' device stats).
 
 Flags:
 `
@@ -63,6 +80,7 @@ type controllerOptions struct {
 	nomadConn
 	cfg            controller.Config
 	minRuntime     string
+	modules        moduleFlags
 	metricsAddress string
 	logLevel       string
 }
@@ -85,6 +103,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	fs.DurationVar(&o.cfg.Tick, "tick", time.Second, "the shortest time between two reads of the cluster (100ms to 1m)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9405", `where /metrics is served ("" turns it off)`)
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	o.modules.add(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -108,6 +127,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	var err error
 	if o.cfg.MinRuntime, err = parsePoolDurations(o.minRuntime); err != nil {
 		return nil, fmt.Errorf("-min-runtime: %v", err)
+	}
+	if err := o.modules.apply(&o.cfg); err != nil {
+		return nil, err
 	}
 	if o.metricsAddress != "" {
 		if err := metrics.CheckListenAddress(o.metricsAddress); err != nil {
@@ -168,7 +190,8 @@ func runController(args []string, _, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log.Info("started", "nomad", client.Address(), "preemption_cooldown", o.cfg.Cooldown, "lock_ttl", o.cfg.LockTTL)
+	log.Info("started", "nomad", client.Address(), "preemption_cooldown", o.cfg.Cooldown, "lock_ttl", o.cfg.LockTTL,
+		"deadlines", o.cfg.Deadlines != nil, "sizing", o.cfg.Sizing != nil)
 	if err := controller.New(client, o.cfg, log, m).Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "nomad-gpu controller: %v\n", err)
 		return 1

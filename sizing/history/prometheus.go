@@ -86,6 +86,14 @@ func NewPrometheus(address string, runs RunSource, opts PromOptions) (*Prometheu
 	return &Prometheus{api: promv1.NewAPI(c), runs: runs, opts: opts}, nil
 }
 
+// WithRuns is p reading its runs from runs: a sizer that keeps no file
+// gives it, each round, the runs Nomad still remembers.
+func (p *Prometheus) WithRuns(runs RunSource) *Prometheus {
+	c := *p
+	c.runs = runs
+	return &c
+}
+
 // Runs reads the run store.
 func (p *Prometheus) Runs(ctx context.Context, k Key, since time.Time) ([]Run, error) {
 	return p.runs.Runs(ctx, k, since)

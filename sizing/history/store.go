@@ -87,12 +87,14 @@ var (
 	bucketRuns          = []byte("runs")            // alloc ID -> encodeRun
 	bucketRunsByCreated = []byte("runs_by_created") // timeKey(created, alloc) -> empty
 	bucketRunsByKey     = []byte("runs_by_key")     // bucket per task: timeKey(created, alloc) -> empty
-	bucketRaises        = []byte("priority_raises") // "<namespace>\x00<job>" -> JSON PriorityRaise
 	metaFormat          = []byte("format")
 	metaRunCount        = []byte("run_count")
 )
 
-var dataBuckets = [][]byte{bucketSamples, bucketSampleCounts, bucketRuns, bucketRunsByCreated, bucketRunsByKey, bucketRaises}
+// dataBuckets are created in every file. Files of earlier builds may also
+// hold "priority_raises", the sizer's own record of its deadline raises:
+// unread now that the controller's priority ledger keeps every raise.
+var dataBuckets = [][]byte{bucketSamples, bucketSampleCounts, bucketRuns, bucketRunsByCreated, bucketRunsByKey}
 
 // Store is the bbolt-file history: a Source and a Recorder. It is safe for
 // concurrent use.
