@@ -9,16 +9,15 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/common/expfmt"
+	promodel "github.com/prometheus/common/model"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
@@ -26,72 +25,31 @@ import (
 )
 
 // controllerProc is a `nomad-gpu controller` replica the test started.
-type controllerProc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	metrics string // its /metrics URL
-}
+type controllerProc struct{ *cluster.Controller }
 
-func (p *controllerProc) log() string { b, _ := os.ReadFile(p.logPath); return string(b) }
+func (p *controllerProc) log() string { return p.Log() }
 
-// stop ends the replica as Nomad stops a task (SIGTERM) and waits for it.
-func (p *controllerProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_, _ = p.cmd.Process.Wait()
-}
-
-var metricsServed = regexp.MustCompile(`serving Prometheus metrics: address=(\S+)`)
-
-// startController runs a replica against the cluster until the test ends.
-func startController(t *testing.T, c *cluster.Cluster, name string, args ...string) *controllerProc {
+// startController runs a replica against the cluster until it is torn
+// down; its log is the cluster's (cluster.StartController).
+func startController(t testing.TB, c *cluster.Cluster, name string, args ...string) *controllerProc {
 	t.Helper()
-	cli := cluster.RequireBinary(t, "nomad-gpu")
-	p := &controllerProc{name: name, logPath: filepath.Join(t.TempDir(), name+".log")}
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { logf.Close() })
-	argv := append([]string{"controller", "-address", c.Server().HTTPAddr(), "-metrics-address", "127.0.0.1:0", "-log-level", "debug"}, args...)
-	p.cmd = exec.Command(cli, argv...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_, _ = p.cmd.Process.Wait()
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, p.log())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for p.metrics == "" {
-		if m := metricsServed.FindStringSubmatch(p.log()); m != nil {
-			p.metrics = "http://" + m[1] + "/metrics"
-		} else if time.Now().After(deadline) {
-			t.Fatalf("%s serves no metrics after 30s:\n%s", name, p.log())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return p
+	return &controllerProc{c.StartController(t, name, args...)}
 }
 
 // metric is the value of an unlabelled series (or the sum over labels) of
 // the replica's metrics; -1 when it has none.
-func (p *controllerProc) metric(t *testing.T, name string) float64 {
+func (p *controllerProc) metric(t testing.TB, name string) float64 {
 	t.Helper()
 	v, ok := p.tryMetric(name)
 	if !ok {
-		t.Fatalf("%s: no metrics at %s", p.name, p.metrics)
+		t.Fatalf("%s: no metrics at %s", p.Name(), p.MetricsURL)
 	}
 	return v
 }
 
 // tryMetric is metric, false when the metrics cannot be read.
 func (p *controllerProc) tryMetric(name string) (float64, bool) {
-	resp, err := http.Get(p.metrics)
+	resp, err := http.Get(p.MetricsURL)
 	if err != nil {
 		return 0, false
 	}
@@ -115,8 +73,37 @@ func (p *controllerProc) tryMetric(name string) (float64, bool) {
 	return sum, true
 }
 
+// metricByLabel is the replica's series of a counter or gauge, summed by
+// the value of one label.
+func (p *controllerProc) metricByLabel(t testing.TB, name, label string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(p.MetricsURL)
+	if err != nil {
+		t.Fatalf("%s metrics: %v", p.Name(), err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(promodel.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("%s metrics: %v", p.Name(), err)
+	}
+	out := map[string]float64{}
+	if f := families[name]; f != nil {
+		for _, m := range f.Metric {
+			key := ""
+			for _, l := range m.Label {
+				if l.GetName() == label {
+					key = l.GetValue()
+				}
+			}
+			out[key] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
 // fourGPUNode is a sim node with 4 whole GPUs: the other 4 are in MIG mode.
-func fourGPUNode(t *testing.T) gpuNode {
+func fourGPUNode(t testing.TB) gpuNode {
 	n := newGPUNode(t)
 	n.layout = &nodeLayout{mig: []int{4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}
 	return n
@@ -124,7 +111,7 @@ func fourGPUNode(t *testing.T) gpuNode {
 
 // protectionCluster is one 4-GPU node, preemption on for batch jobs, two
 // priority-30 checkpointing jobs of 2 GPUs each running on it.
-func protectionCluster(t *testing.T) *cluster.Cluster {
+func protectionCluster(t testing.TB) *cluster.Cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
@@ -156,7 +143,7 @@ func wholeGPUsOf(n *api.Node) int {
 }
 
 // preemptedOf are the job's allocations Nomad preempted.
-func preemptedOf(t *testing.T, c *cluster.Cluster, job string) []*api.AllocationListStub {
+func preemptedOf(t testing.TB, c *cluster.Cluster, job string) []*api.AllocationListStub {
 	t.Helper()
 	stubs, _, err := c.API().Jobs().Allocations(job, true, nil)
 	if err != nil {
@@ -171,7 +158,7 @@ func preemptedOf(t *testing.T, c *cluster.Cluster, job string) []*api.Allocation
 	return out
 }
 
-func waitPriority(t *testing.T, c *cluster.Cluster, job string, want int, within time.Duration) time.Time {
+func waitPriority(t testing.TB, c *cluster.Cluster, job string, want int, within time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for jobPriority(t, c, job) != want {
@@ -307,10 +294,10 @@ func TestControllerFailover(t *testing.T) {
 	if w1 <= 0 || w2 != 0 {
 		t.Fatalf("ledger writes before the kill: replica-1 %v, replica-2 %v; want some and none", w1, w2)
 	}
-	if err := r1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	r1.Kill()
 	killed := time.Now()
+	// Waited for longer than the bound checked below, so that a late
+	// takeover says how late.
 	took := waitMetric(t, r2, contract.MetricControllerLeader, 1, 2*ttl+10*time.Second).Sub(killed)
 	t.Logf("replica-2 led %s after the kill (TTL %s, lock delay 1s)", took.Round(100*time.Millisecond), ttl)
 	// Nomad expires a variable lock twice its TTL after the last renewal
@@ -328,12 +315,12 @@ func TestControllerFailover(t *testing.T) {
 }
 
 // waitMetric waits until the replica's metric is want, and says when.
-func waitMetric(t *testing.T, p *controllerProc, name string, want float64, within time.Duration) time.Time {
+func waitMetric(t testing.TB, p *controllerProc, name string, want float64, within time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for p.metric(t, name) != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s is %v after %s, want %v", p.name, name, p.metric(t, name), within, want)
+			t.Fatalf("%s: %s is %v after %s, want %v", p.Name(), name, p.metric(t, name), within, want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -362,7 +349,7 @@ func TestControllerJob(t *testing.T) {
 		regs, _, err := c.API().Services().Get("nomad-gpu-controller", nil)
 		leaders, answered := 0.0, 0
 		for _, r := range regs {
-			p := &controllerProc{name: r.AllocID[:8], metrics: fmt.Sprintf("http://%s:%d/metrics", r.Address, r.Port)}
+			p := &controllerProc{&cluster.Controller{MetricsURL: fmt.Sprintf("http://%s:%d/metrics", r.Address, r.Port)}}
 			if v, ok := p.tryMetric(contract.MetricControllerLeader); ok {
 				leaders += v
 				answered++

@@ -207,7 +207,7 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	}
 	// The dry run reads the same file once the leader lets go of it, and
 	// with every job at its bound has nothing to do.
-	ctl.stop()
+	ctl.Stop()
 	out, err := exec.Command(cli, "sizer", "-dry-run", "-address", c.Server().HTTPAddr(), "-history", history, "-min-samples", "4", "-min-span", "6s", "-window", "10m").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "nothing to do") {
 		t.Errorf("nomad-gpu sizer -dry-run: %v\n%s", err, out)

@@ -11,7 +11,9 @@ package e2e
 // at its utilisation. The task counts its work done in milliseconds; with
 // preemption on it checkpoints that count on the driver's signal, and a
 // replacement resumes from it, so only the work since the commit is lost
-// (what the task did between its commit and its stop).
+// (what the task did between its commit and its stop). With a preemption
+// cooldown as well, a `nomad-gpu controller` protects preempted jobs once
+// their replacement runs, as the model's Policy says.
 //
 // The cluster's figures come from nomad-gpu-apm's exporter
 // (nomad_gpu_cluster_*: devices, allocated, utilisation, fragmentation,
@@ -22,10 +24,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,9 +255,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	pool := newSimPool(t, c, "gpu")
 	layout := layoutFor(s.Cluster, cfg.Features)
 	driverHCL := fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
-	if cfg.Checkpoints {
-		driverHCL += fmt.Sprintf("\npreemption {\ncooldown = %q\n}", s.Policy.PreemptionCooldown)
-	}
+	ctl := replayController(t, c, cfg, s.Policy)
 	// One checkpoint root for the pool, as on a shared filesystem: a
 	// preempted job may resume on another node.
 	shared := newGPUNode(t).checkpointRoot()
@@ -297,7 +299,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	}
 	// The nodes' devices are fingerprinted a moment after they are ready.
 	waitDevices(t, c, pool, s.Cluster.GPUsPerNode)
-	featuresAsWritten(t, c, pool, cfg, s.Policy)
+	featuresAsWritten(t, c, cfg, ctl)
 
 	wall := func(d time.Duration) time.Duration { return time.Duration(float64(d) / s.Compression) }
 	trace := func(d time.Duration) time.Duration { return time.Duration(float64(d) * s.Compression) }
@@ -376,6 +378,9 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		}
 	}
 	t.Logf("%s: %d jobs submitted in %s, %d allocations", cfg.Name, len(submitted), time.Since(t0).Round(time.Second), len(stubs))
+	if ctl != nil {
+		t.Logf("%s: the controller's decisions: %s", cfg.Name, controllerDecisions(t, ctl))
+	}
 	return res, lat
 }
 
@@ -393,11 +398,35 @@ func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
 	return resp.EvalID
 }
 
-// featuresAsWritten fails the replay when a node's gpu driver reports a
-// feature of the configuration off: a configuration that did not happen
+// replayController starts the controller, one replica, when the
+// configuration protects preempted work (checkpointed preemption with a
+// cooldown): it raises a preempted job once its replacement runs, as the
+// model's Policy says. Nil when the configuration has no protection.
+func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, p tracereplay.Policy) *controllerProc {
+	if !cfg.Checkpoints || p.PreemptionCooldown <= 0 {
+		return nil
+	}
+	return startController(t, c, "controller", "-preemption-cooldown", p.PreemptionCooldown.String(), "-tick", replayControllerTick.String())
+}
+
+// replayControllerTick is the controller's -tick in a replay: short, so
+// that its reaction stays under the model's Policy.ProtectReaction.
+const replayControllerTick = 200 * time.Millisecond
+
+// featuresAsWritten fails the replay when a feature of the configuration
+// is off: a node's gpu driver reporting no MPS with slices, or no leading
+// controller with protection (ctl). A configuration that did not happen
 // must not be reported.
-func featuresAsWritten(t *testing.T, c *cluster.Cluster, pool *simPool, cfg tracereplay.Config, p tracereplay.Policy) {
+func featuresAsWritten(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, ctl *controllerProc) {
 	t.Helper()
+	if ctl != nil {
+		if v := waitLeader(t, ctl, 30*time.Second); v != 1 {
+			t.Fatalf("%s: the controller does not lead (%s = %v after 30s): preempted work would not be protected", cfg.Name, contract.MetricControllerLeader, v)
+		}
+	}
+	if !cfg.Slices {
+		return
+	}
 	nodes, _, err := c.API().Nodes().List(nil)
 	if err != nil {
 		t.Fatalf("listing nodes: %v", err)
@@ -411,19 +440,38 @@ func featuresAsWritten(t *testing.T, c *cluster.Cluster, pool *simPool, cfg trac
 		if d == nil {
 			t.Fatalf("%s: node %s has no gpu driver", cfg.Name, n.Name)
 		}
-		want := map[string]string{}
-		if cfg.Slices {
-			want["driver.gpu.mps"] = "true"
-		}
-		if cfg.Checkpoints {
-			want["driver.gpu.preemption_cooldown"] = p.PreemptionCooldown.String()
-		}
-		for k, v := range want {
-			if got := d.Attributes[k]; got != v {
-				t.Fatalf("%s: node %s reports %s = %q, want %q: the configuration would not run as written", cfg.Name, n.Name, k, got, v)
-			}
+		if got := d.Attributes["driver.gpu.mps"]; got != "true" {
+			t.Fatalf("%s: node %s reports driver.gpu.mps = %q, want \"true\": the configuration would not run as written", cfg.Name, n.Name, got)
 		}
 	}
+}
+
+// waitLeader is the controller's leader gauge once it is 1, or its last
+// value when within has passed first.
+func waitLeader(t testing.TB, ctl *controllerProc, within time.Duration) float64 {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		v := ctl.metric(t, contract.MetricControllerLeader)
+		if v == 1 || time.Now().After(deadline) {
+			return v
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// controllerDecisions are the controller's decisions by kind, for the log.
+func controllerDecisions(t testing.TB, ctl *controllerProc) string {
+	t.Helper()
+	kinds := ctl.metricByLabel(t, contract.MetricControllerDecisions, "kind")
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		out = append(out, fmt.Sprintf("%s %v", k, kinds[k]))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 // checksAsWritten fails the replay when a gpu-queue check of its policy

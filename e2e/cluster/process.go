@@ -43,14 +43,20 @@ func (c *Cluster) startProcess(name, dir string, argv ...string) (*process, erro
 	return p, nil
 }
 
-// stop kills the process and what it launched (its process group).
+// stop kills the process and what it launched (its process group). It
+// may be called again: the group is not reused while a member lives, but
+// the pid of a process already reaped may be another's.
 func (p *process) stop() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
 	pid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-p.done:
+	default:
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	select {
 	case <-p.done:
 	case <-time.After(15 * time.Second):
