@@ -206,6 +206,10 @@ func (c *Controller) apply(ctx context.Context, now time.Time, view View, ledger
 		return c.drop(ctx, ledger, k, "the job is gone")
 	}
 	e := &st.Entry
+	if job.JobModifyIndex < e.AppliedIndex {
+		// The jobs list has not caught up with our last write yet.
+		return nil
+	}
 	own := e.Own
 	if e.Observe(job.Priority) {
 		ledger.Edit(k, job.Priority)
@@ -225,10 +229,12 @@ func (c *Controller) apply(ctx context.Context, now time.Time, view View, ledger
 		if err := c.put(ctx, st); err != nil {
 			return err
 		}
-		if err := c.setPriority(ctx, k, want); err != nil {
+		index, err := c.setPriority(ctx, k, want)
+		if err != nil {
 			return err
 		}
 		e.Observe(want)
+		e.AppliedIndex = index
 		ledger.Edit(k, want)
 		kind := "raised"
 		if want == e.Own {
@@ -272,18 +278,20 @@ func (c *Controller) drop(ctx context.Context, ledger *Ledger, k JobKey, why str
 
 // setPriority registers the job again with only its priority changed;
 // the modify index makes it fail rather than undo a change made meanwhile.
-func (c *Controller) setPriority(ctx context.Context, k JobKey, priority int) error {
+// It returns the job's modify index after the write.
+func (c *Controller) setPriority(ctx context.Context, k JobKey, priority int) (uint64, error) {
 	job, _, err := c.api.Jobs().Info(k.ID, (&api.QueryOptions{Namespace: k.Namespace}).WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("reading job %s: %w", k.ID, err)
+		return 0, fmt.Errorf("reading job %s: %w", k.ID, err)
 	}
 	if job.Priority != nil && *job.Priority == priority {
-		return nil
+		return *job.JobModifyIndex, nil
 	}
 	job.Priority = &priority
 	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: *job.JobModifyIndex, PreserveCounts: true}
-	if _, _, err := c.api.Jobs().RegisterOpts(job, opts, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("setting job %s's priority to %d: %w", k.ID, priority, err)
+	resp, _, err := c.api.Jobs().RegisterOpts(job, opts, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx))
+	if err != nil {
+		return 0, fmt.Errorf("setting job %s's priority to %d: %w", k.ID, priority, err)
 	}
-	return nil
+	return resp.JobModifyIndex, nil
 }

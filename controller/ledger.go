@@ -48,10 +48,14 @@ type Entry struct {
 	JobID     string `json:"job_id"`
 	// Own is the job's own priority: what it was registered with, or what
 	// someone set it to by hand since.
-	Own     int     `json:"own"`
-	Applied int     `json:"applied"`
-	Writing int     `json:"writing,omitempty"`
-	Raises  []Raise `json:"raises,omitempty"`
+	Own     int `json:"own"`
+	Applied int `json:"applied"`
+	// AppliedIndex is the job's modify index after the controller's last
+	// write: a list of jobs older than that still shows the priority
+	// before it, and is no hand change.
+	AppliedIndex uint64  `json:"applied_index,omitempty"`
+	Writing      int     `json:"writing,omitempty"`
+	Raises       []Raise `json:"raises,omitempty"`
 	// Handled are the preempted allocations of the job whose protection
 	// was recorded, kept while Nomad still lists them, so a preemption is
 	// protected once.

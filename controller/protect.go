@@ -77,6 +77,13 @@ func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []De
 	if job == nil || slices.Contains(l.Peek(k).Handled, a.ID) {
 		return nil
 	}
+	by := v.Allocs[a.PreemptedByAllocation]
+	if by == nil {
+		// The lists are watched apart: the finished one may show the
+		// preempted allocation before the live one shows its preemptor.
+		// Looked at again on the next tick.
+		return nil
+	}
 	e := l.Edit(k, job.Priority)
 	e.Handled = append(e.Handled, a.ID)
 	var out []Decision
@@ -86,11 +93,7 @@ func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []De
 			out = append(out, Decision{"protection-dropped", k, fmt.Sprintf("alloc %s was preempted anyway at priority %d; its replacement waits at its own %d", short(a.ID), r.Priority, e.Own)})
 		}
 	}
-	by := v.Allocs[a.PreemptedByAllocation]
-	var byJob *api.JobListStub
-	if by != nil {
-		byJob = v.Jobs[JobKey{Namespace: by.Namespace, ID: by.JobID}]
-	}
+	byJob := v.Jobs[JobKey{Namespace: by.Namespace, ID: by.JobID}]
 	if byJob == nil {
 		return append(out, Decision{"protection-skipped", k, fmt.Sprintf("alloc %s was preempted by alloc %s, whose job is gone", short(a.ID), short(a.PreemptedByAllocation))})
 	}

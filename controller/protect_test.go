@@ -146,3 +146,20 @@ func sameKinds(got []Decision, want []string) bool {
 	}
 	return true
 }
+
+// The lists are watched apart: a preempted allocation seen finished
+// before its preemptor is seen running is looked at again on the next
+// tick, not skipped for good.
+func TestProtectorWaitsForThePreemptor(t *testing.T) {
+	p := Protector{Cooldown: time.Minute}
+	l := NewLedger(nil)
+	jobs := map[string]int{"low": 30, "high": 90}
+	victim := preempted(alloc("v1", "low", 10, ""), "h1")
+	if got := p.Step(t0, cluster{jobs: jobs, allocs: []*api.AllocationListStub{victim}}.view(), l); len(got) != 0 {
+		t.Fatalf("decisions %+v before the preemptor is listed, want none", got)
+	}
+	got := p.Step(t0.Add(time.Second), cluster{jobs: jobs, allocs: []*api.AllocationListStub{victim, alloc("h1", "high", 11, api.AllocClientStatusRunning)}}.view(), l)
+	if !sameKinds(got, []string{"protection-pending"}) {
+		t.Errorf("decisions %+v once the preemptor is listed, want the protection pending", got)
+	}
+}

@@ -1,0 +1,69 @@
+package controller
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// A jobs list older than the controller's own last write still shows the
+// priority before it: that is no hand change. (The watches answer apart,
+// and the jobs list may lag a write by a tick.)
+func TestApplyTakesNoStaleListForAHandChange(t *testing.T) {
+	f := newFakeNomad()
+	f.jobs["low"] = &api.JobListStub{ID: "low", Name: "low", Namespace: "default", Type: "batch", Priority: 30, JobModifyIndex: 1, Status: "running"}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	cl, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(cl, Config{Namespace: "default", Tick: time.Second}, hclog.NewNullLogger(), NewMetrics())
+	k := JobKey{Namespace: "default", ID: "low"}
+	ledger := NewLedger(nil)
+	e := ledger.Edit(k, 30)
+	e.Begin(Raise{Key: "preemption/v1", Priority: 90, Since: t0, Until: t0.Add(time.Minute)})
+	e.Handled = []string{"v1"} // still listed: the entry outlives the raise
+	listed := func(priority int, index uint64) View {
+		stub := *f.jobs["low"]
+		stub.Priority, stub.JobModifyIndex = priority, index
+		return ViewOf(&nomadview.Snapshot{Jobs: map[JobKey]*api.JobListStub{k: &stub}})
+	}
+	ctx := context.Background()
+	steps := []struct {
+		name    string
+		at      time.Duration
+		view    View
+		nomad   int // the job's priority in Nomad after the step
+		ownWant int
+	}{
+		{"raised", time.Second, listed(30, 1), 90, 30},
+		{"restored", 2 * time.Minute, listed(90, 2), 30, 30},
+		{"a list from before the restore", 2*time.Minute + time.Second, listed(90, 2), 30, 30},
+		{"the list caught up", 2*time.Minute + 2*time.Second, listed(30, 3), 30, 30},
+		{"changed by hand", 2*time.Minute + 3*time.Second, listed(50, 4), 30, 50},
+	}
+	for _, s := range steps {
+		now := t0.Add(s.at)
+		st := ledger.Stored(k)
+		if st == nil {
+			t.Fatalf("%s: the entry is gone", s.name)
+		}
+		st.Expire(now)
+		if err := c.apply(ctx, now, s.view, ledger, k); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if p := f.jobs["low"].Priority; p != s.nomad && s.name != "changed by hand" {
+			t.Errorf("%s: the job is at %d in Nomad, want %d", s.name, p, s.nomad)
+		}
+		if st.Own != s.ownWant {
+			t.Errorf("%s: own priority %d, want %d", s.name, st.Own, s.ownWant)
+		}
+	}
+}
