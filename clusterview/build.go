@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -31,6 +32,10 @@ type Input struct {
 	// shows "stats unavailable".
 	Stats  map[string]NodeStats
 	Filter Filter
+	// Controller is the controller's status, nil when not read, and
+	// ControllerError why it could not be.
+	Controller      *controller.Status
+	ControllerError string
 }
 
 // JobKey names a job in a namespace.
@@ -153,7 +158,8 @@ const (
 // Build makes the view of in. It is pure: the same input gives the same
 // view, with nodes, GPUs, slices and allocations in a fixed order.
 func Build(in *Input) *View {
-	v := &View{GeneratedAt: in.Now.UTC(), Nodes: []Node{}, Queue: []QueueEntry{}, HistoryError: in.HistoryError}
+	v := &View{GeneratedAt: in.Now.UTC(), Nodes: []Node{}, Queue: []QueueEntry{}, HistoryError: in.HistoryError,
+		Controller: in.Controller, ControllerError: in.ControllerError}
 	held := heldDevices(in)
 	for _, n := range in.Nodes {
 		if n == nil || !in.Filter.matchNode(n) {

@@ -81,7 +81,14 @@
 //	    "predicted_runtime_seconds": 600, // blocked batch and sysbatch jobs only, when known: one allocation's run time
 //	    "prediction_basis": "fits_now" | "list_schedule" | "none"  // blocked only: what the wait rests on
 //	  }],
-//	  "history_error": "list finished allocations: …" // only when the history could not be read
+//	  "history_error": "list finished allocations: …", // only when the history could not be read
+//	  "controller": {                     // with -controller-namespace (default "default")
+//	    "leading": true, "leader": "alloc 1a2b3c4d (nomad-gpu-controller.controller[0])",
+//	    "raises": [{"namespace": "default", "job": "low-a", "own_priority": 30, "priority": 90,
+//	      "reason": "preempted by alloc 8c41938a (job high-1, priority 90)",
+//	      "in_force": true, "until": "2026-12-05T04:01:20Z"}]  // in_force false: waits for its replacement
+//	  },
+//	  "controller_error": "reading nomad-gpu/controller/leader: …" // only when it could not be read
 //	}
 //
 // memory_used_mib and utilization_pct come from the client's host stats

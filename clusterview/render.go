@@ -88,6 +88,7 @@ func WriteTable(w io.Writer, v *View, opt TableOptions) error {
 		writeNode(&b, &n, opt.Sort, width)
 	}
 	writeQueue(&b, v.Queue, width)
+	writeController(&b, v, width)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -262,6 +263,41 @@ func writeQueue(b *strings.Builder, q []QueueEntry, width int) {
 		}
 		t.add(e.Reason, withNamespace(e.Namespace, e.Job+"/"+e.Group), e.State, strings.Join(asks, ", "), strconv.Itoa(e.Count), FormatWait(e.WaitingSeconds),
 			predSeconds(e.PredictedWaitSeconds), predSeconds(e.PredictedRuntimeSeconds))
+	}
+	t.write(b, width)
+}
+
+// writeController is who leads the controller and the jobs it raised:
+// in force, to what and until when; or waiting for their replacement.
+func writeController(b *strings.Builder, v *View, width int) {
+	switch {
+	case v.ControllerError != "":
+		b.WriteString("\n" + Cut("CONTROLLER  unknown: "+v.ControllerError, width) + "\n")
+		return
+	case v.Controller == nil:
+		return
+	}
+	c := v.Controller
+	leader := "no leader: nothing protects preempted jobs"
+	if c.Leading {
+		leader = "leader " + c.Leader
+	}
+	b.WriteString("\n" + Cut("CONTROLLER  "+leader, width) + "\n")
+	if len(c.Raises) == 0 {
+		return
+	}
+	t := &textTable{indent: "  ", cols: []column{
+		{head: "JOB", want: 24, min: 10}, {head: "PRIORITY", right: true}, {head: "UNTIL"}, {head: "WHY", want: 40, min: 10},
+	}}
+	for _, r := range c.Raises {
+		prio, until := fmt.Sprintf("%d → %d", r.Own, r.Priority), "-"
+		switch {
+		case !r.InForce:
+			prio, until = fmt.Sprintf("%d (→ %d)", r.Own, r.Priority), "waits"
+		case r.Until != nil:
+			until = r.Until.UTC().Format("15:04:05")
+		}
+		t.add("", withNamespace(r.Namespace, r.Job), prio, until, r.Reason)
 	}
 	t.write(b, width)
 }

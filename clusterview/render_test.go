@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -196,5 +197,41 @@ func TestTextTableLayout(t *testing.T) {
 		if got := b.String(); got != tc.want {
 			t.Errorf("width %d:\n%s\nwant\n%s", tc.width, got, tc.want)
 		}
+	}
+}
+
+// The controller's section: who leads, and each raise of the ledger, in
+// force (to what, until when) or waiting for its job's replacement.
+func TestWriteController(t *testing.T) {
+	until := time.Date(2026, 12, 5, 4, 1, 20, 0, time.UTC)
+	tests := []struct {
+		name string
+		v    View
+		want []string
+		not  []string
+	}{
+		{"not read", View{}, nil, []string{"CONTROLLER"}},
+		{"unreadable", View{ControllerError: "403 permission denied"}, []string{"CONTROLLER  unknown: 403 permission denied"}, nil},
+		{"no leader", View{Controller: &controller.Status{}}, []string{"CONTROLLER  no leader: nothing protects preempted jobs"}, []string{"PRIORITY"}},
+		{"raises", View{Controller: &controller.Status{Leading: true, Leader: "alloc 1a2b3c4d", Raises: []controller.JobRaise{
+			{Namespace: "default", Job: "low-a", Own: 30, Priority: 90, Reason: "preempted by alloc 8c41938a", InForce: true, Until: &until},
+			{Namespace: "ml", Job: "low-b", Own: 30, Priority: 90, Reason: "preempted by alloc 9e1970e6"},
+		}}}, []string{"CONTROLLER  leader alloc 1a2b3c4d", "low-a", "30 → 90", "04:01:20", "preempted by alloc 8c41938a", "ml:low-b", "30 (→ 90)", "waits"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeController(&b, &tt.v, 100)
+			for _, w := range tt.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("missing %q in:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("unexpected %q in:\n%s", w, b.String())
+				}
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -40,6 +41,10 @@ type Source struct {
 	// SkipStats reads no host stats: for a forecast (Forecast), which
 	// needs none, without a call to every node.
 	SkipStats bool
+	// ControllerNamespace, when set, is where the controller's leader
+	// lock is: each frame reads the controller's status (its leader, the
+	// priority ledger's raises). A failed read only says so.
+	ControllerNamespace string
 }
 
 // lists are what every frame needs listed.
@@ -74,6 +79,14 @@ func (r *Source) Read(ctx context.Context, f Filter) (*Input, error) {
 	in := &Input{Snapshot: s, Filter: f, Stats: map[string]NodeStats{}, HistoryError: historyErr}
 	if !r.SkipStats {
 		r.readStats(ctx, in)
+	}
+	if r.ControllerNamespace != "" {
+		st, err := controller.ReadStatus(ctx, r.Client, r.ControllerNamespace, time.Now())
+		if err != nil {
+			in.ControllerError = errorText(err)
+		} else {
+			in.Controller = &st
+		}
 	}
 	in.Now = time.Now()
 	if r.Now != nil {

@@ -1,6 +1,10 @@
 package clusterview
 
-import "time"
+import (
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/controller"
+)
 
 // View is the cluster's GPUs and GPU queue at one instant. Its JSON form is
 // the stable output of `nomad-gpu top -json` (see the package doc).
@@ -11,6 +15,10 @@ type View struct {
 	// HistoryError says why the finished allocations could not be read;
 	// every forecast is then unknown.
 	HistoryError string `json:"history_error,omitempty"`
+	// Controller is who leads the controller and which jobs it raised
+	// (nil when not read); ControllerError why it could not be read.
+	Controller      *controller.Status `json:"controller,omitempty"`
+	ControllerError string             `json:"controller_error,omitempty"`
 }
 
 // Node is one Nomad client and its GPUs.

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -73,7 +74,7 @@ func newController(c *api.Client, cfg Config, log hclog.Logger, m *Metrics, dry 
 
 // Run takes part in the election until ctx is done, leading when it can.
 func (c *Controller) Run(ctx context.Context) error {
-	lease, err := NewVariableLease(c.api, c.cfg.Namespace, LeaderVariable, c.cfg.LockTTL, c.cfg.LockDelay)
+	lease, err := NewVariableLease(c.api, c.cfg.Namespace, LeaderVariable, replicaName(), c.cfg.LockTTL, c.cfg.LockDelay)
 	if err != nil {
 		return err
 	}
@@ -252,6 +253,16 @@ func (c *Controller) apply(ctx context.Context, now time.Time, view View, ledger
 		ledger.Clean(k)
 	}
 	return nil
+}
+
+// replicaName names this replica for people: its Nomad allocation where
+// it runs as a Nomad task, else its host and pid.
+func replicaName() string {
+	if id := os.Getenv("NOMAD_ALLOC_ID"); id != "" {
+		return "alloc " + short(id) + " (" + os.Getenv("NOMAD_ALLOC_NAME") + ")"
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s pid %d", host, os.Getpid())
 }
 
 // jobStatusDead is Nomad's status of a job with nothing running or

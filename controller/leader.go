@@ -13,8 +13,11 @@ import (
 )
 
 // LeaderVariable is the Nomad variable whose lock the leader holds, in
-// the controller's namespace.
+// the controller's namespace. Its item holderItem names the replica that
+// took it, for people (nomad-gpu top).
 const LeaderVariable = "nomad-gpu/controller/leader"
+
+const holderItem = "holder"
 
 // Lease is what Leader needs of a lock: Nomad's variable lock in the
 // controller, a fake one in tests.
@@ -132,8 +135,9 @@ type VariableLease struct {
 
 // NewVariableLease is the lock of the variable at path in namespace,
 // with ttl (10s to 24h, Nomad's bounds) and delay, Nomad's lock delay:
-// how long after a lapsed lease no one may take the lock.
-func NewVariableLease(c *api.Client, namespace, path string, ttl, delay time.Duration) (*VariableLease, error) {
+// how long after a lapsed lease no one may take the lock. holder names
+// this replica in the variable while it holds the lock.
+func NewVariableLease(c *api.Client, namespace, path, holder string, ttl, delay time.Duration) (*VariableLease, error) {
 	if ttl < 10*time.Second || ttl > 24*time.Hour {
 		return nil, fmt.Errorf("lock_ttl: %s is out of range; allowed: 10s to 24h (Nomad's bounds)", ttl)
 	}
@@ -141,7 +145,7 @@ func NewVariableLease(c *api.Client, namespace, path string, ttl, delay time.Dur
 		return nil, fmt.Errorf("lock_delay: %s; allowed: more than 0", delay)
 	}
 	return &VariableLease{api: c, namespace: namespace, v: &api.Variable{
-		Path: path, Namespace: namespace,
+		Path: path, Namespace: namespace, Items: api.VariableItems{holderItem: holder},
 		Lock: &api.VariableLock{TTL: ttl.String(), LockDelay: delay.String()},
 	}}, nil
 }

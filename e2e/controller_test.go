@@ -5,10 +5,12 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	promodel "github.com/prometheus/common/model"
 
+	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
@@ -218,6 +221,7 @@ func TestPreemptionProtection(t *testing.T) {
 	if !strings.Contains(ctl.log(), "kind=protected") {
 		t.Errorf("the controller logged no protection")
 	}
+	topShowsProtection(t, c, victim, low, high)
 
 	// Inside the cooldown a job of 90 cannot preempt it (it preempts the
 	// other one instead).
@@ -247,6 +251,29 @@ func TestPreemptionProtection(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// topShowsProtection checks that `nomad-gpu top -json` shows a leader and
+// the job's raise in force, from its own priority to raised, with its end.
+func topShowsProtection(t *testing.T, c *cluster.Cluster, job string, own, raised int) {
+	t.Helper()
+	out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "top", "-json", "-address", c.Server().HTTPAddr()).Output()
+	if err != nil {
+		t.Fatalf("nomad-gpu top -json: %v", err)
+	}
+	var v clusterview.View
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("top -json: %v\n%s", err, out)
+	}
+	if v.Controller == nil || !v.Controller.Leading || v.Controller.Leader == "" {
+		t.Fatalf("top -json controller: %+v (error %q), want a named leader", v.Controller, v.ControllerError)
+	}
+	for _, r := range v.Controller.Raises {
+		if r.Job == job && r.InForce && r.Own == own && r.Priority == raised && r.Until != nil && r.Until.After(time.Now()) {
+			return
+		}
+	}
+	t.Errorf("top -json shows no raise of %s from %d to %d in force: %+v", job, own, raised, v.Controller.Raises)
 }
 
 // holderJob2 is holderJob with a GPU count.

@@ -64,6 +64,7 @@ type topOptions struct {
 	interval, statsTimeout time.Duration
 	historyWindow          time.Duration
 	width                  int
+	controllerNamespace    string
 }
 
 // minTopWidth is the narrowest -width: the GPU table's columns that are
@@ -87,6 +88,7 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "time between redraws")
 	fs.DurationVar(&o.statsTimeout, "stats-timeout", clusterview.DefaultStatsTimeout, "how long one node's device stats may take")
 	fs.DurationVar(&o.historyWindow, "history-window", 24*time.Hour, "how far back finished allocations are read to predict run times and waits; 0 reads none")
+	fs.StringVar(&o.controllerNamespace, "controller-namespace", "default", `namespace of the controller's leader lock: top shows who leads and the jobs it raised ("" reads nothing of it)`)
 	fs.IntVar(&o.width, "width", 0, fmt.Sprintf("line length of the table, at least %d; 0 fits the terminal (80 columns when stdout is no terminal)", minTopWidth))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -124,7 +126,8 @@ func (o *topOptions) source() (*clusterview.Source, error) {
 		return nil, err
 	}
 	w := nomadview.NewWatcher(cl, nomadview.Config{Namespace: cfg.Namespace, FinishedWindow: o.historyWindow})
-	return &clusterview.Source{Client: cl, Watcher: w, StatsTimeout: o.statsTimeout, History: o.historyWindow > 0}, nil
+	return &clusterview.Source{Client: cl, Watcher: w, StatsTimeout: o.statsTimeout, History: o.historyWindow > 0,
+		ControllerNamespace: o.controllerNamespace}, nil
 }
 
 func runTop(args []string, stdout, stderr io.Writer) int {

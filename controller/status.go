@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Status is what an operator asks of the controller (nomad-gpu top): who
+// leads, and which jobs run, or will run, above their own priority, why
+// and until when. It is read from Nomad, not from a replica.
+type Status struct {
+	// Leading says a replica holds the leader lock; Leader is the name it
+	// gave itself ("" when none leads, or it gave none).
+	Leading bool   `json:"leading"`
+	Leader  string `json:"leader,omitempty"`
+	// Raises are the raises of the priority ledger, in force or waiting,
+	// by job.
+	Raises []JobRaise `json:"raises"`
+}
+
+// JobRaise is one raise of one job.
+type JobRaise struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	Own       int    `json:"own_priority"`
+	Priority  int    `json:"priority"`
+	Reason    string `json:"reason"`
+	// InForce is false for a protection that waits for the job's
+	// replacement to run.
+	InForce bool       `json:"in_force"`
+	Until   *time.Time `json:"until,omitempty"`
+}
+
+// ReadStatus reads the leader lock (in namespace) and the ledger.
+func ReadStatus(ctx context.Context, c *api.Client, namespace string, now time.Time) (Status, error) {
+	var st Status
+	v, _, err := c.Variables().Read(LeaderVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+	switch {
+	case status(err) == http.StatusNotFound:
+	case err != nil:
+		return st, fmt.Errorf("reading %s: %w", LeaderVariable, err)
+	default:
+		st.Leading = v.Lock != nil && v.Lock.ID != ""
+		if st.Leading {
+			st.Leader = v.Items[holderItem]
+		}
+	}
+	entries, err := NewStore(c).Load(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, e := range entries {
+		for _, r := range e.Raises {
+			jr := JobRaise{Namespace: e.Namespace, Job: e.JobID, Own: e.Own, Priority: r.Priority, Reason: r.Reason, InForce: r.InForce(now)}
+			if !r.Until.IsZero() {
+				until := r.Until
+				jr.Until = &until
+			}
+			st.Raises = append(st.Raises, jr)
+		}
+	}
+	slices.SortFunc(st.Raises, func(a, b JobRaise) int {
+		return strings.Compare(a.Namespace+"/"+a.Job, b.Namespace+"/"+b.Job)
+	})
+	return st, nil
+}
