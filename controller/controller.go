@@ -146,8 +146,8 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 	}
 	for _, k := range ledger.Keys() {
 		if err := c.apply(ctx, now, view, ledger, k); err != nil && ctx.Err() == nil {
-			c.log.Warn("priority ledger", "namespace", k.Namespace, "job", k.ID, "error", err)
-			ledger.Forget(k) // read again on the next lead
+			c.log.Warn("priority ledger: read again and tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)
+			c.reload(ctx, ledger, k)
 		}
 	}
 }
@@ -273,6 +273,21 @@ const jobStatusDead = "dead"
 func (c *Controller) put(ctx context.Context, st *Stored) error {
 	c.metrics.ledgerWrite()
 	return c.store.Put(ctx, st)
+}
+
+// reload reads a job's entry again after a failed write: another writer
+// (a leader before this one) may have moved it. The entry in memory stays
+// when the store cannot be read.
+func (c *Controller) reload(ctx context.Context, ledger *Ledger, k JobKey) {
+	st, found, err := c.store.Get(ctx, k)
+	switch {
+	case err != nil:
+		c.log.Warn("priority ledger: reading the entry again", "namespace", k.Namespace, "job", k.ID, "error", err)
+	case !found:
+		ledger.Forget(k)
+	default:
+		ledger.Replace(st)
+	}
 }
 
 func (c *Controller) drop(ctx context.Context, ledger *Ledger, k JobKey, why string) error {

@@ -67,3 +67,41 @@ func TestApplyTakesNoStaleListForAHandChange(t *testing.T) {
 		}
 	}
 }
+
+// A write that loses its check-and-set (another writer moved the entry)
+// reads the entry again, and the next tick writes from there; the job is
+// not forgotten for the rest of the lead.
+func TestApplyReloadsAfterAConflict(t *testing.T) {
+	f := newFakeNomad()
+	f.jobs["low"] = &api.JobListStub{ID: "low", Name: "low", Namespace: "default", Type: "batch", Priority: 30, JobModifyIndex: 1, Status: "running"}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	cl, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(cl, Config{Namespace: "default", Tick: time.Second}, hclog.NewNullLogger(), NewMetrics())
+	c.now = func() time.Time { return t0.Add(time.Second) }
+	ctx := context.Background()
+	k := JobKey{Namespace: "default", ID: "low"}
+	stored := Stored{Entry: NewEntry("default", "low", 30)}
+	stored.Begin(Raise{Key: "preemption/v1", Priority: 90, Since: t0, Until: t0.Add(time.Minute)})
+	if err := c.store.Put(ctx, &stored); err != nil {
+		t.Fatal(err)
+	}
+	stale := stored
+	stale.Raises = nil
+	stale.Index = stored.Index - 1
+	ledger := NewLedger([]Stored{stale})
+	ledger.Edit(k, 30)
+	view := ViewOf(&nomadview.Snapshot{Jobs: map[JobKey]*api.JobListStub{k: f.jobs["low"]}})
+
+	c.step(ctx, view, ledger) // its write loses: the entry is read again
+	if st := ledger.Stored(k); st == nil || st.Index != stored.Index || len(st.Raises) != 1 {
+		t.Fatalf("after the conflict the entry is %+v, want the stored one (index %d, one raise)", st, stored.Index)
+	}
+	c.step(ctx, view, ledger)
+	if p := f.jobs["low"].Priority; p != 90 {
+		t.Errorf("the job is at %d after the next tick, want 90 (the stored raise)", p)
+	}
+}

@@ -58,8 +58,9 @@ func (l *Leader) Run(ctx context.Context, lead func(ctx context.Context) error) 
 		err := l.Lease.Acquire(ctx)
 		switch {
 		case err == nil:
+			// A lead that failed (the ledger unreadable) is tried again
+			// after Retry, not at once.
 			l.hold(ctx, lead)
-			continue
 		case errors.Is(err, ErrHeld):
 		default:
 			l.Logger.Warn("cannot take the leader lock", "error", err)

@@ -220,6 +220,13 @@ func (l *Ledger) Stored(k JobKey) *Stored { return l.entries[k] }
 // Clean marks the job's entry written.
 func (l *Ledger) Clean(k JobKey) { delete(l.dirty, k) }
 
+// Replace puts an entry read from the store in place of the job's.
+func (l *Ledger) Replace(st Stored) {
+	k := JobKey{Namespace: st.Namespace, ID: st.JobID}
+	l.entries[k] = &st
+	delete(l.dirty, k)
+}
+
 // Forget drops the job's entry (its variable was deleted, or must be read
 // again).
 func (l *Ledger) Forget(k JobKey) {

@@ -81,6 +81,19 @@ func decode(v *api.Variable) (Stored, error) {
 	return Stored{Entry: e, Index: v.ModifyIndex}, nil
 }
 
+// Get reads the job's entry; found is false when it has none.
+func (s *Store) Get(ctx context.Context, k JobKey) (st Stored, found bool, err error) {
+	v, _, err := s.api.Variables().Read(LedgerPath(k.ID), (&api.QueryOptions{Namespace: k.Namespace}).WithContext(ctx))
+	if status(err) == http.StatusNotFound {
+		return Stored{}, false, nil
+	}
+	if err != nil {
+		return Stored{}, false, fmt.Errorf("reading %s: %w", LedgerPath(k.ID), err)
+	}
+	st, err = decode(v)
+	return st, err == nil, err
+}
+
 // Put writes st if the variable is still at st.Index (0: if it does not
 // exist), and sets st.Index to the new one.
 func (s *Store) Put(ctx context.Context, st *Stored) error {
