@@ -78,10 +78,16 @@ func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []De
 		return nil
 	}
 	by := v.Allocs[a.PreemptedByAllocation]
-	if by == nil {
+	var byJob *api.JobListStub
+	if by != nil {
+		byJob = v.Jobs[JobKey{Namespace: by.Namespace, ID: by.JobID}]
+	}
+	if byJob == nil {
 		// The lists are watched apart: the finished one may show the
-		// preempted allocation before the live one shows its preemptor.
-		// Looked at again on the next tick.
+		// preempted allocation before the live one shows its preemptor,
+		// and the allocations a job its list does not show yet. Looked at
+		// again on the next tick (and for good only where the preemptor's
+		// job was purged meanwhile).
 		return nil
 	}
 	e := l.Edit(k, job.Priority)
@@ -92,10 +98,6 @@ func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []De
 			e.End(r.Key)
 			out = append(out, Decision{"protection-dropped", k, fmt.Sprintf("alloc %s was preempted anyway at priority %d; its replacement waits at its own %d", short(a.ID), r.Priority, e.Own)})
 		}
-	}
-	byJob := v.Jobs[JobKey{Namespace: by.Namespace, ID: by.JobID}]
-	if byJob == nil {
-		return append(out, Decision{"protection-skipped", k, fmt.Sprintf("alloc %s was preempted by alloc %s, whose job is gone", short(a.ID), short(a.PreemptedByAllocation))})
 	}
 	e.Begin(Raise{Key: preemptionKey + a.ID, Priority: byJob.Priority, AllocName: a.Name, After: a.CreateIndex,
 		Reason: fmt.Sprintf("preempted by alloc %s (job %s, priority %d)", short(by.ID), by.JobID, byJob.Priority)})

@@ -148,8 +148,8 @@ func sameKinds(got []Decision, want []string) bool {
 }
 
 // The lists are watched apart: a preempted allocation seen finished
-// before its preemptor is seen running is looked at again on the next
-// tick, not skipped for good.
+// before its preemptor (or its preemptor's job) is listed is looked at
+// again on the next tick, not skipped for good.
 func TestProtectorWaitsForThePreemptor(t *testing.T) {
 	p := Protector{Cooldown: time.Minute}
 	l := NewLedger(nil)
@@ -157,6 +157,11 @@ func TestProtectorWaitsForThePreemptor(t *testing.T) {
 	victim := preempted(alloc("v1", "low", 10, ""), "h1")
 	if got := p.Step(t0, cluster{jobs: jobs, allocs: []*api.AllocationListStub{victim}}.view(), l); len(got) != 0 {
 		t.Fatalf("decisions %+v before the preemptor is listed, want none", got)
+	}
+	// Its allocation listed, its job not yet.
+	early := cluster{jobs: map[string]int{"low": 30}, allocs: []*api.AllocationListStub{victim, alloc("h1", "high", 11, api.AllocClientStatusRunning)}}
+	if got := p.Step(t0, early.view(), l); len(got) != 0 {
+		t.Fatalf("decisions %+v before the preemptor's job is listed, want none", got)
 	}
 	got := p.Step(t0.Add(time.Second), cluster{jobs: jobs, allocs: []*api.AllocationListStub{victim, alloc("h1", "high", 11, api.AllocClientStatusRunning)}}.view(), l)
 	if !sameKinds(got, []string{"protection-pending"}) {
