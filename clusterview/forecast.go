@@ -7,7 +7,6 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 	"github.com/nomad-gpu/nomad-gpu/sizing/predict"
@@ -48,7 +47,7 @@ func forecastInput(in *Input, queue []QueueEntry) sizing.ForecastInput {
 		seen[a.ID] = true
 		allocs = append(allocs, a)
 	}
-	fi := sizing.ForecastInput{Runs: sizing.RunsOf(allocs, pools, prio), Free: freeCapacity(in.FreeSlices())}
+	fi := sizing.ForecastInput{Runs: sizing.RunsOf(allocs, pools, prio), Free: sizing.FreeCapacity(in.FreeSlices())}
 	for _, e := range queue {
 		if e.State != StateBlocked {
 			continue
@@ -67,26 +66,6 @@ func forecastInput(in *Input, queue []QueueEntry) sizing.ForecastInput {
 		fi.Queued = append(fi.Queued, q)
 	}
 	return fi
-}
-
-// freeCapacity is the snapshot's free slices per node pool as the
-// forecasts count them, per unit.
-func freeCapacity(free map[string]nomadview.FreeSlices) map[string]predict.Capacity {
-	out := make(map[string]predict.Capacity, len(free))
-	for pool, f := range free {
-		c := predict.Capacity{}
-		if f.GPUs > 0 {
-			c[predict.Unit{Kind: contract.SliceGPU}] = f.GPUs
-		}
-		if f.MPS > 0 {
-			c[predict.Unit{Kind: contract.SliceMPS}] = f.MPS
-		}
-		for _, p := range f.Profiles() {
-			c[predict.Unit{Kind: contract.SliceMIG, Profile: p}] = f.MIG[p]
-		}
-		out[pool] = c
-	}
-	return out
 }
 
 // seconds is a Known estimate in whole seconds, nil when not Known.

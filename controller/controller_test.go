@@ -12,19 +12,26 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
-// A jobs list older than the controller's own last write still shows the
-// priority before it: that is no hand change. (The watches answer apart,
-// and the jobs list may lag a write by a tick.)
-func TestApplyTakesNoStaleListForAHandChange(t *testing.T) {
+// lowJobController is a replica against a fake Nomad holding one batch
+// job "low" at priority 30.
+func lowJobController(t *testing.T) (*fakeNomad, *Controller) {
+	t.Helper()
 	f := newFakeNomad()
 	f.jobs["low"] = &api.JobListStub{ID: "low", Name: "low", Namespace: "default", Type: "batch", Priority: 30, JobModifyIndex: 1, Status: "running"}
 	srv := httptest.NewServer(f)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	cl, err := api.NewClient(&api.Config{Address: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(cl, Config{Namespace: "default", Tick: time.Second}, hclog.NewNullLogger(), NewMetrics())
+	return f, New(cl, Config{Namespace: "default", Tick: time.Second}, hclog.NewNullLogger(), NewMetrics())
+}
+
+// A jobs list older than the controller's own last write still shows the
+// priority before it: that is no hand change. (The watches answer apart,
+// and the jobs list may lag a write by a tick.)
+func TestApplyTakesNoStaleListForAHandChange(t *testing.T) {
+	f, c := lowJobController(t)
 	k := JobKey{Namespace: "default", ID: "low"}
 	ledger := NewLedger(nil)
 	e := ledger.Edit(k, 30)
@@ -72,15 +79,7 @@ func TestApplyTakesNoStaleListForAHandChange(t *testing.T) {
 // reads the entry again, and the next tick writes from there; the job is
 // not forgotten for the rest of the lead.
 func TestApplyReloadsAfterAConflict(t *testing.T) {
-	f := newFakeNomad()
-	f.jobs["low"] = &api.JobListStub{ID: "low", Name: "low", Namespace: "default", Type: "batch", Priority: 30, JobModifyIndex: 1, Status: "running"}
-	srv := httptest.NewServer(f)
-	defer srv.Close()
-	cl, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := New(cl, Config{Namespace: "default", Tick: time.Second}, hclog.NewNullLogger(), NewMetrics())
+	f, c := lowJobController(t)
 	c.now = func() time.Time { return t0.Add(time.Second) }
 	ctx := context.Background()
 	k := JobKey{Namespace: "default", ID: "low"}

@@ -47,7 +47,7 @@ func SnapshotRuns(snap *nomadview.Snapshot) []history.Run {
 // evaluations: the same figures top and the APM show, from the one read
 // model.
 func ForecastOf(snap *nomadview.Snapshot, now time.Time) Forecasts {
-	in := ForecastInput{Runs: SnapshotRuns(snap), Free: freeCapacity(snap.FreeSlices())}
+	in := ForecastInput{Runs: SnapshotRuns(snap), Free: FreeCapacity(snap.FreeSlices())}
 	for _, g := range snap.QueuedGroups() {
 		q := QueuedWork{Namespace: g.Namespace, Job: g.JobID, Group: g.Group, Task: g.GPUTask, Pool: g.Pool,
 			Priority: g.Priority, Since: g.Since, Allocs: g.Count}
@@ -59,9 +59,9 @@ func ForecastOf(snap *nomadview.Snapshot, now time.Time) Forecasts {
 	return Forecast(in, now)
 }
 
-// freeCapacity is the free slices per node pool as the forecast counts
+// FreeCapacity is the free slices per node pool as the forecasts count
 // them, per unit.
-func freeCapacity(free map[string]nomadview.FreeSlices) map[string]predict.Capacity {
+func FreeCapacity(free map[string]nomadview.FreeSlices) map[string]predict.Capacity {
 	out := make(map[string]predict.Capacity, len(free))
 	for pool, f := range free {
 		c := predict.Capacity{}
