@@ -83,10 +83,10 @@ func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []De
 		byJob = v.Jobs[JobKey{Namespace: by.Namespace, ID: by.JobID}]
 	}
 	if byJob == nil {
-		// The lists are watched apart: the finished one may show the
-		// preempted allocation before the live one shows its preemptor,
-		// and the allocations a job its list does not show yet. Looked at
-		// again on the next tick (and for good only where the preemptor's
+		// The lists are watched apart: the finished allocations may show
+		// the preempted one before the live ones show its preemptor, and
+		// the allocations a job the jobs list does not show yet. Looked
+		// at again on the next tick (for good only where the preemptor's
 		// job was purged meanwhile).
 		return nil
 	}
