@@ -650,12 +650,3 @@ func attrMiB(a map[string]*api.Attribute, name string) *int64 {
 	}
 	return nil
 }
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}

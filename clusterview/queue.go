@@ -3,6 +3,7 @@ package clusterview
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -108,17 +109,17 @@ func FailureReason(m *api.AllocationMetric, quotaReached string) string {
 		}
 		parts = append(parts, s)
 	}
-	for _, k := range sortedKeys(m.ClassFiltered) {
+	for _, k := range slices.Sorted(maps.Keys(m.ClassFiltered)) {
 		parts = append(parts, fmt.Sprintf("class %q filtered %s", k, nodes(m.ClassFiltered[k])))
 	}
-	for _, k := range sortedKeys(m.ConstraintFiltered) {
+	for _, k := range slices.Sorted(maps.Keys(m.ConstraintFiltered)) {
 		parts = append(parts, fmt.Sprintf("constraint %q filtered %s", k, nodes(m.ConstraintFiltered[k])))
 	}
 	if m.NodesExhausted > 0 {
 		if len(m.DimensionExhausted) == 0 {
 			parts = append(parts, "resources exhausted on "+nodes(m.NodesExhausted))
 		}
-		for _, k := range sortedKeys(m.DimensionExhausted) {
+		for _, k := range slices.Sorted(maps.Keys(m.DimensionExhausted)) {
 			parts = append(parts, fmt.Sprintf("%s exhausted on %s", k, nodes(m.DimensionExhausted[k])))
 		}
 	}

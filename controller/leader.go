@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // LeaderVariable is the Nomad variable whose lock the leader holds, in
@@ -162,7 +164,7 @@ func (l *VariableLease) Acquire(ctx context.Context) error {
 	want := *l.v
 	want.Lock = &api.VariableLock{TTL: l.v.Lock.TTL, LockDelay: l.v.Lock.LockDelay}
 	out, _, err := l.api.Variables().AcquireLock(&want, l.opts(ctx))
-	if status(err) == http.StatusConflict {
+	if nomadview.StatusCode(err) == http.StatusConflict {
 		return ErrHeld
 	}
 	if err != nil {
@@ -186,17 +188,4 @@ func (l *VariableLease) Release(ctx context.Context) error {
 	defer l.mu.Unlock()
 	_, _, err := l.api.Variables().ReleaseLock(l.v, l.opts(ctx))
 	return err
-}
-
-// status is the HTTP status of a Nomad API error, 0 for other errors.
-func status(err error) int {
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) {
-		return ue.StatusCode()
-	}
-	var up *api.UnexpectedResponseError
-	if errors.As(err, &up) {
-		return up.StatusCode()
-	}
-	return 0
 }

@@ -3,12 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // Status is what an operator asks of the controller (nomad-gpu top): who
@@ -42,7 +43,7 @@ func ReadStatus(ctx context.Context, c *api.Client, namespace string, now time.T
 	var st Status
 	v, _, err := c.Variables().Read(LeaderVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
 	switch {
-	case status(err) == http.StatusNotFound:
+	case nomadview.IsNotFound(err):
 	case err != nil:
 		return st, fmt.Errorf("reading %s: %w", LeaderVariable, err)
 	default:

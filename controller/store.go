@@ -5,11 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // LedgerPrefix is where the priority ledger lives: one variable per job,
@@ -55,7 +56,7 @@ func (s *Store) Load(ctx context.Context) ([]Stored, error) {
 	var out []Stored
 	for _, m := range metas {
 		v, _, err := s.api.Variables().Read(m.Path, (&api.QueryOptions{Namespace: m.Namespace}).WithContext(ctx))
-		if status(err) == http.StatusNotFound {
+		if nomadview.IsNotFound(err) {
 			continue // deleted since the listing
 		}
 		if err != nil {
@@ -84,7 +85,7 @@ func decode(v *api.Variable) (Stored, error) {
 // Get reads the job's entry; found is false when it has none.
 func (s *Store) Get(ctx context.Context, k JobKey) (st Stored, found bool, err error) {
 	v, _, err := s.api.Variables().Read(LedgerPath(k.ID), (&api.QueryOptions{Namespace: k.Namespace}).WithContext(ctx))
-	if status(err) == http.StatusNotFound {
+	if nomadview.IsNotFound(err) {
 		return Stored{}, false, nil
 	}
 	if err != nil {

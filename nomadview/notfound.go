@@ -22,7 +22,7 @@ func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 // so errors.Is(err, ErrNotFound) holds; other errors are returned as they
 // are.
 func NotFound(err error) error {
-	if err != nil && statusCode(err) == http.StatusNotFound {
+	if err != nil && StatusCode(err) == http.StatusNotFound {
 		return &NotFoundError{Err: err}
 	}
 	return err
@@ -39,13 +39,13 @@ func IsNotFound(err error) bool {
 	case errors.Is(err, ErrNotFound), errors.Is(err, api.ErrVariablePathNotFound):
 		return true
 	}
-	return statusCode(err) == http.StatusNotFound
+	return StatusCode(err) == http.StatusNotFound
 }
 
-// statusCode is the HTTP status of a Nomad API error, 0 when err carries
+// StatusCode is the HTTP status of a Nomad API error, 0 when err carries
 // none. The api package returns UnexpectedResponseError by value or by
 // pointer depending on the call.
-func statusCode(err error) int {
+func StatusCode(err error) int {
 	var ue api.UnexpectedResponseError
 	if errors.As(err, &ue) && ue.HasStatusCode() {
 		return ue.StatusCode()

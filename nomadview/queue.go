@@ -2,6 +2,7 @@ package nomadview
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -57,7 +58,7 @@ func (s *Snapshot) QueuedGroups() []QueuedGroup {
 		if job == nil || job.Stop != nil && *job.Stop {
 			continue
 		}
-		for _, tg := range sortedKeys(e.FailedTGAllocs) {
+		for _, tg := range slices.Sorted(maps.Keys(e.FailedTGAllocs)) {
 			q, ok := queuedGroup(e, job, tg, s.Summary(k))
 			if !ok {
 				continue

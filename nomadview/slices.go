@@ -1,8 +1,8 @@
 package nomadview
 
 import (
+	"maps"
 	"slices"
-	"sort"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -24,7 +24,7 @@ func allocDevices(a *api.AllocationListStub) []HeldDevices {
 		return nil
 	}
 	var out []HeldDevices
-	for _, task := range sortedKeys(a.AllocatedResources.Tasks) {
+	for _, task := range slices.Sorted(maps.Keys(a.AllocatedResources.Tasks)) {
 		tr := a.AllocatedResources.Tasks[task]
 		if tr == nil {
 			continue
@@ -140,14 +140,5 @@ func (f FreeSlices) Profiles() []string {
 		}
 	}
 	slices.Sort(out)
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
