@@ -4,7 +4,7 @@ package controller
 // makes, and the bytes it reads, per minute, on a cluster of 10,000
 // allocations that changes every 100ms and preempts an allocation every
 // 2s (issue 23's acceptance figure). The controller runs as the command
-// does, with its default flags (-tick 1s, -lock-ttl 15s), against
+// does, with its default flags (-tick 1s, -lock-ttl 30s), against
 // fakeNomad for benchPeriod of wall time; every request the fake answers
 // counts, the leader lock's and the writes too. Bytes are the JSON bodies,
 // uncompressed (Nomad gzips them when asked).
@@ -70,7 +70,7 @@ func runLeader(b *testing.B, f *fakeNomad, period time.Duration) (calls map[stri
 		b.Fatal(err)
 	}
 	m := NewMetrics()
-	ctl := New(cl, Config{Namespace: "default", Cooldown: 5 * time.Minute, LockTTL: 15 * time.Second, LockDelay: time.Second, Tick: time.Second}, hclog.NewNullLogger(), m)
+	ctl := New(cl, Config{Namespace: "default", Cooldown: 5 * time.Minute, LockTTL: 30 * time.Second, LockDelay: time.Second, Tick: time.Second}, hclog.NewNullLogger(), m)
 	ctx, cancel := context.WithTimeout(context.Background(), period)
 	defer cancel()
 	go f.churn(ctx, benchChangeEvery)

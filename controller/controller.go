@@ -25,7 +25,9 @@ type Config struct {
 	// is raised to meanwhile.
 	MinRuntime         map[string]time.Duration
 	MinRuntimePriority int
-	// LockTTL and LockDelay are the leader lock's (NewVariableLease).
+	// LockTTL is the longest the lead stays with a dead leader: another
+	// replica leads at most this long after it died (NomadLockTTL).
+	// LockDelay is Nomad's lock delay, part of it.
 	LockTTL, LockDelay time.Duration
 	// Tick is the shortest time between two reads of the cluster and the
 	// longest a read waits for a change: it bounds the Nomad API calls.
@@ -74,11 +76,12 @@ func newController(c *api.Client, cfg Config, log hclog.Logger, m *Metrics, dry 
 
 // Run takes part in the election until ctx is done, leading when it can.
 func (c *Controller) Run(ctx context.Context) error {
-	lease, err := NewVariableLease(c.api, c.cfg.Namespace, LeaderVariable, replicaName(), c.cfg.LockTTL, c.cfg.LockDelay)
+	ttl := NomadLockTTL(c.cfg.LockTTL, c.cfg.LockDelay)
+	lease, err := NewVariableLease(c.api, c.cfg.Namespace, LeaderVariable, replicaName(), ttl, c.cfg.LockDelay)
 	if err != nil {
-		return err
+		return fmt.Errorf("lock_ttl %s with lock_delay %s: %w", c.cfg.LockTTL, c.cfg.LockDelay, err)
 	}
-	l := &Leader{Lease: lease, TTL: c.cfg.LockTTL, Margin: c.cfg.LockTTL / 3, Retry: time.Second, Logger: c.log,
+	l := &Leader{Lease: lease, TTL: ttl, Margin: ttl / 3, Retry: FollowerRetry, Logger: c.log,
 		OnChange: c.metrics.setLeader}
 	l.Run(ctx, c.lead)
 	return nil
@@ -125,10 +128,14 @@ func (c *Controller) watcher() *nomadview.Watcher {
 }
 
 // viewLists are the lists the modules read: protection reads the
-// allocations and jobs, the minimum runtime the nodes (their pools); the
-// deadlines' forecast and the sizer read the blocked evaluations too.
+// allocations and jobs, a minimum runtime by pool the nodes (their
+// pools); the deadlines' forecast and the sizer read the blocked
+// evaluations too.
 func (c *Controller) viewLists() []nomadview.List {
-	lists := []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs, nomadview.Nodes}
+	lists := []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs}
+	if len(c.minRun.ByPool) > 0 {
+		lists = append(lists, nomadview.Nodes)
+	}
 	if c.deadline != nil || c.resize != nil {
 		lists = append(lists, nomadview.Blocked)
 	}

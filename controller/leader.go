@@ -31,6 +31,33 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// FollowerRetry is how often a replica that does not lead tries to take
+// the lock.
+const FollowerRetry = time.Second
+
+// NomadLockTTL is the TTL the controller gives Nomad's lock so that a
+// dead leader's lock passes within lockTTL: Nomad expires a variable lock
+// twice its TTL after the last renewal it took (nomad/locks.go, like
+// Consul's sessions), keeps it lockDelay more, a follower tries every
+// FollowerRetry, and takeoverSlack is for the follower's request and
+// Nomad's own raft writes. Nomad takes 10s to 24h: lockTTL at least
+// MinLockTTL(lockDelay).
+func NomadLockTTL(lockTTL, lockDelay time.Duration) time.Duration {
+	return (lockTTL - lockDelay - FollowerRetry - takeoverSlack) / 2
+}
+
+// MinLockTTL is the shortest lock TTL Nomad's 10s lower bound allows
+// with lockDelay.
+func MinLockTTL(lockDelay time.Duration) time.Duration {
+	return 2*nomadMinLockTTL + lockDelay + FollowerRetry + takeoverSlack
+}
+
+const takeoverSlack = time.Second
+
+// nomadMinLockTTL and nomadMaxLockTTL are Nomad's bounds on a variable
+// lock's TTL.
+const nomadMinLockTTL, nomadMaxLockTTL = 10 * time.Second, 24 * time.Hour
+
 // ErrHeld: the lock is held by another replica.
 var ErrHeld = errors.New("the lock is held by another replica")
 
@@ -41,10 +68,12 @@ var ErrHeld = errors.New("the lock is held by another replica")
 // leaves no instant at which two replicas act.
 type Leader struct {
 	Lease Lease
-	// TTL is the lock's; Renew runs every TTL/3.
+	// TTL is the lock's, as Nomad is given it; Renew runs every TTL/3.
 	TTL time.Duration
-	// Margin is how long before the TTL runs out an unrenewed leader
-	// stops acting: the longest a write may take to land.
+	// Margin is how long before the TTL, counted from the moment the last
+	// good renewal was sent, an unrenewed leader stops acting: the
+	// longest a write may take to land. Nomad holds the lock at least
+	// twice the TTL from that moment.
 	Margin time.Duration
 	// Retry is how often a follower tries to take the lock.
 	Retry  time.Duration
@@ -57,12 +86,13 @@ type Leader struct {
 // until ctx is done; then it releases the lock.
 func (l *Leader) Run(ctx context.Context, lead func(ctx context.Context) error) {
 	for ctx.Err() == nil {
+		sent := time.Now()
 		err := l.Lease.Acquire(ctx)
 		switch {
 		case err == nil:
 			// A lead that failed (the ledger unreadable) is tried again
 			// after Retry, not at once.
-			l.hold(ctx, lead)
+			l.hold(ctx, sent, lead)
 		case errors.Is(err, ErrHeld):
 		default:
 			l.Logger.Warn("cannot take the leader lock", "error", err)
@@ -74,8 +104,9 @@ func (l *Leader) Run(ctx context.Context, lead func(ctx context.Context) error) 
 	}
 }
 
-// hold runs lead while renewals keep the lock, and releases it after.
-func (l *Leader) hold(ctx context.Context, lead func(ctx context.Context) error) {
+// hold runs lead while renewals keep the lock, taken by a request sent at
+// acquired, and releases it after.
+func (l *Leader) hold(ctx context.Context, acquired time.Time, lead func(ctx context.Context) error) {
 	work, stop := context.WithCancel(ctx)
 	defer stop()
 	l.Logger.Info("leading: this replica holds the lock", "ttl", l.TTL)
@@ -83,7 +114,7 @@ func (l *Leader) hold(ctx context.Context, lead func(ctx context.Context) error)
 	defer l.change(false)
 	done := make(chan error, 1)
 	go func() { done <- lead(work) }()
-	renewed := time.Now()
+	renewed := acquired
 	tick := time.NewTicker(l.TTL / 3)
 	defer tick.Stop()
 	for {
@@ -96,11 +127,14 @@ func (l *Leader) hold(ctx context.Context, lead func(ctx context.Context) error)
 			l.release()
 			return
 		case <-tick.C:
+			// The lock is Nomad's from the moment it took the renewal,
+			// which is after this one: the deadline counts from here.
+			sent := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, l.TTL/3)
 			err := l.Lease.Renew(rctx)
 			cancel()
 			if err == nil {
-				renewed = time.Now()
+				renewed = sent
 				continue
 			}
 			l.Logger.Warn("lost the leader lock: renewing failed", "error", err)
@@ -141,8 +175,8 @@ type VariableLease struct {
 // how long after a lapsed lease no one may take the lock. holder names
 // this replica in the variable while it holds the lock.
 func NewVariableLease(c *api.Client, namespace, path, holder string, ttl, delay time.Duration) (*VariableLease, error) {
-	if ttl < 10*time.Second || ttl > 24*time.Hour {
-		return nil, fmt.Errorf("lock_ttl: %s is out of range; allowed: 10s to 24h (Nomad's bounds)", ttl)
+	if ttl < nomadMinLockTTL || ttl > nomadMaxLockTTL {
+		return nil, fmt.Errorf("Nomad's lock TTL %s is out of range; allowed: %s to %s", ttl, nomadMinLockTTL, nomadMaxLockTTL)
 	}
 	if delay <= 0 {
 		return nil, fmt.Errorf("lock_delay: %s; allowed: more than 0", delay)

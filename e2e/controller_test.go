@@ -283,12 +283,11 @@ func holderJob2(id string, priority, gpus int, hold time.Duration) string {
 
 // Two replicas: the one holding the lock acts, the other writes nothing.
 // SIGKILL of the leader while a protection it made is in force: the other
-// takes the lock once it lapses (Nomad expires it twice the TTL after the
-// last renewal, then waits the lock delay) and restores the job's
-// priority on time.
+// leads within the lock TTL and restores the job's priority on time.
 func TestControllerFailover(t *testing.T) {
 	c := protectionCluster(t)
-	const ttl, cooldown = 10 * time.Second, 30 * time.Second
+	// The shortest TTL with a 1s lock delay (Nomad is given 10s, its least).
+	const ttl, cooldown = 23 * time.Second, 30 * time.Second
 	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", "200ms", "-lock-ttl", ttl.String(), "-lock-delay", "1s"}
 	r1 := startController(t, c, "replica-1", args...)
 	waitMetric(t, r1, contract.MetricControllerLeader, 1, 30*time.Second)
@@ -325,12 +324,10 @@ func TestControllerFailover(t *testing.T) {
 	killed := time.Now()
 	// Waited for longer than the bound checked below, so that a late
 	// takeover says how late.
-	took := waitMetric(t, r2, contract.MetricControllerLeader, 1, 2*ttl+10*time.Second).Sub(killed)
-	t.Logf("replica-2 led %s after the kill (TTL %s, lock delay 1s)", took.Round(100*time.Millisecond), ttl)
-	// Nomad expires a variable lock twice its TTL after the last renewal
-	// (its server's grace for network delays), then waits the lock delay.
-	if took > 2*ttl+3*time.Second {
-		t.Errorf("replica-2 took the lead %s after the kill; want within 2 × TTL %s + lock delay + 1s retry", took, ttl)
+	took := waitMetric(t, r2, contract.MetricControllerLeader, 1, ttl+10*time.Second).Sub(killed)
+	t.Logf("replica-2 led %s after the kill (lock TTL %s, lock delay 1s)", took.Round(100*time.Millisecond), ttl)
+	if took > ttl {
+		t.Errorf("replica-2 took the lead %s after the kill; want within the lock TTL %s", took, ttl)
 	}
 	back := waitPriority(t, c, victim, 30, cooldown+20*time.Second)
 	if late := back.Sub(protectedAt.Add(cooldown)); late > 3*time.Second {

@@ -64,8 +64,9 @@ priority and each raise in force (preemption protection, deadline), with
 its reason and end; the job runs at the highest. A priority changed by
 hand is taken as the job's own.
 
-Run two replicas: a killed leader is replaced once its lock lapses
-(-lock-ttl, then Nomad's -lock-delay).
+Run two replicas: a killed leader is replaced within -lock-ttl. (Nomad
+keeps a variable lock twice the TTL it is given, then its lock delay: the
+controller gives it (-lock-ttl − -lock-delay − 2s) / 2, 2s for the other's retry and request.)
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION and the TLS variables, as
 the nomad CLI reads them; the flags override them. The token needs
@@ -98,7 +99,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	fs.DurationVar(&o.cfg.Cooldown, "preemption-cooldown", 5*time.Minute, "how long a resumed preempted job is protected; 0 turns protection off")
 	fs.StringVar(&o.minRuntime, "min-runtime", "", `minimum runtime by node pool, "training=20m,hpc=1h" (off where unset)`)
 	fs.IntVar(&o.cfg.MinRuntimePriority, "min-runtime-priority", 100, "what a job is raised to while an allocation is inside its minimum runtime (1 to 32767; Nomad's job_max_priority, 100 by default, cannot be preempted)")
-	fs.DurationVar(&o.cfg.LockTTL, "lock-ttl", 15*time.Second, "the leader lock's TTL (10s to 24h)")
+	fs.DurationVar(&o.cfg.LockTTL, "lock-ttl", 30*time.Second, "the longest a dead leader keeps the lead: another replica leads within it (22s + -lock-delay to 48h)")
 	fs.DurationVar(&o.cfg.LockDelay, "lock-delay", time.Second, "how long after a lapsed lock no replica may take it")
 	fs.DurationVar(&o.cfg.Tick, "tick", time.Second, "the shortest time between two reads of the cluster (100ms to 1m)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9405", `where /metrics is served ("" turns it off)`)
@@ -113,10 +114,11 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	switch {
 	case o.cfg.Cooldown < 0:
 		return nil, fmt.Errorf("-preemption-cooldown: %s; allowed: 0 (off) or more", o.cfg.Cooldown)
-	case o.cfg.LockTTL < 10*time.Second || o.cfg.LockTTL > 24*time.Hour:
-		return nil, fmt.Errorf("-lock-ttl: %s; allowed: 10s to 24h (Nomad's bounds)", o.cfg.LockTTL)
 	case o.cfg.LockDelay <= 0 || o.cfg.LockDelay > time.Hour:
 		return nil, fmt.Errorf("-lock-delay: %s; allowed: more than 0, at most 1h", o.cfg.LockDelay)
+	case o.cfg.LockTTL < controller.MinLockTTL(o.cfg.LockDelay) || o.cfg.LockTTL > 48*time.Hour:
+		return nil, fmt.Errorf("-lock-ttl: %s; allowed: %s (22s + -lock-delay: Nomad keeps a lock twice its TTL, at least 10s) to 48h",
+			o.cfg.LockTTL, controller.MinLockTTL(o.cfg.LockDelay))
 	case o.cfg.Tick < 100*time.Millisecond || o.cfg.Tick > time.Minute:
 		return nil, fmt.Errorf("-tick: %s; allowed: 100ms to 1m", o.cfg.Tick)
 	case o.cfg.Namespace == "":

@@ -14,7 +14,9 @@ func TestControllerFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-preemption-cooldown", "-1m"}, "-preemption-cooldown: -1m0s; allowed: 0 (off) or more"},
-		{[]string{"-lock-ttl", "5s"}, "-lock-ttl: 5s; allowed: 10s to 24h"},
+		{[]string{"-lock-ttl", "15s"}, "-lock-ttl: 15s; allowed: 23s (22s + -lock-delay"},
+		{[]string{"-lock-ttl", "25s", "-lock-delay", "5s"}, "-lock-ttl: 25s; allowed: 27s (22s + -lock-delay"},
+		{[]string{"-lock-ttl", "49h"}, "-lock-ttl: 49h0m0s; allowed: 23s"},
 		{[]string{"-lock-delay", "0s"}, "-lock-delay: 0s; allowed: more than 0"},
 		{[]string{"-tick", "10ms"}, "-tick: 10ms; allowed: 100ms to 1m"},
 		{[]string{"-namespace", ""}, "-namespace: empty"},

@@ -2,9 +2,7 @@
 # (preemption protection, through one priority ledger in Nomad Variables).
 # Two replicas on two hosts; they elect a leader with a Nomad variable lock
 # (nomad-gpu/controller/leader), and only the leader acts. A killed leader
-# is replaced once its lock lapses: Nomad expires it twice its TTL after
-# the last renewal, then waits the lock delay (-lock-ttl 15s, -lock-delay
-# 1s: about 31 s at most).
+# is replaced within -lock-ttl (30s by default; docs/controller.md).
 #
 # It talks to Nomad through the task API socket with its workload
 # identity. Where ACLs are on, give that identity what it needs:
