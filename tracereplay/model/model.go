@@ -31,12 +31,19 @@
 //     MPS shares, one GPU) whose effective priority is at least 10 below
 //     its own, and only if that makes it fit. As Nomad preempts while it
 //     places, the nodes are the first two, in a random order, where
-//     preempting makes room. The victims hold its device
-//     kind. They are picked lowest priority first, then the larger
-//     allocation, then the newest job; victims not needed after all are
-//     then dropped, highest priority first. Of the two, the node chosen frees
-//     the fewest GPU-equivalents, then has the lowest highest victim
-//     priority, then was drawn first. A victim's devices are free at once; its run
+//     preempting makes room. The victims hold its device kind; they are
+//     Nomad's (PreemptForDevice, selectBestAllocs): the candidates lowest
+//     priority first and, within one priority, in a random order (Nomad's
+//     proposed allocations come out of a map), taken until they and the
+//     free instances make the ask; of those, the largest first, kept
+//     until they alone make it (free instances not counted). Each MPS
+//     GPU is a device group of its own: of the GPUs (in a random order)
+//     where preempting makes room, the one whose victims have the lowest
+//     sum of distinct priorities wins, ties to the first. Of the two
+//     nodes, the one left with more allocations wins (binpack, every
+//     task asking the same CPU and memory), then the one whose victims
+//     have the lower net priority (the preemption score: max + sum / max
+//     of their priorities), then the one drawn first. A victim's devices are free at once; its run
 //     ends Latencies.Preempt later (its checkpoint's commit and its stop),
 //     and the preemptor runs Latencies.Start + Latencies.Preempt after
 //     placement. The victim waits again at once, at its own priority,
@@ -107,7 +114,14 @@ import (
 
 // Version is the model's Result.Version: bump it when a rule above
 // changes, so reports can tell results of different rules apart.
-const Version = "model-4"
+//
+// model-5: preemption picks Nomad's victims (PreemptForDevice,
+// selectBestAllocs: within one priority a random order, not the newest
+// job first; the largest kept first, free instances not counted; MPS GPUs
+// by the lowest sum of distinct priorities) and Nomad's node (binpack
+// after the preemption, then the preemption score), not the node freeing
+// the fewest GPU-equivalents.
+const Version = "model-5"
 
 // Options say what the model replays on and how.
 type Options struct {
