@@ -48,10 +48,12 @@
 //     and the preemptor runs Latencies.Start + Latencies.Preempt after
 //     placement. The victim waits again at once, at its own priority,
 //     behind the jobs of that priority that were already waiting. With
-//     Checkpoints it keeps the progress its checkpoint saved at the
-//     preemption (the work of the stop is the run's commit-to-exit gap).
-//     Without Checkpoints (stock Nomad) it starts again from scratch, and
-//     nothing protects it.
+//     Checkpoints its task checkpoints on its stop signal and exits:
+//     its checkpoint commits Latencies.CommitExit (at most
+//     Latencies.Preempt) before its run ends, and it keeps the progress
+//     the commit saved; the work after the commit is the run's
+//     commit-to-exit gap. Without Checkpoints (stock Nomad) it starts
+//     again from scratch, and nothing protects it.
 //   - Protection (Checkpoints, the controller's). A preempted job is never
 //     raised while it waits, so it preempts only what its own priority
 //     may. Policy.ProtectReaction after its replacement's task is running,
@@ -120,7 +122,11 @@ import (
 // job first; the largest kept first, free instances not counted; MPS GPUs
 // by the lowest sum of distinct priorities) and Nomad's node (binpack
 // after the preemption, then the preemption score), not the node freeing
-// the fewest GPU-equivalents.
+// the fewest GPU-equivalents. A checkpointed victim's checkpoint commits
+// Latencies.CommitExit before its exit (the real run's commit to exit),
+// not at the preemption: it keeps the work up to the commit, and only the
+// work after it is its commit-to-exit gap (model-4 counted the whole
+// Latencies.Preempt).
 const Version = "model-5"
 
 // Options say what the model replays on and how.
@@ -177,6 +183,7 @@ func validate(tr tracereplay.Trace, o *Options) error {
 	}{
 		{"latencies.start", o.Latencies.Start}, {"latencies.boot", o.Latencies.Boot},
 		{"latencies.remove", o.Latencies.Remove}, {"latencies.preempt", o.Latencies.Preempt},
+		{"latencies.commit_exit", o.Latencies.CommitExit},
 		{"policy.eval_interval", o.Policy.EvalInterval}, {"policy.cooldown", o.Policy.Cooldown},
 		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
 		{"policy.protect_reaction", o.Policy.ProtectReaction}, {"policy.preempt_min_runtime", o.Policy.PreemptMinRuntime},

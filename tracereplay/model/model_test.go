@@ -229,15 +229,17 @@ func TestPreemption(t *testing.T) {
 				}
 				return
 			}
-			// high preempts at 10s, runs from 13s to 63s; low waits
-			// again, is placed at 63s and runs its last 91s from 64s.
+			// high preempts at 10s, runs from 13s to 63s; low runs on to
+			// its stop at 12s, its checkpoint committed as it exits (no
+			// commit-to-exit latency), waits again, is placed at 63s and
+			// runs its last 89s from 64s.
 			if starts(hi)[0] != 13*sec || hi.Finish != 63*sec {
 				t.Errorf("high ran %v to %s, want 13s to 63s", starts(hi), hi.Finish)
 			}
 			if lo.Preemptions() != 1 || lostWork(lo) != 0 || len(starts(lo)) != 2 {
 				t.Fatalf("low: %+v, want 1 preemption, 2 starts, no lost work", lo)
 			}
-			ran := (10*sec - starts(lo)[0]) + (lo.Finish - starts(lo)[1])
+			ran := (12*sec - starts(lo)[0]) + (lo.Finish - starts(lo)[1])
 			if ran != 100*sec || starts(lo)[1] != 64*sec {
 				t.Errorf("low starts %v, finish %s: ran %s, want 100s from a resume at 64s", starts(lo), lo.Finish, ran)
 			}
@@ -245,34 +247,40 @@ func TestPreemption(t *testing.T) {
 	}
 }
 
-// Stock Nomad's preemption: the victim starts again from scratch, and
-// its record says so (the 9s it had done are lost); nothing raises its
-// priority. With checkpoints the record shows the commit-to-exit work
-// apart: the 2s of the stop.
+// Stock Nomad's preemption: the victim, preempted at 10s, runs on to its
+// stop at 12s and starts again from scratch, and its record says so (the
+// 11s it had done are lost); nothing raises its priority. With
+// checkpoints its checkpoint commits CommitExit before the exit (at most
+// the 2s of the stop): it keeps the work up to the commit, and the record
+// shows the work after it apart (Reached − Saved, StopGap).
 func TestPreemptionRecords(t *testing.T) {
 	for _, tt := range []struct {
 		name                  string
 		checkpoints           bool
+		commitExit, stopGap   time.Duration
 		reached, saved, lost  time.Duration
 		restored, lowFinishes time.Duration
 	}{
-		{"stock", false, 11 * sec, 0, 11 * sec, 0, 164 * sec},
-		{"checkpoints", true, 11 * sec, 9 * sec, 0, 9 * sec, 155 * sec},
+		{"stock", false, sec, 0, 11 * sec, 0, 11 * sec, 0, 164 * sec},
+		{"checkpoints, commit at the exit", true, 0, 0, 11 * sec, 11 * sec, 0, 11 * sec, 153 * sec},
+		{"checkpoints, commit 1s before", true, sec, sec, 11 * sec, 10 * sec, 0, 10 * sec, 154 * sec},
+		{"checkpoints, commit at the preemption", true, 2 * sec, 2 * sec, 11 * sec, 9 * sec, 0, 9 * sec, 155 * sec},
+		{"checkpoints, commit-to-exit over the stop", true, 5 * sec, 2 * sec, 11 * sec, 9 * sec, 0, 9 * sec, 155 * sec},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			jobs := []tracereplay.Job{prio(wjob("low", 0, 100*sec, 8), 20), prio(wjob("high", 10*sec, 50*sec, 8), 80)}
 			r := mustRun(t, jobs, Options{
 				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: tt.checkpoints}},
 				Policy:    tracereplay.Policy{PreemptionCooldown: 30 * sec},
-				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 1000 * sec,
+				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec, CommitExit: tt.commitExit}, Horizon: 1000 * sec,
 			})
 			lo := r.Jobs[0]
 			if len(lo.Runs) != 2 {
 				t.Fatalf("low runs %+v, want 2", lo.Runs)
 			}
 			first, second := lo.Runs[0], lo.Runs[1]
-			if !first.Preempted || first.End != 12*sec || first.Reached != tt.reached || first.Saved != tt.saved || first.Checkpointed != tt.checkpoints {
-				t.Errorf("first run %+v, want preempted, ended at 12s, reached %s, saved %s", first, tt.reached, tt.saved)
+			if !first.Preempted || first.End != 12*sec || first.Reached != tt.reached || first.Saved != tt.saved || first.Checkpointed != tt.checkpoints || first.StopGap != tt.stopGap {
+				t.Errorf("first run %+v, want preempted, ended at 12s, reached %s, saved %s, stop gap %s", first, tt.reached, tt.saved, tt.stopGap)
 			}
 			if second.Restored != tt.restored || lostWork(lo) != tt.lost || lo.Finish != tt.lowFinishes {
 				t.Errorf("second run restored %s, lost %s, finish %s; want %s, %s, %s", second.Restored, lostWork(lo), lo.Finish, tt.restored, tt.lost, tt.lowFinishes)

@@ -230,6 +230,7 @@ type sim struct {
 
 	// Trace-time figures.
 	start, preemptDelay, boot, remove     time.Duration
+	commitExit                            time.Duration
 	evalEvery, cooldown, scaleInAfter     time.Duration
 	protectFor, protectAfter, minRuntime  time.Duration
 	horizon, sampleEvery                  time.Duration
@@ -279,6 +280,8 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * c)) }
 	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
 	s.boot, s.remove = scale(o.Latencies.Boot), scale(o.Latencies.Remove)
+	// The commit is part of the stop: at most all of it.
+	s.commitExit = scale(min(o.Latencies.CommitExit, o.Latencies.Preempt))
 	s.evalEvery, s.cooldown, s.scaleInAfter = scale(o.Policy.EvalInterval), scale(o.Policy.Cooldown), scale(o.Policy.ScaleInAfter)
 	if s.f.Checkpoints {
 		// Protection is nomad-gpu's controller: stock preemption has none.
@@ -1059,9 +1062,11 @@ func (s *sim) exempt(v *job) bool {
 }
 
 // evict stops a preempted job: its devices are free for the preemptor at
-// once; its task commits its checkpoint (with Checkpoints) and stops
-// Latencies.Preempt later, and it keeps what the checkpoint saved, or
-// starts again from scratch (stock preemption).
+// once; its task runs on and stops Latencies.Preempt later. With
+// Checkpoints its checkpoint commits Latencies.CommitExit before that
+// exit (the task checkpoints on its stop signal, then exits), and the job
+// keeps what it saved; the work after the commit is thrown away. Without
+// (stock Nomad) it starts again from scratch.
 func (s *sim) evict(id int32) {
 	j := &s.jobs[id]
 	running := j.state == jobRunning
@@ -1079,7 +1084,9 @@ func (s *sim) evict(id int32) {
 	run.End, run.Preempted = s.now+s.preemptDelay, true
 	run.Reached = min(j.dur, done+s.preemptDelay)
 	if s.f.Checkpoints {
-		run.Checkpointed, run.Saved, run.StopGap = true, done, s.o.Latencies.Preempt
+		saved := max(done, run.Reached-s.commitExit)
+		run.Checkpointed, run.Saved, run.StopGap = true, saved, min(s.o.Latencies.CommitExit, s.o.Latencies.Preempt)
+		j.remaining = j.dur - saved
 		return
 	}
 	j.remaining = j.dur
