@@ -55,6 +55,30 @@ func PlaceableBoot(r Result) (d time.Duration, ok bool) {
 	return time.Duration(float64(boots[len(boots)/2]) / r.Compression), true
 }
 
+// CommitToExit is the median, wall clock, of the work a checkpointed
+// preemption's victim did after its checkpoint's commit (Reached − Saved,
+// from its task's log; 0 where the log says it stopped first): the time
+// from its commit to its exit. ok is false when the run has no such
+// preemption.
+func CommitToExit(r Result) (d time.Duration, ok bool) {
+	if r.Compression <= 0 {
+		return 0, false
+	}
+	var gaps []time.Duration
+	for _, j := range r.Jobs {
+		for _, run := range j.Runs {
+			if run.Preempted && run.Checkpointed && run.ProgressKnown {
+				gaps = append(gaps, max(0, run.Reached-run.Saved))
+			}
+		}
+	}
+	if len(gaps) == 0 {
+		return 0, false
+	}
+	slices.Sort(gaps)
+	return time.Duration(float64(gaps[len(gaps)/2]) / r.Compression), true
+}
+
 // RealRunFile is its file name in a report's directory.
 const RealRunFile = "real-run.json.gz"
 

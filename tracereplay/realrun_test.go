@@ -59,3 +59,34 @@ func TestPlaceableBoot(t *testing.T) {
 		t.Error("a run that started no node has a boot")
 	}
 }
+
+// CommitToExit is the median Reached − Saved of the checkpointed
+// preemptions whose progress the run read, negative gaps as 0, in wall
+// time: gaps of 0 (−1s), 10s and 30s of trace time, and runs it leaves
+// out, give 10s, 0.5s at compression 20.
+func TestCommitToExit(t *testing.T) {
+	run := func(preempted, checkpointed, known bool, saved, reached int) Run {
+		return Run{Preempted: preempted, Checkpointed: checkpointed, ProgressKnown: known,
+			Saved: time.Duration(saved) * time.Second, Reached: time.Duration(reached) * time.Second}
+	}
+	tests := []struct {
+		name string
+		runs []Run
+		want time.Duration
+		ok   bool
+	}{
+		{"median", []Run{run(true, true, true, 50, 49), run(true, true, true, 50, 60), run(true, true, true, 0, 30)}, 500 * time.Millisecond, true},
+		{"only checkpointed preemptions read", []Run{
+			run(true, true, true, 0, 10), run(false, true, true, 0, 90), run(true, false, true, 0, 90), run(true, true, false, 0, 90),
+		}, 500 * time.Millisecond, true},
+		{"none", []Run{run(false, false, true, 0, 10)}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Result{Compression: 20, Jobs: []JobRecord{{Runs: tt.runs}}}
+			if d, ok := CommitToExit(r); d != tt.want || ok != tt.ok {
+				t.Errorf("CommitToExit = %s, %v; want %s, %v", d, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}

@@ -605,6 +605,11 @@ type Latencies struct {
 	// Preempt is from a preemptor's submission to the preempted task
 	// stopped with its checkpoint committed.
 	Preempt time.Duration
+	// CommitExit is the last part of Preempt with checkpoints: from the
+	// preempted task's checkpoint commit to its exit, the work it does
+	// and throws away (a run's Reached − Saved). 0: not measured, taken
+	// as none.
+	CommitExit time.Duration
 }
 
 // DefaultLatencies are the figures a real replay on this kind of machine

@@ -31,20 +31,29 @@
 //     MPS shares, one GPU) whose effective priority is at least 10 below
 //     its own, and only if that makes it fit. As Nomad preempts while it
 //     places, the nodes are the first two, in a random order, where
-//     preempting makes room. The victims hold its device
-//     kind. They are picked lowest priority first, then the larger
-//     allocation, then the newest job; victims not needed after all are
-//     then dropped, highest priority first. Of the two, the node chosen frees
-//     the fewest GPU-equivalents, then has the lowest highest victim
-//     priority, then was drawn first. A victim's devices are free at once; its run
+//     preempting makes room. The victims hold its device kind; they are
+//     Nomad's (PreemptForDevice, selectBestAllocs): the candidates lowest
+//     priority first and, within one priority, in a random order (Nomad's
+//     proposed allocations come out of a map), taken until they and the
+//     free instances make the ask; of those, the largest first, kept
+//     until they alone make it (free instances not counted). Each MPS
+//     GPU is a device group of its own: of the GPUs (in a random order)
+//     where preempting makes room, the one whose victims have the lowest
+//     sum of distinct priorities wins, ties to the first. Of the two
+//     nodes, the one left with more allocations wins (binpack, every
+//     task asking the same CPU and memory), then the one whose victims
+//     have the lower net priority (the preemption score: max + sum / max
+//     of their priorities), then the one drawn first. A victim's devices are free at once; its run
 //     ends Latencies.Preempt later (its checkpoint's commit and its stop),
 //     and the preemptor runs Latencies.Start + Latencies.Preempt after
 //     placement. The victim waits again at once, at its own priority,
 //     behind the jobs of that priority that were already waiting. With
-//     Checkpoints it keeps the progress its checkpoint saved at the
-//     preemption (the work of the stop is the run's commit-to-exit gap).
-//     Without Checkpoints (stock Nomad) it starts again from scratch, and
-//     nothing protects it.
+//     Checkpoints its task checkpoints on its stop signal and exits:
+//     its checkpoint commits Latencies.CommitExit (at most
+//     Latencies.Preempt) before its run ends, and it keeps the progress
+//     the commit saved; the work after the commit is the run's
+//     commit-to-exit gap. Without Checkpoints (stock Nomad) it starts
+//     again from scratch, and nothing protects it.
 //   - Protection (Checkpoints, the controller's). A preempted job is never
 //     raised while it waits, so it preempts only what its own priority
 //     may. Policy.ProtectReaction after its replacement's task is running,
@@ -107,7 +116,18 @@ import (
 
 // Version is the model's Result.Version: bump it when a rule above
 // changes, so reports can tell results of different rules apart.
-const Version = "model-4"
+//
+// model-5: preemption picks Nomad's victims (PreemptForDevice,
+// selectBestAllocs: within one priority a random order, not the newest
+// job first; the largest kept first, free instances not counted; MPS GPUs
+// by the lowest sum of distinct priorities) and Nomad's node (binpack
+// after the preemption, then the preemption score), not the node freeing
+// the fewest GPU-equivalents. A checkpointed victim's checkpoint commits
+// Latencies.CommitExit before its exit (the real run's commit to exit),
+// not at the preemption: it keeps the work up to the commit, and only the
+// work after it is its commit-to-exit gap (model-4 counted the whole
+// Latencies.Preempt).
+const Version = "model-5"
 
 // Options say what the model replays on and how.
 type Options struct {
@@ -163,6 +183,7 @@ func validate(tr tracereplay.Trace, o *Options) error {
 	}{
 		{"latencies.start", o.Latencies.Start}, {"latencies.boot", o.Latencies.Boot},
 		{"latencies.remove", o.Latencies.Remove}, {"latencies.preempt", o.Latencies.Preempt},
+		{"latencies.commit_exit", o.Latencies.CommitExit},
 		{"policy.eval_interval", o.Policy.EvalInterval}, {"policy.cooldown", o.Policy.Cooldown},
 		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
 		{"policy.protect_reaction", o.Policy.ProtectReaction}, {"policy.preempt_min_runtime", o.Policy.PreemptMinRuntime},

@@ -229,15 +229,17 @@ func TestPreemption(t *testing.T) {
 				}
 				return
 			}
-			// high preempts at 10s, runs from 13s to 63s; low waits
-			// again, is placed at 63s and runs its last 91s from 64s.
+			// high preempts at 10s, runs from 13s to 63s; low runs on to
+			// its stop at 12s, its checkpoint committed as it exits (no
+			// commit-to-exit latency), waits again, is placed at 63s and
+			// runs its last 89s from 64s.
 			if starts(hi)[0] != 13*sec || hi.Finish != 63*sec {
 				t.Errorf("high ran %v to %s, want 13s to 63s", starts(hi), hi.Finish)
 			}
 			if lo.Preemptions() != 1 || lostWork(lo) != 0 || len(starts(lo)) != 2 {
 				t.Fatalf("low: %+v, want 1 preemption, 2 starts, no lost work", lo)
 			}
-			ran := (10*sec - starts(lo)[0]) + (lo.Finish - starts(lo)[1])
+			ran := (12*sec - starts(lo)[0]) + (lo.Finish - starts(lo)[1])
 			if ran != 100*sec || starts(lo)[1] != 64*sec {
 				t.Errorf("low starts %v, finish %s: ran %s, want 100s from a resume at 64s", starts(lo), lo.Finish, ran)
 			}
@@ -245,34 +247,40 @@ func TestPreemption(t *testing.T) {
 	}
 }
 
-// Stock Nomad's preemption: the victim starts again from scratch, and
-// its record says so (the 9s it had done are lost); nothing raises its
-// priority. With checkpoints the record shows the commit-to-exit work
-// apart: the 2s of the stop.
+// Stock Nomad's preemption: the victim, preempted at 10s, runs on to its
+// stop at 12s and starts again from scratch, and its record says so (the
+// 11s it had done are lost); nothing raises its priority. With
+// checkpoints its checkpoint commits CommitExit before the exit (at most
+// the 2s of the stop): it keeps the work up to the commit, and the record
+// shows the work after it apart (Reached − Saved, StopGap).
 func TestPreemptionRecords(t *testing.T) {
 	for _, tt := range []struct {
 		name                  string
 		checkpoints           bool
+		commitExit, stopGap   time.Duration
 		reached, saved, lost  time.Duration
 		restored, lowFinishes time.Duration
 	}{
-		{"stock", false, 11 * sec, 0, 11 * sec, 0, 164 * sec},
-		{"checkpoints", true, 11 * sec, 9 * sec, 0, 9 * sec, 155 * sec},
+		{"stock", false, sec, 0, 11 * sec, 0, 11 * sec, 0, 164 * sec},
+		{"checkpoints, commit at the exit", true, 0, 0, 11 * sec, 11 * sec, 0, 11 * sec, 153 * sec},
+		{"checkpoints, commit 1s before", true, sec, sec, 11 * sec, 10 * sec, 0, 10 * sec, 154 * sec},
+		{"checkpoints, commit at the preemption", true, 2 * sec, 2 * sec, 11 * sec, 9 * sec, 0, 9 * sec, 155 * sec},
+		{"checkpoints, commit-to-exit over the stop", true, 5 * sec, 2 * sec, 11 * sec, 9 * sec, 0, 9 * sec, 155 * sec},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			jobs := []tracereplay.Job{prio(wjob("low", 0, 100*sec, 8), 20), prio(wjob("high", 10*sec, 50*sec, 8), 80)}
 			r := mustRun(t, jobs, Options{
 				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true, Checkpoints: tt.checkpoints}},
 				Policy:    tracereplay.Policy{PreemptionCooldown: 30 * sec},
-				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 1000 * sec,
+				Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec, CommitExit: tt.commitExit}, Horizon: 1000 * sec,
 			})
 			lo := r.Jobs[0]
 			if len(lo.Runs) != 2 {
 				t.Fatalf("low runs %+v, want 2", lo.Runs)
 			}
 			first, second := lo.Runs[0], lo.Runs[1]
-			if !first.Preempted || first.End != 12*sec || first.Reached != tt.reached || first.Saved != tt.saved || first.Checkpointed != tt.checkpoints {
-				t.Errorf("first run %+v, want preempted, ended at 12s, reached %s, saved %s", first, tt.reached, tt.saved)
+			if !first.Preempted || first.End != 12*sec || first.Reached != tt.reached || first.Saved != tt.saved || first.Checkpointed != tt.checkpoints || first.StopGap != tt.stopGap {
+				t.Errorf("first run %+v, want preempted, ended at 12s, reached %s, saved %s, stop gap %s", first, tt.reached, tt.saved, tt.stopGap)
 			}
 			if second.Restored != tt.restored || lostWork(lo) != tt.lost || lo.Finish != tt.lowFinishes {
 				t.Errorf("second run restored %s, lost %s, finish %s; want %s, %s, %s", second.Restored, lostWork(lo), lo.Finish, tt.restored, tt.lost, tt.lowFinishes)
@@ -335,7 +343,8 @@ func placements(r tracereplay.Result) int {
 }
 
 // TestPreemptionNoStorm: a and b (priority 30, 2 GPUs each) fill the
-// node; high (90, 2 GPUs) preempts b, the newest, at 10s and runs from
+// node; high (90, 2 GPUs) preempts one of them, drawn at random (seed 0
+// draws b; TestPreemptionVictimWithinAPriority), at 10s and runs from
 // 13s to 63s. b waits at 30 (the rule of the driver's cooldown raised it
 // to 90 at its stop, 12s, and it preempted a: a storm); it resumes at 64s.
 func TestPreemptionNoStorm(t *testing.T) {
@@ -362,7 +371,7 @@ func TestPreemptionNoStorm(t *testing.T) {
 //
 //   - 90 at 100s: 90 is not 10 above b's raise; it preempts a (100s),
 //     runs 103s–153s; peer (older evaluation) runs 154s–184s, a at 185s.
-//   - 90 at 200s: b's raise is over; it preempts b (the newest) and runs
+//   - 90 at 200s: b's raise is over; it preempts b (seed 0's draw) and runs
 //     at 203s; peer runs 254s–284s, b at 285s.
 //   - 99, 4 GPUs, at 100s: b's raise (9 below) keeps it out until 165s;
 //     it preempts a and b, runs 168s–218s; peer and a run at 219s, b,
@@ -412,7 +421,8 @@ func TestPreemptionProtection(t *testing.T) {
 }
 
 // TestPreemptMinRuntime: a runs from 1s, b from 51s; high (90) asks for
-// 2 GPUs at 60s. Without a minimum it preempts b (the newest). With 30s,
+// 2 GPUs at 60s. Without a minimum it preempts one of the two, drawn at
+// random (seed 0 draws b). With 30s,
 // b (9s run) is exempt and a (59s) is not. With 100s both are: high waits
 // until a has run 100s (101s). Stock preemption has no minimum.
 func TestPreemptMinRuntime(t *testing.T) {
@@ -449,9 +459,11 @@ func TestPreemptMinRuntime(t *testing.T) {
 
 func TestPreemptionPicksTheCheapestNode(t *testing.T) {
 	// Node 0 holds one 4-GPU low job and a 4-GPU mid one, node 1 two
-	// 2-GPU low jobs and a 4-GPU mid one. A 4-GPU high job preempts
-	// 4 GPU-equivalents either way, and the single 4-GPU job on node 0
-	// (lower index); never the mid jobs (gap 5).
+	// 2-GPU low jobs and a 4-GPU mid one. A 4-GPU high job leaves two
+	// allocations on either node (binpack ties); the preemption score
+	// prefers node 0's victims (net priority 20 + 20/20 = 21, node 1's
+	// 20 + 40/20 = 22), so it preempts the single 4-GPU job; never the mid
+	// jobs (gap 5).
 	jobs := []tracereplay.Job{
 		prio(wjob("lo4", 0, 500*sec, 4), 20),
 		prio(wjob("mid-a", 0, 500*sec, 4), 75),
@@ -472,6 +484,137 @@ func TestPreemptionPicksTheCheapestNode(t *testing.T) {
 	}
 	if firstStart(r.Jobs[5]) != 10*sec {
 		t.Errorf("high started at %s, want 10s", firstStart(r.Jobs[5]))
+	}
+}
+
+// TestPreemptionVictimsAsNomad: one 8-GPU node, a high job (80) that does
+// not fit. The victims are Nomad's (PreemptForDevice, selectBestAllocs):
+// candidates at least 10 below, lowest priority first, until they and the
+// free GPUs make the ask; then the largest first until they alone make
+// it, free GPUs not counted.
+func TestPreemptionVictimsAsNomad(t *testing.T) {
+	tests := []struct {
+		name string
+		jobs []tracereplay.Job // the node's, placed from 0s, in order
+		gpus int               // high's ask
+		want []int             // preemptions per job of jobs
+	}{
+		{
+			// 1 GPU free, 3 asked: lo1 (1) and the free one make 2, lo2
+			// makes 4. Keeping the largest until they alone hold 3 keeps
+			// both: the free GPU is not counted.
+			"free GPUs not counted", []tracereplay.Job{
+				prio(wjob("lo1", 0, 500*sec, 1), 20), prio(wjob("lo2", sec, 500*sec, 2), 30), prio(wjob("mid", 2*sec, 500*sec, 4), 75),
+			}, 3, []int{1, 1, 0},
+		},
+		{
+			// None free, 2 asked: lo1 then lo4 (priority order) make 5;
+			// the largest, lo4, holds 2 alone: lo1 (the lower priority)
+			// keeps running.
+			"the largest first", []tracereplay.Job{
+				prio(wjob("lo1", 0, 500*sec, 1), 20), prio(wjob("lo4", sec, 500*sec, 4), 30), prio(wjob("mid", 2*sec, 500*sec, 3), 75),
+			}, 2, []int{0, 1, 0},
+		},
+		{
+			"the lowest priority first", []tracereplay.Job{
+				prio(wjob("lo30", 0, 500*sec, 2), 30), prio(wjob("lo20", sec, 500*sec, 2), 20), prio(wjob("mid", 2*sec, 500*sec, 4), 75),
+			}, 2, []int{0, 1, 0},
+		},
+		{
+			"none 10 below", []tracereplay.Job{
+				prio(wjob("a", 0, 500*sec, 4), 71), prio(wjob("b", sec, 500*sec, 4), 75),
+			}, 2, []int{0, 0},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			jobs := append(append([]tracereplay.Job(nil), tt.jobs...), prio(wjob("high", 10*sec, 10*sec, tt.gpus), 80))
+			r := mustRun(t, jobs, Options{
+				Cluster: fixed(1, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true}},
+				Horizon: 100 * sec,
+			})
+			for i, want := range tt.want {
+				if got := r.Jobs[i].Preemptions(); got != want {
+					t.Errorf("%s preempted %d times, want %d", r.Jobs[i].ID, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPreemptionVictimWithinAPriority: Nomad takes one priority's
+// candidates in the order its proposed allocations come out of a map, a
+// random one. a and b (30, 2 GPUs each) fill a 4-GPU node; high (90, 2
+// GPUs) preempts exactly one of them, and over 20 seeds each at least
+// once. c (20) beside them is always the one preempted.
+func TestPreemptionVictimWithinAPriority(t *testing.T) {
+	tests := []struct {
+		name   string
+		cPrio  int
+		either bool // a or b by the draw; else c
+	}{
+		{"one priority", 30, true},
+		{"a lower one first", 20, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			count := make([]int, 3)
+			for seed := range int64(20) {
+				jobs := []tracereplay.Job{
+					prio(wjob("a", 0, 1000*sec, 2), 30), prio(wjob("b", 0, 1000*sec, 2), 30),
+					prio(wjob("c", 0, 1000*sec, 2), tt.cPrio), prio(wjob("high", 10*sec, 50*sec, 2), 90),
+				}
+				o := Options{
+					Cluster: fixed(1, 6), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true}},
+					Horizon: 100 * sec, Seed: seed,
+				}
+				r := mustRun(t, jobs, o)
+				n := 0
+				for i := range 3 {
+					count[i] += r.Jobs[i].Preemptions()
+					n += r.Jobs[i].Preemptions()
+				}
+				if n != 1 {
+					t.Fatalf("seed %d: %d preemptions, want 1", seed, n)
+				}
+			}
+			if tt.either && (count[0] == 0 || count[1] == 0) || !tt.either && count[2] != 20 {
+				t.Errorf("victims a, b, c over 20 seeds: %v", count)
+			}
+		})
+	}
+}
+
+// TestPreemptionNodeByBinpack: Nomad scores a preempting placement by
+// binpack after the preemption, and every replayed task asks for the same
+// CPU and memory: the node left with more allocations wins, whatever the
+// GPUs it frees. mid6 (6 GPUs) and lo2 (2) fill one node (binpack puts
+// lo2 beside mid6), lo4 (4) and four 1-GPU mid jobs the other. high (80,
+// 2 GPUs) would free 2 GPUs on the first node (1 allocation left) and 4
+// on the second (4 left): it preempts lo4.
+func TestPreemptionNodeByBinpack(t *testing.T) {
+	for seed := range int64(10) {
+		jobs := []tracereplay.Job{
+			prio(wjob("mid6", 0, 500*sec, 6), 75), prio(wjob("lo2", sec, 500*sec, 2), 20),
+			prio(wjob("lo4", 2*sec, 500*sec, 4), 20),
+		}
+		for i := range 4 {
+			jobs = append(jobs, prio(wjob(fmt.Sprintf("mid1-%d", i), 3*sec, 500*sec, 1), 75))
+		}
+		jobs = append(jobs, prio(wjob("high", 10*sec, 10*sec, 2), 80))
+		r := mustRun(t, jobs, Options{
+			Cluster: fixed(2, 8), Config: tracereplay.Config{Features: tracereplay.Features{Preemption: true}},
+			Horizon: 100 * sec, Seed: seed,
+		})
+		for _, rec := range r.Jobs {
+			want := 0
+			if rec.ID == "lo4" {
+				want = 1
+			}
+			if rec.Preemptions() != want {
+				t.Errorf("seed %d: %s preempted %d times, want %d", seed, rec.ID, rec.Preemptions(), want)
+			}
+		}
 	}
 }
 

@@ -230,6 +230,7 @@ type sim struct {
 
 	// Trace-time figures.
 	start, preemptDelay, boot, remove     time.Duration
+	commitExit                            time.Duration
 	evalEvery, cooldown, scaleInAfter     time.Duration
 	protectFor, protectAfter, minRuntime  time.Duration
 	horizon, sampleEvery                  time.Duration
@@ -266,6 +267,9 @@ type sim struct {
 	notes    []string
 	// Scratch space for preemption.
 	cand, chosen, best []int32
+	// nodeBest are one node's victims; binOrder its device groups' order.
+	nodeBest []int32
+	binOrder []int
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -276,6 +280,8 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * c)) }
 	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
 	s.boot, s.remove = scale(o.Latencies.Boot), scale(o.Latencies.Remove)
+	// The commit is part of the stop: at most all of it.
+	s.commitExit = scale(min(o.Latencies.CommitExit, o.Latencies.Preempt))
 	s.evalEvery, s.cooldown, s.scaleInAfter = scale(o.Policy.EvalInterval), scale(o.Policy.Cooldown), scale(o.Policy.ScaleInAfter)
 	if s.f.Checkpoints {
 		// Protection is nomad-gpu's controller: stock preemption has none.
@@ -867,9 +873,17 @@ func (s *sim) tryPlace(id int32) bool {
 	return true
 }
 
-// tryPreempt looks for the node (for MPS shares, the GPU) where
-// preempting the fewest GPU-equivalents of lower-priority allocations lets
-// the job fit, and does it.
+// tryPreempt places the job by preempting lower-priority allocations, as
+// Nomad's scheduler does when no node fits it: of the ready nodes in a
+// random order, the first two where preempting makes room are the options
+// (the batch stack's limit of two), and the one scoring highest wins, ties
+// to the first drawn. Every replayed task asks for the same CPU and
+// memory, so binpack (BinPackIterator, scored after the preemption) is
+// the allocations left on the node; the preemption score
+// (PreemptionScoringIterator: a logistic function of netPriority, max +
+// sum / max of the victims' priorities) moves a node's score far less
+// than one allocation does, so it only breaks binpack's ties, the lower
+// net priority winning.
 func (s *sim) tryPreempt(id int32) bool {
 	j := &s.jobs[id]
 	g, k, lim := j.g, j.k, j.prio-preemptGap
@@ -886,9 +900,7 @@ func (s *sim) tryPreempt(id int32) bool {
 	if !some {
 		return false
 	}
-	// Nomad preempts while it places: of the ready nodes in a random
-	// order, the first two where preempting makes room are the options.
-	bestNode, bestUnits, bestPrio := int32(-1), 0, 0
+	bestNode, bestLeft, bestNet := int32(-1), 0, 0.0
 	s.scan = append(s.scan[:0], s.ready...)
 	options := 0
 	for i := 0; i < len(s.scan) && options < 2; i++ {
@@ -896,25 +908,14 @@ func (s *sim) tryPreempt(id int32) bool {
 		s.scan[i], s.scan[r] = s.scan[r], s.scan[i]
 		nid := s.scan[i]
 		n := &s.nodes[nid]
-		bins := 1
-		if g == s.mpsGroup {
-			bins = len(n.mpsUsed)
+		if !s.nodeVictims(n, g, k, lim) {
+			continue
 		}
-		fits := false
-		for bin := range bins {
-			have := n.free[g]
-			if g == s.mpsGroup {
-				have = s.mpsShares - n.mpsUsed[bin]
-			}
-			units, prio, ok := s.victims(n, g, bin, k, lim, have)
-			fits = fits || ok
-			if ok && (bestNode < 0 || units < bestUnits || units == bestUnits && prio < bestPrio) {
-				bestNode, bestUnits, bestPrio = nid, units, prio
-				s.best = append(s.best[:0], s.chosen...)
-			}
-		}
-		if fits {
-			options++
+		options++
+		left, net := len(n.allocs)-len(s.nodeBest), netPriority(s.jobs, s.nodeBest)
+		if bestNode < 0 || left > bestLeft || left == bestLeft && net < bestNet {
+			bestNode, bestLeft, bestNet = nid, left, net
+			s.best = append(s.best[:0], s.nodeBest...)
 		}
 	}
 	if bestNode < 0 {
@@ -943,55 +944,115 @@ func (s *sim) tryPreempt(id int32) bool {
 	return true
 }
 
+// nodeVictims is Nomad's PreemptForDevice on node n: it picks, into
+// s.nodeBest, the allocations of group g to preempt so that k instances
+// fit, and says whether preempting makes room at all. Each device group
+// of the node is an option (whole GPUs are one group; each MPS GPU is its
+// own, the device plugin's grouping), visited in a random order (Nomad
+// ranges over a map); of the groups where preempting makes room, the one
+// whose victims have the lowest sum of distinct priorities wins, ties to
+// the first visited (selectBestAllocs).
+func (s *sim) nodeVictims(n *node, g, k, lim int) bool {
+	bins := 1
+	if g == s.mpsGroup {
+		bins = len(n.mpsUsed)
+	}
+	s.binOrder = s.binOrder[:0]
+	for b := range bins {
+		s.binOrder = append(s.binOrder, b)
+	}
+	s.rng.Shuffle(len(s.binOrder), func(a, b int) { s.binOrder[a], s.binOrder[b] = s.binOrder[b], s.binOrder[a] })
+	found, bestSum := false, 0
+	for _, bin := range s.binOrder {
+		have := n.free[g]
+		if g == s.mpsGroup {
+			have = s.mpsShares - n.mpsUsed[bin]
+		}
+		if !s.victims(n, g, bin, k, lim, have) {
+			continue
+		}
+		if sum := distinctPrioritySum(s.jobs, s.chosen); !found || sum < bestSum {
+			found, bestSum = true, sum
+			s.nodeBest = append(s.nodeBest[:0], s.chosen...)
+		}
+	}
+	return found
+}
+
 // victims picks, into s.chosen, the allocations of group g on node n (for
-// MPS, on its GPU bin) to preempt so that k instances fit where have are
-// free: lowest priority first, then the larger, then the newest job; then
-// those not needed after all are dropped, the highest priority first. It
-// returns their GPU-equivalent units and highest priority; ok is false
-// when preempting cannot make room.
-func (s *sim) victims(n *node, g, bin, k, lim, have int) (units, prio int, ok bool) {
-	avail := have
+// MPS, on its GPU bin) that Nomad's PreemptForDevice and selectBestAllocs
+// preempt so that k instances fit where have are free; false when
+// preempting cannot make room. The candidates are the allocations at
+// least 10 below the job's priority (filterAndGroupPreemptibleAllocs),
+// lowest priority first and, within one priority, in a random order
+// (the node's proposed allocations come out of a map). They are taken
+// until they and the free instances make k. selectBestAllocs then sorts
+// those by the instances they hold, largest first (a stable sort for the
+// few allocations of one device), and keeps them until they alone hold k:
+// the free instances are not counted, and a larger allocation of a higher
+// priority may replace smaller ones of a lower.
+func (s *sim) victims(n *node, g, bin, k, lim, have int) bool {
 	s.cand = s.cand[:0]
 	for _, a := range n.allocs {
 		v := &s.jobs[a]
 		if v.g != g || v.prio > lim || g == s.mpsGroup && int(v.mps[0]) != bin || s.exempt(v) {
 			continue
 		}
-		avail += v.k
 		s.cand = append(s.cand, a)
 	}
-	if avail < k || len(s.cand) == 0 {
-		return 0, 0, false
-	}
-	slices.SortFunc(s.cand, func(a, b int32) int {
-		x, y := &s.jobs[a], &s.jobs[b]
-		if x.prio != y.prio {
-			return x.prio - y.prio
-		}
-		if x.k != y.k {
-			return y.k - x.k
-		}
-		return int(b - a)
-	})
-	s.chosen = s.chosen[:0]
-	for _, a := range s.cand {
-		if have >= k {
+	s.rng.Shuffle(len(s.cand), func(a, b int) { s.cand[a], s.cand[b] = s.cand[b], s.cand[a] })
+	slices.SortStableFunc(s.cand, func(a, b int32) int { return s.jobs[a].prio - s.jobs[b].prio })
+	end, got := -1, 0
+	for i, a := range s.cand {
+		got += s.jobs[a].k
+		if got+have >= k {
+			end = i + 1
 			break
 		}
-		s.chosen = append(s.chosen, a)
-		have += s.jobs[a].k
 	}
-	for i := len(s.chosen) - 1; i >= 0; i-- {
-		if c := s.jobs[s.chosen[i]].k; have-c >= k {
-			have -= c
-			s.chosen = slices.Delete(s.chosen, i, i+1)
+	if end < 0 {
+		return false
+	}
+	s.chosen = append(s.chosen[:0], s.cand[:end]...)
+	slices.SortStableFunc(s.chosen, func(a, b int32) int { return s.jobs[b].k - s.jobs[a].k })
+	got = 0
+	for i, a := range s.chosen {
+		if got >= k {
+			s.chosen = s.chosen[:i]
+			break
+		}
+		got += s.jobs[a].k
+	}
+	return true
+}
+
+// distinctPrioritySum is selectBestAllocs's net priority of an option:
+// the sum of the distinct priorities of its victims.
+func distinctPrioritySum(jobs []job, ids []int32) int {
+	var seen [maxPriority + 1]bool
+	sum := 0
+	for _, a := range ids {
+		if p := jobs[a].prio; !seen[p] {
+			seen[p] = true
+			sum += p
 		}
 	}
-	for _, a := range s.chosen {
-		units += s.jobs[a].units
-		prio = max(prio, s.jobs[a].prio)
+	return sum
+}
+
+// netPriority is the preemption scorer's netPriority of a node's victims:
+// their highest priority plus the sum of their priorities over it.
+func netPriority(jobs []job, ids []int32) float64 {
+	sum, hi := 0, 0
+	for _, a := range ids {
+		p := jobs[a].prio
+		sum += p
+		hi = max(hi, p)
 	}
-	return units, prio, true
+	if hi == 0 {
+		return 0
+	}
+	return float64(hi) + float64(sum)/float64(hi)
 }
 
 // exempt says whether placed job v has not yet run the minimum runtime,
@@ -1001,9 +1062,11 @@ func (s *sim) exempt(v *job) bool {
 }
 
 // evict stops a preempted job: its devices are free for the preemptor at
-// once; its task commits its checkpoint (with Checkpoints) and stops
-// Latencies.Preempt later, and it keeps what the checkpoint saved, or
-// starts again from scratch (stock preemption).
+// once; its task runs on and stops Latencies.Preempt later. With
+// Checkpoints its checkpoint commits Latencies.CommitExit before that
+// exit (the task checkpoints on its stop signal, then exits), and the job
+// keeps what it saved; the work after the commit is thrown away. Without
+// (stock Nomad) it starts again from scratch.
 func (s *sim) evict(id int32) {
 	j := &s.jobs[id]
 	running := j.state == jobRunning
@@ -1021,7 +1084,9 @@ func (s *sim) evict(id int32) {
 	run.End, run.Preempted = s.now+s.preemptDelay, true
 	run.Reached = min(j.dur, done+s.preemptDelay)
 	if s.f.Checkpoints {
-		run.Checkpointed, run.Saved, run.StopGap = true, done, s.o.Latencies.Preempt
+		saved := max(done, run.Reached-s.commitExit)
+		run.Checkpointed, run.Saved, run.StopGap = true, saved, min(s.o.Latencies.CommitExit, s.o.Latencies.Preempt)
+		j.remaining = j.dur - saved
 		return
 	}
 	j.remaining = j.dur

@@ -11,7 +11,9 @@ import (
 
 // FromReal runs the model on each configuration of a real run, with the
 // latencies that run measured in it (a node's boot as the scheduler saw
-// it, where the run started nodes: PlaceableBoot), and writes the report of both to
+// it, where the run started nodes: PlaceableBoot; a preempted task's
+// commit to exit, where it preempted with checkpoints: CommitToExit), and
+// writes the report of both to
 // dir. The real run's record is written beside the report first, so the
 // report can be made again from it alone (`nomad-gpu bench-trace -real`).
 func FromReal(dir, title string, setup tracereplay.Setup, rr tracereplay.RealRun) error {
@@ -21,6 +23,9 @@ func FromReal(dir, title string, setup tracereplay.Setup, rr tracereplay.RealRun
 		lat := rr.Latencies[i]
 		if d, ok := tracereplay.PlaceableBoot(r); ok {
 			lat.Boot = d
+		}
+		if d, ok := tracereplay.CommitToExit(r); ok {
+			lat.CommitExit = d
 		}
 		m, err := model.Run(setup.Trace, model.Options{
 			Cluster: setup.Cluster, Config: r.Config, Policy: setup.Policy, Latencies: lat,

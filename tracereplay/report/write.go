@@ -194,8 +194,8 @@ func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []trace
 	if len(lats) != len(model) {
 		return
 	}
-	b.WriteString("The model's latencies, from the real run of each configuration (wall clock, × compression in trace time): start is the scheduler's placement of a job its first evaluation placed plus placement to running (medians); preemption is a preemptor's placement to its victim stopped (median); boot is a node's start to its GPUs offered, where the run started nodes, else the pool's first nodes' start.\n\n")
-	b.WriteString("| configuration | start | preemption | boot |\n|---|---:|---:|---:|\n")
+	b.WriteString("The model's latencies, from the real run of each configuration (wall clock, × compression in trace time): start is the scheduler's placement of a job its first evaluation placed plus placement to running (medians); preemption is a preemptor's placement to its victim stopped (median), and of it, with checkpoints, commit to exit is the victim's checkpoint commit to its exit (median); boot is a node's start to its GPUs offered, where the run started nodes, else the pool's first nodes' start.\n\n")
+	b.WriteString("| configuration | start | preemption | commit to exit | boot |\n|---|---:|---:|---:|---:|\n")
 	wall := func(d time.Duration) string {
 		if d < time.Second {
 			return fmt.Sprintf("%d ms", d.Milliseconds())
@@ -204,11 +204,14 @@ func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []trace
 	}
 	for i, m := range model {
 		l := lats[i]
-		preempt := "–"
+		preempt, commit := "–", "–"
 		if m.Config.Preemption {
 			preempt = wall(l.Preempt)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cellText(m.Config.Name), wall(l.Start), preempt, wall(l.Boot))
+		if m.Config.Preemption && m.Config.Checkpoints {
+			commit = wall(min(l.CommitExit, l.Preempt))
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", cellText(m.Config.Name), wall(l.Start), preempt, commit, wall(l.Boot))
 	}
 	b.WriteString("\n")
 }
