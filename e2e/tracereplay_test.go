@@ -516,7 +516,10 @@ type recordCollector struct {
 	// Preemptions whose progress the task logs no longer tell: the node
 	// that ran the allocation was removed (scaled in) before they were read.
 	preempted, unread int
-	failed            bool
+	// untold are the task logs read around preemptions that tell no
+	// restore: those runs' progress is unknown.
+	untold int
+	failed bool
 }
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
@@ -569,8 +572,7 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 	}
 }
 
-// progress reads the run's checkpoint record from its task's log:
-// restored=, committed= and stopped= in ms of work done.
+// progress reads the run's checkpoint record from its task's log.
 func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 	logs, err := rc.c.TryAllocLogs(allocID, "t", "stdout")
 	if err != nil {
@@ -579,31 +581,52 @@ func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 		}
 		return
 	}
+	if !readProgress(logs, run, rc.trace) {
+		rc.untold++
+	}
+}
+
+// readProgress fills the run's progress from its task's log: restored=,
+// committed= and stopped= in ms of work done (wall clock), turned into
+// trace time by trace. A log that tells no restore (the task was stopped
+// before its first line: a checkpoint signal's default action kills it)
+// leaves the run's progress unknown, and readProgress says so: that is
+// not a restore of nothing, and counting it as one would count its
+// predecessor's checkpoint lost.
+func readProgress(logs string, run *tracereplay.Run, trace func(time.Duration) time.Duration) (told bool) {
 	ms := func(key string) (time.Duration, bool) {
 		v, ok := logValue(logs, key)
 		return time.Duration(v) * time.Millisecond, ok
 	}
-	restored, _ := ms("restored")
+	restored, restoredOK := ms("restored")
+	if !restoredOK {
+		return false
+	}
 	stopped, stoppedOK := ms("stopped")
 	committed, committedOK := ms("committed")
 	run.ProgressKnown = true
-	run.Restored, run.Reached = rc.trace(restored), rc.trace(stopped)
+	run.Restored, run.Reached = trace(restored), trace(stopped)
 	if !stoppedOK {
 		run.Reached = run.Restored + (run.End - run.Start)
 	}
 	if committedOK {
-		run.Checkpointed, run.Saved = true, rc.trace(committed)
+		run.Checkpointed, run.Saved = true, trace(committed)
 		// Work ms are wall ms: the work done after the commit is the
 		// wall-clock gap from commit to exit.
 		run.StopGap = max(0, stopped-committed)
 	}
+	return true
 }
 
 func (rc *recordCollector) notes() []string {
-	if rc.unread == 0 {
-		return nil
+	var notes []string
+	if rc.unread > 0 {
+		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
 	}
-	return []string{fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted)}
+	if rc.untold > 0 {
+		notes = append(notes, fmt.Sprintf("%d runs around preemptions were stopped before their task logged its restore: the preemptions before and after each count no lost work, so lost work is a lower bound", rc.untold))
+	}
+	return notes
 }
 
 // held is what the allocation holds of each GPU: whole GPUs by count, MPS
