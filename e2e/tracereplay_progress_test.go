@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 )
@@ -69,4 +74,108 @@ func TestReplayProgressUntoldStop(t *testing.T) {
 	if run.Reached != 33500*time.Millisecond || run.StopGap != 40*time.Millisecond {
 		t.Errorf("run = %+v, want reached 33.5s, stop gap 40ms", run)
 	}
+}
+
+// The replay's task, asked for a checkpoint at any moment once it handles
+// the signal (the driver asks no sooner; a preemption may follow its
+// placement at once), commits and goes on working until it is stopped,
+// and logs restored=, committed= and stopped=: the signal neither kills
+// it, nor a child whose output it needs, nor ends its work.
+func TestReplayTaskCheckpointsWhenAskedEarly(t *testing.T) {
+	for _, after := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 300 * time.Millisecond} {
+		t.Run(after.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			restore, staging := filepath.Join(dir, "restore"), filepath.Join(dir, "staging")
+			for _, d := range []string{restore, staging} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(restore, "done"), []byte("2881\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			commit := filepath.Join(staging, "COMMIT")
+			cmd := exec.Command("/bin/sh", "-c", replayTask(time.Minute, 50, "/bin/true"))
+			cmd.Env = append(os.Environ(), "NOMAD_GPU_RESTORE_DIR="+restore, "NOMAD_GPU_CHECKPOINT_DIR="+staging, "NOMAD_GPU_CHECKPOINT_COMMIT="+commit)
+			// A file, not a pipe: Wait must not wait for the children
+			// left holding it (the driver kills those after the task).
+			logf, err := os.Create(filepath.Join(dir, "log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer logf.Close()
+			out := fileText(logf.Name())
+			cmd.Stdout, cmd.Stderr = logf, logf
+			// As the driver does: the task leads its own process group,
+			// and signals go to the group.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			group := -cmd.Process.Pid
+			defer syscall.Kill(group, syscall.SIGKILL)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+				if d, _ := procfs.SignalDisposition(cmd.Process.Pid, syscall.SIGUSR1); d != procfs.SignalDefault {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the task does not handle SIGUSR1 10s after its start; it logged:\n%s", out.String())
+				}
+			}
+			time.Sleep(after)
+			syscall.Kill(group, syscall.SIGUSR1)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				if _, err := os.Stat(commit); err == nil {
+					break
+				}
+				select {
+				case err := <-exited:
+					t.Fatalf("asked for a checkpoint %s after its start, the task exited (%v) without committing; it logged:\n%s", after, err, out.String())
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no commit 10s after the checkpoint signal; the task logged:\n%s", out.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			// The driver stops it once committed (kill_signal SIGINT).
+			time.Sleep(50 * time.Millisecond)
+			select {
+			case err := <-exited:
+				t.Fatalf("the task ended on its own (%v) after its commit, as if done; it logged:\n%s", err, out.String())
+			default:
+			}
+			syscall.Kill(group, syscall.SIGINT)
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Errorf("stopped, the task exited with %v, want 0", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the task did not stop within 10s of SIGINT; it logged:\n%s", out.String())
+			}
+			var run tracereplay.Run
+			if !readProgress(out.String(), &run, func(d time.Duration) time.Duration { return d }) {
+				t.Fatalf("the task logged no restore:\n%s", out.String())
+			}
+			if run.Restored != 2881*time.Millisecond || !run.Checkpointed || run.Saved < run.Restored || run.Reached < run.Saved {
+				t.Errorf("restored %s, saved %s (%v), reached %s; want restored 2.881s <= saved <= reached; it logged:\n%s",
+					run.Restored, run.Saved, run.Checkpointed, run.Reached, out.String())
+			}
+			if _, ok := logValue(out.String(), "stopped"); !ok {
+				t.Errorf("no stopped= logged:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// fileText reads a file on each String.
+type fileText string
+
+func (f fileText) String() string {
+	b, _ := os.ReadFile(string(f))
+	return string(b)
 }

@@ -162,27 +162,50 @@ func cpuTimes(t testing.TB) (busy, total uint64) {
 // under sim-load, resuming from its checkpoint's count when it has one,
 // and on the checkpoint signal commits the count of ms done so far. It
 // logs restored=, committed= and stopped= with that count.
-const replayScript = `done=0
-if [ -n "$NOMAD_GPU_RESTORE_DIR" ] && [ -f "$NOMAD_GPU_RESTORE_DIR/done" ]; then done=$(cat "$NOMAD_GPU_RESTORE_DIR/done"); fi
+//
+// The checkpoint signal (SIGUSR1) goes to the task's whole process group
+// and may come at any moment, a preemption following its placement at
+// once included, and its default action is to terminate. The driver
+// sends it only once the shell handles it; the shell traps it first of
+// all (a request before it can commit is answered once it can), reads its
+// checkpoint with a builtin, and every child it forks may die of it: date
+// is asked again, and the work loop sleeps until the work is done, however
+// often its sleep is killed. (Before, a request in the first milliseconds
+// killed the task before it logged restored=, and every later one killed
+// its sleep, so that it ended as if done right after its commit and never
+// logged stopped=: no commit-to-exit gap was ever measured.)
+const replayScript = `trap 'asked=1' USR1
+done=0
+if [ -n "$NOMAD_GPU_RESTORE_DIR" ] && [ -f "$NOMAD_GPU_RESTORE_DIR/done" ]; then read -r done < "$NOMAD_GPU_RESTORE_DIR/done"; fi
 echo "restored=$done"
-start=$(date +%s%3N)
-sofar() { echo $((done + $(date +%s%3N) - start)); }
-ck() { d=$(sofar); echo $d > "$NOMAD_GPU_CHECKPOINT_DIR/done"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$d"; }
+now() { t=; while [ -z "$t" ]; do t=$(date +%s%3N); done; }
+now; start=$t
+sofar() { now; d=$((done + t - start)); }
+ck() { sofar; echo $d > "$NOMAD_GPU_CHECKPOINT_DIR/done"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$d"; }
 trap ck USR1
-trap 'echo "stopped=$(sofar)"; exit 0' INT TERM
+trap 'sofar; echo "stopped=$d"; exit 0' INT TERM
+[ -z "$asked" ] || ck
 left=$((WORK - done))
 if [ $left -gt 0 ]; then
   "$CLI" sim-load --util UTIL --duration "$left"ms &
-  sleep $((left / 1000)).$(printf %03d $((left % 1000))) & s=$!
-  while kill -0 $s 2>/dev/null; do wait $s; done
+  while sofar; [ $d -lt WORK ]; do
+    l=$((WORK - d)); f=$((l % 1000 + 1000))
+    sleep $((l / 1000)).${f#1} & s=$!
+    while kill -0 $s 2>/dev/null; do wait $s; done
+  done
 fi
-echo "finished=$(sofar)"`
+sofar; echo "finished=$d"`
+
+// replayTask is replayScript for work ms at util percent, run by cli.
+func replayTask(work time.Duration, util float64, cli string) string {
+	return strings.NewReplacer("WORK", strconv.FormatInt(work.Milliseconds(), 10),
+		"UTIL", strconv.FormatFloat(util, 'f', 0, 64), `"$CLI"`, "'"+cli+"'").Replace(replayScript)
+}
 
 // replayJob is the Nomad job of a trace job.
 // With a commitTimeout the task checkpoints; 0 leaves the block out.
 func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration) string {
-	script := strings.NewReplacer("WORK", strconv.FormatInt(work.Milliseconds(), 10),
-		"UTIL", strconv.FormatFloat(j.EffectiveUtil(), 'f', 0, 64), `"$CLI"`, "'"+cli+"'").Replace(replayScript)
+	script := replayTask(work, j.EffectiveUtil(), cli)
 	ck := ""
 	if commitTimeout > 0 {
 		ck = fmt.Sprintf(`
