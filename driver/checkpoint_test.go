@@ -430,3 +430,44 @@ func TestCheckpointCommitTimeoutCappedByKillTimeout(t *testing.T) {
 		t.Errorf("not-committed event %+v: want annotations checkpoint=failed trigger=stop", notCommitted)
 	}
 }
+
+// A task that does not handle the checkpoint signal (yet: a preemption may
+// come while it is still starting) is not sent it, since its default
+// action would kill it there and then, before its kill_signal and with
+// nothing committed: it is stopped by its kill_signal, and an event says
+// why there was no checkpoint.
+func TestCheckpointSignalNotSentToTaskNotHandlingIt(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
+	cfg := e.checkpointTask(withCheckpoint(func(c *CheckpointConfig) { c.CommitTimeout = time.Hour }))
+	cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", `trap 'echo stopped > "$NOMAD_TASK_DIR/stopped"; exit 0' INT; : > "$NOMAD_TASK_DIR/ready"; while :; do sleep 0.02; done`}
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer destroyTask(t, d, cfg.ID)
+	eventually(t, "task ready", func() bool { _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "ready")); return err == nil })
+
+	start := time.Now()
+	stopTask(t, d, cfg.ID, 10*time.Second, "SIGINT")
+	res := wait(t, d, cfg.ID, 20*time.Second)
+	if res.Signal != 0 || res.ExitCode != 0 {
+		t.Errorf("exit %+v: want 0 from its SIGINT trap, not killed by the checkpoint signal", res)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "stopped")); err != nil {
+		t.Errorf("its kill_signal trap did not run: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("stop took %s: it waited for a commit nobody was asked for", took)
+	}
+	var msgs []string
+	for len(evs) > 0 {
+		msgs = append(msgs, (<-evs).Message)
+	}
+	all := strings.Join(msgs, "\n")
+	if !strings.Contains(all, "checkpoint not requested (stop): the task does not handle SIGUSR1") || strings.Contains(all, "checkpoint requested") {
+		t.Errorf("events %q: want the checkpoint not requested, and why", msgs)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
 	"github.com/nomad-gpu/nomad-gpu/driver/preemption"
+	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -162,8 +163,22 @@ func (c *checkpointer) watch(ctx context.Context) {
 }
 
 // request signals the task for a checkpoint, to be recorded with trigger,
-// saying how long it has to commit.
-func (c *checkpointer) request(trigger string, allowed time.Duration) {
+// saying how long it has to commit. It does not signal a task whose main
+// process leaves the signal to its default action, which would end it (or
+// stop it) there and then, with nothing committed: a task that has not
+// installed its handler yet (a preemption may come milliseconds after its
+// start, while its interpreter is still loading) has nothing newer than
+// what it restored to commit, and is stopped as it would be without a
+// checkpoint block instead, by its kill_signal. asked says whether it was
+// signalled.
+func (c *checkpointer) request(trigger string, allowed time.Duration) (asked bool) {
+	if !harmlessByDefault(c.sig) {
+		if disp, err := c.t.proc.SignalDisposition(c.sig); err == nil && disp == procfs.SignalDefault {
+			c.d.emit(c.t, fmt.Sprintf("checkpoint not requested (%s): the task does not handle %s (yet), whose default action would end it; no new checkpoint", trigger, c.cfg.Signal),
+				map[string]string{"checkpoint": "not_handled", "trigger": trigger})
+			return false
+		}
+	}
 	c.d.emit(c.t, fmt.Sprintf("checkpoint requested (%s): %s, %s to commit", trigger, c.cfg.Signal, allowed),
 		map[string]string{"checkpoint": "requested", "trigger": trigger})
 	c.d.metrics.checkpointRequested(c.t)
@@ -171,6 +186,17 @@ func (c *checkpointer) request(trigger string, allowed time.Duration) {
 		c.d.emit(c.t, "checkpoint request failed: "+err.Error(), map[string]string{"checkpoint": "failed"})
 		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 	}
+	return true
+}
+
+// harmlessByDefault says whether sig's default action leaves a process
+// running: SIGCHLD, SIGCONT, SIGURG and SIGWINCH are ignored by default.
+func harmlessByDefault(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGCHLD, syscall.SIGCONT, syscall.SIGURG, syscall.SIGWINCH:
+		return true
+	}
+	return false
 }
 
 func (c *checkpointer) commitIfMarked() {
@@ -244,7 +270,9 @@ func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemptio
 	before, changed := c.commits, c.changed
 	c.mu.Unlock()
 	start := time.Now()
-	c.request(trigger, allowed)
+	if !c.request(trigger, allowed) {
+		return timeout
+	}
 	deadline := time.NewTimer(allowed)
 	defer deadline.Stop()
 	for {

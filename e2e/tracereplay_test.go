@@ -162,27 +162,50 @@ func cpuTimes(t testing.TB) (busy, total uint64) {
 // under sim-load, resuming from its checkpoint's count when it has one,
 // and on the checkpoint signal commits the count of ms done so far. It
 // logs restored=, committed= and stopped= with that count.
-const replayScript = `done=0
-if [ -n "$NOMAD_GPU_RESTORE_DIR" ] && [ -f "$NOMAD_GPU_RESTORE_DIR/done" ]; then done=$(cat "$NOMAD_GPU_RESTORE_DIR/done"); fi
+//
+// The checkpoint signal (SIGUSR1) goes to the task's whole process group
+// and may come at any moment, a preemption following its placement at
+// once included, and its default action is to terminate. The driver
+// sends it only once the shell handles it; the shell traps it first of
+// all (a request before it can commit is answered once it can), reads its
+// checkpoint with a builtin, and every child it forks may die of it: date
+// is asked again, and the work loop sleeps until the work is done, however
+// often its sleep is killed. (Before, a request in the first milliseconds
+// killed the task before it logged restored=, and every later one killed
+// its sleep, so that it ended as if done right after its commit and never
+// logged stopped=: no commit-to-exit gap was ever measured.)
+const replayScript = `trap 'asked=1' USR1
+done=0
+if [ -n "$NOMAD_GPU_RESTORE_DIR" ] && [ -f "$NOMAD_GPU_RESTORE_DIR/done" ]; then read -r done < "$NOMAD_GPU_RESTORE_DIR/done"; fi
 echo "restored=$done"
-start=$(date +%s%3N)
-sofar() { echo $((done + $(date +%s%3N) - start)); }
-ck() { d=$(sofar); echo $d > "$NOMAD_GPU_CHECKPOINT_DIR/done"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$d"; }
+now() { t=; while [ -z "$t" ]; do t=$(date +%s%3N); done; }
+now; start=$t
+sofar() { now; d=$((done + t - start)); }
+ck() { sofar; echo $d > "$NOMAD_GPU_CHECKPOINT_DIR/done"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$d"; }
 trap ck USR1
-trap 'echo "stopped=$(sofar)"; exit 0' INT TERM
+trap 'sofar; echo "stopped=$d"; exit 0' INT TERM
+[ -z "$asked" ] || ck
 left=$((WORK - done))
 if [ $left -gt 0 ]; then
   "$CLI" sim-load --util UTIL --duration "$left"ms &
-  sleep $((left / 1000)).$(printf %03d $((left % 1000))) & s=$!
-  while kill -0 $s 2>/dev/null; do wait $s; done
+  while sofar; [ $d -lt WORK ]; do
+    l=$((WORK - d)); f=$((l % 1000 + 1000))
+    sleep $((l / 1000)).${f#1} & s=$!
+    while kill -0 $s 2>/dev/null; do wait $s; done
+  done
 fi
-echo "finished=$(sofar)"`
+sofar; echo "finished=$d"`
+
+// replayTask is replayScript for work ms at util percent, run by cli.
+func replayTask(work time.Duration, util float64, cli string) string {
+	return strings.NewReplacer("WORK", strconv.FormatInt(work.Milliseconds(), 10),
+		"UTIL", strconv.FormatFloat(util, 'f', 0, 64), `"$CLI"`, "'"+cli+"'").Replace(replayScript)
+}
 
 // replayJob is the Nomad job of a trace job.
 // With a commitTimeout the task checkpoints; 0 leaves the block out.
 func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration) string {
-	script := strings.NewReplacer("WORK", strconv.FormatInt(work.Milliseconds(), 10),
-		"UTIL", strconv.FormatFloat(j.EffectiveUtil(), 'f', 0, 64), `"$CLI"`, "'"+cli+"'").Replace(replayScript)
+	script := replayTask(work, j.EffectiveUtil(), cli)
 	ck := ""
 	if commitTimeout > 0 {
 		ck = fmt.Sprintf(`
@@ -516,7 +539,10 @@ type recordCollector struct {
 	// Preemptions whose progress the task logs no longer tell: the node
 	// that ran the allocation was removed (scaled in) before they were read.
 	preempted, unread int
-	failed            bool
+	// untold are the task logs read around preemptions that tell no
+	// restore: those runs' progress is unknown.
+	untold int
+	failed bool
 }
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
@@ -569,8 +595,7 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 	}
 }
 
-// progress reads the run's checkpoint record from its task's log:
-// restored=, committed= and stopped= in ms of work done.
+// progress reads the run's checkpoint record from its task's log.
 func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 	logs, err := rc.c.TryAllocLogs(allocID, "t", "stdout")
 	if err != nil {
@@ -579,31 +604,52 @@ func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 		}
 		return
 	}
+	if !readProgress(logs, run, rc.trace) {
+		rc.untold++
+	}
+}
+
+// readProgress fills the run's progress from its task's log: restored=,
+// committed= and stopped= in ms of work done (wall clock), turned into
+// trace time by trace. A log that tells no restore (the task was stopped
+// before its first line: a checkpoint signal's default action kills it)
+// leaves the run's progress unknown, and readProgress says so: that is
+// not a restore of nothing, and counting it as one would count its
+// predecessor's checkpoint lost.
+func readProgress(logs string, run *tracereplay.Run, trace func(time.Duration) time.Duration) (told bool) {
 	ms := func(key string) (time.Duration, bool) {
 		v, ok := logValue(logs, key)
 		return time.Duration(v) * time.Millisecond, ok
 	}
-	restored, _ := ms("restored")
+	restored, restoredOK := ms("restored")
+	if !restoredOK {
+		return false
+	}
 	stopped, stoppedOK := ms("stopped")
 	committed, committedOK := ms("committed")
 	run.ProgressKnown = true
-	run.Restored, run.Reached = rc.trace(restored), rc.trace(stopped)
+	run.Restored, run.Reached = trace(restored), trace(stopped)
 	if !stoppedOK {
 		run.Reached = run.Restored + (run.End - run.Start)
 	}
 	if committedOK {
-		run.Checkpointed, run.Saved = true, rc.trace(committed)
+		run.Checkpointed, run.Saved = true, trace(committed)
 		// Work ms are wall ms: the work done after the commit is the
 		// wall-clock gap from commit to exit.
 		run.StopGap = max(0, stopped-committed)
 	}
+	return true
 }
 
 func (rc *recordCollector) notes() []string {
-	if rc.unread == 0 {
-		return nil
+	var notes []string
+	if rc.unread > 0 {
+		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
 	}
-	return []string{fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted)}
+	if rc.untold > 0 {
+		notes = append(notes, fmt.Sprintf("%d runs around preemptions were stopped before their task logged its restore: the preemptions before and after each count no lost work, so lost work is a lower bound", rc.untold))
+	}
+	return notes
 }
 
 // held is what the allocation holds of each GPU: whole GPUs by count, MPS

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 type Stat struct {
@@ -142,4 +143,64 @@ func Select(keep func(pid int, s Stat) bool) []int {
 		}
 	}
 	return pids
+}
+
+// Disposition is what a process does with a signal.
+type Disposition int
+
+const (
+	// SignalDefault leaves it to the signal's default action: for most
+	// signals (SIGUSR1 among them) to end the process.
+	SignalDefault Disposition = iota
+	// SignalIgnored ignores it.
+	SignalIgnored
+	// SignalCaught runs a handler.
+	SignalCaught
+)
+
+func (d Disposition) String() string {
+	switch d {
+	case SignalIgnored:
+		return "ignored"
+	case SignalCaught:
+		return "caught"
+	}
+	return "default"
+}
+
+// SignalDisposition reads what pid does with sig now, from the SigCgt and
+// SigIgn masks of /proc/<pid>/status (bit sig-1 of each). A process that
+// has just been exec'd has the default disposition for every signal it
+// neither inherited ignored nor has installed a handler for yet.
+func SignalDisposition(pid int, sig syscall.Signal) (Disposition, error) {
+	if pid <= 0 || sig <= 0 || sig > 64 {
+		return SignalDefault, fmt.Errorf("pid %d, signal %d: out of range", pid, sig)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return SignalDefault, err
+	}
+	masks := map[string]uint64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "SigCgt" && k != "SigIgn") {
+			continue
+		}
+		m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			return SignalDefault, fmt.Errorf("/proc/%d/status: %s: %w", pid, k, err)
+		}
+		masks[k] = m
+	}
+	if len(masks) != 2 {
+		return SignalDefault, fmt.Errorf("/proc/%d/status: no SigCgt and SigIgn", pid)
+	}
+	bit := uint64(1) << (sig - 1)
+	switch {
+	case masks["SigCgt"]&bit != 0:
+		return SignalCaught, nil
+	case masks["SigIgn"]&bit != 0:
+		return SignalIgnored, nil
+	}
+	return SignalDefault, nil
 }

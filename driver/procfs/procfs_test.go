@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -144,5 +145,52 @@ func TestZombieIdentityIsDead(t *testing.T) {
 	}
 	if _, err := Identify(cmd.Process.Pid); err != nil {
 		t.Errorf("Identify(zombie): %v; a zombie still has an identity", err)
+	}
+}
+
+// A shell has the default disposition for SIGUSR1 until it traps it, and
+// SIGTERM ignored when it inherits it ignored.
+func TestSignalDisposition(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("/bin/sh", "-c", `trap '' TERM; read -r x < "$1/go"; trap 'exit 0' USR1; : > "$1/trapped"; read -r x < "$1/go2"`, "sh", dir)
+	for _, f := range []string{"go", "go2"} {
+		if err := syscall.Mkfifo(dir+"/"+f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in 10s", what)
+			}
+		}
+	}
+	until("TERM ignored", func() bool { d, _ := SignalDisposition(pid, syscall.SIGTERM); return d == SignalIgnored })
+	if d, err := SignalDisposition(pid, syscall.SIGUSR1); err != nil || d != SignalDefault {
+		t.Errorf("USR1 before its trap: %v, %v; want default", d, err)
+	}
+	// Let it trap USR1.
+	go func() {
+		f, err := os.OpenFile(dir+"/go", os.O_WRONLY, 0)
+		if err == nil {
+			f.WriteString("\n")
+			f.Close()
+		}
+	}()
+	until("trap", func() bool { _, err := os.Stat(dir + "/trapped"); return err == nil })
+	if d, err := SignalDisposition(pid, syscall.SIGUSR1); err != nil || d != SignalCaught {
+		t.Errorf("USR1 trapped: %v, %v; want caught", d, err)
+	}
+	if _, err := SignalDisposition(1<<30, syscall.SIGUSR1); err == nil {
+		t.Error("no such process: no error")
+	}
+	if _, err := SignalDisposition(pid, 0); err == nil {
+		t.Error("signal 0: no error")
 	}
 }

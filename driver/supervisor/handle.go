@@ -339,6 +339,14 @@ func (h *Handle) Signal(sig syscall.Signal) error {
 	return nil
 }
 
+// SignalDisposition is what the task's main process does with sig now.
+func (h *Handle) SignalDisposition(sig syscall.Signal) (procfs.Disposition, error) {
+	if !h.groupAlive() {
+		return procfs.SignalDefault, fmt.Errorf("task %d: gone", h.task.PID)
+	}
+	return procfs.SignalDisposition(h.task.PID, sig)
+}
+
 // Pids lists the task's live processes: every process of its cgroup when it
 // has one (which catches processes that left its session), else the members
 // of its session.
