@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -178,4 +179,14 @@ type fileText string
 func (f fileText) String() string {
 	b, _ := os.ReadFile(string(f))
 	return string(b)
+}
+
+// The replayed task goes into the jobspec as a quoted HCL string, where
+// "${" and "%{" would start a template: the script must have neither.
+func TestReplayScriptIsNoHCLTemplate(t *testing.T) {
+	for _, seq := range []string{"${", "%{"} {
+		if strings.Contains(replayScript, seq) {
+			t.Errorf("replayScript contains %q, which HCL reads as a template", seq)
+		}
+	}
 }

@@ -173,7 +173,8 @@ func cpuTimes(t testing.TB) (busy, total uint64) {
 // often its sleep is killed. (Before, a request in the first milliseconds
 // killed the task before it logged restored=, and every later one killed
 // its sleep, so that it ended as if done right after its commit and never
-// logged stopped=: no commit-to-exit gap was ever measured.)
+// logged stopped=: no commit-to-exit gap was ever measured.) It is
+// quoted into the jobspec's HCL: no "${" or "%{" in it.
 const replayScript = `trap 'asked=1' USR1
 done=0
 if [ -n "$NOMAD_GPU_RESTORE_DIR" ] && [ -f "$NOMAD_GPU_RESTORE_DIR/done" ]; then read -r done < "$NOMAD_GPU_RESTORE_DIR/done"; fi
@@ -189,8 +190,8 @@ left=$((WORK - done))
 if [ $left -gt 0 ]; then
   "$CLI" sim-load --util UTIL --duration "$left"ms &
   while sofar; [ $d -lt WORK ]; do
-    l=$((WORK - d)); f=$((l % 1000 + 1000))
-    sleep $((l / 1000)).${f#1} & s=$!
+    l=$((WORK - d))
+    sleep $((l / 1000)).$((l % 1000 / 100))$((l % 100 / 10))$((l % 10)) & s=$!
     while kill -0 $s 2>/dev/null; do wait $s; done
   done
 fi
