@@ -176,7 +176,7 @@ type VariableLease struct {
 // this replica in the variable while it holds the lock.
 func NewVariableLease(c *api.Client, namespace, path, holder string, ttl, delay time.Duration) (*VariableLease, error) {
 	if ttl < nomadMinLockTTL || ttl > nomadMaxLockTTL {
-		return nil, fmt.Errorf("Nomad's lock TTL %s is out of range; allowed: %s to %s", ttl, nomadMinLockTTL, nomadMaxLockTTL)
+		return nil, fmt.Errorf("the TTL given to Nomad's lock, %s, is out of range; allowed: %s to %s", ttl, nomadMinLockTTL, nomadMaxLockTTL)
 	}
 	if delay <= 0 {
 		return nil, fmt.Errorf("lock_delay: %s; allowed: more than 0", delay)
