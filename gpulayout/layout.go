@@ -7,7 +7,7 @@
 //
 // A layout is written as text in Nomad's dynamic node metadata, where
 // people read and set it (Layout.String, Parse): "whole", "mps:8",
-// "mig:3g.40gb,2g.20gb,2g.20gb".
+// "mig:3g.40gb,2g.20gb,2g.20gb", "mig:" (MIG mode, no instances).
 package gpulayout
 
 import (
@@ -112,6 +112,10 @@ func Parse(s string) (Layout, error) {
 		return Shared(n), nil
 	case MIG:
 		var profiles []string
+		if strings.TrimSpace(rest) == "" {
+			// A GPU in MIG mode with no instances.
+			return Geometry(), nil
+		}
 		for _, p := range strings.Split(rest, ",") {
 			p = strings.TrimSpace(p)
 			if !validProfile(p) {
