@@ -127,6 +127,10 @@ type GPU struct {
 	Multiprocessors   int    // 0 when unknown (NVML reports it reliably for MIG devices only)
 	MIGEnabled        bool
 	MIG               []MIGDevice // by MIG device index; empty unless MIGEnabled
+	// MIGProfiles are the GPU instance profiles the GPU can make, fewest
+	// slices first: what a MIG geometry of it may hold. Empty unless
+	// MIGEnabled (NVML answers only then).
+	MIGProfiles []MIGProfile
 
 	// Err is set when the GPU could not be read fully (e.g. it fell off the
 	// bus). The other fields are then as far as known: from this call, or
@@ -134,6 +138,16 @@ type GPU struct {
 	// included, so a failing GPU does not silently disappear. UUID is "" only
 	// if it was never readable.
 	Err error
+}
+
+// MIGProfile is a GPU instance profile: its name as nvidia-smi writes it
+// ("3g.40gb"), its compute slices (of the GPU's 7 on A100 and H100), its
+// memory, and the most instances of it the GPU holds.
+type MIGProfile struct {
+	Name      string
+	Slices    int
+	MemoryMiB uint64
+	Max       int
 }
 
 // MIGDevice is one MIG instance (a compute instance on a GPU instance).

@@ -1013,3 +1013,25 @@ func BenchmarkTelemetry(b *testing.B) {
 }
 
 func nilLogger() hclog.Logger { return hclog.NewNullLogger() }
+
+// A GPU in MIG mode lists the GPU instance profiles it can make, read
+// through NVML (the sim answers GetGpuInstanceProfileInfo as the driver
+// does), whatever instances it has now; a GPU not in MIG mode lists none.
+func TestMIGProfiles(t *testing.T) {
+	s := snapshot(t, openSim(t, SimConfig{System: "dgxh100", Seed: "p", MIG: []MIGLayout{{GPUs: []int{0}, Profiles: []string{"3g.40gb"}}}}))
+	want := []MIGProfile{
+		{Name: "1g.10gb", Slices: 1, MemoryMiB: 10240, Max: 7},
+		{Name: "1g.10gb+me", Slices: 1, MemoryMiB: 10240, Max: 1},
+		{Name: "1g.20gb", Slices: 1, MemoryMiB: 20480, Max: 4},
+		{Name: "2g.20gb", Slices: 2, MemoryMiB: 20480, Max: 3},
+		{Name: "3g.40gb", Slices: 3, MemoryMiB: 40960, Max: 2},
+		{Name: "4g.40gb", Slices: 4, MemoryMiB: 40960, Max: 1},
+		{Name: "7g.80gb", Slices: 7, MemoryMiB: 81920, Max: 1},
+	}
+	if got := s.GPUs[0].MIGProfiles; !slices.Equal(got, want) {
+		t.Errorf("GPU 0 (MIG mode) profiles:\n%+v\nwant\n%+v", got, want)
+	}
+	if got := s.GPUs[1].MIGProfiles; len(got) != 0 {
+		t.Errorf("GPU 1 (no MIG mode) profiles %+v, want none", got)
+	}
+}

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,6 +76,9 @@ type gpuFacts struct {
 	complete      bool // every static fact was read
 	lastMIGOn     bool
 	lastMIG       []MIGDevice
+	// migProfiles are read once the GPU is in MIG mode (again while
+	// NVML lists none).
+	migProfiles []MIGProfile
 }
 
 type migFacts struct {
@@ -224,11 +228,38 @@ func (i *Inventory) readGPU(idx int) GPU {
 			return i.fromCache(g, uuid, fmt.Errorf("GPU %d (%s): %w", idx, uuid, err))
 		}
 		g.MIG = migs
+		if len(f.migProfiles) == 0 {
+			f.migProfiles = readMIGProfiles(dev, f.memTotalBytes)
+		}
+		g.MIGProfiles = slices.Clone(f.migProfiles)
 	}
 	if f.lastMIGOn != g.MIGEnabled || !slices.Equal(f.lastMIG, g.MIG) {
 		f.lastMIGOn, f.lastMIG = g.MIGEnabled, slices.Clone(g.MIG)
 	}
 	return g
+}
+
+// readMIGProfiles lists the GPU instance profiles a GPU in MIG mode can
+// make (GetGpuInstanceProfileInfo of every profile ID; the ones it has
+// no instance of are left out), fewest slices first, then by memory.
+// Empty, not nil, when it makes none.
+func readMIGProfiles(dev nvml.Device, memTotalBytes uint64) []MIGProfile {
+	out := []MIGProfile{}
+	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		info, ret := dev.GetGpuInstanceProfileInfo(id)
+		if ret != nvml.SUCCESS || info.InstanceCount == 0 || info.SliceCount == 0 {
+			continue
+		}
+		n := int(info.SliceCount)
+		out = append(out, MIGProfile{
+			Name:   migprofile.Name(id, n, n, info.MemorySizeMB, memTotalBytes),
+			Slices: n, MemoryMiB: info.MemorySizeMB, Max: int(info.InstanceCount),
+		})
+	}
+	slices.SortStableFunc(out, func(a, b MIGProfile) int {
+		return cmp.Or(cmp.Compare(a.Slices, b.Slices), cmp.Compare(a.MemoryMiB, b.MemoryMiB))
+	})
+	return out
 }
 
 // fromCache completes a GPU that failed with what this Inventory last knew
@@ -251,6 +282,7 @@ func (i *Inventory) fromCache(g GPU, uuid string, err error) GPU {
 	if g.MIG == nil && f.lastMIGOn {
 		g.MIGEnabled = true
 		g.MIG = slices.Clone(f.lastMIG)
+		g.MIGProfiles = slices.Clone(f.migProfiles)
 		for k := range g.MIG {
 			m := &g.MIG[k]
 			m.ParentIndex = idx
