@@ -17,7 +17,9 @@ const DefaultShares = 8
 
 // Profile is a MIG profile a GPU in MIG mode can make: its compute
 // slices (of 7) and the most instances of it the GPU holds (0: as many
-// as its slices allow).
+// as its slices allow). It is what the node's inventory (gpu.MIGProfile)
+// says once it has crossed Nomad to the controller, which does not link
+// NVML; the planner needs no memory size.
 type Profile struct {
 	Name   string
 	Slices int

@@ -42,12 +42,12 @@ func (p *planner) relay(a Ask, waiting int) bool {
 		return false
 	}
 	for i, g := range best.gpus {
-		before := p.frag(nil)
+		before := p.frag()
 		d := Decision{Node: g.Node, NodeName: g.NodeName, UUID: g.UUID, Index: g.Index, From: g.layout, To: best.to[i],
 			FragBefore: before,
 			Reason:     fmt.Sprintf("%d allocations wait for %s (job %q first), and no free one fits", waiting, a.Kind, a.Job)}
 		g.layout, g.free, g.fixed = best.to[i], count(best.to[i].Instances()), true
-		d.FragAfter = p.frag(nil)
+		d.FragAfter = p.frag()
 		p.decisions = append(p.decisions, d)
 	}
 	return true
@@ -185,12 +185,12 @@ func homogeneous(profiles []Profile, profile string) Layout {
 	return Layout{}
 }
 
-// frag is the cluster's FGD fragmentation over the mix, with the GPUs of
-// over laid out as it says (entirely free).
-func (p *planner) frag(over map[*gpuState]Layout) float64 {
+// frag is the cluster's FGD fragmentation over the mix, as planned so
+// far.
+func (p *planner) frag() float64 {
 	var sum float64
 	for _, node := range p.nodes("") {
-		sum += p.nodeFrag(node, over)
+		sum += p.nodeFrag(node, nil)
 	}
 	return sum
 }
