@@ -340,7 +340,7 @@ func (b *nodeBuilder) addWhole(d *api.NodeDeviceResource, in *api.NodeDevice) {
 // carries (its GPU's), else by its parent product.
 func (b *nodeBuilder) addMIG(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	ds := b.inst[in.ID]
-	parent, bus := attrString(d.Attributes, contract.AttrParentProduct), busID(in)
+	parent, bus := nomadview.AttrString(d.Attributes, contract.AttrParentProduct), busID(in)
 	key := "pci:" + bus
 	if bus == "" {
 		key = "mig:" + parent
@@ -348,7 +348,7 @@ func (b *nodeBuilder) addMIG(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	g := b.get(key, func() GPU {
 		return GPU{Model: parent, PCIBusID: bus, Mode: ModeMIG, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
 	})
-	profile := attrString(d.Attributes, contract.AttrMIGProfile)
+	profile := nomadview.AttrString(d.Attributes, contract.AttrMIGProfile)
 	if profile == "" {
 		profile = d.Name
 	}
@@ -369,7 +369,7 @@ func (b *nodeBuilder) addMPS(d *api.NodeDeviceResource, in *api.NodeDevice) {
 		uuid = d.Name
 	}
 	g := b.get("uuid:"+uuid, func() GPU {
-		return GPU{UUID: uuid, Model: attrString(d.Attributes, contract.AttrParentProduct), PCIBusID: busID(in),
+		return GPU{UUID: uuid, Model: nomadview.AttrString(d.Attributes, contract.AttrParentProduct), PCIBusID: busID(in),
 			Mode: ModeMPS, Index: attrInt(d.Attributes, contract.AttrParentIndex), MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
 	})
 	profile := ""
@@ -609,30 +609,10 @@ func toMiB(f float64, unit string) *int64 {
 	return &n
 }
 
-func attrString(a map[string]*api.Attribute, name string) string {
-	v := a[name]
-	if v == nil {
-		return ""
-	}
-	if v.StringVal != nil {
-		return *v.StringVal
-	}
-	return v.String()
-}
-
+// attrInt is nomadview.AttrInt as a pointer: nil when absent.
 func attrInt(a map[string]*api.Attribute, name string) *int {
-	v := a[name]
-	if v == nil {
-		return nil
-	}
-	switch {
-	case v.IntVal != nil:
-		n := int(*v.IntVal)
+	if n, ok := nomadview.AttrInt(a, name); ok {
 		return &n
-	case v.StringVal != nil:
-		if n, err := strconv.Atoi(strings.TrimSpace(*v.StringVal)); err == nil {
-			return &n
-		}
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ const (
 	AttrLayoutMIGProfiles = "mig_profiles" // string: FormatMIGProfiles; "none" when not in MIG mode
 	AttrLayoutCurrent     = "layout"       // string: the layout offered now
 	AttrLayoutDesired     = "desired"      // string: the layout to apply; LayoutNone when none is asked
+	AttrLayoutPinned      = "pinned"       // bool: desired is an operator's pin (MetaPinPrefix)
 	AttrLayoutState       = "state"        // one of the LayoutState values
 	AttrLayoutError       = "error"        // string: why state is error; LayoutNone otherwise
 )

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
@@ -40,6 +41,8 @@ type Config struct {
 	// history of the deadlines' forecast, and of the sizer's runs when it
 	// keeps no file; 0: the read model's default.
 	FinishedWindow time.Duration
+	// Layouts are the bounds of the layout module (Layouts); nil: off.
+	Layouts *gpulayout.Bounds
 }
 
 // Controller is one replica.
@@ -51,6 +54,7 @@ type Controller struct {
 	minRun   MinRuntime
 	deadline *Deadliner // nil: off
 	resize   *Resizer   // nil: off
+	layouts  *Layouts   // nil: off; made when the replica leads
 	log      hclog.Logger
 	metrics  *Metrics
 	now      func() time.Time
@@ -97,6 +101,13 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	ledger := NewLedger(stored)
 	c.log.Info("priority ledger loaded", "entries", len(stored))
+	if c.cfg.Layouts != nil {
+		history, err := LoadLayoutHistory(ctx, c.api, c.cfg.Namespace)
+		if err != nil {
+			return fmt.Errorf("loading the layout history: %w", err)
+		}
+		c.layouts = NewLayouts(*c.cfg.Layouts, history, c.log.Named("layouts"), c.metrics)
+	}
 	w := c.watcher()
 	defer w.Close()
 	if err := w.Sync(ctx, c.viewLists()...); err != nil {
@@ -130,13 +141,14 @@ func (c *Controller) watcher() *nomadview.Watcher {
 // viewLists are the lists the modules read: protection reads the
 // allocations and jobs, a minimum runtime by pool the nodes (their
 // pools); the deadlines' forecast and the sizer read the blocked
-// evaluations too.
+// evaluations too; the layout module the nodes (their GPUs' layouts)
+// and the blocked evaluations (the queue).
 func (c *Controller) viewLists() []nomadview.List {
 	lists := []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs}
-	if len(c.minRun.ByPool) > 0 {
+	if len(c.minRun.ByPool) > 0 || c.cfg.Layouts != nil {
 		lists = append(lists, nomadview.Nodes)
 	}
-	if c.deadline != nil || c.resize != nil {
+	if c.deadline != nil || c.resize != nil || c.cfg.Layouts != nil {
 		lists = append(lists, nomadview.Blocked)
 	}
 	return lists
@@ -151,6 +163,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 	for _, jr := range c.resizes(ctx, now, view) {
 		c.registerResize(ctx, jr)
 	}
+	c.relayout(ctx, now, view.Snap)
 	for _, k := range ledger.Keys() {
 		if err := c.apply(ctx, now, view, ledger, k); err != nil && ctx.Err() == nil {
 			c.log.Warn("priority ledger: read again and tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)

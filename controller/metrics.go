@@ -20,6 +20,8 @@ type Metrics struct {
 	lastTick  prometheus.Gauge
 	writes    prometheus.Counter
 	calls     *prometheus.CounterVec
+	relaid    *prometheus.CounterVec
+	applied   prometheus.Histogram
 	ticked    sync.Once // registers lastTick with the first tick
 }
 
@@ -30,6 +32,7 @@ func NewMetrics() *Metrics {
 	leader, decisions := find(contract.MetricControllerLeader), find(contract.MetricControllerDecisions)
 	tick, writes := find(contract.MetricControllerLastTick), find(contract.MetricControllerLedgerWrite)
 	calls := find(contract.MetricControllerNomadCalls)
+	relaid, applied := find(contract.MetricControllerLayoutChanges), find(contract.MetricControllerLayoutApplied)
 	m := &Metrics{
 		reg:       prometheus.NewRegistry(),
 		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: leader.Name, Help: leader.Help}),
@@ -37,8 +40,13 @@ func NewMetrics() *Metrics {
 		lastTick:  prometheus.NewGauge(prometheus.GaugeOpts{Name: tick.Name, Help: tick.Help}),
 		writes:    prometheus.NewCounter(prometheus.CounterOpts{Name: writes.Name, Help: writes.Help}),
 		calls:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: calls.Name, Help: calls.Help}, calls.Labels),
+		relaid:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: relaid.Name, Help: relaid.Help}, relaid.Labels),
+		// From a few seconds (a dev agent, a free GPU) to the minutes a
+		// held GPU waits for its allocations to end.
+		applied: prometheus.NewHistogram(prometheus.HistogramOpts{Name: applied.Name, Help: applied.Help,
+			Buckets: []float64{2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}}),
 	}
-	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls)
+	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied)
 	return m
 }
 
@@ -61,6 +69,12 @@ func (m *Metrics) ledgerWrite() { m.writes.Inc() }
 
 // call counts a Nomad API call of the leader's watches, by endpoint.
 func (m *Metrics) call(endpoint string) { m.calls.WithLabelValues(endpoint).Inc() }
+
+// layoutChange counts a layout asked of a GPU, by the kind relaid to.
+func (m *Metrics) layoutChange(kind string) { m.relaid.WithLabelValues(kind).Inc() }
+
+// layoutApplied records the time from a layout asked to its being offered.
+func (m *Metrics) layoutApplied(d time.Duration) { m.applied.Observe(d.Seconds()) }
 
 // tick records a leader's tick; the series appears with the first.
 func (m *Metrics) tick(at time.Time) {

@@ -262,9 +262,12 @@ func (p *planner) place(a Ask) bool {
 	}
 	left := a.Count
 	for _, g := range best {
-		take := min(left, g.free[a.Kind])
-		g.free[a.Kind] -= take
-		left -= take
+		// A GPU with none of the kind is not written to: an entry of 0
+		// would make it look used to relayable.
+		if take := min(left, g.free[a.Kind]); take > 0 {
+			g.free[a.Kind] -= take
+			left -= take
+		}
 	}
 	return true
 }

@@ -127,6 +127,14 @@ func TestPlan(t *testing.T) {
 				g[0].Desired = Shared(8)
 				return g
 			}(), queue: mpsAsks(6)},
+		{name: "whole asks fill the whole GPUs, then an idle shared GPU on the same node is whole again",
+			gpus: func() []GPU {
+				g := join(node("n1", 1, Shared(8)), node("n1", 3, WholeGPU))
+				for i := range g {
+					g[i].Index, g[i].UUID = i, fmt.Sprintf("GPU-n1-%d", i)
+				}
+				return g
+			}(), queue: wholeAsks(4), want: []string{"n1 0: mps:8 → whole"}},
 		{name: "higher priority first: the whole ask gets the only free GPU",
 			gpus:  join(node("n1", 1, Shared(8))),
 			queue: []Ask{{Kind: "mps", Count: 1, Allocs: 1, Priority: 30}, {Kind: "gpu", Count: 1, Allocs: 1, Priority: 80, Job: "urgent"}},

@@ -84,6 +84,7 @@ type controllerOptions struct {
 	modules        moduleFlags
 	metricsAddress string
 	logLevel       string
+	layouts        layoutFlags
 }
 
 func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, error) {
@@ -105,6 +106,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9405", `where /metrics is served ("" turns it off)`)
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.modules.add(fs)
+	o.layouts.add(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -131,6 +133,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 		return nil, fmt.Errorf("-min-runtime: %v", err)
 	}
 	if err := o.modules.apply(&o.cfg); err != nil {
+		return nil, err
+	}
+	if o.cfg.Layouts, err = o.layouts.bounds(); err != nil {
 		return nil, err
 	}
 	if o.metricsAddress != "" {

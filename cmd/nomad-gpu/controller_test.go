@@ -26,6 +26,13 @@ func TestControllerFlagErrors(t *testing.T) {
 		{[]string{"-min-runtime", "training=soon"}, `-min-runtime: "training=soon": "soon" is not a duration above 0`},
 		{[]string{"-min-runtime", "a=1m,a=2m"}, `-min-runtime: pool "a" given twice`},
 		{[]string{"-min-runtime-priority", "0"}, "-min-runtime-priority: 0; allowed: 1 to 32767"},
+		{[]string{"-layout-min-interval", "-1s"}, "-layout-min-interval: -1s; allowed: 0 or more"},
+		{[]string{"-layout-kinds", "training"}, `-layout-kinds: "training"; allowed: pool=value`},
+		{[]string{"-layout-kinds", "*=whole+time"}, `-layout-kinds: pool "*": "time" is not a layout kind; allowed: whole, mps, mig`},
+		{[]string{"-layout-shares", "a=1"}, `-layout-shares: pool "a": "1" is not a share count of 2 to 48`},
+		{[]string{"-layout-shares", "a=4,a=8"}, `-layout-shares: pool "a" given twice`},
+		{[]string{"-layout-min-whole", "a=-1"}, `-layout-min-whole: pool "a": "-1" is not a GPU count of 0 or more`},
+		{[]string{"-layout-never", "3"}, `-layout-never: "3" is not a GPU- UUID`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {
@@ -45,5 +52,29 @@ func TestControllerFlags(t *testing.T) {
 	}
 	if o.cfg.Cooldown != 10*time.Minute || o.cfg.MinRuntime["training"] != 20*time.Minute || o.cfg.MinRuntime["hpc"] != time.Hour || o.cfg.MinRuntimePriority != 100 {
 		t.Errorf("parsed %+v", o.cfg)
+	}
+}
+
+// A named pool's layout bounds start from the "*" ones.
+func TestControllerLayoutFlags(t *testing.T) {
+	o, err := parseControllerFlags([]string{"-layout-shares", "*=4", "-layout-kinds", "training=whole", "-layout-min-whole", "*=1,inference=0",
+		"-layout-never", "GPU-a, GPU-b", "-layout-min-interval", "1m"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := o.cfg.Layouts
+	if b == nil || b.MinInterval != time.Minute || b.Default.Shares != 4 || b.Default.MinWhole != 1 || len(b.Default.Allowed) != 0 || len(b.Default.Never) != 2 {
+		t.Fatalf("bounds %+v", b)
+	}
+	tr, inf := b.Pools["training"], b.Pools["inference"]
+	if tr.Shares != 4 || tr.MinWhole != 1 || len(tr.Allowed) != 1 || tr.Allowed[0] != "whole" || len(tr.Never) != 2 {
+		t.Errorf("training %+v", tr)
+	}
+	if inf.Shares != 4 || inf.MinWhole != 0 || len(inf.Allowed) != 0 {
+		t.Errorf("inference %+v", inf)
+	}
+	off, err := parseControllerFlags([]string{"-layouts=false"}, io.Discard)
+	if err != nil || off.cfg.Layouts != nil {
+		t.Errorf("-layouts=false: %+v, %v", off.cfg.Layouts, err)
 	}
 }

@@ -3,6 +3,13 @@
 # changed priority, and keeps the priority ledger and its leader lock in
 # variables under nomad-gpu/. Give it the namespaces of the jobs it
 # protects ("*" for all).
+#
+# node "write" is for GPU layouts that follow the queue: the controller
+# writes each GPU's layout into its node's dynamic metadata
+# (nomad_gpu.layout.<GPU-UUID>), which Nomad allows only with node write.
+# Nomad cannot scope it more narrowly: the same capability drains nodes,
+# sets their eligibility and purges them. Run the controller with
+# -layouts=false and set node back to "read" if that is too much.
 namespace "*" {
   capabilities = ["read-job", "submit-job", "list-jobs"]
 
@@ -14,5 +21,5 @@ namespace "*" {
 }
 
 node {
-  policy = "read"
+  policy = "write"
 }

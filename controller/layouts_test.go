@@ -1,0 +1,154 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// layoutNode is a ready node whose plugin publishes n GPUs with layout
+// groups, each with the given current layout, desired none, ready; the
+// GPUs' instances follow their layouts.
+func layoutNode(id string, layouts ...string) *api.NodeListStub {
+	n := &api.NodeListStub{ID: id, Name: id, NodePool: "default", Status: api.NodeStatusReady,
+		SchedulingEligibility: api.NodeSchedulingEligible, NodeResources: &api.NodeResources{}}
+	whole := &api.NodeDeviceResource{Vendor: contract.Vendor, Type: contract.SliceGPU, Name: "H100"}
+	for i, l := range layouts {
+		uuid := fmt.Sprintf("GPU-%s-%d", id, i)
+		str := func(s string) *api.Attribute { return &api.Attribute{StringVal: &s} }
+		idx, f := int64(i), false
+		n.NodeResources.Devices = append(n.NodeResources.Devices, &api.NodeDeviceResource{
+			Vendor: contract.Vendor, Type: contract.SliceLayout, Name: uuid,
+			Attributes: map[string]*api.Attribute{
+				contract.AttrLayoutIndex: {IntVal: &idx}, contract.AttrLayoutMIGMode: {BoolVal: &f},
+				contract.AttrLayoutMIGProfiles: str("none"), contract.AttrLayoutCurrent: str(l),
+				contract.AttrLayoutDesired: str("none"), contract.AttrLayoutPinned: {BoolVal: &f},
+				contract.AttrLayoutState: str("ready"), contract.AttrLayoutError: str("none"),
+			}})
+		if l == "whole" {
+			whole.Instances = append(whole.Instances, &api.NodeDevice{ID: uuid, Healthy: true})
+			continue
+		}
+		mps := &api.NodeDeviceResource{Vendor: contract.Vendor, Type: contract.SliceMPS, Name: uuid}
+		shares := 0
+		fmt.Sscanf(l, "mps:%d", &shares)
+		for k := range shares {
+			mps.Instances = append(mps.Instances, &api.NodeDevice{ID: contract.ShareID(uuid, k), Healthy: true})
+		}
+		n.NodeResources.Devices = append(n.NodeResources.Devices, mps)
+	}
+	n.NodeResources.Devices = append(n.NodeResources.Devices, whole)
+	return n
+}
+
+// queuedJob is a blocked job of n allocations asking for one device each.
+func queuedJob(s *nomadview.Snapshot, id, device string, n int) {
+	one := uint64(1)
+	task := &api.Task{Name: "t", Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: device, Count: &one}}}}
+	job := &api.Job{ID: &id, TaskGroups: []*api.TaskGroup{{Name: ptrTo("g"), Tasks: []*api.Task{task}}}}
+	s.Specs[JobKey{Namespace: "default", ID: id}] = job
+	s.Jobs[JobKey{Namespace: "default", ID: id}] = &api.JobListStub{ID: id, Namespace: "default",
+		JobSummary: &api.JobSummary{ModifyIndex: 10, Summary: map[string]api.TaskGroupSummary{"g": {Queued: n}}}}
+	s.Blocked = append(s.Blocked, &api.Evaluation{ID: "eval-" + id, Namespace: "default", JobID: id, Status: api.EvalStatusBlocked,
+		ModifyIndex: 10, CreateTime: time.Unix(100, 0).UnixNano(), Priority: 50,
+		FailedTGAllocs: map[string]*api.AllocationMetric{"g": {}}})
+}
+
+func emptySnapshot(nodes ...*api.NodeListStub) *nomadview.Snapshot {
+	return &nomadview.Snapshot{Nodes: nodes, Jobs: map[JobKey]*api.JobListStub{}, Specs: map[JobKey]*api.Job{}}
+}
+
+func TestLayoutsStep(t *testing.T) {
+	wholes := []string{"whole", "whole", "whole", "whole"}
+	tests := []struct {
+		name  string
+		snap  func() *nomadview.Snapshot
+		want  []string // "GPU → layout"
+		layer func(l *Layouts, now time.Time)
+	}{
+		{"MPS asks and no shared GPU: one GPU becomes shares", func() *nomadview.Snapshot {
+			s := emptySnapshot(layoutNode("n1", wholes...))
+			queuedJob(s, "infer", "nvidia/mps", 6)
+			return s
+		}, []string{"GPU-n1-0 → mps:8"}, nil},
+		{"whole asks while a shared GPU idles: it is whole again", func() *nomadview.Snapshot {
+			s := emptySnapshot(layoutNode("n1", "mps:8", "whole", "whole", "whole"))
+			queuedJob(s, "train", "nvidia/gpu", 4)
+			return s
+		}, []string{"GPU-n1-0 → whole"}, nil},
+		{"nothing queued: nothing changes", func() *nomadview.Snapshot {
+			return emptySnapshot(layoutNode("n1", "mps:8", "whole"))
+		}, nil, nil},
+		{"a node that takes no work is left alone", func() *nomadview.Snapshot {
+			n := layoutNode("n1", wholes...)
+			n.SchedulingEligibility = api.NodeSchedulingIneligible
+			s := emptySnapshot(n)
+			queuedJob(s, "infer", "nvidia/mps", 6)
+			return s
+		}, nil, nil},
+		{"a layout asked and not yet echoed counts as desired", func() *nomadview.Snapshot {
+			s := emptySnapshot(layoutNode("n1", wholes...))
+			queuedJob(s, "infer", "nvidia/mps", 6)
+			return s
+		}, nil, func(l *Layouts, now time.Time) {
+			l.asked["GPU-n1-1"] = asked{layout: "mps:8", at: now.Add(-10 * time.Second)}
+		}},
+		{"an ask not echoed after askTrust no longer counts", func() *nomadview.Snapshot {
+			s := emptySnapshot(layoutNode("n1", wholes...))
+			queuedJob(s, "infer", "nvidia/mps", 6)
+			return s
+		}, []string{"GPU-n1-0 → mps:8"}, func(l *Layouts, now time.Time) {
+			l.asked["GPU-n1-1"] = asked{layout: "mps:8", at: now.Add(-2 * askTrust)}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			l := NewLayouts(gpulayout.Bounds{MinInterval: time.Minute}, nil, hclog.NewNullLogger(), NewMetrics())
+			if tt.layer != nil {
+				tt.layer(l, now)
+			}
+			var got []string
+			for _, d := range l.Step(now, tt.snap()) {
+				got = append(got, d.UUID+" → "+d.To.String())
+			}
+			if strings.Join(got, "; ") != strings.Join(tt.want, "; ") {
+				t.Errorf("decisions %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A recorded change keeps the GPU from flipping back within MinInterval
+// while another GPU can serve the queue, and an applied ask is timed
+// and forgotten.
+func TestLayoutsRecord(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := NewLayouts(gpulayout.Bounds{MinInterval: time.Hour}, nil, hclog.NewNullLogger(), NewMetrics())
+	s := emptySnapshot(layoutNode("n1", "whole", "whole"))
+	queuedJob(s, "infer", "nvidia/mps", 2)
+	ds := l.Step(now, s)
+	if len(ds) != 1 {
+		t.Fatalf("decisions %v", ds)
+	}
+	l.Record(now, ds[0])
+	if c, ok := l.Change(ds[0].UUID); !ok || c.To != "mps:8" || !c.At.Equal(now) || c.Reason == "" {
+		t.Errorf("change %+v", c)
+	}
+	applied := emptySnapshot(layoutNode("n1", "mps:8", "whole"))
+	applied.Nodes[0].NodeResources.Devices[0].Attributes[contract.AttrLayoutDesired].StringVal = ptrTo("mps:8")
+	if got := l.Step(now.Add(20*time.Second), applied); len(got) != 0 {
+		t.Errorf("decisions on an idle cluster: %v", got)
+	}
+	if _, still := l.asked[ds[0].UUID]; still {
+		t.Error("the ask is still pending once applied")
+	}
+}
