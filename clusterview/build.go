@@ -176,6 +176,7 @@ func Build(in *Input) *View {
 	})
 	v.Queue = buildQueue(in)
 	addForecasts(v, in, held)
+	addLayoutReasons(v, in.Controller)
 	return v
 }
 
@@ -301,6 +302,7 @@ func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string
 			}
 		}
 	}
+	b.addLayouts(devices)
 	for _, g := range b.order {
 		g.finish()
 		g.allocMemory()
@@ -310,6 +312,66 @@ func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string
 		return cmp.Or(cmp.Compare(a.PCIBusID, b.PCIBusID), cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Model, b.Model))
 	})
 	return node
+}
+
+// addLayouts attaches each GPU's layout group to the GPU its instances
+// made (by UUID, or by PCI bus for a GPU in MIG mode), or adds the GPU
+// when it has no instance to show (MIG mode with none).
+func (b *nodeBuilder) addLayouts(devices []*api.NodeDeviceResource) {
+	for _, d := range devices {
+		if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceLayout {
+			continue
+		}
+		a := d.Attributes
+		bus := nomadview.AttrString(a, contract.AttrLayoutPCIBusID)
+		g, ok := b.byKey["uuid:"+d.Name]
+		if !ok {
+			g, ok = b.byKey["pci:"+bus]
+		}
+		if !ok {
+			mode := ModeWhole
+			if nomadview.AttrBool(a, contract.AttrLayoutMIGMode) {
+				mode = ModeMIG
+			}
+			g = b.get("uuid:"+d.Name, func() GPU {
+				return GPU{UUID: d.Name, Model: nomadview.AttrString(a, contract.AttrLayoutProduct), PCIBusID: bus, Mode: mode}
+			})
+		}
+		if g.UUID == "" {
+			g.UUID = d.Name
+		}
+		if g.Index == nil {
+			g.Index = attrInt(a, contract.AttrLayoutIndex)
+		}
+		l := &GPULayout{Current: nomadview.AttrString(a, contract.AttrLayoutCurrent), Pinned: nomadview.AttrBool(a, contract.AttrLayoutPinned),
+			State: nomadview.AttrString(a, contract.AttrLayoutState)}
+		if v := nomadview.AttrString(a, contract.AttrLayoutDesired); v != contract.LayoutNone {
+			l.Desired = v
+		}
+		if v := nomadview.AttrString(a, contract.AttrLayoutError); v != contract.LayoutNone {
+			l.Error = v
+		}
+		g.Layout = l
+	}
+}
+
+// addLayoutReasons gives each GPU the controller's last change of its
+// layout.
+func addLayoutReasons(v *View, st *controller.Status) {
+	if st == nil {
+		return
+	}
+	for i := range v.Nodes {
+		for j := range v.Nodes[i].GPUs {
+			g := &v.Nodes[i].GPUs[j]
+			c, ok := st.Layouts[g.UUID]
+			if g.Layout == nil || !ok {
+				continue
+			}
+			at := c.At.UTC()
+			g.Layout.Changed, g.Layout.Reason = &at, c.From+" → "+c.To+": "+c.Reason
+		}
+	}
 }
 
 func busID(in *api.NodeDevice) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -409,5 +410,42 @@ func TestBuildWhichNodesAreGPUNodes(t *testing.T) {
 				t.Errorf("shown %v, want %v", got, tc.shown)
 			}
 		})
+	}
+}
+
+// A node's layout groups attach to the GPUs their instances make (by
+// UUID, or by PCI bus in MIG mode); a GPU in MIG mode with no instance
+// is still shown; the controller's last change gives the reason.
+func TestBuildLayouts(t *testing.T) {
+	layout := func(uuid, bus string, idx int64, mig bool, current, desired, state string) *api.NodeDeviceResource {
+		return &api.NodeDeviceResource{Vendor: "nvidia", Type: "layout", Name: uuid, Attributes: map[string]*api.Attribute{
+			"index": intAttr(idx, ""), "pci_bus_id": strAttr(bus), "product": strAttr(h100), "mig_mode": {BoolVal: ptr(mig)},
+			"layout": strAttr(current), "desired": strAttr(desired), "state": strAttr(state), "error": strAttr("none"), "pinned": {BoolVal: ptr(false)},
+		}}
+	}
+	const gpuEmpty = "GPU-ffffffff-0000-0000-0000-000000000000"
+	in := fixtureInput()
+	n := in.Nodes[0]
+	n.NodeResources.Devices = append(n.NodeResources.Devices,
+		layout(gpuA, "0000:18:00.0", 0, false, "whole", "mps:8", "draining"),
+		layout(gpuM, "0000:9a:00.0", 4, false, "mps:4", "none", "ready"),
+		layout(gpuMIG, "0000:db:00.0", 7, true, "mig:1g.10gb,1g.10gb", "none", "ready"),
+		layout(gpuEmpty, "0000:dc:00.0", 6, true, "mig:", "none", "ready"))
+	in.Controller = &controller.Status{Layouts: map[string]controller.LayoutChange{
+		gpuA: {At: t0, From: "whole", To: "mps:8", Reason: "6 allocations wait for mps"},
+	}}
+	v := Build(in)
+	got := map[string]string{}
+	for _, g := range v.Nodes[0].GPUs {
+		got[g.UUID] = modeText(g)
+	}
+	want := map[string]string{gpuA: "whole → mps:8 draining", gpuB: "whole", gpuM: "mps:4", gpuMIG: "mig:1g.10gb,1g.10gb", gpuEmpty: "mig:"}
+	if !maps.Equal(got, want) {
+		t.Errorf("modes %v\nwant %v", got, want)
+	}
+	var b strings.Builder
+	writeLayoutNotes(&b, v.Nodes[0].GPUs, 200)
+	if !strings.Contains(b.String(), "GPU 0 relaid 10:00:00: whole → mps:8: 6 allocations wait for mps") {
+		t.Errorf("layout notes %q", b.String())
 	}
 }

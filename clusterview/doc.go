@@ -58,6 +58,11 @@
 //	        "memory_total_mib", "memory_used_mib", "utilization_pct",
 //	        "alloc": null | {"alloc_id", "job", "group", "task", "namespace", "memory_used_mib", "prediction"}
 //	      }],
+//	      "layout": {                     // only where the device plugin publishes layouts
+//	        "current": "mps:8", "desired": "whole" (only when asked), "pinned": true (only when pinned),
+//	        "state": "ready" | "held" | "draining" | "error", "error": "…" (only when state is error),
+//	        "changed": "2026-12-05T09:12:01Z", "reason": "whole → mps:8: …" // the controller's last change, when read
+//	      },
 //	      "allocations": [{
 //	        "alloc_id", "job", "group", "task", "namespace",
 //	        "memory_used_mib": 2048,      // what the task uses here, where known (see below); else null

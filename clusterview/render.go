@@ -132,6 +132,7 @@ func writeNode(b *strings.Builder, n *Node, key SortKey, width int) {
 		return
 	}
 	gpuTable(n.GPUs).write(b, width)
+	writeLayoutNotes(b, n.GPUs, width)
 	if tasks := taskTable(n.GPUs, key); len(tasks.rows) > 0 {
 		tasks.write(b, width)
 	}
@@ -151,7 +152,7 @@ func gpuTable(gpus []GPU) *textTable {
 			note = g.HealthDescription
 		}
 		t.add(note, intOrDash(g.Index), orDash(shortUUID(g.UUID)), orDash(g.PCIBusID), orDash(strings.TrimPrefix(g.Model, "NVIDIA ")),
-			g.Mode, health(g.Healthy), pct(g.UtilizationPct), gib(g.MemoryUsedMiB, g.MemoryTotalMiB),
+			modeText(g), health(g.Healthy), pct(g.UtilizationPct), gib(g.MemoryUsedMiB, g.MemoryTotalMiB),
 			unit(g.TemperatureC, "C"), unit(g.PowerW, "W"), gpuUse(g))
 		for j, s := range g.Slices {
 			branch := "├─"
@@ -167,6 +168,42 @@ func gpuTable(gpus []GPU) *textTable {
 		}
 	}
 	return t
+}
+
+// modeText is a GPU's mode, or its layout where the plugin publishes it:
+// "mps:8", or "whole → mps:8 draining" while another is asked.
+func modeText(g GPU) string {
+	l := g.Layout
+	if l == nil {
+		return g.Mode
+	}
+	text := l.Current
+	if l.Desired != "" && l.Desired != l.Current {
+		text += " → " + l.Desired + " " + l.State
+	} else if l.State == "error" {
+		text += " error"
+	}
+	if l.Pinned {
+		text += " (pinned)"
+	}
+	return text
+}
+
+// writeLayoutNotes says, under a node's GPUs, why the controller last
+// relaid each and why a layout cannot be made.
+func writeLayoutNotes(b *strings.Builder, gpus []GPU, width int) {
+	for _, g := range gpus {
+		l := g.Layout
+		if l == nil {
+			continue
+		}
+		if l.Error != "" {
+			b.WriteString(Cut(fmt.Sprintf("  GPU %s layout error: %s", intOrDash(g.Index), l.Error), width) + "\n")
+		}
+		if l.Reason != "" && l.Changed != nil {
+			b.WriteString(Cut(fmt.Sprintf("  GPU %s relaid %s: %s", intOrDash(g.Index), l.Changed.Format("15:04:05"), l.Reason), width) + "\n")
+		}
+	}
 }
 
 // gpuUse is "free" or "used" for a whole GPU, held/all for a sliced one.

@@ -63,9 +63,26 @@ type GPU struct {
 	TemperatureC      *float64 `json:"temperature_c"`
 	PowerW            *float64 `json:"power_w"`
 	Slices            []Slice  `json:"slices"`
+	// Layout is what the device plugin publishes of the GPU's layout (nil
+	// when it publishes nothing).
+	Layout *GPULayout `json:"layout,omitempty"`
 	// Allocations hold the GPU or any of its slices, one entry per
 	// allocation and task.
 	Allocations []AllocRef `json:"allocations"`
+}
+
+// GPULayout is a GPU's layout: what it offers, what it is asked to
+// offer, how far along that is, and the controller's last change of it.
+type GPULayout struct {
+	Current string `json:"current"`
+	Desired string `json:"desired,omitempty"`
+	Pinned  bool   `json:"pinned,omitempty"`
+	State   string `json:"state"`
+	Error   string `json:"error,omitempty"`
+	// Changed and Reason are the controller's last change, when the
+	// controller's status was read and it made one.
+	Changed *time.Time `json:"changed,omitempty"`
+	Reason  string     `json:"reason,omitempty"`
 }
 
 // Slice is a MIG instance or an MPS share.

@@ -23,6 +23,9 @@ type Status struct {
 	// Raises are the raises of the priority ledger, in force or waiting,
 	// by job.
 	Raises []JobRaise `json:"raises"`
+	// Layouts are the last layout change the leaders asked of each GPU,
+	// by GPU UUID.
+	Layouts map[string]LayoutChange `json:"layouts,omitempty"`
 }
 
 // JobRaise is one raise of one job.
@@ -69,5 +72,8 @@ func ReadStatus(ctx context.Context, c *api.Client, namespace string, now time.T
 	slices.SortFunc(st.Raises, func(a, b JobRaise) int {
 		return strings.Compare(a.Namespace+"/"+a.Job, b.Namespace+"/"+b.Job)
 	})
+	if st.Layouts, err = LoadLayoutHistory(ctx, c, namespace); err != nil {
+		return st, err
+	}
 	return st, nil
 }

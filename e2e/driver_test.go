@@ -227,6 +227,13 @@ job %q {
 // edits change the node's config before it starts.
 func startGPUCluster(t *testing.T, edits ...func(*gpuNode)) (*cluster.Cluster, gpuNode) {
 	t.Helper()
+	return startGPUClusterWhen(t, func(n *api.Node) bool { return len(deviceGroups(n)) == 5 }, edits...)
+}
+
+// startGPUClusterWhen is startGPUCluster waiting until the gpu driver is
+// healthy and ready says the node's devices are.
+func startGPUClusterWhen(t *testing.T, ready func(*api.Node) bool, edits ...func(*gpuNode)) (*cluster.Cluster, gpuNode) {
+	t.Helper()
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
@@ -242,7 +249,7 @@ func startGPUCluster(t *testing.T, edits ...func(*gpuNode)) (*cluster.Cluster, g
 	})
 	c.WaitForNode(t, "client-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]
-		return d != nil && d.Healthy && len(deviceGroups(n)) == 5
+		return d != nil && d.Healthy && ready(n)
 	}, 2*time.Minute)
 	return c, node
 }

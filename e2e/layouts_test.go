@@ -1,0 +1,321 @@
+package e2e
+
+// GPU layouts that follow the queue, against a real Nomad: the controller
+// asks a free GPU for the layout the queue needs in node metadata, the
+// device plugin applies it once nothing holds the GPU.
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+)
+
+// layoutNodeHCL is the device plugin's config for a node that follows
+// the layouts in its metadata, quickly.
+func layoutNodeHCL(n gpuNode, drainGrace string) string {
+	return fmt.Sprintf(`nomad {
+  address = %q
+}
+layout {
+  enabled     = true
+  poll        = "500ms"
+  drain_grace = %q
+  state_file  = %q
+}`, cluster.SelfHTTPAddr, drainGrace, filepath.Join(n.dir, "layouts.json"))
+}
+
+// startLayoutCluster is one simulated GPU node laid out as l, following
+// its metadata's layouts; it waits until the node shows all 8 GPUs'
+// layout groups.
+func startLayoutCluster(t *testing.T, l nodeLayout, drainGrace string) (*cluster.Cluster, gpuNode, *api.Node) {
+	t.Helper()
+	c, node := startGPUClusterWhen(t, func(n *api.Node) bool { return len(layoutGroups(n)) == 8 }, func(n *gpuNode) {
+		n.layout = &l
+		n.deviceHCL = layoutNodeHCL(*n, drainGrace)
+	})
+	return c, node, c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(layoutGroups(n)) == 8 }, time.Minute)
+}
+
+// layoutGroups are a node's layout groups by GPU UUID.
+func layoutGroups(n *api.Node) map[string]*api.NodeDeviceResource {
+	out := map[string]*api.NodeDeviceResource{}
+	if n == nil || n.NodeResources == nil {
+		return out
+	}
+	for _, d := range n.NodeResources.Devices {
+		if d.Type == contract.SliceLayout {
+			out[d.Name] = d
+		}
+	}
+	return out
+}
+
+func attrText(d *api.NodeDeviceResource, name string) string {
+	if a := d.Attributes[name]; a != nil {
+		if a.StringVal != nil {
+			return *a.StringVal
+		}
+		return a.String()
+	}
+	return ""
+}
+
+// currentLayouts is each GPU's current layout by UUID, as the servers see it.
+func currentLayouts(n *api.Node) map[string]string {
+	out := map[string]string{}
+	for uuid, d := range layoutGroups(n) {
+		out[uuid] = attrText(d, contract.AttrLayoutCurrent)
+	}
+	return out
+}
+
+// ownershipRecord watches a node for the whole test: which GPUs running
+// allocations hold, and every change of a GPU's layout. A change seen
+// between two looks while one allocation ran at both and held an instance
+// of that GPU is a violation: the GPU was relaid under it. An allocation
+// counts as holding from running on (one whose Reserve was refused never
+// held anything).
+type ownershipRecord struct {
+	mu         sync.Mutex
+	changes    []string
+	violations []string
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func recordOwnership(t *testing.T, c *cluster.Cluster, nodeID string) *ownershipRecord {
+	r := &ownershipRecord{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		var lastLayouts map[string]string
+		var lastHolders map[string][]string // GPU → running allocs
+		for {
+			layouts, holders, ok := lookOwnership(c, nodeID)
+			if ok {
+				r.compare(lastLayouts, lastHolders, layouts, holders)
+				lastLayouts, lastHolders = layouts, holders
+			}
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(r.finish)
+	return r
+}
+
+// lookOwnership reads the node's layouts and which running allocations
+// hold each GPU.
+func lookOwnership(c *cluster.Cluster, nodeID string) (map[string]string, map[string][]string, bool) {
+	n, _, err := c.API().Nodes().Info(nodeID, nil)
+	if err != nil {
+		return nil, nil, false
+	}
+	allocs, _, err := c.API().Nodes().Allocations(nodeID, nil)
+	if err != nil {
+		return nil, nil, false
+	}
+	holders := map[string][]string{}
+	for _, a := range allocs {
+		if a.ClientStatus != api.AllocClientStatusRunning || a.AllocatedResources == nil {
+			continue
+		}
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				for _, id := range d.DeviceIDs {
+					gpu := gpuOfInstance(n, id)
+					holders[gpu] = append(holders[gpu], a.ID)
+				}
+			}
+		}
+	}
+	return currentLayouts(n), holders, true
+}
+
+// gpuOfInstance is the GPU UUID an instance ID is part of.
+func gpuOfInstance(n *api.Node, id string) string {
+	if u, _, ok := contract.ParseShareID(id); ok {
+		return u
+	}
+	if strings.HasPrefix(id, "GPU-") {
+		return id
+	}
+	for _, d := range n.NodeResources.Devices {
+		for _, in := range d.Instances {
+			if in.ID == id && in.Locality != nil {
+				for uuid, lg := range layoutGroups(n) {
+					if strings.EqualFold(attrText(lg, contract.AttrLayoutPCIBusID), in.Locality.PciBusID) {
+						return uuid
+					}
+				}
+			}
+		}
+	}
+	return id
+}
+
+func (r *ownershipRecord) compare(lastLayouts map[string]string, lastHolders map[string][]string, layouts map[string]string, holders map[string][]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uuid, now := range layouts {
+		before, seen := lastLayouts[uuid]
+		if !seen || before == now {
+			continue
+		}
+		r.changes = append(r.changes, fmt.Sprintf("%s %s: %s → %s", time.Now().Format("15:04:05.000"), uuid, before, now))
+		for _, a := range lastHolders[uuid] {
+			if slices.Contains(holders[uuid], a) {
+				r.violations = append(r.violations, fmt.Sprintf("%s relaid %s → %s while allocation %s ran on it", uuid, before, now, a))
+			}
+		}
+	}
+}
+
+func (r *ownershipRecord) finish() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+}
+
+// check stops the record and fails the test on a violation; it returns
+// the layout changes seen.
+func (r *ownershipRecord) check(t *testing.T) []string {
+	t.Helper()
+	r.finish()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range r.violations {
+		t.Error(v)
+	}
+	return slices.Clone(r.changes)
+}
+
+// waitRunning waits until every job's first allocation runs and returns
+// them by job.
+func waitRunning(t *testing.T, c *cluster.Cluster, jobs []string, timeout time.Duration) map[string]*api.AllocationListStub {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	out := map[string]*api.AllocationListStub{}
+	for {
+		for _, j := range jobs {
+			if out[j] != nil {
+				continue
+			}
+			stubs, _, err := c.API().Jobs().Allocations(j, false, nil)
+			if err != nil {
+				continue
+			}
+			for _, a := range stubs {
+				if a.ClientStatus == api.AllocClientStatusRunning {
+					out[j] = a
+				}
+			}
+		}
+		if len(out) == len(jobs) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			var missing []string
+			for _, j := range jobs {
+				if out[j] == nil {
+					missing = append(missing, j)
+				}
+			}
+			t.Fatalf("e2e: jobs %v not running after %v", missing, timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitRunningCount waits until at least n of the jobs run, and returns
+// how many run then.
+func waitRunningCount(t *testing.T, c *cluster.Cluster, jobs []string, n int, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		count := 0
+		for _, j := range jobs {
+			stubs, _, err := c.API().Jobs().Allocations(j, false, nil)
+			if err != nil {
+				continue
+			}
+			for _, a := range stubs {
+				if a.ClientStatus == api.AllocClientStatusRunning {
+					count++
+					break
+				}
+			}
+		}
+		if count >= n || time.Now().After(deadline) {
+			return count
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestLayoutsFollowTheQueue: a node of 8 whole GPUs and no static slices.
+// 6 jobs asking for one MPS share each make a free GPU shares within 30
+// s; 8 whole-GPU jobs then take the 7 whole GPUs and the eighth waits
+// until the shares are free, when the shared GPU is whole again. No GPU
+// is relaid while an allocation holds one of its instances.
+func TestLayoutsFollowTheQueue(t *testing.T) {
+	c, _, n := startLayoutCluster(t, nodeLayout{}, "2s")
+	record := recordOwnership(t, c, n.ID)
+	ctl := startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+
+	var mpsJobs []string
+	start := time.Now()
+	for i := range 6 {
+		id := fmt.Sprintf("mps-%d", i)
+		c.RunJob(t, gpuJob(id, "nvidia/mps", 1, ""))
+		mpsJobs = append(mpsJobs, id)
+	}
+	running := waitRunning(t, c, mpsJobs, 30*time.Second)
+	t.Logf("6 MPS jobs running %.1f s after they were queued", time.Since(start).Seconds())
+	shared := map[string]bool{}
+	for _, a := range running {
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				shared[d.Name] = true // an MPS group is named by its GPU
+			}
+		}
+	}
+	if len(shared) != 1 {
+		t.Errorf("the 6 MPS jobs hold shares of %d GPUs, want 1: %v", len(shared), shared)
+	}
+
+	var wholeJobs []string
+	for i := range 8 {
+		id := fmt.Sprintf("whole-%d", i)
+		c.RunJob(t, gpuJob(id, "nvidia/gpu", 1, ""))
+		wholeJobs = append(wholeJobs, id)
+	}
+	// Seven fit on the whole GPUs; the eighth waits for the shared GPU,
+	// which its shares' allocations hold.
+	if got := waitRunningCount(t, c, wholeJobs, 7, 60*time.Second); got != 7 {
+		t.Fatalf("%d whole-GPU jobs run while the shares are held, want 7", got)
+	}
+	for _, j := range mpsJobs {
+		c.StopJob(t, j, false)
+	}
+	waitRunning(t, c, wholeJobs, 90*time.Second)
+	changes := record.check(t)
+	t.Logf("layout changes seen: %s", strings.Join(changes, "; "))
+	if got := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); got["mps"] < 1 || got["whole"] < 1 {
+		t.Errorf("layout changes by kind %v; want at least one to mps and one back to whole", got)
+	}
+}
