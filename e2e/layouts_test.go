@@ -318,4 +318,7 @@ func TestLayoutsFollowTheQueue(t *testing.T) {
 	if got := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); got["mps"] < 1 || got["whole"] < 1 {
 		t.Errorf("layout changes by kind %v; want at least one to mps and one back to whole", got)
 	}
+	if n := ctl.metric(t, contract.MetricControllerLayoutApplied+"_count"); n < 2 {
+		t.Errorf("%s_count %v; want the two layouts' times from asked to applied", contract.MetricControllerLayoutApplied, n)
+	}
 }
