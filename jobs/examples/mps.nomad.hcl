@@ -19,6 +19,14 @@ job "mps-example" {
 
         device "nvidia/mps" {
           count = 2
+          # Fill one GPU's shares before opening the next: a GPU whose shares
+          # are partly in use scores higher (the device plugin's shares_in_use).
+          affinity {
+            attribute = "${device.attr.unique.shares_in_use}"
+            operator  = ">"
+            value     = "0"
+            weight    = 100
+          }
         }
       }
     }

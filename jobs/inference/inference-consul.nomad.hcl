@@ -114,6 +114,14 @@ job "inference-consul" {
 
         device "nvidia/mps" {
           count = 1
+          # Fill one GPU's shares before opening the next: a GPU whose shares
+          # are partly in use scores higher (the device plugin's shares_in_use).
+          affinity {
+            attribute = "${device.attr.unique.shares_in_use}"
+            operator  = ">"
+            value     = "0"
+            weight    = 100
+          }
         }
       }
     }
