@@ -322,3 +322,57 @@ func TestLayoutsFollowTheQueue(t *testing.T) {
 		t.Errorf("%s_count %v; want the two layouts' times from asked to applied", contract.MetricControllerLayoutApplied, n)
 	}
 }
+
+// migInstances are a node's MIG instance IDs.
+func migInstances(n *api.Node) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range n.NodeResources.Devices {
+		if d.Type == contract.SliceMIG {
+			for _, in := range d.Instances {
+				out[in.ID] = true
+			}
+		}
+	}
+	return out
+}
+
+// envValue is the value of a NAME=value line in a task's output.
+func envValue(out, name string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestLayoutsMIGGeometry: a sim GPU in MIG mode goes from one geometry
+// (3g.40gb twice) to another (1g.10gb seven times) as a MIG ask of the
+// other profile waits, through NVML's GPU and compute instance calls;
+// the task sees the new instance's MIG- UUID in CUDA_VISIBLE_DEVICES.
+func TestLayoutsMIGGeometry(t *testing.T) {
+	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "1s")
+	before := migInstances(n)
+	if len(before) != 2 {
+		t.Fatalf("node has MIG instances %v, want the two 3g.40gb", before)
+	}
+	startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+	c.RunJob(t, gpuJob("small", "nvidia/mig/1g.10gb", 1, ""))
+	a := waitRunning(t, c, []string{"small"}, 60*time.Second)["small"]
+	out := c.WaitForAllocLogs(t, a.ID, "t", "stdout", "READY", 30*time.Second)
+	visible := envValue(out, contract.EnvCUDAVisibleDevices)
+	if !strings.HasPrefix(visible, "MIG-") || before[visible] {
+		t.Errorf("CUDA_VISIBLE_DEVICES=%q; want a MIG- UUID of the new geometry (the old ones were %v)", visible, before)
+	}
+	after := c.WaitForNode(t, "client-1", func(n *api.Node) bool {
+		for _, d := range layoutGroups(n) {
+			if attrText(d, contract.AttrLayoutMIGMode) == "true" {
+				return attrText(d, contract.AttrLayoutCurrent) == "mig:"+strings.Repeat("1g.10gb,", 6)+"1g.10gb"
+			}
+		}
+		return false
+	}, 30*time.Second)
+	if got := migInstances(after); len(got) != 7 || !got[visible] {
+		t.Errorf("MIG instances after: %d (%v); want 7 including %s", len(got), got, visible)
+	}
+}
