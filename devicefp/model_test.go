@@ -190,7 +190,7 @@ func TestReserve(t *testing.T) {
 		want map[string]string
 		err  string
 	}{
-		{name: "whole GPU", ids: []string{"GPU-c"}, err: "unknown device ID"},
+		{name: "whole GPU", ids: []string{"GPU-c"}, err: "device GPU-c no longer exists on this node"},
 		{name: "MIG", ids: []string{"MIG-c1", "MIG-c0"}, want: map[string]string{
 			"CUDA_VISIBLE_DEVICES": "MIG-c0,MIG-c1", "NVIDIA_VISIBLE_DEVICES": "MIG-c0,MIG-c1", "NOMAD_GPU_SLICE_TYPE": "mig",
 		}},
@@ -201,7 +201,7 @@ func TestReserve(t *testing.T) {
 		{name: "shares on two GPUs", ids: []string{"GPU-b-mps-0", "GPU-a-mps-2", "GPU-b-mps-1"}, want: map[string]string{
 			"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20389M,1=40778M",
 		}},
-		{name: "unknown", ids: []string{"GPU-zz"}, err: `unknown device ID "GPU-zz"`},
+		{name: "unknown", ids: []string{"GPU-zz"}, err: "device GPU-zz no longer exists on this node"},
 		{name: "mixed types", ids: []string{"MIG-c0", "GPU-a-mps-0"}, err: "different types"},
 	}
 	for _, c := range cases {

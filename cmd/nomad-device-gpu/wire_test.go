@@ -313,7 +313,7 @@ func TestFingerprintStatsReserve(t *testing.T) {
 			t.Fatalf("empty reserve: %v, %v (container_res must never be nil)", res, err)
 		}
 		_, err = c.device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: []string{"GPU-nope"}})
-		if err == nil || !strings.Contains(err.Error(), `unknown device ID "GPU-nope"`) {
+		if err == nil || !strings.Contains(err.Error(), "device GPU-nope no longer exists on this node") {
 			t.Fatalf("unknown ID: %v", err)
 		}
 	})
