@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -29,6 +30,11 @@ type allocUse struct {
 type allocView struct {
 	known    bool
 	byDevice map[string][]allocUse // device ID → the tasks holding it
+	// fetched is when the request that read this view began (or a later
+	// one's, for a view at least as new): every allocation the servers
+	// held then is in it. The layout manager switches a GPU only on a view
+	// fetched after it began to drain the GPU.
+	fetched time.Time
 }
 
 // Timings of the allocation watch; variables for tests.
@@ -43,10 +49,17 @@ type allocWatcher struct {
 	api  *api.Client
 	node string // the node's name, to find it by when the agent does not say
 	log  hclog.Logger
+	// onChange, if set, is called (without mu held) when the devices held
+	// change.
+	onChange func()
 
+	// mu guards view, lastErr, nodeID and index: the blocking watch
+	// (run) and the layout manager's reads (fetchNow) both set them.
 	mu      sync.Mutex
 	view    allocView
 	lastErr string
+	nodeID  string // "" until found
+	index   uint64 // the Raft index of view
 }
 
 func newAllocWatcher(cfg NomadAPIConfig, node string, logger hclog.Logger) (*allocWatcher, error) {
@@ -68,35 +81,51 @@ func (w *allocWatcher) current() allocView {
 	return w.view
 }
 
-func (w *allocWatcher) set(byDevice map[string][]allocUse, err error) {
+func (w *allocWatcher) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err != nil {
-		w.view = allocView{}
-		if msg := err.Error(); msg != w.lastErr {
-			w.log.Warn("device allocations unknown: cannot read this node's allocations from Nomad", "error", err)
-			w.lastErr = msg
-		}
-		return
+	w.view, w.index = allocView{}, 0
+	if msg := err.Error(); msg != w.lastErr {
+		w.log.Warn("device allocations unknown: cannot read this node's allocations from Nomad", "error", err)
+		w.lastErr = msg
 	}
+}
+
+// set takes the allocations read at index by a request begun at start.
+// A view at least as new as the one held keeps the later of the two start
+// times; an older index (the cluster's state started over, or a reply that
+// crossed a newer one) replaces it with its own.
+func (w *allocWatcher) set(allocs []*api.Allocation, index uint64, start time.Time) allocView {
+	byDevice := devicesHeld(allocs)
+	w.mu.Lock()
 	if w.lastErr != "" {
 		w.log.Info("device allocations known again")
 		w.lastErr = ""
 	}
-	w.view = allocView{known: true, byDevice: byDevice}
+	prev := w.view
+	fetched := start
+	if prev.known && index >= w.index && prev.fetched.After(start) {
+		fetched = prev.fetched
+	}
+	w.view = allocView{known: true, byDevice: byDevice, fetched: fetched}
+	w.index = index
+	v := w.view
+	w.mu.Unlock()
+	changed := !prev.known || !maps.EqualFunc(prev.byDevice, byDevice, slices.Equal)
+	if changed && w.onChange != nil {
+		w.onChange()
+	}
+	return v
 }
 
 // run follows the node's allocations until ctx ends.
 func (w *allocWatcher) run(ctx context.Context) {
-	var nodeID string
 	var index uint64
 	backoff := allocRetryMin
 	for ctx.Err() == nil {
-		var err error
-		if nodeID == "" {
-			nodeID, err = w.findNode(ctx)
-		}
+		nodeID, err := w.nodeIDOf(ctx)
 		if err == nil {
+			start := time.Now()
 			q := (&api.QueryOptions{WaitIndex: index, WaitTime: allocWaitTime}).WithContext(ctx)
 			var allocs []*api.Allocation
 			var meta *api.QueryMeta
@@ -107,7 +136,7 @@ func (w *allocWatcher) run(ctx context.Context) {
 				} else {
 					index = 0 // the index went back (a new cluster state): start over
 				}
-				w.set(devicesHeld(allocs), nil)
+				w.set(allocs, meta.LastIndex, start)
 				backoff = allocRetryMin
 				sleep(ctx, allocPace)
 				continue
@@ -115,15 +144,70 @@ func (w *allocWatcher) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			var re api.UnexpectedResponseError
-			if errors.As(err, &re) && re.StatusCode() == http.StatusNotFound {
-				nodeID, index = "", 0 // the node registered again under a new ID
-			}
+			w.forgetNodeOn404(err)
+			index = 0
 		}
-		w.set(nil, err)
+		w.fail(err)
 		sleep(ctx, backoff)
 		backoff = min(backoff*2, allocRetryMax)
 	}
+}
+
+// fetchNow reads the node's allocations at once, without blocking, and
+// keeps them as the view (the blocking watch may sit on its query for a
+// minute).
+func (w *allocWatcher) fetchNow(ctx context.Context) (allocView, error) {
+	nodeID, err := w.nodeIDOf(ctx)
+	if err != nil {
+		return allocView{}, err
+	}
+	start := time.Now()
+	allocs, meta, err := w.api.Nodes().Allocations(nodeID, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		w.forgetNodeOn404(err)
+		return allocView{}, err
+	}
+	return w.set(allocs, meta.LastIndex, start), nil
+}
+
+// nodeIDOf is this node's ID, found once.
+func (w *allocWatcher) nodeIDOf(ctx context.Context) (string, error) {
+	w.mu.Lock()
+	id := w.nodeID
+	w.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	id, err := w.findNode(ctx)
+	if err != nil {
+		return "", err
+	}
+	w.mu.Lock()
+	w.nodeID = id
+	w.mu.Unlock()
+	return id, nil
+}
+
+// forgetNodeOn404 drops the node's ID when Nomad no longer knows it: the
+// node registered again under a new ID.
+func (w *allocWatcher) forgetNodeOn404(err error) {
+	var re api.UnexpectedResponseError
+	if errors.As(err, &re) && re.StatusCode() == http.StatusNotFound {
+		w.mu.Lock()
+		w.nodeID = ""
+		w.mu.Unlock()
+	}
+}
+
+// readMeta is the node's metadata (static and dynamic, merged) as the local
+// agent holds it: dynamic metadata reaches the agent at once, the servers
+// up to 10s later.
+func (w *allocWatcher) readMeta(ctx context.Context) (map[string]string, error) {
+	resp, err := w.api.Nodes().Meta().Read("", (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Meta, nil
 }
 
 // findNode is this node's ID: the agent's own, else the node of this name.

@@ -2,6 +2,7 @@ package devicefp
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,29 @@ type Config struct {
 	// Nomad is the local agent's API; with metrics on, the plugin reads
 	// from it which devices this node's allocations hold.
 	Nomad NomadAPIConfig `hcl:"nomad,block"`
+	// Layout follows the layouts asked for each GPU in the node's metadata
+	// (docs/design/gpu-layouts.md; layout.go).
+	Layout LayoutConfig `hcl:"layout,block"`
+}
+
+// LayoutConfig is the `layout { }` block: whether and how the plugin
+// follows the desired GPU layouts in the node's metadata.
+type LayoutConfig struct {
+	// Enabled makes the plugin read nomad_gpu.pin.<GPU-UUID> and
+	// nomad_gpu.layout.<GPU-UUID> from the local agent and relay GPUs out
+	// once no allocation holds them. Off, every GPU keeps its configured
+	// layout.
+	Enabled bool `hcl:"enabled"`
+	// Poll is how often the node's metadata is read (it has no blocking
+	// query).
+	Poll time.Duration `hcl:"poll" default:"2s"`
+	// DrainGrace is how long a GPU's instances are refused and unhealthy
+	// before it is switched: placements the scheduler made before it saw
+	// them unhealthy reach Reserve, fail and end within it.
+	DrainGrace time.Duration `hcl:"drain_grace" default:"3s"`
+	// StateFile keeps the whole and MPS layouts the plugin applied (those
+	// differing from the mps blocks) across agent restarts.
+	StateFile string `hcl:"state_file" default:"/var/lib/nomad-gpu/device/layouts.json"`
 }
 
 // NomadAPIConfig is how the plugin reaches the local Nomad agent's API.
@@ -67,6 +91,9 @@ type HealthConfig struct {
 
 const (
 	minFingerprintPeriod = time.Second
+	minLayoutPoll        = 100 * time.Millisecond
+	maxLayoutPoll        = time.Minute
+	maxDrainGrace        = 5 * time.Minute
 	maxShares            = 48 // MPS allows at most 48 clients per GPU (Volta+)
 )
 
@@ -131,7 +158,23 @@ func (c *Config) Validate() error {
 	if err := nomadaddr.Check(c.Nomad.Address); err != nil {
 		return fmt.Errorf("nomad.address: %v", err)
 	}
+	if err := c.Layout.validate(); err != nil {
+		return err
+	}
 	return c.gpuConfig().Validate()
+}
+
+func (l *LayoutConfig) validate() error {
+	if l.Poll < minLayoutPoll || l.Poll > maxLayoutPoll {
+		return fmt.Errorf("layout.poll: %s is out of range; allowed: 100ms to 1m", l.Poll)
+	}
+	if l.DrainGrace < 0 || l.DrainGrace > maxDrainGrace {
+		return fmt.Errorf("layout.drain_grace: %s is out of range; allowed: 0s to 5m", l.DrainGrace)
+	}
+	if !filepath.IsAbs(l.StateFile) || strings.HasSuffix(l.StateFile, "/") {
+		return fmt.Errorf("layout.state_file: %q must be an absolute path to a file", l.StateFile)
+	}
+	return nil
 }
 
 func (c *Config) gpuConfig() gpu.Config {

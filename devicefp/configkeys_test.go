@@ -165,11 +165,20 @@ var keyCases = []keyCase{
 	{"nomad.address", "no host", map[string]any{"nomad": map[string]any{"address": "https:///v1"}}, `nomad.address: "https:///v1" is not an http://, https:// or unix:// address`},
 	{"nomad.address", "unix without a path", map[string]any{"nomad": map[string]any{"address": "unix://"}},
 		`nomad.address: "unix://" is not a unix:// address with the socket's absolute path (e.g. "unix:///var/run/nomad.sock")`},
+
+	{"layout.poll", "too short", map[string]any{"layout": map[string]any{"poll": "10ms"}}, "layout.poll: 10ms is out of range; allowed: 100ms to 1m"},
+	{"layout.poll", "too long", map[string]any{"layout": map[string]any{"poll": "2m"}}, "layout.poll: 2m0s is out of range; allowed: 100ms to 1m"},
+	{"layout.poll", "not a duration", map[string]any{"layout": map[string]any{"poll": "2"}}, `layout.poll: "2" is not a duration`},
+	{"layout.drain_grace", "negative", map[string]any{"layout": map[string]any{"drain_grace": "-1s"}}, "layout.drain_grace: -1s is out of range; allowed: 0s to 5m"},
+	{"layout.drain_grace", "too long", map[string]any{"layout": map[string]any{"drain_grace": "1h"}}, "layout.drain_grace: 1h0m0s is out of range; allowed: 0s to 5m"},
+	{"layout.state_file", "relative", map[string]any{"layout": map[string]any{"state_file": "layouts.json"}}, `layout.state_file: "layouts.json" must be an absolute path to a file`},
+	{"layout.state_file", "a directory", map[string]any{"layout": map[string]any{"state_file": "/var/lib/nomad-gpu/"}}, `layout.state_file: "/var/lib/nomad-gpu/" must be an absolute path to a file`},
 }
 
 // keysWithoutRule are keys whose only rule is their type.
 var keysWithoutRule = map[string]string{
 	"health.enabled": "bool; either value is valid",
+	"layout.enabled": "bool; either value is valid",
 	// Any XID may be ignored; XIDs no GPU sends are simply never seen.
 	"health.ignored_xids": "any list of XIDs (uint64) is valid",
 	// An ACL token is opaque to the plugin; the agent's API judges it.
@@ -219,6 +228,8 @@ func TestConfigKeyValidationAccepts(t *testing.T) {
 		{"metrics": map[string]any{"address": "127.0.0.1:0", "node_name": "gpu-1"}},
 		{"nomad": map[string]any{"address": "unix:///run/nomad.sock", "token": "x"}},
 		mps(map[string]any{"gpus": []string{"all"}, "shares": 48}),
+		{"layout": map[string]any{"enabled": true, "poll": "100ms", "drain_grace": "0s", "state_file": filepath.Join(t.TempDir(), "none-yet.json")}},
+		{"layout": map[string]any{"poll": "1m", "drain_grace": "5m"}},
 		simSystem("dgxa100", map[string]any{"gpus": []int{0, 7}, "profiles": []string{"3g.20gb", "3g.20gb"}}),
 	} {
 		if err := setPluginConfig(t, cfg); err != nil {

@@ -14,7 +14,7 @@ func TestModelFollowsContract(t *testing.T) {
 		t.Errorf("mps_pipe_root default %q; the contract's is %q (the driver's default is the same)", cfg.MPSPipeRoot, contract.DefaultMPSPipeRoot)
 	}
 	cfg.MPS = []MPSConfig{{GPUs: []string{"0"}, Shares: 4}}
-	m := buildModel(fixture(2), cfg, nil)
+	m := buildModel(fixture(2), cfg, nil, nil)
 	var shares []string
 	for _, g := range m.groups {
 		if g.Vendor != contract.Vendor {

@@ -25,10 +25,14 @@ type deviceMetrics struct {
 	exp   *metrics.Exporter
 	descs map[string]*prometheus.Desc
 
+	// mu guards xids, runtime and the allocation watch.
 	mu   sync.Mutex
 	xids map[xidKey]uint64
-	// The allocation watch runs while metrics are served, with watchKey's
-	// settings.
+	// runtime: this is the agent's runtime launch (it fingerprints).
+	runtime bool
+	// The allocation watch runs, with watchKey's settings, while metrics
+	// are served or, in the runtime launch, while layouts are followed
+	// (layout.go: who holds a GPU, shares_in_use, the node's metadata).
 	watch    *allocWatcher
 	stop     context.CancelFunc
 	watchKey string
@@ -61,6 +65,9 @@ func (m *deviceMetrics) setConfig(cfg *Config, runtime bool) {
 // follows the node's allocations while it does.
 func (m *deviceMetrics) activate() {
 	m.exp.Activate() // a failure is logged and retried at the next call
+	m.mu.Lock()
+	m.runtime = true
+	m.mu.Unlock()
 	m.syncWatch(m.p.config())
 }
 
@@ -68,7 +75,7 @@ func (m *deviceMetrics) syncWatch(cfg *Config) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := ""
-	if m.exp.Enabled() {
+	if m.exp.Enabled() || m.runtime && cfg.Layout.Enabled {
 		key = cfg.Nomad.Address + "\x00" + cfg.Nomad.Token + "\x00" + cfg.Metrics.Host()
 	}
 	if key == m.watchKey {
@@ -87,6 +94,7 @@ func (m *deviceMetrics) syncWatch(cfg *Config) {
 		m.p.logger.Warn("device allocations will not be known", "error", err)
 		return
 	}
+	w.onChange = m.p.wakeFingerprint // shares_in_use follows the allocations
 	ctx, cancel := context.WithCancel(context.Background())
 	m.watch, m.stop = w, cancel
 	go w.run(ctx)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 	"github.com/nomad-gpu/nomad-gpu/wire/structs"
 )
@@ -48,12 +49,17 @@ type model struct {
 	signature string
 }
 
-// buildModel turns an NVML snapshot, the config and the current health
-// verdicts into device groups. unhealthy maps a GPU- or MIG- UUID to the
-// reason it is unhealthy; a GPU's reason also covers its slices.
-func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *model {
+// buildModel turns an NVML snapshot, the config, the current health
+// verdicts and the layout manager's state into device groups. unhealthy
+// maps a GPU- or MIG- UUID to the reason it is unhealthy; a GPU's reason
+// also covers its slices. lay may be nil: the configured layouts, nothing
+// asked, no shares known to be held.
+func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string, lay *layoutInputs) *model {
+	if lay == nil {
+		lay = &layoutInputs{}
+	}
 	b := &modelBuilder{
-		snap: snap, cfg: cfg, unhealthy: unhealthy, ignored: ignoredRefs(cfg),
+		snap: snap, cfg: cfg, unhealthy: unhealthy, lay: lay, ignored: ignoredRefs(cfg),
 		groups: map[string]*device.Group{}, byID: map[string]*slice{},
 	}
 	for i := range snap.GPUs {
@@ -62,14 +68,16 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string) *m
 			continue
 		}
 		reason := b.gpuReason(g)
-		switch shares := mpsShares(cfg, g); {
-		case g.MIGEnabled:
+		cur := offeredLayout(cfg, g, lay.applied)
+		switch cur.Kind {
+		case gpulayout.MIG:
 			b.addMIG(g, reason)
-		case shares > 0:
-			b.addMPS(g, shares, reason)
+		case gpulayout.MPS:
+			b.addMPS(g, cur.Shares, reason)
 		default:
 			b.addWholeGPU(g, reason)
 		}
+		b.addLayoutGroup(g, cur)
 	}
 	return b.finish()
 }
@@ -80,6 +88,7 @@ type modelBuilder struct {
 	snap      *gpu.Snapshot
 	cfg       *Config
 	unhealthy map[string]string
+	lay       *layoutInputs
 	ignored   []gpuRef
 	groups    map[string]*device.Group
 	byID      map[string]*slice
@@ -109,11 +118,15 @@ func (b *modelBuilder) isIgnored(index int, uuid string, mig bool) bool {
 }
 
 // gpuReason is why a GPU and all its slices are unhealthy, "" if they are
-// not: a health verdict first, else an NVML error reading the GPU.
+// not: a health verdict first, else an NVML error reading the GPU, else a
+// relayout about to take its instances away.
 func (b *modelBuilder) gpuReason(g *gpu.GPU) string {
 	reason := b.unhealthy[g.UUID]
 	if g.Err != nil && reason == "" {
 		reason = "NVML: " + g.Err.Error()
+	}
+	if reason == "" {
+		reason = b.lay.status[g.UUID].drain
 	}
 	return reason
 }
@@ -209,6 +222,7 @@ func (b *modelBuilder) addMPS(g *gpu.GPU, shares int, gpuReason string) {
 		a[contract.AttrParentProduct] = structs.NewString(g.Name)
 		a[contract.AttrParentMemory] = structs.NewInt(int64(g.MemoryMiB), "MiB")
 		a[contract.AttrParentIndex] = structs.NewInt(int64(g.Index), "")
+		a[contract.AttrSharesInUse] = structs.NewInt(int64(b.lay.sharesInUse[g.UUID]), "")
 		return a
 	})
 	for k := 0; k < shares; k++ {

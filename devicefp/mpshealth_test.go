@@ -16,7 +16,7 @@ import (
 func TestUnhealthyGPUMarksItsMPSShares(t *testing.T) {
 	cfg := defaults(t)
 	cfg.MPS = []MPSConfig{{GPUs: []string{"0", "1"}, Shares: 3}}
-	m := buildModel(fixture(3, 2), cfg, map[string]string{"GPU-b": "XID 79 (GPU has fallen off the bus)"})
+	m := buildModel(fixture(3, 2), cfg, map[string]string{"GPU-b": "XID 79 (GPU has fallen off the bus)"}, nil)
 	seen := 0
 	for _, g := range m.groups {
 		for _, d := range g.Devices {

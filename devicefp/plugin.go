@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/internal/periodic"
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
@@ -55,6 +56,11 @@ type Plugin struct {
 	closed bool
 
 	metrics *deviceMetrics
+	layout  *layoutManager
+	// wake asks the fingerprint loop for a fingerprint now (a layout
+	// state changed, or the shares allocations hold); buffered, never
+	// waited on.
+	wake chan struct{}
 }
 
 var _ device.Plugin = (*Plugin)(nil)
@@ -67,8 +73,9 @@ func NewWithOpener(logger hclog.Logger, open OpenFunc) *Plugin {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &Plugin{logger: logger, open: open, unhealthy: map[string]string{}}
+	p := &Plugin{logger: logger, open: open, unhealthy: map[string]string{}, wake: make(chan struct{}, 1)}
 	p.metrics = newDeviceMetrics(p)
+	p.layout = newLayoutManager(p)
 	return p
 }
 
@@ -85,6 +92,15 @@ func (p *Plugin) SetConfig(c any, agent *base.AgentConfig) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	var applied map[string]gpulayout.Layout
+	if cfg.Layout.Enabled {
+		// Before the first fingerprint: a restart must offer each GPU as
+		// it was offered.
+		var err error
+		if applied, err = loadLayoutState(cfg.Layout.StateFile); err != nil {
+			return err
+		}
 	}
 	p.mu.Lock()
 	prev, hadInv := p.cfg, p.inv != nil
@@ -103,6 +119,9 @@ func (p *Plugin) SetConfig(c any, agent *base.AgentConfig) error {
 			inv.Close()
 		}
 		return err
+	}
+	if applied != nil {
+		p.layout.setApplied(applied)
 	}
 	// Only the runtime launch gets the agent's config: validation
 	// launches must not serve metrics.
@@ -199,6 +218,7 @@ var errClosed = errors.New("the device plugin is closed")
 // Close releases the inventory for good (used by tests and the inventory
 // command).
 func (p *Plugin) Close() error {
+	p.layout.close()
 	p.metrics.close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -216,6 +236,7 @@ func (p *Plugin) Close() error {
 func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.Fingerprint, error) {
 	cfg := p.config()
 	p.metrics.activate() // only the runtime launch fingerprints
+	p.layout.start()
 	out := make(chan *device.Fingerprint, 1)
 	go p.fingerprintLoop(ctx, cfg, out)
 	return out, nil
@@ -266,6 +287,8 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 			p.metrics.activate() // retries a metrics address that failed to bind
 			subscribe()
 			refresh(true)
+		case <-p.wake:
+			refresh(false)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
@@ -301,6 +324,11 @@ func (p *Plugin) refresh(enumerate bool) *model {
 			snap, err = inv.Snapshot()
 		}
 	}
+	var view allocView
+	if w := p.metrics.watcher(); w != nil {
+		view = w.current()
+	}
+	lay := p.layout.inputs(cfg, view)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -322,7 +350,7 @@ func (p *Plugin) refresh(enumerate bool) *model {
 	if snap == nil {
 		snap = &gpu.Snapshot{}
 	}
-	m := buildModel(snap, cfg, p.unhealthy)
+	m := buildModel(snap, cfg, p.unhealthy, lay)
 	p.current = m
 	return m
 }
@@ -356,12 +384,39 @@ func (p *Plugin) model() *model {
 	return m
 }
 
-// Reserve hands the task its devices' environment and device nodes.
+// wakeFingerprint has the fingerprint loop send the current model now
+// (if it changed) rather than at its next period.
+func (p *Plugin) wakeFingerprint() {
+	select {
+	case p.wake <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// Reserve hands the task its devices' environment and device nodes. The
+// devices of a GPU being relaid out are refused; the others count as held
+// from now (shares_in_use, and no relayout of their GPU) until the
+// allocation watch sees their allocation.
 func (p *Plugin) Reserve(ids []string) (*device.Reservation, error) {
 	if len(ids) == 0 {
 		return &device.Reservation{}, nil
 	}
-	return p.model().reserveFor(ids, p.config(), p.logger)
+	track := p.metrics.watcher() != nil // only a watch ever forgets them
+	at, err := p.layout.admit(ids, p.model(), track)
+	if err != nil {
+		return nil, err
+	}
+	// The model after admit: a GPU switched since the one admit looked
+	// at no longer has the old instances.
+	res, err := p.model().reserveFor(ids, p.config(), p.logger)
+	if err != nil {
+		p.layout.unadmit(ids, at)
+		return nil, err
+	}
+	if track {
+		p.wakeFingerprint()
+	}
+	return res, nil
 }
 
 // Stats samples every fingerprinted device once per interval.

@@ -66,7 +66,7 @@ func TestReserveSimLoadDir(t *testing.T) {
 	}
 	// The real library's reservations have no such thing.
 	cfg := defaults(t)
-	res, err := buildModel(fixture(2), cfg, nil).reserveFor([]string{"GPU-a"}, cfg, hclog.NewNullLogger())
+	res, err := buildModel(fixture(2), cfg, nil, nil).reserveFor([]string{"GPU-a"}, cfg, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestReserveMPSSharesOnSeveralGPUs(t *testing.T) {
 	snap := fixture(3)
 	snap.GPUs[1].MemoryMiB = 40960
 	snap.GPUs[2].MemoryMiB = 95830
-	m := buildModel(snap, cfg, nil)
+	m := buildModel(snap, cfg, nil, nil)
 
 	cases := []struct {
 		name    string

@@ -52,6 +52,9 @@ func (p *Plugin) collectStats(now time.Time) *device.Stats {
 		return out
 	}
 	for _, g := range m.groups {
+		if g.Type == contract.SliceLayout {
+			continue // no devices: nothing to sample
+		}
 		gs := &device.GroupStats{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Instances: make(map[string]*device.DeviceStats, len(g.Devices))}
 		for _, d := range g.Devices {
 			s := m.byID[d.ID]

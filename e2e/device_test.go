@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
@@ -83,13 +84,31 @@ func parseEnv(out string) map[string]string {
 	return env
 }
 
+// deviceGroups are the node's placeable device groups, by
+// vendor/type/name: the per-GPU layout groups (no instances) are left out.
 func deviceGroups(n *api.Node) map[string]*api.NodeDeviceResource {
 	out := map[string]*api.NodeDeviceResource{}
 	if n.NodeResources == nil {
 		return out
 	}
 	for _, d := range n.NodeResources.Devices {
-		out[d.Vendor+"/"+d.Type+"/"+d.Name] = d
+		if d.Type != contract.SliceLayout {
+			out[d.Vendor+"/"+d.Type+"/"+d.Name] = d
+		}
+	}
+	return out
+}
+
+// layoutGroups are the node's per-GPU layout groups, by GPU UUID.
+func layoutGroups(n *api.Node) map[string]*api.NodeDeviceResource {
+	out := map[string]*api.NodeDeviceResource{}
+	if n.NodeResources == nil {
+		return out
+	}
+	for _, d := range n.NodeResources.Devices {
+		if d.Type == contract.SliceLayout {
+			out[d.Name] = d
+		}
 	}
 	return out
 }
@@ -144,6 +163,28 @@ func TestDevicePlugin(t *testing.T) {
 			if got := attr(group, name); got != v {
 				t.Errorf("%s attribute %s = %q, want %q", group, name, got, v)
 			}
+		}
+	}
+	// One layout group per GPU, with no instances: GPUs 4 and 5 shared,
+	// 6 and 7 in MIG mode, nothing asked.
+	layouts := layoutGroups(node)
+	if len(layouts) != 8 {
+		t.Errorf("%d layout groups, want 8 (one per GPU); node: %s", len(layouts), cluster.NodeSummary(node))
+	}
+	for uuid, g := range layouts {
+		text := func(name string) string {
+			if a := g.Attributes[name]; a != nil {
+				return a.String()
+			}
+			return ""
+		}
+		if len(g.Instances) != 0 || text(contract.AttrLayoutState) != string(contract.LayoutReady) || text(contract.AttrLayoutDesired) != contract.LayoutNone {
+			t.Errorf("layout group %s: %d instances, attributes %v", uuid, len(g.Instances), g.Attributes)
+		}
+		switch l := text(contract.AttrLayoutCurrent); {
+		case l == "whole", l == "mps:4", l == "mig:1g.10gb,1g.10gb,2g.20gb,3g.40gb":
+		default:
+			t.Errorf("layout group %s: layout %q", uuid, l)
 		}
 	}
 	for _, inst := range groups["nvidia/gpu/"+h100].Instances {

@@ -197,6 +197,22 @@ func TestFingerprintStatsReserve(t *testing.T) {
 		t.Fatal("no first fingerprint within 10s")
 	}
 	groups := groupsByKey(fp)
+	// One layout group per GPU, with no devices and every attribute
+	// through the wire (one the agent refused would drop them all).
+	layouts := 0
+	for k, g := range groups {
+		if g.GetDeviceType() != "layout" {
+			continue
+		}
+		layouts++
+		if len(g.GetDevices()) != 0 || len(g.GetAttributes()) != 9 {
+			t.Errorf("layout group %s: %d devices, attributes %v", k, len(g.GetDevices()), g.GetAttributes())
+		}
+		delete(groups, k)
+	}
+	if layouts != 8 {
+		t.Errorf("%d layout groups, want 8", layouts)
+	}
 	want := map[string]int{
 		"nvidia/gpu/NVIDIA H100 80GB HBM3": 4, // 0-3 whole; 4,5 shared; 6,7 MIG
 		"nvidia/mig/3g.40gb":               2,
