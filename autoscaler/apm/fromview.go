@@ -53,7 +53,9 @@ func nodeOf(n *api.NodeListStub, held []nomadview.HeldSlice) Node {
 	}
 	if n.NodeResources != nil {
 		for _, d := range n.NodeResources.Devices {
-			if d != nil {
+			// A GPU's layout group has no instances: no capacity, nothing
+			// to place on (contract.SliceLayout).
+			if d != nil && d.Type != contract.SliceLayout {
 				out.Devices = append(out.Devices, deviceGroupOf(d))
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/devicefp"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
@@ -140,7 +141,11 @@ func printInventory(w io.Writer, groups []inventoryGroup) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s  (%d instances; jobspec: device \"%s/%s\" or \"%s\")\n", g.Device, len(g.Instances), g.Vendor, g.Type, g.Device)
+		if g.Type == contract.SliceLayout {
+			fmt.Fprintf(w, "%s  (the GPU's layout; nothing is placed on it)\n", g.Device)
+		} else {
+			fmt.Fprintf(w, "%s  (%d instances; jobspec: device \"%s/%s\" or \"%s\")\n", g.Device, len(g.Instances), g.Vendor, g.Type, g.Device)
+		}
 		keys := make([]string, 0, len(g.Attributes))
 		for k := range g.Attributes {
 			keys = append(keys, k)
@@ -151,6 +156,9 @@ func printInventory(w io.Writer, groups []inventoryGroup) {
 			fmt.Fprintf(tw, "  %s\t= %s\n", k, g.Attributes[k])
 		}
 		tw.Flush()
+		if g.Type == contract.SliceLayout {
+			continue
+		}
 		tw = tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		fmt.Fprintln(tw, "  ID\tHEALTHY\tPCI BUS ID\tHEALTH DESCRIPTION")
 		for _, d := range g.Instances {
