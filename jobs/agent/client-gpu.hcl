@@ -65,6 +65,15 @@ plugin "nomad-device-gpu" {
       address = "http://127.0.0.1:4646"
       token   = "" # with ACLs: node:read, read-job (agent:read to find the node by ID)
     }
+
+    # Lay GPUs out as the node's metadata asks (nomad_gpu.pin.<GPU-UUID>,
+    # else nomad_gpu.layout.<GPU-UUID>); docs/device-plugin.md#gpu-layouts.
+    layout {
+      enabled     = false
+      poll        = "2s" # reads of the node's metadata
+      drain_grace = "3s" # instances refused before a switch
+      state_file  = "/var/lib/nomad-gpu/device/layouts.json" # must survive restarts
+    }
   }
 }
 
