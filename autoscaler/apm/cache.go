@@ -257,7 +257,7 @@ func (c *cache) utilization(q Query, s *Snapshot) (map[string][]InstanceUtil, er
 		if n.Status != "ready" || !n.matches(q.Filter) {
 			continue
 		}
-		if total, _, _ := n.inventory(q.Filter.Device); total == 0 {
+		if total, _, _ := n.inventory(q.Filter); total == 0 {
 			continue
 		}
 		want = append(want, n.ID)

@@ -254,6 +254,9 @@ func CapacityFigures(s *Snapshot) map[CapacityKey]*CapacityFigure {
 		}
 		for gi := range n.Devices {
 			g := &n.Devices[gi]
+			if g.Type == contract.SliceLayout {
+				continue // no capacity, and a series per GPU
+			}
 			label, ok := labels[g.DeviceSpec]
 			if !ok {
 				label = DeviceLabel(g.DeviceSpec)

@@ -53,9 +53,12 @@ func nodeOf(n *api.NodeListStub, held []nomadview.HeldSlice) Node {
 	}
 	if n.NodeResources != nil {
 		for _, d := range n.NodeResources.Devices {
-			// A GPU's layout group has no instances: no capacity, nothing
-			// to place on (contract.SliceLayout).
-			if d != nil && d.Type != contract.SliceLayout {
+			switch {
+			case d == nil:
+			case d.Type == contract.SliceLayout:
+				// One per GPU, with no instances: no capacity.
+				out.Layouts = append(out.Layouts, layoutOf(d))
+			default:
 				out.Devices = append(out.Devices, deviceGroupOf(d))
 			}
 		}
@@ -71,12 +74,25 @@ func deviceGroupOf(d *api.NodeDeviceResource) DeviceGroup {
 		DeviceSpec:  DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name},
 		MemoryBytes: memoryBytes(d.Attributes[contract.AttrMemory]),
 	}
+	if d.Type == contract.SliceMPS {
+		if k, ok := nomadview.AttrInt(d.Attributes, contract.AttrMPSShares); ok && k > 0 {
+			g.Shares = k
+		}
+	}
 	for _, in := range d.Instances {
 		if in != nil {
 			g.Instances = append(g.Instances, DeviceInstance{ID: in.ID, Healthy: in.Healthy, GPU: physicalGPU(in)})
 		}
 	}
 	return g
+}
+
+// layoutOf is a GPU's layout group: its UUID, its current layout and
+// state (each "" when the attribute is missing).
+func layoutOf(d *api.NodeDeviceResource) LayoutGPU {
+	a := d.Attributes
+	return LayoutGPU{UUID: d.Name, Current: nomadview.AttrString(a, contract.AttrLayoutCurrent),
+		State: contract.LayoutState(nomadview.AttrString(a, contract.AttrLayoutState))}
 }
 
 // blockedWork is a queued group as the queue figures count it.

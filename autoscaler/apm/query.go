@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -66,14 +67,34 @@ type DeviceSpec = nomadview.DeviceSpec
 // DefaultDevice is the device a query means when it names none.
 var DefaultDevice = DeviceSpec{Vendor: "nvidia", Type: "gpu"}
 
+// AnyDevice is the query device "any": every kind of GPU ask and device
+// group of ours (nomadview.IsGPUAsk: whole GPUs, MIG instances, MPS
+// shares), counted in GPU-equivalents. No device has the type "any", so
+// it never means a device of its own.
+var AnyDevice = DeviceSpec{Type: "any"}
+
+// anyName is the device value that stands for AnyDevice.
+const anyName = "any"
+
+const deviceForms = "any, type, vendor/type or vendor/type/name (e.g. any, nvidia/gpu, nvidia/mig/1g.10gb)"
+
 // ParseDeviceSpec parses a device name the way Nomad parses a device
 // request's name: one part is the type, two are vendor/type, three are
-// vendor/type/name (the name may itself hold no further "/").
+// vendor/type/name (the name may itself hold no further "/"). "any" alone
+// is AnyDevice; "any" as a part of a longer name is an error.
 func ParseDeviceSpec(s string) (DeviceSpec, error) {
+	if s == anyName {
+		return AnyDevice, nil
+	}
 	parts := strings.Split(s, "/")
 	for _, p := range parts {
 		if p == "" {
-			return DeviceSpec{}, fmt.Errorf("device %q has an empty part; want type, vendor/type or vendor/type/name (e.g. nvidia/gpu, nvidia/mig/1g.10gb)", s)
+			return DeviceSpec{}, fmt.Errorf("device %q has an empty part; want %s", s, deviceForms)
+		}
+	}
+	for _, p := range parts {
+		if p == anyName {
+			return DeviceSpec{}, fmt.Errorf("device %q: \"any\" stands alone (every GPU, MIG instance and MPS share, in GPU-equivalents); want %s", s, deviceForms)
 		}
 	}
 	switch len(parts) {
@@ -84,7 +105,7 @@ func ParseDeviceSpec(s string) (DeviceSpec, error) {
 	case 3:
 		return DeviceSpec{Vendor: parts[0], Type: parts[1], Name: parts[2]}, nil
 	}
-	return DeviceSpec{}, fmt.Errorf("device %q has %d parts; want type, vendor/type or vendor/type/name (e.g. nvidia/gpu, nvidia/mig/1g.10gb)", s, len(parts))
+	return DeviceSpec{}, fmt.Errorf("device %q has %d parts; want %s", s, len(parts), deviceForms)
 }
 
 // Filter selects nodes and work. Empty fields match everything.
@@ -92,7 +113,27 @@ type Filter struct {
 	NodePool   string
 	Datacenter string
 	NodeClass  string
-	Device     DeviceSpec
+	// Device is the device asked for and offered, as the jobspec names
+	// it, or AnyDevice.
+	Device DeviceSpec
+}
+
+// Any reports whether the filter is device=any.
+func (f Filter) Any() bool { return f.Device == AnyDevice }
+
+// matchDevice reports whether a device request or group d is one the
+// filter selects: for device=any, any GPU ask of ours
+// (nomadview.IsGPUAsk), else one Compatible with the filter's device.
+// Layout groups (contract.SliceLayout) are never selected: they are no
+// capacity.
+func (f Filter) matchDevice(d DeviceSpec) bool {
+	if d.Type == contract.SliceLayout {
+		return false
+	}
+	if f.Any() {
+		return nomadview.IsGPUAsk(d)
+	}
+	return f.Device.Compatible(d)
 }
 
 // Query is a parsed query string.
@@ -163,7 +204,8 @@ func validValueChar(r rune) bool {
 // metric is one of gpus_queued, allocs_queued, wait_max_seconds,
 // wait_mean_seconds, gpu_alloc_pct, gpu_util_pct, nodes_needed,
 // nodes_ready. Keys are
-// node_pool (alias pool), datacenter, node_class (alias class), device,
+// node_pool (alias pool), datacenter, node_class (alias class), device
+// (a device name, or any: every GPU kind, in GPU-equivalents),
 // state (queue metrics only: blocked, pending or all) and gpus_per_node
 // (nodes_needed only: a positive integer). Each key at most once. Values
 // are made of letters, digits and - _ . / : (no quoting). Blanks around

@@ -27,6 +27,8 @@ func TestParseQuery(t *testing.T) {
 		{"gpu_alloc_pct{device=nvidia/mps}", Query{Metric: MetricAllocPct, Filter: Filter{Device: DeviceSpec{Vendor: "nvidia", Type: "mps"}}}},
 		{"gpu_util_pct{datacenter=eu-west-1a}", Query{Metric: MetricUtilPct, Filter: Filter{Datacenter: "eu-west-1a", Device: gpu}}},
 		{"nodes_needed{node_pool=gpu,gpus_per_node=8}", Query{Metric: MetricNodesNeeded, Filter: Filter{NodePool: "gpu", Device: gpu}, GPUsPerNode: 8}},
+		{"gpus_queued{pool=frac,device=any}", Query{Metric: MetricGPUsQueued, Filter: Filter{NodePool: "frac", Device: AnyDevice}}},
+		{"nodes_needed{device = any,gpus_per_node=4}", Query{Metric: MetricNodesNeeded, Filter: Filter{Device: AnyDevice}, GPUsPerNode: 4}},
 		{"nodes_ready{node_pool=gpu,class=gpu-burst}", Query{Metric: MetricNodesReady, Filter: Filter{NodePool: "gpu", NodeClass: "gpu-burst", Device: gpu}}},
 	}
 	for _, c := range cases {
@@ -73,6 +75,10 @@ func TestParseQueryErrors(t *testing.T) {
 		{"gpus_queued{pool=a=b}", []string{"has the character '='"}},
 		{"gpus_queued{device=nvidia//gpu}", []string{"parameter device", "empty part"}},
 		{"gpus_queued{device=a/b/c/d}", []string{"parameter device", "4 parts"}},
+		{"gpus_queued{device=any/x}", []string{"parameter device", `device "any/x"`, `"any" stands alone`, "want any, type, vendor/type"}},
+		{"gpus_queued{device=nvidia/any}", []string{`"any" stands alone`}},
+		{"gpus_queued{device=nvidia/mig/any}", []string{`"any" stands alone`}},
+		{"gpus_queued{device=any/}", []string{"empty part", "want any, type"}},
 		{"gpus_queued{state=queued}", []string{"parameter state", "not one of all, blocked, pending"}},
 		{"gpu_alloc_pct{state=blocked}", []string{"state applies only to", "gpu_alloc_pct"}},
 		{"gpus_queued{gpus_per_node=8}", []string{"gpus_per_node applies only to nodes_needed"}},

@@ -2,14 +2,17 @@ package apm
 
 import (
 	"fmt"
+	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/nomad-gpu/nomad-gpu/sizing/history"
-
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
+	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
 
 // Snapshot is the cluster state the metrics are computed from. The cache
@@ -46,6 +49,11 @@ type Node struct {
 	// Eligible is scheduling eligibility, false while draining too.
 	Eligible bool
 	Devices  []DeviceGroup
+	// Layouts are the node's GPU layout groups (contract.SliceLayout),
+	// one per GPU, where its device plugin publishes them. They are no
+	// capacity, so they are not in Devices; they tell nodes_needed the
+	// node's GPUs.
+	Layouts []LayoutGPU
 	// Used lists the device instances held by the node's non-terminal
 	// (pending or running) allocations.
 	Used []UsedDevices
@@ -66,6 +74,24 @@ func (n *Node) markHeld(held map[string]bool) {
 	}
 }
 
+// LayoutGPU is one GPU as its layout group tells it.
+type LayoutGPU struct {
+	// UUID is the group's name, the GPU's UUID.
+	UUID string
+	// Current is the layout offered now ("whole", "mps:8", "mig:..."),
+	// State where the GPU is in applying its desired one.
+	Current string
+	State   contract.LayoutState
+}
+
+// Relaying reports whether the GPU is free but offers no instance: its
+// plugin is switching it to another layout (draining: no allocation
+// holds it, its instances are unhealthy), or it is in MIG mode with no
+// instance ("mig:"). The controller lays it out for the queue.
+func (l LayoutGPU) Relaying() bool {
+	return l.State == contract.LayoutDraining || l.State != contract.LayoutError && l.Current == "mig:"
+}
+
 // DeviceGroup is one vendor/type/name group of a node's devices.
 type DeviceGroup struct {
 	DeviceSpec
@@ -73,6 +99,9 @@ type DeviceGroup struct {
 	// MemoryBytes is one instance's device memory (the group's "memory"
 	// attribute; for MPS, one share's), 0 when not reported.
 	MemoryBytes int64
+	// Shares is, for an MPS group (one GPU's shares), the GPU's share
+	// count (contract.AttrMPSShares), 0 when not reported.
+	Shares int
 }
 
 // DeviceInstance is one device of a group.
@@ -225,15 +254,19 @@ func (r ClassRule) Satisfied(c string) bool {
 	return true
 }
 
-// perAlloc is how many devices matching f one allocation of w asks for.
-func (w *Work) perAlloc(f DeviceSpec) int {
-	n := 0
+// perAlloc is how many devices matching f one allocation of w asks for
+// and, for device=any, what they weigh in GPU-equivalents
+// (DeviceAsk.GPUEquivalents, an MPS share weighing 1/shares).
+func (w *Work) perAlloc(f Filter, shares int) (n int, gpus float64) {
 	for _, a := range w.Asks {
-		if f.Compatible(a.Device) {
+		if a.Count > 0 && f.matchDevice(a.Device) {
 			n += a.Count
+			if f.Any() {
+				gpus += a.GPUEquivalents(shares)
+			}
 		}
 	}
-	return n
+	return n, gpus
 }
 
 // matchesPlacement reports whether the work could be placed on nodes the
@@ -296,10 +329,10 @@ func (n *Node) matches(f Filter) bool {
 
 // inventory counts a node's instances of devices matching f: all of them,
 // the healthy ones, and the healthy ones held by allocations.
-func (n *Node) inventory(f DeviceSpec) (total, healthy, used int) {
+func (n *Node) inventory(f Filter) (total, healthy, used int) {
 	healthyIDs := map[string]bool{}
 	for _, g := range n.Devices {
-		if !f.Compatible(g.DeviceSpec) {
+		if !f.matchDevice(g.DeviceSpec) {
 			continue
 		}
 		for _, in := range g.Instances {
@@ -311,7 +344,7 @@ func (n *Node) inventory(f DeviceSpec) (total, healthy, used int) {
 		}
 	}
 	for _, u := range n.Used {
-		if !f.Compatible(u.DeviceSpec) {
+		if !f.matchDevice(u.DeviceSpec) {
 			continue
 		}
 		for _, id := range u.IDs {
@@ -324,13 +357,111 @@ func (n *Node) inventory(f DeviceSpec) (total, healthy, used int) {
 	return total, healthy, used
 }
 
-// queued is one kind of queued allocation after filtering.
+// freeGPUs is, for device=any, a schedulable node's free capacity in
+// GPU-equivalents: its healthy GPU, MIG and MPS instances that no
+// allocation holds (nodeGPUs), plus one for each GPU its layout groups say
+// is being laid out anew or is in MIG mode with no instance
+// (LayoutGPU.Relaying). held is scratch space.
+func (n *Node) freeGPUs(held map[string]bool) float64 {
+	n.markHeld(held)
+	_, capacity, allocated := nodeGPUs(n, held)
+	free := capacity - allocated
+	for _, l := range n.Layouts {
+		if l.Relaying() {
+			free++
+		}
+	}
+	return free
+}
+
+// gpuCount is, for device=any, how many GPUs a node has: one per layout
+// group where it publishes them; else its whole GPUs, plus the GPUs its
+// MIG instances and MPS shares are of (the physical GPU each names: PCI
+// bus ID, share ID's UUID, MPS group name), plus, for slices that name no
+// GPU, their GPU-equivalents rounded up. Healthy or not.
+func (n *Node) gpuCount() int {
+	if len(n.Layouts) > 0 {
+		return len(n.Layouts)
+	}
+	whole := 0
+	var rest float64
+	gpus := map[string]bool{}
+	for gi := range n.Devices {
+		g := &n.Devices[gi]
+		if !nomadview.IsGPUAsk(g.DeviceSpec) {
+			continue
+		}
+		for ii := range g.Instances {
+			in := &g.Instances[ii]
+			switch g.Type {
+			case contract.SliceGPU:
+				whole++
+				continue
+			case contract.SliceMPS:
+				gpus[mpsGPU(g, in)] = true
+				continue
+			}
+			if in.GPU != "" {
+				gpus[in.GPU] = true
+			} else {
+				rest += GPUWeight(g.DeviceSpec)
+			}
+		}
+	}
+	return whole + len(gpus) + int(math.Ceil(rest-binEps))
+}
+
+// mpsShares is, for device=any, the share count an MPS share is 1 over:
+// the most common one (ties to the larger) of the MPS groups of the nodes
+// f selects, each group's contract.AttrMPSShares, else its instance count;
+// else gpulayout.DefaultShares.
+func (s *Snapshot) mpsShares(f Filter) int {
+	freq := map[int]int{}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if !n.matches(f) {
+			continue
+		}
+		for gi := range n.Devices {
+			g := &n.Devices[gi]
+			if g.Type != contract.SliceMPS || !nomadview.IsGPUAsk(g.DeviceSpec) {
+				continue
+			}
+			k := g.Shares
+			if k <= 0 {
+				k = len(g.Instances)
+			}
+			if k > 0 {
+				freq[k]++
+			}
+		}
+	}
+	best, bestN := 0, 0
+	for k, c := range freq {
+		if c > bestN || c == bestN && k > best {
+			best, bestN = k, c
+		}
+	}
+	if best > 0 {
+		return best
+	}
+	return gpulayout.DefaultShares
+}
+
+// queued is one kind of queued allocation after filtering: perAlloc
+// matching devices per allocation, weighing gpus GPU-equivalents
+// (device=any only).
 type queued struct {
 	w        *Work
 	perAlloc int
+	gpus     float64
 }
 
 func (s *Snapshot) queue(q Query) []queued {
+	shares := 0
+	if q.Filter.Any() {
+		shares = s.mpsShares(q.Filter)
+	}
 	var out []queued
 	for i := range s.Work {
 		w := &s.Work[i]
@@ -343,8 +474,8 @@ func (s *Snapshot) queue(q Query) []queued {
 		if !w.matchesPlacement(q.Filter) {
 			continue
 		}
-		if n := w.perAlloc(q.Filter.Device); n > 0 {
-			out = append(out, queued{w, n})
+		if n, gpus := w.perAlloc(q.Filter, shares); n > 0 {
+			out = append(out, queued{w, n, gpus})
 		}
 	}
 	return out
@@ -355,6 +486,13 @@ func (s *Snapshot) queue(q Query) []queued {
 func Evaluate(q Query, s *Snapshot) (float64, error) {
 	switch q.Metric {
 	case MetricGPUsQueued:
+		if q.Filter.Any() {
+			var total float64
+			for _, x := range s.queue(q) {
+				total += x.gpus * float64(x.w.Allocs)
+			}
+			return total, nil
+		}
 		total := 0
 		for _, x := range s.queue(q) {
 			total += x.perAlloc * x.w.Allocs
@@ -386,13 +524,32 @@ func Evaluate(q Query, s *Snapshot) (float64, error) {
 		}
 		return sum / float64(n), nil
 	case MetricAllocPct:
+		if q.Filter.Any() {
+			// GPU-equivalents: a GPU is 1 however it is laid out.
+			var capacity, allocated float64
+			held := map[string]bool{}
+			for i := range s.Nodes {
+				n := &s.Nodes[i]
+				if !n.Schedulable() || !n.matches(q.Filter) {
+					continue
+				}
+				n.markHeld(held)
+				_, c, a := nodeGPUs(n, held)
+				capacity += c
+				allocated += a
+			}
+			if capacity <= 0 {
+				return 0, nil
+			}
+			return 100 * allocated / capacity, nil
+		}
 		var healthy, used int
 		for i := range s.Nodes {
 			n := &s.Nodes[i]
 			if !n.Schedulable() || !n.matches(q.Filter) {
 				continue
 			}
-			_, h, u := n.inventory(q.Filter.Device)
+			_, h, u := n.inventory(q.Filter)
 			healthy += h
 			used += u
 		}
@@ -409,7 +566,7 @@ func Evaluate(q Query, s *Snapshot) (float64, error) {
 				continue
 			}
 			for _, u := range s.Util[node.ID] {
-				if q.Filter.Device.Compatible(u.DeviceSpec) {
+				if q.Filter.matchDevice(u.DeviceSpec) {
 					sum += u.Pct
 					n++
 				}
@@ -431,7 +588,7 @@ func Evaluate(q Query, s *Snapshot) (float64, error) {
 			if !n.Schedulable() || !n.matches(q.Filter) {
 				continue
 			}
-			if _, healthy, _ := n.inventory(q.Filter.Device); healthy > 0 {
+			if _, healthy, _ := n.inventory(q.Filter); healthy > 0 {
 				ready++
 			}
 		}
@@ -451,8 +608,9 @@ type InstanceUtil struct {
 type NodesNeededResult struct {
 	// Nodes is how many more nodes are needed.
 	Nodes int
-	// Shape is the devices per node packed into, and ShapeFrom where it
-	// came from: "query", "nodes", "config" or "none".
+	// Shape is the devices per node packed into (device=any: GPUs per
+	// node), and ShapeFrom where it came from: "query", "nodes",
+	// "config" or "none".
 	Shape     int
 	ShapeFrom string
 	// QueuedAllocs are the allocations considered; PlacedOnFree those
@@ -462,9 +620,11 @@ type NodesNeededResult struct {
 }
 
 // NodeShape is the per-node device count nodes_needed packs into: the
-// query's gpus_per_node; else the most common instance count (healthy or
-// not) of matching devices over matching nodes that have any, ties going
-// to the larger; else the plugin's default_gpus_per_node; else 0.
+// query's gpus_per_node; else the most common count over matching nodes
+// that have any (ties going to the larger) of their instances (healthy or
+// not) of matching devices, or for device=any of their GPUs
+// (Node.gpuCount: layout groups, else instances as GPUs); else the
+// plugin's default_gpus_per_node; else 0.
 func NodeShape(q Query, s *Snapshot) (int, string) {
 	if q.GPUsPerNode > 0 {
 		return q.GPUsPerNode, "query"
@@ -475,7 +635,13 @@ func NodeShape(q Query, s *Snapshot) (int, string) {
 		if !n.matches(q.Filter) {
 			continue
 		}
-		if total, _, _ := n.inventory(q.Filter.Device); total > 0 {
+		var total int
+		if q.Filter.Any() {
+			total = n.gpuCount()
+		} else {
+			total, _, _ = n.inventory(q.Filter)
+		}
+		if total > 0 {
 			freq[total]++
 		}
 	}
@@ -494,6 +660,52 @@ func NodeShape(q Query, s *Snapshot) (int, string) {
 	return 0, "none"
 }
 
+// binEps absorbs the rounding of sums of GPU-equivalents (sevenths,
+// eighths) when bins are filled.
+const binEps = 1e-9
+
+// bin is a free capacity and how many bins have it.
+type bin struct {
+	free float64
+	n    int
+}
+
+// bins are free capacities, in ascending order, each once.
+type bins []bin
+
+// add adds k bins of free capacity c; an empty bin is dropped.
+func (b *bins) add(c float64, k int) {
+	if c <= binEps || k <= 0 {
+		return
+	}
+	i := sort.Search(len(*b), func(i int) bool { return (*b)[i].free >= c-binEps })
+	if i < len(*b) && math.Abs((*b)[i].free-c) <= binEps {
+		(*b)[i].n += k
+		return
+	}
+	*b = slices.Insert(*b, i, bin{c, k})
+}
+
+// bestFit places k allocations of size a into the bins, smallest
+// sufficient bin first, and returns how many did not fit. One bin of c
+// free takes up to ⌊c/a⌋ of them.
+func (b *bins) bestFit(a float64, k int) int {
+	for k > 0 {
+		i := sort.Search(len(*b), func(i int) bool { return (*b)[i].free >= a-binEps })
+		if i == len(*b) {
+			return k
+		}
+		c := (*b)[i].free
+		take := min(k, max(1, int((c+binEps)/a)))
+		if (*b)[i].n--; (*b)[i].n == 0 {
+			*b = slices.Delete(*b, i, i+1)
+		}
+		b.add(c-float64(take)*a, 1)
+		k -= take
+	}
+	return 0
+}
+
 // NodesNeeded packs the unplaced allocations (blocked evaluations only;
 // pending allocations already hold their devices) that match the query,
 // largest ask first, best fit, into the free healthy matching devices of
@@ -503,68 +715,62 @@ func NodeShape(q Query, s *Snapshot) (int, string) {
 // place it). With no shape known at all, 1 node is needed when anything
 // is queued (enough to learn the shape), else 0. Work held back by a quota
 // is left out.
+//
+// For device=any, asks and capacity are GPU-equivalents: an allocation's
+// GPU asks weighed (queue), a node's free capacity Node.freeGPUs, a new
+// node NodeShape GPUs. An ask fits a node with at least that much free:
+// optimistic, as a whole GPU ask may find only MPS shares free, but the
+// controller lays free GPUs out anew for the queue.
 func NodesNeeded(q Query, s *Snapshot) NodesNeededResult {
 	q.State = StateBlocked
 	shape, from := NodeShape(q, s)
 	r := NodesNeededResult{Shape: shape, ShapeFrom: from}
+	anyGPU := q.Filter.Any()
 
 	// sizes: ask → allocations, asks sorted largest first.
-	sizes := map[int]int{}
+	sizes := map[float64]int{}
 	for _, x := range s.queue(q) {
 		if !x.w.CapacityBlocked {
 			continue
 		}
-		sizes[x.perAlloc] += x.w.Allocs
+		a := float64(x.perAlloc)
+		if anyGPU {
+			a = x.gpus
+		}
+		if a <= 0 {
+			continue
+		}
+		sizes[a] += x.w.Allocs
 		r.QueuedAllocs += x.w.Allocs
 	}
 	if r.QueuedAllocs == 0 {
 		return r
 	}
-	asks := make([]int, 0, len(sizes))
+	asks := make([]float64, 0, len(sizes))
 	for a := range sizes {
 		asks = append(asks, a)
 	}
-	sort.Sort(sort.Reverse(sort.IntSlice(asks)))
+	sort.Sort(sort.Reverse(sort.Float64Slice(asks)))
 
-	// free[c] is how many bins have c free devices.
-	free := map[int]int{}
-	maxFree := 0
+	var free bins
+	held := map[string]bool{}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		if !n.Schedulable() || !n.matches(q.Filter) {
 			continue
 		}
-		_, h, u := n.inventory(q.Filter.Device)
-		if c := h - u; c > 0 {
-			free[c]++
-			maxFree = max(maxFree, c)
+		if anyGPU {
+			free.add(n.freeGPUs(held), 1)
+			continue
 		}
+		_, h, u := n.inventory(q.Filter)
+		free.add(float64(h-u), 1)
 	}
-	// bestFit places k allocations of size a into the bins, smallest
-	// sufficient bin first, and returns how many did not fit.
-	bestFit := func(a, k int) int {
-		for k > 0 {
-			c := a
-			for c <= maxFree && free[c] == 0 {
-				c++
-			}
-			if c > maxFree {
-				return k
-			}
-			// One bin of c free takes up to c/a allocations.
-			take := min(k, c/a)
-			free[c]--
-			free[c-take*a]++
-			k -= take
-		}
-		return 0
-	}
-	var left []int // per ask size, allocations not placed on free devices
-	for _, a := range asks {
+	left := make([]int, len(asks)) // per ask size, allocations not placed on free devices
+	for i, a := range asks {
 		k := sizes[a]
-		rest := bestFit(a, k)
-		r.PlacedOnFree += k - rest
-		left = append(left, rest)
+		left[i] = free.bestFit(a, k)
+		r.PlacedOnFree += k - left[i]
 	}
 	if shape == 0 {
 		for _, k := range left {
@@ -574,27 +780,27 @@ func NodesNeeded(q Query, s *Snapshot) NodesNeededResult {
 		}
 		return r
 	}
-	// New nodes: reuse the free map for them only.
-	free = map[int]int{}
-	maxFree = shape
+	// New nodes: the bins are theirs only.
+	free = free[:0]
+	size := float64(shape)
 	for i, a := range asks {
 		k := left[i]
-		if a > shape {
+		if a > size+binEps {
 			r.Unfittable += k
 			continue
 		}
-		k = bestFit(a, k)
+		k = free.bestFit(a, k)
 		if k == 0 {
 			continue
 		}
-		// Fresh nodes, each taking shape/a allocations.
-		per := shape / a
+		// Fresh nodes, each taking per allocations.
+		per := max(1, int((size+binEps)/a))
 		full := k / per
 		r.Nodes += full
-		free[shape-per*a] += full
+		free.add(size-float64(per)*a, full)
 		if rem := k % per; rem > 0 {
 			r.Nodes++
-			free[shape-rem*a]++
+			free.add(size-float64(rem)*a, 1)
 		}
 	}
 	return r
