@@ -27,8 +27,9 @@
 //     over api.DefaultConfig (NOMAD_ADDR and friends). nomad_namespace
 //     limits the queue and allocations read to that namespace; unset, all
 //     namespaces ("*") are read.
-//   - default_gpus_per_node: the devices one new node brings, for
-//     nodes_needed when neither the query nor any node of the pool says.
+//   - default_gpus_per_node: the devices one new node brings (device=any:
+//     its GPUs), for nodes_needed when neither the query nor any node of
+//     the pool says.
 //   - stats_ttl (30s): how long a node's device stats are reused.
 //   - min_refresh_interval (1s): the least time between two lists of one
 //     kind; coalesces bursts of changes on busy clusters.
@@ -71,6 +72,7 @@
 //	gpu_alloc_pct{node_pool=gpu,node_class=a100}
 //	gpu_util_pct{node_pool=gpu}
 //	nodes_needed{node_pool=gpu,gpus_per_node=8}
+//	nodes_needed{node_pool=gpu,device=any}
 //
 // Keys, each at most once:
 //
@@ -89,8 +91,15 @@
 //     nvidia/gpu. A node device group or a request matches when every part
 //     both name is equal: a request "gpu" or "nvidia/gpu/H100" matches
 //     device=nvidia/gpu; "nvidia/mig" matches device=nvidia/mig/1g.10gb.
+//     Or any: every kind of GPU ask and device group of ours
+//     (nomadview.IsGPUAsk: nvidia gpu, mig/<profile>, mps; a request
+//     naming no vendor too), counted in GPU-equivalents (see device=any
+//     below): for pools whose GPU layouts follow the queue, where
+//     fractional work waiting must open a node. "any" stands alone
+//     (any/x, nvidia/any are errors).
 //   - state (queue metrics only): all (default), blocked or pending.
-//   - gpus_per_node (nodes_needed only): the devices one new node brings.
+//   - gpus_per_node (nodes_needed only): the devices one new node brings
+//     (device=any: its GPUs).
 //
 // Values are letters, digits and - _ . / : without quotes; blanks around
 // names, braces, commas and "=" are allowed. Anything else (an unknown
@@ -141,6 +150,50 @@
 //     nodes_needed places on. gpu-queue's nodes signal reads it to tell
 //     which of the target's count has joined; filter it to the target's
 //     nodes (node_class, datacenter).
+//
+// Device groups of type layout (contract.SliceLayout: one per GPU, no
+// instances, its layout and state) are no capacity: no metric or figure
+// counts them, whatever the device key; nodes_needed reads them for the
+// node's GPU count and for GPUs being laid out anew.
+//
+// With device=any the metrics weigh in GPU-equivalents (GPUWeight, below:
+// a whole GPU 1, a MIG instance of profile <g>g.<mem>gb g/7, an MPS share
+// 1/k), so a GPU's capacity is 1 however it is laid out. For a queued ask
+// k is the pool's share count: the most common (ties to the larger) of the
+// MPS groups of the query's nodes, each group's mps_shares attribute
+// (contract.AttrMPSShares; else its instance count), else
+// gpulayout.DefaultShares (8), the share count the controller splits a GPU
+// into by default. A MIG ask naming no profile weighs 1.
+//
+//   - gpus_queued: Σ allocs × the GPU-equivalents of one allocation's
+//     GPU asks (a pending allocation: of what it was given).
+//   - allocs_queued, wait_max_seconds, wait_mean_seconds: over the queued
+//     allocations asking for any GPU kind.
+//   - gpu_alloc_pct: GPU-equivalents of the healthy instances held by
+//     pending or running allocations over those of all healthy instances
+//     of schedulable matching nodes (an MPS share is 1 over its GPU's
+//     shares listed, as nomad_gpu_cluster_capacity_gpus weighs it).
+//   - gpu_util_pct: the mean over the instances of every GPU kind that
+//     report util_stat (instances, not GPU-equivalents).
+//   - nodes_ready: schedulable matching nodes with a healthy instance of
+//     any GPU kind.
+//   - nodes_needed: the shape is GPUs per node: gpus_per_node; else the
+//     most common, over matching nodes, of the node's GPUs: its layout
+//     groups where it publishes them (one per GPU), else its whole GPUs
+//     plus the GPUs its MIG instances and MPS shares are of (by PCI bus
+//     ID, share ID, MPS group), healthy or not; else default_gpus_per_node;
+//     else 1 with work queued. Each blocked allocation's GPU-equivalents
+//     are fitted, largest first, best fit, into the free GPU-equivalents of
+//     schedulable matching nodes (healthy instances held by none, plus 1
+//     per GPU whose layout group says it is draining to another layout or
+//     is in MIG mode with no instance), then into new nodes of the shape;
+//     one that weighs more than the shape is left out. An ask fits a node
+//     that has at least that much free in all: this is optimistic (a whole
+//     GPU ask may find only free MPS shares and MIG instances, parts of
+//     GPUs others hold), because the controller relays free GPUs into what
+//     the queue asks for; it may under-count while partly used GPUs hold the
+//     free capacity. Fractional work waiting with no free capacity anywhere
+//     needs at least 1 node.
 //
 // Every query answers one point, stamped with the range's To (now if
 // unset), whatever the range: the value is the cluster now. An empty or

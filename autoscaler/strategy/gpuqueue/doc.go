@@ -29,6 +29,15 @@
 //	util            gpu_alloc_pct{…} (or gpu_util_pct)            percent 0-100, compared with floor for scale-in
 //	nodes           nodes_ready{node_pool=gpu,node_class=…}       the target's nodes that joined: what of the count is in flight (optional)
 //
+// In a pool whose GPU layouts follow the queue (the controller lays
+// GPUs out as whole GPUs, MPS shares or MIG instances), query every
+// signal with device=any: nodes_needed{node_pool=gpu,device=any},
+// gpus_queued{node_pool=gpu,device=any,state=blocked} (GPU-equivalents:
+// four queued MPS shares of 8 are 0.5, so set activation below 1),
+// wait_max_seconds{…,device=any,state=blocked},
+// gpu_alloc_pct{node_pool=gpu,device=any} and nodes_ready{…,device=any}.
+// The strategy reads them as it reads any values.
+//
 // The agent runs the checks one after another and keeps one winner: Up
 // beats None, None beats Down, and the larger count wins within a
 // direction. Every check of a pool returns the same decision, made from

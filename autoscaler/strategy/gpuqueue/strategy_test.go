@@ -603,3 +603,27 @@ func TestConcurrentRuns(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAnyDeviceQueries: a pool whose layouts follow the queue, read with
+// device=any (GPU-equivalents, so a queue of MPS shares is a fraction of
+// a GPU): the strategy reads the values as it reads any others, and an
+// activation below 1 lets fractional work open a scale-out.
+func TestAnyDeviceQueries(t *testing.T) {
+	q := func(name string, sig Signal, query string, kv ...string) testCheck {
+		c := check(name, sig, append([]string{"pool", "frac"}, kv...)...)
+		c.query = query
+		return c
+	}
+	checks := []testCheck{
+		q("capacity", SignalNodesNeeded, "nodes_needed{node_pool=frac,device=any}"),
+		q("queue", SignalQueued, "gpus_queued{node_pool=frac,device=any,state=blocked}", "activation", "0.25"),
+		q("wait", SignalWait, "wait_max_seconds{node_pool=frac,device=any,state=blocked}", "max_wait", "30m"),
+		q("idle", SignalUtil, "gpu_alloc_pct{node_pool=frac,device=any}", "floor", "30", "scale_in_after", "10m"),
+	}
+	newHarness(t, checks).replay([]step{
+		{at: 0, count: 1, v: vals(0, 0, 0, 100), dir: none},
+		{at: iv, count: 1, v: vals(0, 0.125, 20, 100), dir: none, reason: []string{"queued 0.13 < activation 0.25"}},
+		// three MPS shares wait with the pool full: nodes_needed 1
+		{at: 2 * iv, count: 1, v: vals(1, 0.375, 40, 100), dir: up, want: 2, reason: []string{"queued 0.38 >= activation 0.25", "nodes_needed 1", "from 1 to 2"}},
+	})
+}
