@@ -34,6 +34,7 @@ import (
 //	  "utilization": {"GPU-1c0d…": {"gpu_percent": 90, "mem_percent": 35}},
 //	  "processes": [{"pid": 4242, "uuid": "MIG-6a2f…", "used_mib": 2048}],
 //	  "lost_gpus": ["GPU-77e1…"],
+//	  "mig_geometry": {"GPU-2b7e…": ["3g.40gb", "1g.10gb", "1g.10gb"]},
 //	  "nodes": {"dgxh100/node-1": {"system": "dgxh100", "seed": "node-1",
 //	    "opened": "2025-06-01T09:59:00Z", "devices": ["GPU-1c0d…", "MIG-6a2f…", …]}}
 //	}
@@ -59,6 +60,15 @@ import (
 //   - lost_gpus: GPU- UUIDs that have "fallen off the bus": every NVML query
 //     on them and their MIG instances fails with ERROR_GPU_IS_LOST, except
 //     GetUUID.
+//   - mig_geometry: the GPU instances of GPUs in MIG mode, by GPU- UUID,
+//     each with one compute instance spanning it; it overrides the config's
+//     mig { } layout of that GPU ([] for none). Inventory.SetMIGGeometry
+//     writes it (Server.ChangeMIG) after changing a GPU through NVML calls,
+//     and every node with that GPU rebuilds the GPU's instances to match
+//     when it polls or opens (placed as in a layout, so the same geometry
+//     gets the same MIG UUIDs). A GPU not in MIG mode ignores it: MIG mode
+//     is never toggled. Clear keeps it: it is the GPUs' state, not an
+//     injected fault.
 //   - nodes: the sim nodes that opened the file, by "<system>/<seed>", each
 //     with its GPU- and MIG- UUIDs. A node records itself whenever it opens
 //     (New), which creates the file; Clear keeps them. Nodes ignore the
@@ -73,6 +83,7 @@ type ControlState struct {
 	Utilization map[string]Utilization `json:"utilization,omitempty"`
 	Processes   []ProcessMemory        `json:"processes,omitempty"`
 	LostGPUs    []string               `json:"lost_gpus,omitempty"`
+	MIGGeometry map[string][]string    `json:"mig_geometry,omitempty"`
 	Nodes       map[string]NodeDevices `json:"nodes,omitempty"`
 }
 
@@ -208,21 +219,10 @@ func (c *Control) SetGPULost(uuid string, lost bool) error {
 
 // Clear returns the node to its idle state: no events, utilization,
 // processes or lost GPUs. Event ids keep growing, and the nodes' records of
-// their devices stay: they are no injected state.
+// their devices and the MIG geometries stay: they are no injected state.
 func (c *Control) Clear() error {
 	return c.update(func(st *ControlState) error {
-		*st = ControlState{LastEventID: st.LastEventID, Nodes: st.Nodes}
-		return nil
-	})
-}
-
-// recordNode replaces the node's record of its devices.
-func (c *Control) recordNode(n NodeDevices) error {
-	return c.update(func(st *ControlState) error {
-		if st.Nodes == nil {
-			st.Nodes = map[string]NodeDevices{}
-		}
-		st.Nodes[n.System+"/"+n.Seed] = n
+		*st = ControlState{LastEventID: st.LastEventID, Nodes: st.Nodes, MIGGeometry: st.MIGGeometry}
 		return nil
 	})
 }

@@ -19,7 +19,9 @@ type Device struct {
 	uuid string
 	pci  nvml.PciInfo
 	name string
-	migs []*MigDevice // by MIG device index
+	// migs are the MIG device handles, by MIG device index; guarded by
+	// srv.migMu, rebuilt whole by refreshMIG.
+	migs []*MigDevice
 }
 
 var _ nvml.Device = (*Device)(nil)
@@ -67,41 +69,12 @@ func busIDString(id []int8) string {
 	return string(b)
 }
 
-// createMIG enables MIG and creates the layout's instances through the
-// mock's own GPU/compute instance API.
-func (d *Device) createMIG(profiles []string, seed string) error {
-	insts, err := d.srv.sys.plan(profiles)
-	if err != nil {
-		return err
-	}
+// createMIG enables MIG and creates the layout's instances.
+func (d *Device) createMIG(profiles []string) error {
 	if ret, _ := d.Device.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
 		return fmt.Errorf("enable MIG: %v", ret)
 	}
-	for k, in := range insts {
-		giProf, ciProf, placement := in.profile.info, in.profile.ci, in.placement
-		gi, ret := d.Device.CreateGpuInstanceWithPlacement(&giProf, &placement)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("create GPU instance %s: %v", in.profile.name, ret)
-		}
-		ci, ret := gi.CreateComputeInstance(&ciProf)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("create compute instance on %s: %v", in.profile.name, ret)
-		}
-		giInfo, _ := gi.GetInfo()
-		ciInfo, _ := ci.GetInfo()
-		d.migs = append(d.migs, &MigDevice{
-			Device:    &mock.Device{},
-			parent:    d,
-			index:     k,
-			uuid:      migUUID(d.srv.sys.name, seed, d.Index, in.profile.name, placement.Start),
-			gi:        giInfo.Id,
-			ci:        ciInfo.Id,
-			profile:   in.profile.name,
-			giProfile: giProf,
-			ciProfile: ciProf,
-		})
-	}
-	return nil
+	return d.build(profiles)
 }
 
 func (d *Device) lost() bool { return d.srv.view.Load().lostGPUs[d.uuid] }
@@ -191,6 +164,8 @@ func (d *Device) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	if i < 0 || i >= maxSlices {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
+	d.srv.migMu.RLock()
+	defer d.srv.migMu.RUnlock()
 	if i >= len(d.migs) {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
@@ -205,24 +180,6 @@ func (d *Device) GetDeviceHandleFromMigDeviceHandle() (nvml.Device, nvml.Return)
 
 func (d *Device) GetGpuInstanceId() (int, nvml.Return)     { return 0, nvml.ERROR_NOT_SUPPORTED }
 func (d *Device) GetComputeInstanceId() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
-
-// GetGpuInstanceById finds an instance among those the mock created.
-func (d *Device) GetGpuInstanceById(id int) (nvml.GpuInstance, nvml.Return) {
-	if d.lost() {
-		return nil, nvml.ERROR_GPU_IS_LOST
-	}
-	if !d.migEnabled() {
-		return nil, nvml.ERROR_NOT_SUPPORTED
-	}
-	d.Device.RLock()
-	defer d.Device.RUnlock()
-	for gi := range d.Device.GpuInstances {
-		if int(gi.Info.Id) == id {
-			return gi, nvml.SUCCESS
-		}
-	}
-	return nil, nvml.ERROR_NOT_FOUND
-}
 
 func (d *Device) utilization() nvml.Utilization { return d.srv.view.Load().util[d.uuid] }
 

@@ -80,7 +80,10 @@ func (e *EventSet) next(v *view) (nvml.EventData, nvml.Return, bool) {
 		e.lastID = ev.ID
 		ed := nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: ev.XID, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}
 		var gpu *Device
-		switch d := e.srv.byUUID[ev.UUID].(type) {
+		e.srv.migMu.RLock()
+		dev := e.srv.byUUID[ev.UUID]
+		e.srv.migMu.RUnlock()
+		switch d := dev.(type) {
 		case *Device:
 			gpu = d
 		case *MigDevice:

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -128,9 +127,7 @@ func (s *system) plan(names []string) ([]instance, error) {
 	}
 	placements := make([][]nvml.GpuInstancePlacement, len(insts))
 	for i, in := range insts {
-		ps := append([]nvml.GpuInstancePlacement(nil), s.gpu.MIGProfiles.GpuInstancePlacements[int(in.profile.info.Id)]...)
-		sort.Slice(ps, func(a, b int) bool { return ps[a].Start < ps[b].Start })
-		placements[i] = ps
+		placements[i] = s.placements(in.profile)
 	}
 	var used uint64 // bit k: memory/compute slot k is taken
 	var place func(i int) bool
@@ -144,7 +141,7 @@ func (s *system) plan(names []string) ([]instance, error) {
 			if j := prevSame(insts, i); j >= 0 && pl.Start <= insts[j].placement.Start {
 				continue
 			}
-			mask := (uint64(1)<<pl.Size - 1) << pl.Start
+			mask := slots(pl)
 			if used&mask != 0 {
 				continue
 			}

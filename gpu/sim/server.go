@@ -120,12 +120,25 @@ const DefaultControlPoll = 250 * time.Millisecond
 
 // Server is a simulated NVML library. Methods the inventory does not use
 // fall through to the go-nvml mock server.
+//
+// Locking: view is swapped whole (atomically) and read without a lock.
+// migMu guards the MIG device handles of every Device (migs) and byUUID,
+// which change with the GPUs' MIG instances (see mig.go); it is taken
+// before a mock device's or GPU instance's own lock, never after. geoMu
+// makes a MIG geometry change (ChangeMIG) and the application of one read
+// from the control file (poll) one step each, so neither sees the other's
+// half-made instances.
 type Server struct {
 	*server.Server
 	sys     *system
+	seed    string
 	logger  hclog.Logger
-	devices []*Device
-	byUUID  map[string]nvml.Device // GPU- and MIG- UUIDs
+	devices []*Device // fixed at New
+
+	migMu  sync.RWMutex
+	byUUID map[string]nvml.Device // GPU- and MIG- UUIDs
+
+	geoMu sync.Mutex
 
 	view atomic.Pointer[view]
 
@@ -166,6 +179,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	s := &Server{
 		Server:  mockSrv,
 		sys:     sys,
+		seed:    cfg.Seed,
 		logger:  logger,
 		byUUID:  map[string]nvml.Device{},
 		changed: make(chan struct{}),
@@ -180,19 +194,16 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		s.devices = append(s.devices, d)
 		s.byUUID[d.uuid] = d
 	}
+	s.view.Store(s.derive(ControlState{}, nil, time.Now()))
 	for _, l := range cfg.MIG {
 		for _, g := range l.GPUs {
-			if err := s.devices[g].createMIG(l.Profiles, cfg.Seed); err != nil {
+			if err := s.devices[g].createMIG(l.Profiles); err != nil {
 				return nil, fmt.Errorf("sim: GPU %d: %w", g, err)
-			}
-			for _, m := range s.devices[g].migs {
-				s.byUUID[m.uuid] = m
 			}
 		}
 	}
-	s.view.Store(s.derive(ControlState{}, nil, time.Now()))
 	if s.ctlPath != "" {
-		s.recordDevices(cfg.System, cfg.Seed)
+		s.recordDevices()
 		s.loads = newLoadScanner(LoadDir(s.ctlPath), logger)
 		s.poll()
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
@@ -202,23 +213,24 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 }
 
 // recordDevices puts the node's devices in its control file, creating the
-// file, so that a writer can tell a UUID of this node from a typo. A node
-// that cannot write there still runs: the file is only read by it.
-func (s *Server) recordDevices(system, seed string) {
-	n := NodeDevices{System: system, Seed: seed, Opened: time.Now().UTC()}
-	for _, d := range s.devices {
-		n.Devices = append(n.Devices, d.uuid)
-		for _, m := range d.migs {
-			n.Devices = append(n.Devices, m.uuid)
-		}
-	}
+// file, so that a writer can tell a UUID of this node from a typo. The MIG
+// geometries the file holds are applied first, under its lock, so the
+// record names the instances the node has. A node that cannot write there
+// still runs: the file is only read by it.
+func (s *Server) recordDevices() {
 	// The node makes the file's directory, as it makes the file: a sim
 	// node's config may name one that does not exist yet (client-sim.hcl's
 	// /var/lib/nomad-gpu on a fresh machine). 0755: tasks read the load
 	// directory beside the file.
 	err := dirs.MkdirAll(filepath.Dir(s.ctlPath), 0o755)
 	if err == nil {
-		err = OpenControl(s.ctlPath).recordNode(n)
+		s.geoMu.Lock()
+		err = OpenControl(s.ctlPath).update(func(st *ControlState) error {
+			s.applyGeometry(st.MIGGeometry)
+			s.recordNode(st, time.Now().UTC())
+			return nil
+		})
+		s.geoMu.Unlock()
 	}
 	if err != nil {
 		s.logger.Warn("cannot record the node's devices in its control file; `nomad-device-gpu sim` will refuse them", "control_file", s.ctlPath, "error", err)
@@ -246,6 +258,8 @@ func (s *Server) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 
 // DeviceGetHandleByUUID accepts GPU- and MIG- UUIDs, as NVML does.
 func (s *Server) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	s.migMu.RLock()
+	defer s.migMu.RUnlock()
 	if d, ok := s.byUUID[uuid]; ok {
 		return d, nvml.SUCCESS
 	}
@@ -305,7 +319,12 @@ const recentWrite = 2 * time.Second
 // ramp and expire with time alone).
 func (s *Server) poll() {
 	now := time.Now()
+	s.geoMu.Lock()
 	ctlChanged := s.pollControl()
+	if ctlChanged {
+		s.applyGeometry(s.ctlState.MIGGeometry)
+	}
+	s.geoMu.Unlock()
 	var live []liveLoad
 	loadsChanged := false
 	if s.loads != nil {
@@ -382,8 +401,11 @@ type view struct {
 	procUtil map[string][]nvml.ProcessUtilizationSample
 }
 
-// derive applies the model documented in load.go ("Simulated work").
+// derive applies the model documented in load.go ("Simulated work") to the
+// MIG instances the GPUs have now.
 func (s *Server) derive(st ControlState, loads []liveLoad, now time.Time) *view {
+	s.migMu.RLock()
+	defer s.migMu.RUnlock()
 	v := &view{
 		events:    st.XIDEvents,
 		util:      map[string]nvml.Utilization{},

@@ -297,7 +297,7 @@ func TestMIGHandles(t *testing.T) {
 		}
 		info, _ := inst.GetInfo()
 		byUUID, ret := srv.DeviceGetHandleByUUID(uuid)
-		if !isMIG || p != parent || ret != nvml.SUCCESS || byUUID != m || info.Device != parent.(*Device).Device {
+		if !isMIG || p != parent || ret != nvml.SUCCESS || byUUID != m || info.Device != parent {
 			t.Errorf("MIG %d: isMIG=%v parent ok=%v byUUID=%v", i, isMIG, p == parent, ret)
 		}
 		found = append(found, name)
