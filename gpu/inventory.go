@@ -245,18 +245,34 @@ func (i *Inventory) readGPU(idx int) GPU {
 // Empty, not nil, when it makes none.
 func readMIGProfiles(dev nvml.Device, memTotalBytes uint64) []MIGProfile {
 	out := []MIGProfile{}
+	for _, p := range migProfileInfos(dev, memTotalBytes) {
+		out = append(out, p.MIGProfile)
+	}
+	return out
+}
+
+// migProfileInfo is a GPU instance profile under its name, with what NVML
+// needs to make an instance of it.
+type migProfileInfo struct {
+	MIGProfile
+	info nvml.GpuInstanceProfileInfo
+}
+
+// migProfileInfos is readMIGProfiles with NVML's profile infos.
+func migProfileInfos(dev nvml.Device, memTotalBytes uint64) []migProfileInfo {
+	var out []migProfileInfo
 	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
 		info, ret := dev.GetGpuInstanceProfileInfo(id)
 		if ret != nvml.SUCCESS || info.InstanceCount == 0 || info.SliceCount == 0 {
 			continue
 		}
 		n := int(info.SliceCount)
-		out = append(out, MIGProfile{
+		out = append(out, migProfileInfo{info: info, MIGProfile: MIGProfile{
 			Name:   migprofile.Name(id, n, n, info.MemorySizeMB, memTotalBytes),
 			Slices: n, MemoryMiB: info.MemorySizeMB, Max: int(info.InstanceCount),
-		})
+		}})
 	}
-	slices.SortStableFunc(out, func(a, b MIGProfile) int {
+	slices.SortStableFunc(out, func(a, b migProfileInfo) int {
 		return cmp.Or(cmp.Compare(a.Slices, b.Slices), cmp.Compare(a.MemoryMiB, b.MemoryMiB))
 	})
 	return out
