@@ -6,7 +6,8 @@
 //   - "nvml": the real NVIDIA Management Library (libnvidia-ml.so.1, loaded
 //     at Open; building this package needs cgo);
 //   - "sim": a simulated DGX node (package gpu/sim), go-nvml's mock servers
-//     completed with MIG handles, telemetry, processes and XID injection,
+//     completed with MIG handles and instances, telemetry, processes and
+//     XID injection,
 //     and driven from outside through a control file (see Control) and a
 //     load directory next to it (see SimLoadDir).
 //

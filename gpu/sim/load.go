@@ -367,7 +367,7 @@ type pidUtil struct{ sm, mem float64 }
 // processes they stand for, with the utilisation each such process puts on
 // each device (a MIG instance's also on its parent, weighted by the
 // instance's share of the GPU's compute slices). Entries naming no device
-// of the node are ignored.
+// of the node are ignored. The caller holds migMu (derive).
 func (s *Server) sumLoads(loads []liveLoad, now time.Time) (map[string]*loadSum, map[string][]nvml.ProcessInfo, map[string]map[uint32]*pidUtil) {
 	sums := map[string]*loadSum{}
 	procs := map[string][]nvml.ProcessInfo{}

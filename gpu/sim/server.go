@@ -1,7 +1,8 @@
 // Package sim is the simulated NVML of nomad-gpu: go-nvml's own mock DGX
 // servers (dgxa100, dgxh100, dgxh200, dgxb200) completed with what they lack
-// (stable UUIDs, PCI bus ids, MIG device handles, telemetry, process lists,
-// XID events) and driven from outside through a control file (ControlState)
+// (stable UUIDs, PCI bus ids, MIG device handles, MIG instances made and
+// destroyed through NVML calls and shared by the node's processes (see
+// mig.go and ChangeMIG), telemetry, process lists, XID events) and driven from outside through a control file (ControlState)
 // and a load directory next to it, where processes such as `nomad-gpu
 // sim-load` put simulated work on devices (see "Simulated work" below).
 //
