@@ -22,6 +22,10 @@ type Device struct {
 	// migs are the MIG device handles, by MIG device index; guarded by
 	// srv.migMu, rebuilt whole by refreshMIG.
 	migs []*MigDevice
+	// made numbers the GPU instances in the order they were made; guarded
+	// by the mock device's lock, as its GpuInstances map.
+	made  map[*server.GpuInstance]uint64
+	madeN uint64
 }
 
 var _ nvml.Device = (*Device)(nil)
@@ -33,6 +37,7 @@ func newDevice(s *Server, md *server.Device, index int, seed string) *Device {
 		srv:    s,
 		uuid:   gpuUUID(s.sys.name, seed, index),
 		name:   s.sys.productName(),
+		made:   map[*server.GpuInstance]uint64{},
 		pci: nvml.PciInfo{
 			Domain:      0,
 			Bus:         bus,

@@ -29,7 +29,10 @@ import (
 // instance per GPU instance (id 0), as layouts and the inventory do.
 //
 // Every change to compute instances rebuilds the GPU's MIG device handles
-// (Device.migs) and Server.byUUID under Server.migMu.
+// (Device.migs) and Server.byUUID under Server.migMu. MIG devices are
+// indexed in the order their GPU instances were made (Device.made), so a
+// layout's instances keep its order, and a geometry made in the same order
+// in another process gets the same indexes.
 
 // GpuInstance is a GPU instance handle of the sim.
 type GpuInstance struct {
@@ -133,13 +136,15 @@ func (d *Device) createGpuInstance(info *nvml.GpuInstanceProfileInfo, want *nvml
 		}
 		gi := server.NewGpuInstanceFromInfo(nvml.GpuInstanceInfo{Device: d, Id: pl.Start, ProfileId: p.info.Id, Placement: pl}, d.Config.MIGProfiles)
 		d.Device.GpuInstances[gi] = struct{}{}
+		d.madeN++
+		d.made[gi] = d.madeN
 		return &GpuInstance{GpuInstance: gi, dev: d}, nvml.SUCCESS
 	}
 	return nil, ret
 }
 
-// gpuInstances are the GPU's instances, by id; all of them for a nil
-// profile.
+// gpuInstances are the GPU's instances, in the order they were made; all
+// of them for a nil profile.
 func (d *Device) gpuInstances(profile *nvml.GpuInstanceProfileInfo) []*GpuInstance {
 	d.Device.RLock()
 	defer d.Device.RUnlock()
@@ -149,7 +154,7 @@ func (d *Device) gpuInstances(profile *nvml.GpuInstanceProfileInfo) []*GpuInstan
 			out = append(out, &GpuInstance{GpuInstance: gi, dev: d})
 		}
 	}
-	slices.SortFunc(out, func(a, b *GpuInstance) int { return cmp.Compare(a.Info.Id, b.Info.Id) })
+	slices.SortFunc(out, func(a, b *GpuInstance) int { return cmp.Compare(d.made[a.GpuInstance], d.made[b.GpuInstance]) })
 	return out
 }
 
@@ -206,6 +211,7 @@ func (g *GpuInstance) Destroy() nvml.Return {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
 	delete(g.dev.Device.GpuInstances, g.GpuInstance)
+	delete(g.dev.made, g.GpuInstance)
 	return nvml.SUCCESS
 }
 
@@ -308,8 +314,8 @@ func (c *ComputeInstance) busy() bool {
 }
 
 // refreshMIG rebuilds the GPU's MIG device handles from its compute
-// instances: one per compute instance, ordered by GPU then compute instance
-// id, so a geometry always lists its devices in the same order.
+// instances: one per compute instance, in the order of their GPU
+// instances.
 func (d *Device) refreshMIG() {
 	s := d.srv
 	s.migMu.Lock()
@@ -346,7 +352,8 @@ func (d *Device) newMigDevice(index int, gi nvml.GpuInstanceInfo, p giProfile, c
 	}
 }
 
-// geometry is the profiles of the GPU's instances, by GPU instance id;
+// geometry is the profiles of the GPU's instances, in the order they were
+// made;
 // empty, not nil, without any, so the control file says [] for it.
 func (d *Device) geometry() []string {
 	out := []string{}
