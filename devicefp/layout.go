@@ -184,6 +184,7 @@ type gpuPlan struct {
 	cur, want gpulayout.Layout
 	text      string // the desired value as read (the want's text when it parses)
 	err       error  // why want cannot be made on this GPU
+	pinned    bool   // want is an operator's pin
 }
 
 func (pl gpuPlan) wantsChange() bool { return pl.err == nil && !pl.want.Equal(pl.cur) }
@@ -203,6 +204,7 @@ func (lm *layoutManager) plans(snap *gpu.Snapshot, cfg *Config, meta map[string]
 		}
 		pl := gpuPlan{g: g, cur: offeredLayout(cfg, g, applied), want: staticLayout(cfg, g)}
 		raw, asked := meta[contract.MetaPinPrefix+g.UUID]
+		pl.pinned = asked
 		if !asked {
 			raw, asked = meta[contract.MetaLayoutPrefix+g.UUID]
 		}
@@ -340,7 +342,7 @@ func (lm *layoutManager) decide(pl gpuPlan, view allocView, grace time.Duration,
 // to puts a GPU in state, logging the transition once.
 func (lm *layoutManager) to(pl gpuPlan, st *gpuLayout, state contract.LayoutState, reason string) {
 	prev := st.gpuStatus
-	st.state, st.desired, st.err, st.drain = state, pl.text, "", ""
+	st.state, st.desired, st.pinned, st.err, st.drain = state, pl.text, pl.pinned, "", ""
 	switch state {
 	case contract.LayoutError:
 		st.err = reason
@@ -494,7 +496,7 @@ func (lm *layoutManager) inputs(cfg *Config, view allocView) *layoutInputs {
 			}
 		}
 	}
-	in := &layoutInputs{status: map[string]gpuStatus{}, sharesInUse: map[string]int{}}
+	in := &layoutInputs{status: map[string]gpuStatus{}, sharesInUse: map[string]int{}, publish: cfg.Layout.Enabled}
 	if cfg.Layout.Enabled {
 		in.applied = maps.Clone(lm.applied)
 		for uuid, st := range lm.gpus {

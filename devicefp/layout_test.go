@@ -77,12 +77,13 @@ func TestLayoutGroups(t *testing.T) {
 			"GPU-c": {state: contract.LayoutDraining, desired: "mig:7g.80gb", drain: "relayout mig:1g.10gb,3g.40gb → mig:7g.80gb pending"},
 		},
 		sharesInUse: map[string]int{"GPU-a": 3},
+		publish:     true,
 	}
 	m := buildModel(layoutFixture(3, 2), cfg, nil, lay)
 	checkWire(t, m.groups)
 	want := map[string]map[string]string{
 		"GPU-a": {"index": "0", "pci_bus_id": "0000:01:00.0", "product": "NVIDIA H100 80GB HBM3", "mig_mode": "false", "mig_profiles": "none",
-			"layout": "mps:4", "desired": "none", "state": "ready", "error": "none"},
+			"layout": "mps:4", "desired": "none", "pinned": "false", "state": "ready", "error": "none"},
 		"GPU-b": {"index": "1", "mig_mode": "false", "layout": "whole", "desired": "mps:99", "state": "error", "error": `"mps:99": the share count must be 2 to 48`},
 		"GPU-c": {"index": "2", "mig_mode": "true", "mig_profiles": "1g.10gb:1x7,2g.20gb:2x3,3g.40gb:3x2,7g.80gb:7x1",
 			"layout": "mig:1g.10gb,3g.40gb", "desired": "mig:7g.80gb", "state": "draining", "error": "none"},
@@ -95,8 +96,8 @@ func TestLayoutGroups(t *testing.T) {
 			if len(g.Devices) != 0 || g.Vendor != contract.Vendor {
 				t.Errorf("layout group %s: vendor %q, %d devices", g.Name, g.Vendor, len(g.Devices))
 			}
-			if len(g.Attributes) != 9 {
-				t.Errorf("layout group %s has %d attributes, want 9", g.Name, len(g.Attributes))
+			if len(g.Attributes) != 10 {
+				t.Errorf("layout group %s has %d attributes, want 10", g.Name, len(g.Attributes))
 			}
 			for k, v := range want[g.Name] {
 				if got := g.Attributes[k].Text(); got != v {

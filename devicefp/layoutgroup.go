@@ -25,12 +25,17 @@ type layoutInputs struct {
 	status map[string]gpuStatus
 	// sharesInUse counts, by GPU UUID, the MPS shares allocations hold.
 	sharesInUse map[string]int
+	// publish: the plugin follows layouts (layout.enabled), so it
+	// publishes each GPU's layout group. A plugin that does not takes no
+	// part in the protocol, and the controller leaves its GPUs alone.
+	publish bool
 }
 
 // gpuStatus is one GPU's layout group attributes that the manager sets.
 type gpuStatus struct {
 	state   contract.LayoutState
 	desired string // the effective desired layout as read, "" for none
+	pinned  bool   // desired is an operator's pin (contract.MetaPinPrefix)
 	err     string // why state is error
 	// drain is the health description of the GPU's instances while it
 	// drains ("relayout mps:8 → whole pending"), "" otherwise.
@@ -93,6 +98,7 @@ func (b *modelBuilder) addLayoutGroup(g *gpu.GPU, cur gpulayout.Layout) {
 			contract.AttrLayoutMIGProfiles: structs.NewString(contract.FormatMIGProfiles(specs)),
 			contract.AttrLayoutCurrent:     structs.NewString(cur.String()),
 			contract.AttrLayoutDesired:     structs.NewString(orNone(st.desired)),
+			contract.AttrLayoutPinned:      structs.NewBool(st.pinned),
 			contract.AttrLayoutState:       structs.NewString(string(st.state)),
 			contract.AttrLayoutError:       structs.NewString(orNone(st.err)),
 		},

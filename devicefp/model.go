@@ -77,7 +77,9 @@ func buildModel(snap *gpu.Snapshot, cfg *Config, unhealthy map[string]string, la
 		default:
 			b.addWholeGPU(g, reason)
 		}
-		b.addLayoutGroup(g, cur)
+		if lay.publish {
+			b.addLayoutGroup(g, cur)
+		}
 	}
 	return b.finish()
 }

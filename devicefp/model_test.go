@@ -61,7 +61,7 @@ func TestBuildModel(t *testing.T) {
 		{
 			name: "whole GPUs",
 			snap: fixture(2),
-			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 2, "layout/GPU-a": 0, "layout/GPU-b": 0},
+			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 2},
 			check: func(t *testing.T, m *model) {
 				a := m.groups[0].Attributes
 				if a["memory"].Text() != "81559 MiB" || a["compute_capability"].Text() != "9.0" || a["cuda_version"].Text() != "12.4" || a["driver_version"].Text() != "550.54.15" || a["architecture"].Text() != "hopper" || a["multiprocessors"].Text() != "132" {
@@ -75,7 +75,7 @@ func TestBuildModel(t *testing.T) {
 		{
 			name: "MIG GPU is not offered whole",
 			snap: fixture(2, 1),
-			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1, "mig/3g.40gb": 1, "mig/1g.10gb": 1, "layout/GPU-a": 0, "layout/GPU-b": 0},
+			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1, "mig/3g.40gb": 1, "mig/1g.10gb": 1},
 			check: func(t *testing.T, m *model) {
 				s := m.byID["MIG-b1"]
 				if s == nil || s.gpuUUID != "GPU-b" || s.visibleUUID() != "MIG-b1" {
@@ -87,7 +87,7 @@ func TestBuildModel(t *testing.T) {
 			name: "MPS shares replace the whole GPU",
 			snap: fixture(3, 2),
 			edit: func(c *Config) { c.MPS = []MPSConfig{{GPUs: []string{"all"}, Shares: 4}} },
-			want: map[string]int{"mps/GPU-a": 4, "mps/GPU-b": 4, "mig/3g.40gb": 1, "mig/1g.10gb": 1, "layout/GPU-a": 0, "layout/GPU-b": 0, "layout/GPU-c": 0},
+			want: map[string]int{"mps/GPU-a": 4, "mps/GPU-b": 4, "mig/3g.40gb": 1, "mig/1g.10gb": 1},
 			check: func(t *testing.T, m *model) {
 				s := m.byID["GPU-a-mps-3"]
 				if s == nil || s.threadPercent != 25 || s.memLimitMiB != 81559/4 {
@@ -99,13 +99,13 @@ func TestBuildModel(t *testing.T) {
 			name: "ignored by index, UUID and MIG UUID",
 			snap: fixture(4, 3),
 			edit: func(c *Config) { c.IgnoredGPUIDs = []string{"0", "GPU-b", "MIG-d0"} },
-			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1, "mig/1g.10gb": 1, "layout/GPU-c": 0, "layout/GPU-d": 0},
+			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1, "mig/1g.10gb": 1},
 		},
 		{
 			name:      "an XID on a GPU covers its slices; on a MIG only itself",
 			snap:      fixture(2, 1),
 			unhealthy: map[string]string{"GPU-b": "XID 79", "GPU-a": ""},
-			want:      map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1, "mig/3g.40gb": 1, "mig/1g.10gb": 1, "layout/GPU-a": 0, "layout/GPU-b": 0},
+			want:      map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1, "mig/3g.40gb": 1, "mig/1g.10gb": 1},
 			check: func(t *testing.T, m *model) {
 				for _, g := range m.groups {
 					for _, d := range g.Devices {
@@ -124,7 +124,7 @@ func TestBuildModel(t *testing.T) {
 				s.GPUs[0].Err = errors.New("GPU is lost")
 				return s
 			}(),
-			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1, "layout/GPU-a": 0},
+			want: map[string]int{"gpu/NVIDIA H100 80GB HBM3": 1},
 			check: func(t *testing.T, m *model) {
 				d := m.groups[0].Devices[0]
 				if d.Healthy || !strings.Contains(d.HealthDescription, "GPU is lost") {

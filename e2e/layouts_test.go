@@ -45,20 +45,6 @@ func startLayoutCluster(t *testing.T, l nodeLayout, drainGrace string) (*cluster
 	return c, node, c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(layoutGroups(n)) == 8 }, time.Minute)
 }
 
-// layoutGroups are a node's layout groups by GPU UUID.
-func layoutGroups(n *api.Node) map[string]*api.NodeDeviceResource {
-	out := map[string]*api.NodeDeviceResource{}
-	if n == nil || n.NodeResources == nil {
-		return out
-	}
-	for _, d := range n.NodeResources.Devices {
-		if d.Type == contract.SliceLayout {
-			out[d.Name] = d
-		}
-	}
-	return out
-}
-
 func attrText(d *api.NodeDeviceResource, name string) string {
 	if a := d.Attributes[name]; a != nil {
 		if a.StringVal != nil {

@@ -110,6 +110,12 @@ plugin "nomad-device-gpu" {
       gpus   = ["4", "5"]
       shares = 4
     }
+    # GPU layouts follow node metadata: try
+    # nomad node meta apply nomad_gpu.pin.<GPU-UUID>=mps:8
+    layout {
+      enabled    = true
+      state_file = "$DEV/layouts.json"
+    }
   }
 }
 

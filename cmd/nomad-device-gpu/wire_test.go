@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -181,6 +183,12 @@ func TestFingerprintStatsReserve(t *testing.T) {
 	c := launch(t)
 	control := filepath.Join(t.TempDir(), "control.json")
 	cfg := simConfig(control)
+	// Layouts followed: one layout group per GPU. The agent it reads its
+	// metadata from is this test's, and has none.
+	agent := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(agent.Close)
+	cfg["layout"] = map[string]any{"enabled": true, "state_file": filepath.Join(t.TempDir(), "layouts.json")}
+	cfg["nomad"] = map[string]any{"address": agent.URL}
 	// The agent validates twice, then configures the runtime instance.
 	for i := 0; i < 2; i++ {
 		if err := c.setConfig(t, cfg, false); err != nil {
@@ -205,7 +213,7 @@ func TestFingerprintStatsReserve(t *testing.T) {
 			continue
 		}
 		layouts++
-		if len(g.GetDevices()) != 0 || len(g.GetAttributes()) != 9 {
+		if len(g.GetDevices()) != 0 || len(g.GetAttributes()) != 10 {
 			t.Errorf("layout group %s: %d devices, attributes %v", k, len(g.GetDevices()), g.GetAttributes())
 		}
 		delete(groups, k)
