@@ -273,7 +273,11 @@ func TestLayoutsFollowTheQueue(t *testing.T) {
 	running := waitRunning(t, c, mpsJobs, 30*time.Second)
 	t.Logf("6 MPS jobs running %.1f s after they were queued", time.Since(start).Seconds())
 	shared := map[string]bool{}
-	for _, a := range running {
+	for _, stub := range running {
+		a, _, err := c.API().Allocations().Info(stub.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, tr := range a.AllocatedResources.Tasks {
 			for _, d := range tr.Devices {
 				shared[d.Name] = true // an MPS group is named by its GPU
