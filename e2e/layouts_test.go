@@ -366,3 +366,128 @@ func TestLayoutsMIGGeometry(t *testing.T) {
 		t.Errorf("MIG instances after: %d (%v); want 7 including %s", len(got), got, visible)
 	}
 }
+
+// racerJob is a service job asking for one whole GPU, placed again 5 s
+// (Nomad's least delay) after a failed allocation, without limit.
+const racerJob = `
+job "racer" {
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      delay          = "5s"
+      delay_function = "constant"
+      unlimited      = true
+    }
+    task "t" {
+      driver = "gpu"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo READY; while true; do sleep 0.2; done"]
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+        device "nvidia/gpu" {
+          count = 1
+        }
+      }
+    }
+  }
+}`
+
+// gpuByIndex is the UUID of the node's GPU of NVML index i, from its
+// layout groups.
+func gpuByIndex(t *testing.T, n *api.Node, i int) string {
+	t.Helper()
+	for uuid, d := range layoutGroups(n) {
+		if attrText(d, contract.AttrLayoutIndex) == fmt.Sprint(i) {
+			return uuid
+		}
+	}
+	t.Fatalf("node has no layout group of GPU %d", i)
+	return ""
+}
+
+// settleAlloc waits until the allocation runs or has failed, and returns it.
+func settleAlloc(t *testing.T, c *cluster.Cluster, id string, timeout time.Duration) *api.Allocation {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		a, _, err := c.API().Allocations().Info(id, nil)
+		if err == nil && (a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusFailed) {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("allocation %s neither runs nor failed after %v", id, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestLayoutsPinAndRace: an operator's `nomad node meta apply` pin is
+// applied and left alone by the controller, though work waits that the
+// GPU's old layout would serve; a placement racing the relayout gets a
+// clean Reserve error, and runs once the pin is gone.
+func TestLayoutsPinAndRace(t *testing.T) {
+	// GPU 0 is the node's only whole GPU: the others are in MIG mode.
+	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{1, 2, 3, 4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "3s")
+	record := recordOwnership(t, c, n.ID)
+	ctl := startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+	gpu0 := gpuByIndex(t, n, 0)
+	pinKey, pin := contract.MetaPinPrefix+gpu0, "mps:4"
+	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{pinKey: &pin}}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The plugin reads the pin within its poll and drains GPU 0 at once:
+	// Reserve refuses its instance from then on, while the servers still
+	// see it whole and healthy until the node's next update (5–10 s on a
+	// non-dev agent). A whole-GPU job placed now races the relayout.
+	client := c.Client(t, "client-1")
+	deadline := time.Now().Add(15 * time.Second)
+	for !drainLogged(client.CurrentLog(), gpu0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the device plugin did not drain GPU 0 (%s) within 15s of the pin", gpu0)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.RunJob(t, racerJob)
+	first := settleAlloc(t, c, c.WaitForAllocs(t, "racer", 1, 30*time.Second)[0].ID, time.Minute)
+	if first.ClientStatus != api.AllocClientStatusFailed {
+		t.Fatalf("the racing allocation %s runs on the GPU being relaid: the race was not reproduced\n%s", first.ID, cluster.AllocSummary(first))
+	}
+	if summary := cluster.AllocSummary(first); !strings.Contains(summary, "being relaid out") || !strings.Contains(summary, gpu0) {
+		t.Errorf("the racing allocation failed without the plugin's Reserve error naming GPU 0:\n%s", summary)
+	}
+
+	// Pinned: GPU 0 is mps:4 and stays so, though the racer waits for a
+	// whole GPU the planner would make of it.
+	c.WaitForNode(t, "client-1", func(n *api.Node) bool {
+		d := layoutGroups(n)[gpu0]
+		return d != nil && attrText(d, contract.AttrLayoutCurrent) == pin && attrText(d, contract.AttrLayoutPinned) == "true"
+	}, 30*time.Second)
+	time.Sleep(5 * time.Second) // rounds of the controller with the racer queued
+	if got := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); len(got) != 0 {
+		t.Errorf("the controller relaid GPUs %v while the only candidate was pinned", got)
+	}
+
+	// Unpinned: GPU 0 is whole again and the racer runs.
+	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{pinKey: nil}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, c, []string{"racer"}, 90*time.Second)
+	t.Logf("layout changes seen: %s", strings.Join(record.check(t), "; "))
+}
+
+// drainLogged says the client's log has the device plugin draining gpu.
+func drainLogged(log, gpu string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, gpu) && strings.Contains(l, "→ draining") {
+			return true
+		}
+	}
+	return false
+}
