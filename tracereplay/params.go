@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/traces"
 )
 
@@ -40,6 +41,10 @@ type Params struct {
 	GPUsPerNode int
 	MPSGPUs     int
 	MPSShares   int
+	// LayoutShares is Cluster.LayoutShares; LayoutMinInterval
+	// Policy.LayoutMinInterval, wall clock.
+	LayoutShares      int
+	LayoutMinInterval time.Duration
 	// Configs lists the configurations compared, by name (ConfigNames);
 	// Strategy is the autoscaling strategy of +autoscale and nomad-gpu.
 	Configs  string
@@ -66,7 +71,7 @@ func (p Params) TracePath() string {
 // the references a fair comparison needs: stock Nomad's preemption, the
 // built-in target-value strategy, and a fixed cluster as large (in
 // node-hours) as the autoscaled one.
-const DefaultConfigs = "baseline,+slices,+preemption,+autoscale,nomad-gpu,stock-preemption,target-value,fixed-like-autoscale"
+const DefaultConfigs = "baseline,+slices,+layouts,+preemption,+autoscale,nomad-gpu,stock-preemption,target-value,fixed-like-autoscale"
 
 // Register adds the flags to fs, with their defaults.
 func (p *Params) Register(fs *flag.FlagSet) {
@@ -86,6 +91,8 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	fs.IntVar(&p.GPUsPerNode, "gpus-per-node", 8, "GPUs per node (the real engine's sim nodes have 8)")
 	fs.IntVar(&p.MPSGPUs, "mps-gpus", 2, "GPUs per node offered as MPS shares when slices are on")
 	fs.IntVar(&p.MPSShares, "mps-shares", 4, "MPS shares per MPS GPU")
+	fs.IntVar(&p.LayoutShares, "layout-shares", gpulayout.DefaultShares, "MPS shares of a GPU relaid for fractional work, with layouts (2 to 48)")
+	fs.DurationVar(&p.LayoutMinInterval, "layout-min-interval", DefaultPolicy().LayoutMinInterval, "least time between two layout changes of one GPU, wall clock, unless no other GPU can serve the queue")
 	fs.StringVar(&p.Configs, "configs", DefaultConfigs, "configurations compared: "+strings.Join(ConfigNames, ", "))
 	fs.StringVar(&p.Strategy, "strategy", AutoscaleGPUQueue, "strategy of +autoscale and nomad-gpu: gpu-queue or target-value")
 	// An 8-GPU H100 node's public list prices (on demand; a 1-year
@@ -96,7 +103,7 @@ func (p *Params) Register(fs *flag.FlagSet) {
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+preemption", "+autoscale", "nomad-gpu", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "nomad-gpu", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // ParseConfigs turns a comma-separated list of ConfigNames into
 // configurations, autoscaling with strategy where they autoscale.
@@ -111,12 +118,14 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		case "baseline":
 		case "+slices":
 			f.Slices = true
+		case "+layouts":
+			f.Layouts = true
 		case "+preemption":
 			f.Preemption, f.Checkpoints = true, true
 		case "+autoscale":
 			f.Autoscale = strategy
 		case "nomad-gpu":
-			f = Features{Slices: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
 		case "stock-preemption":
 			f.Preemption, cfg.Reference = true, true
 		case "target-value":
@@ -184,9 +193,13 @@ func (p Params) Load() (Setup, error) {
 		return s, fmt.Errorf("preemption-cooldown: %s; allowed: 0 (off) or more", p.PreemptionCooldown)
 	}
 	s.Policy.PreemptionCooldown = p.PreemptionCooldown
+	if p.LayoutMinInterval < 0 {
+		return s, fmt.Errorf("layout-min-interval: %s; allowed: 0 or more", p.LayoutMinInterval)
+	}
+	s.Policy.LayoutMinInterval = p.LayoutMinInterval
 	s.Cluster = Cluster{
 		Nodes: p.Nodes, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsPerNode: p.GPUsPerNode,
-		MPSGPUs: p.MPSGPUs, MPSShares: p.MPSShares,
+		MPSGPUs: p.MPSGPUs, MPSShares: p.MPSShares, LayoutShares: p.LayoutShares,
 	}
 	if err := s.Cluster.Validate(); err != nil {
 		return s, err

@@ -15,7 +15,10 @@ package tracereplay
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 )
 
 // Job is one job of a trace.
@@ -117,6 +120,13 @@ type Features struct {
 	// where the node layout has them (Layout.Slice); without it every
 	// job takes whole GPUs.
 	Slices bool
+	// Layouts makes GPU layouts follow the queue: every GPU starts whole,
+	// and the controller (gpulayout.Plan) asks a free GPU to become
+	// Cluster.LayoutShares MPS shares when fractional work waits, and an
+	// unheld MPS GPU to become whole again when whole-GPU work waits.
+	// Fractional requests ask for MPS shares. It replaces Slices' static
+	// layout, so the two are exclusive.
+	Layouts bool
 	// Preemption enables Nomad's priority preemption for batch jobs. On
 	// its own it is stock Nomad's: a preempted job starts again from
 	// scratch.
@@ -140,6 +150,9 @@ const (
 
 // Validate says what is wrong with f, naming the field.
 func (f Features) Validate() error {
+	if f.Slices && f.Layouts {
+		return fmt.Errorf("slices, layouts: both on; allowed: static slices or layouts that follow the queue, not both")
+	}
 	if f.Checkpoints && !f.Preemption {
 		return fmt.Errorf("checkpoints: on without preemption; allowed: checkpoints only with preemption")
 	}
@@ -265,6 +278,19 @@ type Cluster struct {
 	// instances MIGProfiles when a configuration has Slices.
 	MIGGPUs     int
 	MIGProfiles []string
+	// LayoutShares is the MPS shares of a GPU relaid for fractional work
+	// when a configuration has Layouts (gpulayout's PoolBounds.Shares);
+	// 0 means gpulayout.DefaultShares.
+	LayoutShares int
+}
+
+// Shares is the share count of a GPU relaid as MPS shares under
+// Layouts: LayoutShares, or gpulayout.DefaultShares when it is 0.
+func (c Cluster) Shares() int {
+	if c.LayoutShares == 0 {
+		return gpulayout.DefaultShares
+	}
+	return c.LayoutShares
 }
 
 // Validate says what is wrong with c, naming the field.
@@ -280,6 +306,8 @@ func (c Cluster) Validate() error {
 		return fmt.Errorf("mps_gpus, mig_gpus: %d, %d; allowed: 0 or more, together at most gpus_per_node (%d)", c.MPSGPUs, c.MIGGPUs, c.GPUsPerNode)
 	case c.MPSGPUs > 0 && (c.MPSShares < 2 || c.MPSShares > 48):
 		return fmt.Errorf("mps_shares: %d; allowed: 2 to 48", c.MPSShares)
+	case c.LayoutShares != 0 && (c.LayoutShares < 2 || c.LayoutShares > gpulayout.MaxShares):
+		return fmt.Errorf("layout_shares: %d; allowed: 2 to %d (0: %d)", c.LayoutShares, gpulayout.MaxShares, gpulayout.DefaultShares)
 	case c.MIGGPUs > 0 && len(c.MIGProfiles) == 0:
 		return fmt.Errorf("mig_profiles: empty with mig_gpus %d; allowed: profiles such as 3g.40gb, 1g.10gb", c.MIGGPUs)
 	}
@@ -336,9 +364,18 @@ func (s Slice) Device() string {
 // configuration: with Slices, a fractional request takes the fewest MPS
 // shares that cover its fraction when the nodes offer MPS; else, with MIG,
 // the smallest profile whose compute share covers it; else one whole GPU.
-// A whole-GPU request asks for min(GPUs, WholeGPUs) whole GPUs: a job
-// cannot span nodes, and with Slices a node has fewer whole GPUs. Every engine maps jobs through here.
+// With Layouts, a fractional request takes the fewest of a relaid GPU's
+// Shares that cover it (one GPU when that is all of them). A whole-GPU
+// request asks for min(GPUs, WholeGPUs) whole GPUs: a job cannot span
+// nodes, and with Slices a node has fewer whole GPUs. Every engine maps
+// jobs through here.
 func (c Cluster) Slice(j Job, f Features) Slice {
+	if f.Layouts && j.Fractional() {
+		shares := c.Shares()
+		if n := max(1, int(math.Ceil(j.Fraction*float64(shares)-1e-9))); n < shares {
+			return Slice{Kind: "mps", Count: n, GPUs: float64(n) / float64(shares)}
+		}
+	}
 	if f.Slices && j.Fractional() {
 		if c.MPSGPUs > 0 {
 			n := max(1, int(math.Ceil(j.Fraction*float64(c.MPSShares)-1e-9)))
@@ -383,7 +420,8 @@ func (c Cluster) ClipJobs(jobs []Job) ([]Job, []string) {
 	return out, []string{fmt.Sprintf("%d jobs asked for more than the %d whole GPUs a node offers with slices; they ask for %d in every configuration", clipped, most, most)}
 }
 
-// WholeGPUs is the GPUs a node offers whole under f.
+// WholeGPUs is the GPUs a node offers whole under f; with Layouts all of
+// them, as the planner makes MPS GPUs whole again for whole-GPU work.
 func (c Cluster) WholeGPUs(f Features) int {
 	if f.Slices {
 		return c.GPUsPerNode - c.MPSGPUs - c.MIGGPUs
@@ -419,6 +457,34 @@ type Result struct {
 	// PlacementsRecorded says the engine filled each JobRecord's
 	// PreemptingPlacements; records written before it existed did not.
 	PlacementsRecorded bool
+	// LayoutChanges are the GPU layout changes applied (Features.Layouts),
+	// in time order; LayoutsRecorded says the engine recorded them (records
+	// written before they existed did not).
+	LayoutChanges   []LayoutChange `json:",omitempty"`
+	LayoutsRecorded bool           `json:",omitempty"`
+}
+
+// LayoutChange is one GPU's layout changed: the device plugin applied a
+// layout the controller asked for.
+type LayoutChange struct {
+	At time.Duration
+	// Node and GPU name the GPU as Run and Hold do.
+	Node, GPU string
+	// From and To are layouts as gpulayout writes them: "whole", "mps:8".
+	From, To string
+}
+
+// LayoutCounts are the changes to MPS shares and to whole GPUs among cs.
+func LayoutCounts(cs []LayoutChange) (toMPS, toWhole int) {
+	for _, c := range cs {
+		switch {
+		case c.To == string(gpulayout.Whole):
+			toWhole++
+		case strings.HasPrefix(c.To, string(gpulayout.MPS)+":"):
+			toMPS++
+		}
+	}
+	return toMPS, toWhole
 }
 
 // Distortion is how far a real run strayed from the trace it replays:
@@ -541,6 +607,25 @@ type Sample struct {
 	Busy      float64
 	// Queued are the jobs submitted and not running.
 	Queued int
+	// Layouts are, with Features.Layouts, the ready nodes that have MPS
+	// GPUs at this instant and those GPUs (every other GPU is whole).
+	// Optional: a sample without it has the configuration's static
+	// layout on every node.
+	Layouts []NodeLayout `json:",omitempty"`
+}
+
+// NodeLayout is one node's MPS GPUs at a sample.
+type NodeLayout struct {
+	Node string
+	MPS  []MPSGPU
+}
+
+// MPSGPU is one GPU offered as MPS shares: GPU names it as Hold.GPU does;
+// Free are its shares no allocation holds (the telemetry's view; the
+// figures count holds from the jobs' runs).
+type MPSGPU struct {
+	GPU          string
+	Shares, Free int
 }
 
 // Policy is how the cluster's control loops behave, in wall-clock time
@@ -573,6 +658,10 @@ type Policy struct {
 	PreemptMinRuntime time.Duration
 	// CommitTimeout is the tasks' checkpoint { commit_timeout }.
 	CommitTimeout time.Duration
+	// LayoutMinInterval is the controller's -layout-min-interval
+	// (gpulayout.Bounds.MinInterval): a GPU changed less than this ago
+	// changes again only for a queue no other GPU can serve.
+	LayoutMinInterval time.Duration
 }
 
 // DefaultPolicy is what `make bench-trace` runs with.
@@ -590,6 +679,8 @@ func DefaultPolicy() Policy {
 		// cooldown's) late on average; the controller is held to that.
 		ProtectReaction: time.Second,
 		CommitTimeout:   10 * time.Second,
+		// The controller's default.
+		LayoutMinInterval: 5 * time.Minute,
 	}
 }
 
@@ -610,10 +701,32 @@ type Latencies struct {
 	// and throws away (a run's Reached − Saved). 0: not measured, taken
 	// as none.
 	CommitExit time.Duration
+	// Layout is from the planner's decision to the new layout's
+	// instances placeable (Features.Layouts); 0: not measured, taken as
+	// DefaultLatencies' (LayoutOr).
+	Layout time.Duration
+}
+
+// DefaultLayoutLatency is a relayout's latency, wall clock, by the
+// device plugin's apply sequence (docs/design/gpu-layouts.md): the
+// controller's tick (1 s) and the plugin's metadata poll (1–2 s), the
+// drain's fingerprint reaching the servers in Nomad's node-update batch
+// (5–10 s: nodeUpdateRetryIntv plus its stagger) and a grace for
+// in-flight plans (1 s), then the new layout's fingerprint in a second
+// batch (5–10 s); the blocked evaluation's re-run is the start latency.
+// The design puts the whole at 12–25 s; this is its middle.
+const DefaultLayoutLatency = 18 * time.Second
+
+// LayoutOr is l.Layout, or DefaultLayoutLatency where not measured.
+func (l Latencies) LayoutOr() time.Duration {
+	if l.Layout > 0 {
+		return l.Layout
+	}
+	return DefaultLayoutLatency
 }
 
 // DefaultLatencies are the figures a real replay on this kind of machine
 // measured (2 cores, sim GPUs); a calibrated run measures its own.
 func DefaultLatencies() Latencies {
-	return Latencies{Start: 1 * time.Second, Boot: 8 * time.Second, Remove: 3 * time.Second, Preempt: 1 * time.Second}
+	return Latencies{Start: 1 * time.Second, Boot: 8 * time.Second, Remove: 3 * time.Second, Preempt: 1 * time.Second, Layout: DefaultLayoutLatency}
 }

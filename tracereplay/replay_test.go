@@ -10,6 +10,7 @@ func TestClusterSlice(t *testing.T) {
 	mps := Cluster{GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
 	mig := Cluster{GPUsPerNode: 8, MIGGPUs: 1, MIGProfiles: []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"}}
 	slices := Features{Slices: true}
+	layouts := Features{Layouts: true}
 	tests := []struct {
 		name string
 		c    Cluster
@@ -27,6 +28,15 @@ func TestClusterSlice(t *testing.T) {
 		{"MIG: none covers", mig, Job{GPUs: 1, Fraction: 0.6}, slices, Slice{Kind: "gpu", Count: 1, GPUs: 1}},
 		{"clipped to a node", mps, Job{GPUs: 16, Fraction: 1}, Features{}, Slice{Kind: "gpu", Count: 8, GPUs: 8}},
 		{"clipped to a node's whole GPUs", mps, Job{GPUs: 16, Fraction: 1}, slices, Slice{Kind: "gpu", Count: 6, GPUs: 6}},
+		// Layouts: shares of a relaid GPU (8 by default), every GPU whole
+		// for whole asks; the static MPS GPUs play no part.
+		{"layouts: a quarter is two of 8 shares", mps, Job{GPUs: 1, Fraction: 0.25}, layouts, Slice{Kind: "mps", Count: 2, GPUs: 0.25}},
+		{"layouts: a bit more than a quarter is three", mps, Job{GPUs: 1, Fraction: 0.3}, layouts, Slice{Kind: "mps", Count: 3, GPUs: 0.375}},
+		{"layouts: a tiny fraction is one share", mps, Job{GPUs: 1, Fraction: 0.01}, layouts, Slice{Kind: "mps", Count: 1, GPUs: 0.125}},
+		{"layouts: every share is a whole GPU", mps, Job{GPUs: 1, Fraction: 0.95}, layouts, Slice{Kind: "gpu", Count: 1, GPUs: 1}},
+		{"layouts: LayoutShares", Cluster{GPUsPerNode: 8, LayoutShares: 4}, Job{GPUs: 1, Fraction: 0.3}, layouts, Slice{Kind: "mps", Count: 2, GPUs: 0.5}},
+		{"layouts: whole asks take any of a node's GPUs", mps, Job{GPUs: 16, Fraction: 1}, layouts, Slice{Kind: "gpu", Count: 8, GPUs: 8}},
+		{"layouts: on MIG-only clusters too", mig, Job{GPUs: 1, Fraction: 0.5}, layouts, Slice{Kind: "mps", Count: 4, GPUs: 0.5}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,6 +62,12 @@ func TestClusterValidate(t *testing.T) {
 		{"MIG without profiles", func(c *Cluster) { c.MIGGPUs = 1 }, "mig_profiles: empty"},
 		{"bad profile", func(c *Cluster) { c.MIGGPUs, c.MIGProfiles = 1, []string{"big"} }, `mig_profiles[0]: "big" is not a MIG profile`},
 		{"profiles over a GPU", func(c *Cluster) { c.MIGGPUs, c.MIGProfiles = 1, []string{"4g.40gb", "4g.40gb"} }, "take 8 sevenths"},
+		{"layout shares default", func(c *Cluster) { c.LayoutShares = 0 }, ""},
+		{"layout shares 2", func(c *Cluster) { c.LayoutShares = 2 }, ""},
+		{"layout shares 48", func(c *Cluster) { c.LayoutShares = 48 }, ""},
+		{"layout shares 1", func(c *Cluster) { c.LayoutShares = 1 }, "layout_shares: 1; allowed: 2 to 48"},
+		{"layout shares 49", func(c *Cluster) { c.LayoutShares = 49 }, "layout_shares: 49; allowed: 2 to 48"},
+		{"layout shares negative", func(c *Cluster) { c.LayoutShares = -8 }, "layout_shares: -8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,9 +92,10 @@ func TestParseConfigs(t *testing.T) {
 	want := []Config{
 		{Name: "baseline"},
 		{Name: "+slices", Features: Features{Slices: true}},
+		{Name: "+layouts", Features: Features{Layouts: true}},
 		{Name: "+preemption", Features: Features{Preemption: true, Checkpoints: true}},
 		{Name: "+autoscale", Features: Features{Autoscale: AutoscaleGPUQueue}},
-		{Name: "nomad-gpu", Features: Features{Slices: true, Preemption: true, Checkpoints: true, Autoscale: AutoscaleGPUQueue}},
+		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: AutoscaleGPUQueue}},
 		{Name: "stock-preemption", Features: Features{Preemption: true}, Reference: true},
 		{Name: "target-value", Features: Features{Autoscale: AutoscaleTargetValue}, Reference: true},
 		{Name: "fixed-like-autoscale", Reference: true, NodesLike: "+autoscale"},
@@ -108,6 +125,39 @@ func TestParseConfigs(t *testing.T) {
 	}
 }
 
+func TestFeaturesValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		f    Features
+		want string
+	}{
+		{"baseline", Features{}, ""},
+		{"slices", Features{Slices: true}, ""},
+		{"layouts", Features{Layouts: true}, ""},
+		{"layouts with everything else", Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: AutoscaleGPUQueue}, ""},
+		{"slices and layouts", Features{Slices: true, Layouts: true}, "slices, layouts: both on"},
+		{"checkpoints alone", Features{Checkpoints: true}, "checkpoints: on without preemption"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.f.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLayoutCounts(t *testing.T) {
+	cs := []LayoutChange{{To: "mps:8"}, {To: "whole"}, {To: "mps:4"}, {To: "mig:1g.10gb"}}
+	if m, w := LayoutCounts(cs); m != 2 || w != 1 {
+		t.Errorf("LayoutCounts = %d to mps, %d to whole; want 2, 1", m, w)
+	}
+}
+
 func TestParamsLoadErrors(t *testing.T) {
 	base := Params{Jobs: 10, Compression: 360, Nodes: 4, MinNodes: 2, MaxNodes: 6, GPUsPerNode: 8, Configs: "baseline", Strategy: AutoscaleGPUQueue}
 	tests := []struct {
@@ -121,6 +171,8 @@ func TestParamsLoadErrors(t *testing.T) {
 		{"missing trace", func(p *Params) { p.CSV = "/nonexistent.csv" }, "trace: open /nonexistent.csv"},
 		{"cluster", func(p *Params) { p.GPUsPerNode = 0 }, "gpus_per_node: 0"},
 		{"preemption cooldown", func(p *Params) { p.PreemptionCooldown = -time.Second }, "preemption-cooldown: -1s; allowed: 0 (off) or more"},
+		{"layout shares", func(p *Params) { p.LayoutShares = 64 }, "layout_shares: 64; allowed: 2 to 48"},
+		{"layout min interval", func(p *Params) { p.LayoutMinInterval = -time.Second }, "layout-min-interval: -1s; allowed: 0 or more"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
