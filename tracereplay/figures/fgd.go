@@ -2,6 +2,7 @@ package figures
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -44,16 +45,25 @@ func MixOf(jobs []tracereplay.Job, c tracereplay.Cluster, f tracereplay.Features
 
 // Layout is one node's devices under a configuration: whole GPUs, MPS
 // GPUs of Shares shares each, and MIG GPUs each holding one instance of
-// every profile of MIGProfiles.
+// every profile of MIGProfiles. With Features.Layouts a node's GPUs
+// change over time: its layout at an instant is At's.
 type Layout struct {
 	Whole, MPSGPUs, Shares, MIGGPUs int
 	MIGProfiles                     []string
 	migSevenths                     []int
+	// dynamic: layouts follow the queue; named are then the node's MPS
+	// GPUs at an instant, their shares by GPU name.
+	dynamic bool
+	named   map[string]int
 }
 
-// LayoutOf is a node's layout in configuration f.
+// LayoutOf is a node's layout in configuration f; with Layouts, the
+// layout of a node whose GPUs are all whole.
 func LayoutOf(c tracereplay.Cluster, f tracereplay.Features) Layout {
 	l := Layout{Whole: c.WholeGPUs(f), Shares: 1}
+	if f.Layouts {
+		l.dynamic, l.Shares = true, c.Shares()
+	}
 	if f.Slices {
 		l.MPSGPUs, l.MIGGPUs, l.MIGProfiles = c.MPSGPUs, c.MIGGPUs, c.MIGProfiles
 		if c.MPSGPUs > 0 {
@@ -67,8 +77,31 @@ func LayoutOf(c tracereplay.Cluster, f tracereplay.Features) Layout {
 	return l
 }
 
+// At is the node's layout at an instant, for a layout that follows the
+// queue: the MPS GPUs a timeline sample listed for it last (mps), and any
+// GPU a run holds shares of (u) though the sample did not list it yet
+// (samples are periodic, changes are not), are MPS GPUs; the rest whole.
+// A static layout is itself.
+func (l Layout) At(mps []tracereplay.MPSGPU, u NodeUse) Layout {
+	if !l.dynamic {
+		return l
+	}
+	out := l
+	out.named = map[string]int{}
+	for _, g := range mps {
+		out.named[g.GPU] = max(1, g.Shares)
+	}
+	for gpu := range u.MPS {
+		if _, ok := out.named[gpu]; !ok {
+			out.named[gpu] = l.Shares
+		}
+	}
+	out.Whole = max(0, l.GPUs()-len(out.named))
+	return out
+}
+
 // GPUs is the node's physical GPU count.
-func (l Layout) GPUs() int { return l.Whole + l.MPSGPUs + l.MIGGPUs }
+func (l Layout) GPUs() int { return l.Whole + l.MPSGPUs + l.MIGGPUs + len(l.named) }
 
 // NodeUse is what is held of one node's devices.
 type NodeUse struct {
@@ -115,8 +148,15 @@ func (u NodeUse) empty() bool {
 // a pool of MPS shares whose requests take one GPU's, and a pool per MIG
 // profile.
 func (l Layout) node(u NodeUse) fgd.Node {
-	n := fgd.Node{{Kind: "gpu", Groups: []fgd.Group{{Free: l.Whole - u.Whole, Weight: 1}}}}
-	if l.MPSGPUs > 0 {
+	n := fgd.Node{{Kind: "gpu", Groups: []fgd.Group{{Free: max(0, l.Whole-u.Whole), Weight: 1}}}}
+	if len(l.named) > 0 {
+		p := fgd.Pool{Kind: "mps", OneGroup: true}
+		for _, gpu := range slices.Sorted(maps.Keys(l.named)) {
+			shares := l.named[gpu]
+			p.Groups = append(p.Groups, fgd.Group{Free: max(0, shares-u.MPS[gpu]), Weight: 1 / float64(shares)})
+		}
+		n = append(n, p)
+	} else if l.MPSGPUs > 0 {
 		p := fgd.Pool{Kind: "mps", OneGroup: true}
 		for _, held := range u.MPS {
 			p.Groups = append(p.Groups, fgd.Group{Free: l.Shares - held, Weight: 1 / float64(l.Shares)})
@@ -173,30 +213,75 @@ func FGDIntegral(r tracereplay.Result, mix []Shape) (frag, free float64) {
 
 // FGDSeries is the cluster's fragmentation over [0, Horizon], a step
 // function: the nodes' use replayed from the jobs' runs, the ready nodes
-// from the timeline (every ready node without a run is empty).
+// from the timeline (every ready node without a run is empty), and with
+// Features.Layouts each node's MPS GPUs from the timeline too (Layout.At;
+// every node a sample does not list is all whole).
 func FGDSeries(r tracereplay.Result, mix []Shape) []FGDPoint {
 	l := LayoutOf(r.Cluster, r.Config.Features)
 	gpus := l.GPUs()
 	if gpus == 0 || r.Horizon <= 0 {
 		return nil
 	}
-	type change struct {
-		at   time.Duration
-		node string
-		hold tracereplay.Hold
-		sign int
-		// ready is set for a timeline sample: the ready node count.
-		ready   int
-		isReady bool
+	cs := fgdChanges(r, gpus)
+	st := fgdState{l: l, mix: mix, use: map[string]*NodeUse{}, mps: map[string][]tracereplay.MPSGPU{},
+		nodeFGD: map[string]float64{}, nodeFree: map[string]float64{}}
+	emptyFGD := l.FGD(NodeUse{}, mix)
+	ready := 0
+	var out []FGDPoint
+	for i, c := range cs {
+		if c.isReady {
+			ready = c.ready
+			st.setLayouts(c.layouts)
+		} else {
+			u := st.use[c.node]
+			if u == nil {
+				u = &NodeUse{}
+				st.use[c.node] = u
+			}
+			u.add(c.hold, c.sign)
+			if u.empty() {
+				delete(st.use, c.node)
+			}
+			st.update(c.node)
+		}
+		if i+1 < len(cs) && cs[i+1].at == c.at || c.at >= r.Horizon {
+			continue // the state at this instant is the one after all its changes
+		}
+		empty := float64(max(0, ready-len(st.nodeFGD)))
+		p := FGDPoint{At: c.at, FGD: st.fgd + empty*emptyFGD, Free: st.free + empty*float64(gpus), Capacity: float64(ready * gpus)}
+		if n := len(out); n > 0 && out[n-1].At == p.At {
+			out[n-1] = p
+		} else {
+			out = append(out, p)
+		}
 	}
-	var cs []change
+	return out
+}
+
+// fgdChange is one step of FGDSeries: a run taking or releasing a hold,
+// or a timeline sample (isReady: its ready nodes and layouts).
+type fgdChange struct {
+	at      time.Duration
+	node    string
+	hold    tracereplay.Hold
+	sign    int
+	ready   int
+	isReady bool
+	layouts []tracereplay.NodeLayout
+}
+
+// fgdChanges are r's samples and holds in time order, releases before
+// takes at one instant: a node handed over at once is never counted
+// twice.
+func fgdChanges(r tracereplay.Result, gpus int) []fgdChange {
+	var cs []fgdChange
 	for i, s := range r.Timeline {
 		at := s.At
 		if i == 0 {
 			at = 0
 		}
 		if at < r.Horizon {
-			cs = append(cs, change{at: at, ready: int(s.GPUs+0.5) / gpus, isReady: true})
+			cs = append(cs, fgdChange{at: at, ready: int(s.GPUs+0.5) / gpus, isReady: true, layouts: s.Layouts})
 		}
 	}
 	for _, j := range r.Jobs {
@@ -205,57 +290,68 @@ func FGDSeries(r tracereplay.Result, mix []Shape) []FGDPoint {
 				continue
 			}
 			for _, h := range run.Held {
-				cs = append(cs, change{at: max(run.Start, 0), node: run.Node, hold: h, sign: 1},
-					change{at: min(run.End, r.Horizon), node: run.Node, hold: h, sign: -1})
+				cs = append(cs, fgdChange{at: max(run.Start, 0), node: run.Node, hold: h, sign: 1},
+					fgdChange{at: min(run.End, r.Horizon), node: run.Node, hold: h, sign: -1})
 			}
 		}
 	}
-	// Releases before takes at one instant: a node handed over at once is
-	// never counted twice.
-	slices.SortStableFunc(cs, func(a, b change) int {
+	slices.SortStableFunc(cs, func(a, b fgdChange) int {
 		if a.at != b.at {
 			return cmp.Compare(a.at, b.at)
 		}
 		return a.sign - b.sign
 	})
-	emptyFGD := l.FGD(NodeUse{}, mix)
-	use := map[string]*NodeUse{}
-	nodeFGD, nodeFree := map[string]float64{}, map[string]float64{}
-	var inUseFGD, inUseFree float64
-	ready := 0
-	var out []FGDPoint
-	for i, c := range cs {
-		if c.isReady {
-			ready = c.ready
-		} else {
-			u := use[c.node]
-			if u == nil {
-				u = &NodeUse{}
-				use[c.node] = u
-			}
-			inUseFGD -= nodeFGD[c.node]
-			inUseFree -= nodeFree[c.node]
-			u.add(c.hold, c.sign)
-			if u.empty() {
-				delete(use, c.node)
-				delete(nodeFGD, c.node)
-				delete(nodeFree, c.node)
-			} else {
-				nodeFGD[c.node], nodeFree[c.node] = l.FGD(*u, mix), l.Free(*u)
-				inUseFGD += nodeFGD[c.node]
-				inUseFree += nodeFree[c.node]
-			}
-		}
-		if i+1 < len(cs) && cs[i+1].at == c.at || c.at >= r.Horizon {
-			continue // the state at this instant is the one after all its changes
-		}
-		empty := float64(max(0, ready-len(use)))
-		p := FGDPoint{At: c.at, FGD: inUseFGD + empty*emptyFGD, Free: inUseFree + empty*float64(gpus), Capacity: float64(ready * gpus)}
-		if n := len(out); n > 0 && out[n-1].At == p.At {
-			out[n-1] = p
-		} else {
-			out = append(out, p)
+	return cs
+}
+
+// fgdState is FGDSeries' nodes that are not empty and whole: those in use
+// and those with MPS GPUs, each with its FGD and free capacity, and their
+// sums.
+type fgdState struct {
+	l                 Layout
+	mix               []Shape
+	use               map[string]*NodeUse
+	mps               map[string][]tracereplay.MPSGPU
+	nodeFGD, nodeFree map[string]float64
+	fgd, free         float64
+}
+
+// setLayouts takes a sample's MPS GPUs; nodes it drops or adds change.
+func (st *fgdState) setLayouts(ls []tracereplay.NodeLayout) {
+	if !st.l.dynamic {
+		return
+	}
+	old := st.mps
+	st.mps = make(map[string][]tracereplay.MPSGPU, len(ls))
+	for _, nl := range ls {
+		st.mps[nl.Node] = nl.MPS
+	}
+	for node := range old {
+		st.update(node)
+	}
+	for node := range st.mps {
+		if _, done := old[node]; !done {
+			st.update(node)
 		}
 	}
-	return out
+}
+
+// update recomputes one node's figures.
+func (st *fgdState) update(node string) {
+	st.fgd -= st.nodeFGD[node]
+	st.free -= st.nodeFree[node]
+	u, used := st.use[node]
+	if !used && len(st.mps[node]) == 0 {
+		delete(st.nodeFGD, node)
+		delete(st.nodeFree, node)
+		return
+	}
+	var nu NodeUse
+	if used {
+		nu = *u
+	}
+	l := st.l.At(st.mps[node], nu)
+	st.nodeFGD[node], st.nodeFree[node] = l.FGD(nu, st.mix), l.Free(nu)
+	st.fgd += st.nodeFGD[node]
+	st.free += st.nodeFree[node]
 }

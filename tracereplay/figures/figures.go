@@ -39,6 +39,12 @@
 //     it held. The work done between a checkpoint's commit and the task's
 //     exit is reported apart (StopGapGPUHours, and StopGapP50 in wall
 //     time): it is a latency of the machine, not lost progress.
+//   - Layout changes: the GPU layout changes applied (to MPS shares, to
+//     whole), with layouts that follow the queue. Under them a node's
+//     GPUs change over time: fragmentation takes each node's MPS GPUs
+//     from the timeline's samples (Sample.Layouts) and its holds from the
+//     runs; capacity and allocation count physical GPUs and are the same
+//     under any layout.
 //   - Cost: the fixed part of the cluster (a fixed configuration's nodes,
 //     an autoscaled one's minimum) at the reserved price for the whole
 //     horizon, every node-hour above it at the on-demand price.
@@ -126,6 +132,12 @@ type Figures struct {
 	StopGapP50 time.Duration
 	NodeHours  float64
 	PeakNodes  int
+	// LayoutToMPS and LayoutToWhole count the GPU layout changes applied
+	// (Result.LayoutChanges); valid where LayoutsKnown: a configuration
+	// without layouts changes none, one with them where the engine
+	// recorded them.
+	LayoutToMPS, LayoutToWhole int
+	LayoutsKnown               bool
 	// Cost is at Options.Prices; CostPerUsefulGPUHour divides it by the
 	// useful GPU-hours.
 	Cost, CostPerUsefulGPUHour float64
@@ -182,6 +194,8 @@ func Compute(r tracereplay.Result, o Options) Figures {
 	if free > 0 {
 		f.FragFree = frag / free
 	}
+	f.LayoutToMPS, f.LayoutToWhole = tracereplay.LayoutCounts(r.LayoutChanges)
+	f.LayoutsKnown = !r.Config.Layouts || r.LayoutsRecorded
 	f.waits(r)
 	f.work(r, o.Common)
 	f.cost(r, o.Prices, useful/3600)

@@ -247,3 +247,50 @@ func TestCost(t *testing.T) {
 		}
 	}
 }
+
+// With layouts that follow the queue, a node's GPUs change: each sample
+// says which GPUs are MPS GPUs, a run's shares on a GPU no sample listed
+// yet make it one, and every other GPU is whole.
+func TestFGDLayoutsFollowTheQueue(t *testing.T) {
+	cl := tracereplay.Cluster{Nodes: 2, GPUsPerNode: 2, LayoutShares: 4}
+	mix := []Shape{
+		{Slice: tracereplay.Slice{Kind: "mps", Count: 1, GPUs: 0.25}, Weight: 0.5},
+		{Slice: tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2}, Weight: 0.5},
+	}
+	share := func(node, gpu string, from, to time.Duration) tracereplay.JobRecord {
+		return tracereplay.JobRecord{ID: node + gpu, Requested: 0.25, Slice: tracereplay.Slice{Kind: "mps", Count: 1, GPUs: 0.25},
+			Runs: []tracereplay.Run{{Start: from, End: to, Node: node, Held: []tracereplay.Hold{{Kind: "mps", GPU: gpu, Units: 1}}}}}
+	}
+	s := time.Second
+	r := tracereplay.Result{
+		Config: tracereplay.Config{Features: tracereplay.Features{Layouts: true}}, Cluster: cl, Horizon: 20 * s,
+		Timeline: []tracereplay.Sample{
+			{At: 0, Nodes: 2, GPUs: 4},
+			{At: 10 * s, Nodes: 2, GPUs: 4, Layouts: []tracereplay.NodeLayout{{Node: "A", MPS: []tracereplay.MPSGPU{{GPU: "g1", Shares: 4, Free: 4}}}}},
+		},
+		Jobs: []tracereplay.JobRecord{share("B", "g0", 5*s, 8*s), share("A", "g1", 12*s, 20*s)},
+	}
+	want := []FGDPoint{
+		{At: 0, FGD: 2, Free: 4, Capacity: 4},           // all whole: a share fits nowhere
+		{At: 5 * s, FGD: 2.375, Free: 3.75, Capacity: 4}, // B's g0 holds a share before a sample lists it
+		{At: 8 * s, FGD: 2, Free: 4, Capacity: 4},       // g0 unheld and unlisted: whole again
+		{At: 10 * s, FGD: 2.5, Free: 4, Capacity: 4},    // A's g1 is 4 free shares: 2 GPUs no longer fit A
+		{At: 12 * s, FGD: 2.375, Free: 3.75, Capacity: 4},
+	}
+	got := FGDSeries(r, mix)
+	if len(got) != len(want) {
+		t.Fatalf("FGDSeries = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].At != want[i].At || !near(got[i].FGD, want[i].FGD) || !near(got[i].Free, want[i].Free) || got[i].Capacity != want[i].Capacity {
+			t.Errorf("point %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// A static layout (all whole here) ignores samples' layouts.
+	r.Config.Features = tracereplay.Features{}
+	for _, p := range FGDSeries(r, mix) {
+		if !near(p.FGD, 2) {
+			t.Errorf("without layouts: %+v, want FGD 2 throughout", p)
+		}
+	}
+}
