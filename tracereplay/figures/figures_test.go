@@ -271,10 +271,10 @@ func TestFGDLayoutsFollowTheQueue(t *testing.T) {
 		Jobs: []tracereplay.JobRecord{share("B", "g0", 5*s, 8*s), share("A", "g1", 12*s, 20*s)},
 	}
 	want := []FGDPoint{
-		{At: 0, FGD: 2, Free: 4, Capacity: 4},           // all whole: a share fits nowhere
+		{At: 0, FGD: 2, Free: 4, Capacity: 4},            // all whole: a share fits nowhere
 		{At: 5 * s, FGD: 2.375, Free: 3.75, Capacity: 4}, // B's g0 holds a share before a sample lists it
-		{At: 8 * s, FGD: 2, Free: 4, Capacity: 4},       // g0 unheld and unlisted: whole again
-		{At: 10 * s, FGD: 2.5, Free: 4, Capacity: 4},    // A's g1 is 4 free shares: 2 GPUs no longer fit A
+		{At: 8 * s, FGD: 2, Free: 4, Capacity: 4},        // g0 unheld and unlisted: whole again
+		{At: 10 * s, FGD: 2.5, Free: 4, Capacity: 4},     // A's g1 is 4 free shares: 2 GPUs no longer fit A
 		{At: 12 * s, FGD: 2.375, Free: 3.75, Capacity: 4},
 	}
 	got := FGDSeries(r, mix)

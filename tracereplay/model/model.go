@@ -12,6 +12,25 @@
 //     a request takes the last MPS GPU with room, as Nomad's device
 //     allocator takes the last group that fits. MIG instances come from
 //     the most used MIG GPU first.
+//   - Layouts (Features.Layouts). Every GPU starts whole; a fractional
+//     job asks for Cluster.Shares-share MPS shares (Cluster.Slice). When a
+//     scheduler pass leaves jobs waiting, the controller's round runs:
+//     gpulayout.Plan itself, on the ready nodes' GPUs (current layout, the
+//     other one as desired while a change is under way, held instances:
+//     an MPS GPU's shares held, and whole GPUs held counted on the first
+//     whole GPUs, the model not telling whole GPUs apart), the waiting
+//     jobs as the queue (one ask per shape and priority, in the broker's
+//     order), the running and queued jobs' shapes as the mix, shares
+//     Cluster.Shares, whole and MPS only (no MIG mode is toggled), and
+//     Policy.LayoutMinInterval × compression as its MinInterval. A GPU it
+//     relays (never a held one) is withdrawn at once, as the device
+//     plugin drains it, and offers its new layout's instances
+//     Latencies.Layout (DefaultLayoutLatency when 0) × compression later.
+//     MPS shares come from one GPU (each GPU is a device group); Nomad's
+//     device affinity on unique.shares_in_use > 0 (the jobspecs') makes it
+//     the GPU with shares in use where they fit, else any, at random (its
+//     allocator ranges over a map), and counts in the node's score above
+//     binpack: of the two nodes, one with such a GPU wins.
 //   - Scheduling. Waiting jobs are taken by effective priority (highest
 //     first), then the age of their evaluation (oldest first), then trace
 //     order: Nomad's eval broker. A job's evaluation is made at its
@@ -127,7 +146,10 @@ import (
 // not at the preemption: it keeps the work up to the commit, and only the
 // work after it is its commit-to-exit gap (model-4 counted the whole
 // Latencies.Preempt).
-const Version = "model-5"
+//
+// model-6: layouts that follow the queue (Features.Layouts); the rules of
+// every other configuration are model-5's.
+const Version = "model-6"
 
 // Options say what the model replays on and how.
 type Options struct {
@@ -183,7 +205,8 @@ func validate(tr tracereplay.Trace, o *Options) error {
 	}{
 		{"latencies.start", o.Latencies.Start}, {"latencies.boot", o.Latencies.Boot},
 		{"latencies.remove", o.Latencies.Remove}, {"latencies.preempt", o.Latencies.Preempt},
-		{"latencies.commit_exit", o.Latencies.CommitExit},
+		{"latencies.commit_exit", o.Latencies.CommitExit}, {"latencies.layout", o.Latencies.Layout},
+		{"policy.layout_min_interval", o.Policy.LayoutMinInterval},
 		{"policy.eval_interval", o.Policy.EvalInterval}, {"policy.cooldown", o.Policy.Cooldown},
 		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
 		{"policy.protect_reaction", o.Policy.ProtectReaction}, {"policy.preempt_min_runtime", o.Policy.PreemptMinRuntime},

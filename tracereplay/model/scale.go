@@ -17,6 +17,13 @@ const wholeGroup = 0
 // pending or running allocations over the whole GPUs of ready nodes.
 func (s *sim) allocPct() float64 {
 	total := s.nReady * s.groups[wholeGroup].perNode
+	if s.f.Layouts {
+		// A GPU relaid as shares is no nvidia/gpu instance.
+		total = 0
+		for _, nid := range s.ready {
+			total += s.wholeGPUs(&s.nodes[nid])
+		}
+	}
 	if total == 0 {
 		return 0
 	}
@@ -161,6 +168,9 @@ func (s *sim) sample() {
 		Allocated: float64(s.heldUnit) / float64(s.unitsPerGPU),
 		Queued:    s.waiting + s.pending,
 	}
+	if s.f.Layouts {
+		smp.Layouts = s.sampleLayouts()
+	}
 	busy := 0.0
 	for _, nid := range s.ready {
 		for _, a := range s.nodes[nid].allocs {
@@ -200,6 +210,8 @@ func (s *sim) result() tracereplay.Result {
 		Horizon:            s.horizon,
 		Jobs:               s.recs,
 		PlacementsRecorded: true,
+		LayoutChanges:      s.layoutChanges,
+		LayoutsRecorded:    s.f.Layouts,
 		Timeline:           s.timeline,
 		Notes:              notes,
 	}

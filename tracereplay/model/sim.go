@@ -90,9 +90,14 @@ type node struct {
 	readyPos int32
 	held     int // units
 	allocs   []int32
-	mpsUsed  []int  // shares held, per MPS GPU
-	mig      []bool // held, per MIG slot
-	migUsed  []int  // instances held, per MIG GPU
+	mpsUsed  []int // shares held, per MPS GPU (with layouts, per GPU)
+	// With layouts, per GPU: offered as MPS shares (else whole); being
+	// relaid (its instances withdrawn until the change applies); when the
+	// planner last changed it (-1: never).
+	gpuMPS, moving []bool
+	changed        []time.Duration
+	mig            []bool // held, per MIG slot
+	migUsed        []int  // instances held, per MIG GPU
 }
 
 type eventKind uint8
@@ -108,6 +113,7 @@ const (
 	evExempt
 	evScale
 	evSample
+	evLayout
 )
 
 // class orders an instant's events: every state change first, then (after
@@ -167,6 +173,9 @@ type subqueue struct {
 	// version then: the head is not tried again until one changes.
 	tried    int32
 	triedCap uint64
+	// active counts its jobs arrived and not done, waiting or placed:
+	// the shape's weight in the layout planner's mix.
+	active int
 }
 
 func (q *subqueue) Len() int           { return len(q.ids) }
@@ -265,6 +274,10 @@ type sim struct {
 
 	timeline []tracereplay.Sample
 	notes    []string
+	// Layouts (Features.Layouts): the relayout latency and the planner's
+	// hysteresis in trace time, and the changes applied.
+	layoutDelay, layoutMinInterval time.Duration
+	layoutChanges                  []tracereplay.LayoutChange
 	// Scratch space for preemption.
 	cand, chosen, best []int32
 	// nodeBest are one node's victims; binOrder its device groups' order.
@@ -287,6 +300,11 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		// Protection is nomad-gpu's controller: stock preemption has none.
 		s.protectFor, s.protectAfter = scale(o.Policy.PreemptionCooldown), scale(o.Policy.ProtectReaction)
 		s.minRuntime = scale(o.Policy.PreemptMinRuntime)
+	}
+	if s.f.Layouts {
+		// Wall-clock like the preemption cooldown: the controller's
+		// -layout-min-interval and the apply sequence's latency.
+		s.layoutDelay, s.layoutMinInterval = scale(o.Latencies.LayoutOr()), scale(o.Policy.LayoutMinInterval)
 	}
 
 	s.buildGroups()
@@ -334,8 +352,17 @@ func (s *sim) buildGroups() {
 	if s.f.Slices && cl.MPSGPUs > 0 {
 		s.mpsShares = cl.MPSShares
 	}
+	if s.f.Layouts {
+		s.mpsShares = cl.Shares()
+	}
 	s.unitsPerGPU = 7 * s.mpsShares
 	s.groups = append(s.groups, group{kind: "gpu", perNode: cl.WholeGPUs(s.f), units: s.unitsPerGPU})
+	if s.f.Layouts {
+		// Every GPU may become MPS shares: perNode bounds a node's free
+		// shares; a node starts with none (addNode).
+		s.mpsGroup = len(s.groups)
+		s.groups = append(s.groups, group{kind: "mps", perNode: cl.GPUsPerNode * s.mpsShares, units: 7})
+	}
 	if s.f.Slices && cl.MPSGPUs > 0 {
 		s.mpsGroup = len(s.groups)
 		s.groups = append(s.groups, group{kind: "mps", perNode: cl.MPSGPUs * cl.MPSShares, units: 7})
@@ -463,6 +490,7 @@ func (s *sim) handle(e event) {
 	switch e.kind {
 	case evArrive:
 		s.jobs[e.id].evalAt = s.now
+		s.sqs[s.jobs[e.id].sq].active++
 		s.enqueue(e.id)
 		s.dirty = true
 	case evRun:
@@ -484,6 +512,7 @@ func (s *sim) handle(e event) {
 			return
 		}
 		s.release(e.id)
+		s.sqs[j.sq].active--
 		j.state = jobDone
 		j.remaining = 0
 		s.recs[e.id].Done, s.recs[e.id].Finish = true, s.now
@@ -519,6 +548,8 @@ func (s *sim) handle(e event) {
 	case evScale:
 		s.autoscale()
 		s.push(s.now+s.evalEvery, evScale, 0, 0)
+	case evLayout:
+		s.applyLayout(e.id, int(e.epoch))
 	case evSample:
 		s.sample()
 		if next, ok := s.nextSample(e.epoch + 1); ok {
@@ -553,8 +584,11 @@ func (s *sim) addNode() int32 {
 		n.free[g] = s.groups[g].perNode
 		n.pos[g] = -1
 	}
-	if s.mpsGroup >= 0 {
+	if s.mpsGroup >= 0 && !s.f.Layouts {
 		n.mpsUsed = make([]int, cl.MPSGPUs)
+	}
+	if s.f.Layouts {
+		s.addLayouts(&n)
 	}
 	if len(s.slotGroup) > 0 {
 		n.mig = make([]bool, cl.MIGGPUs*len(s.slotGroup))
@@ -663,6 +697,9 @@ func (s *sim) place(id int32, nid int32, delay time.Duration) {
 	switch {
 	case j.g == s.mpsGroup:
 		gpu := s.mpsGPUFor(n, j.k)
+		if s.f.Layouts {
+			gpu = s.mpsGPUAffine(n, j.k)
+		}
 		n.mpsUsed[gpu] += j.k
 		j.mps = append(j.mps[:0], int16(gpu), int16(j.k))
 	case s.groups[j.g].kind == "mig":
@@ -783,6 +820,11 @@ func (s *sim) schedule() {
 			}
 		}
 		if len(s.merge.sqs) == 0 {
+			if s.f.Layouts && s.waiting > 0 {
+				// Blocked work: the controller's round (its decisions
+				// withdraw GPUs, placing nothing, so no pass follows).
+				s.planLayouts()
+			}
 			return
 		}
 		heap.Init(&s.merge)
@@ -808,7 +850,7 @@ func (s *sim) schedule() {
 // that fits; -1 if none has room.
 func (s *sim) mpsGPUFor(n *node, k int) int {
 	for gpu := len(n.mpsUsed) - 1; gpu >= 0; gpu-- {
-		if s.mpsShares-n.mpsUsed[gpu] >= k {
+		if s.isMPS(n, gpu) && s.mpsShares-n.mpsUsed[gpu] >= k {
 			return gpu
 		}
 	}
@@ -851,6 +893,16 @@ func (s *sim) pickNode(g, k int) int32 {
 		if first < 0 {
 			first = nid
 			continue
+		}
+		if s.f.Layouts && g == s.mpsGroup {
+			// The device affinity (shares_in_use > 0) is a score of its
+			// own, which outweighs binpack's small differences.
+			if x, y := s.affine(nid, k), s.affine(first, k); x != y {
+				if x {
+					return nid
+				}
+				return first
+			}
 		}
 		if len(s.nodes[nid].allocs) > len(s.nodes[first].allocs) {
 			return nid
@@ -964,6 +1016,9 @@ func (s *sim) nodeVictims(n *node, g, k, lim int) bool {
 	s.rng.Shuffle(len(s.binOrder), func(a, b int) { s.binOrder[a], s.binOrder[b] = s.binOrder[b], s.binOrder[a] })
 	found, bestSum := false, 0
 	for _, bin := range s.binOrder {
+		if g == s.mpsGroup && !s.isMPS(n, bin) {
+			continue // a whole GPU, or one being relaid: no device group of shares
+		}
 		have := n.free[g]
 		if g == s.mpsGroup {
 			have = s.mpsShares - n.mpsUsed[bin]
@@ -1104,7 +1159,7 @@ func (s *sim) holds(id int32) []tracereplay.Hold {
 	gr := s.groups[j.g]
 	switch {
 	case j.g == s.mpsGroup:
-		return []tracereplay.Hold{{Kind: "mps", GPU: fmt.Sprintf("mps%d", j.mps[0]), Units: j.k}}
+		return []tracereplay.Hold{{Kind: "mps", GPU: s.mpsName(int(j.mps[0])), Units: j.k}}
 	case gr.kind == "mig":
 		return []tracereplay.Hold{{Kind: "mig", Profile: gr.profile, Units: j.k}}
 	}
