@@ -282,3 +282,40 @@ func TestWriteEdges(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Layout changes are counted per direction; a configuration with layouts
+// whose engine did not record them says so, one without changes none.
+func TestLayoutChangeRows(t *testing.T) {
+	var toMPS, toWhole row
+	for _, rw := range rows {
+		switch rw.name {
+		case "layout changes to MPS":
+			toMPS = rw
+		case "layout changes to whole":
+			toWhole = rw
+		}
+	}
+	changes := []tracereplay.LayoutChange{{To: "mps:8"}, {To: "mps:8"}, {To: "whole"}}
+	layouts := tracereplay.Config{Name: "+layouts", Features: tracereplay.Features{Layouts: true}}
+	tests := []struct {
+		name       string
+		r          tracereplay.Result
+		mps, whole string
+	}{
+		{"recorded", tracereplay.Result{Config: layouts, LayoutChanges: changes, LayoutsRecorded: true}, "2", "1"},
+		{"not recorded", tracereplay.Result{Config: layouts}, "not recorded", "not recorded"},
+		{"no layouts", tracereplay.Result{Config: tracereplay.Config{Name: "+slices", Features: tracereplay.Features{Slices: true}}}, "0", "0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.r.Horizon = time.Hour
+			f := figures.Compute(tt.r, figures.Options{})
+			if got := toMPS.cell(f); got != tt.mps {
+				t.Errorf("to MPS = %q, want %q", got, tt.mps)
+			}
+			if got := toWhole.cell(f); got != tt.whole {
+				t.Errorf("to whole = %q, want %q", got, tt.whole)
+			}
+		})
+	}
+}

@@ -124,6 +124,7 @@ const definitions = `How each figure is computed (package tracereplay/figures; a
 - A wait runs from the job's actual submission to its first start, plus each re-wait from a preemption to the next start; jobs still waiting at the horizon count their wait so far (censored: lower bounds when "unstarted" is not 0).
 - JCT is finish − submission, over the jobs every configuration of this table finished.
 - Lost GPU-hours: per preemption, the progress saved by the checkpoint (all progress without one) minus the progress the next run restored, × GPUs held. Commit-to-exit GPU-hours is the work done between a checkpoint's commit and the task's exit: a latency of the machine × compression, shown apart.
+- Layout changes: the GPU layout changes applied, to MPS shares and to whole, with layouts that follow the queue; under them fragmentation takes each node's GPUs as they were at the time.
 - Cost: the fixed nodes (an autoscaled pool's minimum) at %g per node-hour for the whole horizon, node-hours above it at %g (on demand).
 
 `
@@ -195,7 +196,8 @@ func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []trace
 		return
 	}
 	b.WriteString("The model's latencies, from the real run of each configuration (wall clock, × compression in trace time): start is the scheduler's placement of a job its first evaluation placed plus placement to running (medians); preemption is a preemptor's placement to its victim stopped (median), and of it, with checkpoints, commit to exit is the victim's checkpoint commit to its exit (median); boot is a node's start to its GPUs offered, where the run started nodes, else the pool's first nodes' start.\n\n")
-	b.WriteString("| configuration | start | preemption | commit to exit | boot |\n|---|---:|---:|---:|---:|\n")
+	b.WriteString("Relayout is a GPU layout change's latency, from the controller's decision to the new layout placeable, with layouts that follow the queue (not measured yet: the device plugin's apply sequence, tracereplay.DefaultLayoutLatency, where the run has none).\n\n")
+	b.WriteString("| configuration | start | preemption | commit to exit | boot | relayout |\n|---|---:|---:|---:|---:|---:|\n")
 	wall := func(d time.Duration) string {
 		if d < time.Second {
 			return fmt.Sprintf("%d ms", d.Milliseconds())
@@ -211,7 +213,11 @@ func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []trace
 		if m.Config.Preemption && m.Config.Checkpoints {
 			commit = wall(min(l.CommitExit, l.Preempt))
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", cellText(m.Config.Name), wall(l.Start), preempt, commit, wall(l.Boot))
+		relayout := "–"
+		if m.Config.Layouts {
+			relayout = wall(l.LayoutOr())
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cellText(m.Config.Name), wall(l.Start), preempt, commit, wall(l.Boot), relayout)
 	}
 	b.WriteString("\n")
 }
@@ -285,7 +291,14 @@ func writeMethod(b *strings.Builder, run Run) {
 		} else if r.Config.NodesLike != "" {
 			nodes += " (node-hours of " + r.Config.NodesLike + ")"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cellText(r.Config.Name), yesNo(f.Slices), preempt, orNone(f.Autoscale), nodes, yesNo(r.Config.Reference))
+		slices := "no"
+		switch {
+		case f.Slices:
+			slices = "static"
+		case f.Layouts:
+			slices = "layouts follow the queue"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cellText(r.Config.Name), slices, preempt, orNone(f.Autoscale), nodes, yesNo(r.Config.Reference))
 	}
 	b.WriteString("\n")
 	if run.Attribution != "" {
@@ -303,9 +316,15 @@ func clusterShape(c tracereplay.Cluster) string {
 		with = append(with, fmt.Sprintf("%s in MIG mode as %s", plural(c.MIGGPUs, "GPU"), strings.Join(c.MIGProfiles, " + ")))
 	}
 	if len(with) == 0 {
-		return s + "; no MPS or MIG"
+		return s + "; no static MPS or MIG" + layoutsShape(c)
 	}
-	return s + "; with slices, per node " + strings.Join(with, " and ") + fmt.Sprintf(", %d whole", c.WholeGPUs(tracereplay.Features{Slices: true}))
+	return s + "; with slices, per node " + strings.Join(with, " and ") + fmt.Sprintf(", %d whole", c.WholeGPUs(tracereplay.Features{Slices: true})) +
+		layoutsShape(c)
+}
+
+// layoutsShape says what a node is under layouts that follow the queue.
+func layoutsShape(c tracereplay.Cluster) string {
+	return fmt.Sprintf("; with layouts, every GPU whole at first, relaid as %d MPS shares as the queue needs", c.Shares())
 }
 
 // writeTable writes one row per figure and one column per result; with
