@@ -46,6 +46,8 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/report"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
@@ -225,8 +227,11 @@ job %q {
       mode     = "fail"
     }
     reschedule {
-      attempts  = 0
-      unlimited = false
+      attempts       = 1
+      interval       = "24h"
+      delay          = "5s"
+      delay_function = "constant"
+      unlimited      = false
     }
     task "t" {
       driver       = "gpu"
@@ -279,11 +284,16 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	pool := newSimPool(t, c, "gpu")
 	layout := layoutFor(s.Cluster, cfg.Features)
 	driverHCL := fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
-	ctl := replayController(t, c, cfg, s.Policy)
+	ctl := replayController(t, c, cfg, s)
 	// One checkpoint root for the pool, as on a shared filesystem: a
 	// preempted job may resume on another node.
 	shared := newGPUNode(t).checkpointRoot()
-	pool.configure = func(n *gpuNode) { n.layout, n.driverHCL, n.sharedCheckpoints = layout, driverHCL, shared }
+	pool.configure = func(n *gpuNode) {
+		n.layout, n.driverHCL, n.sharedCheckpoints = layout, driverHCL, shared
+		if cfg.Layouts {
+			n.deviceHCL = replayLayoutHCL(*n)
+		}
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -334,7 +344,11 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	}
 	busy0, total0 := cpuTimes(t)
 	t0 := time.Now()
-	sampler := startSampler(t, "http://"+apmAddr+"/metrics", pool, s.Cluster, t0, s.Compression, wall(s.Horizon))
+	var layouts *layoutSampler
+	if cfg.Layouts {
+		layouts = &layoutSampler{c: c, pool: "gpu", last: map[string]string{}}
+	}
+	sampler := startSampler(t, "http://"+apmAddr+"/metrics", pool, s.Cluster, t0, s.Compression, wall(s.Horizon), layouts)
 	submitted := make(map[string]time.Time, len(s.Trace.Jobs))
 	regEval := make(map[string]string, len(s.Trace.Jobs))
 	var lags []time.Duration
@@ -353,6 +367,9 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		regEval[j.ID] = registerJob(t, c, replayJob(j, sl, wall(j.Duration), cli, commit))
 	}
 	res.Timeline = sampler.wait()
+	if layouts != nil {
+		res.LayoutChanges, res.LayoutsRecorded = layouts.changes, true
+	}
 	if strategyMetrics != "" {
 		res.Notes = append(res.Notes, checksAsWritten(t, strategyMetrics)...)
 	}
@@ -408,6 +425,30 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	return res, lat
 }
 
+// layoutsAsWritten fails the replay when a pool node does not follow
+// layouts: its device plugin publishes no layout group per GPU.
+func layoutsAsWritten(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config) {
+	t.Helper()
+	nodes, _, err := c.API().Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		t.Fatalf("listing nodes: %v", err)
+	}
+	for _, n := range nodes {
+		if n.NodePool != "gpu" || n.Status != api.NodeStatusReady || n.NodeResources == nil {
+			continue
+		}
+		groups := 0
+		for _, d := range n.NodeResources.Devices {
+			if d.Type == contract.SliceLayout {
+				groups++
+			}
+		}
+		if groups == 0 {
+			t.Fatalf("%s: node %s publishes no GPU layout: its device plugin does not follow layouts, so the configuration would not run as written", cfg.Name, n.Name)
+		}
+	}
+}
+
 // registerJob submits a job and returns its evaluation's ID.
 func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
 	t.Helper()
@@ -426,11 +467,84 @@ func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
 // configuration protects preempted work (checkpointed preemption with a
 // cooldown): it raises a preempted job once its replacement runs, as the
 // model's Policy says. Nil when the configuration has no protection.
-func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, p tracereplay.Policy) *controllerProc {
-	if !cfg.Checkpoints || p.PreemptionCooldown <= 0 {
+func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, s tracereplay.Setup) *controllerProc {
+	p := s.Policy
+	protect := cfg.Checkpoints && p.PreemptionCooldown > 0
+	if !protect && !cfg.Layouts {
 		return nil
 	}
-	return startController(t, c, "controller", "-preemption-cooldown", p.PreemptionCooldown.String(), "-tick", replayControllerTick.String())
+	cooldown := time.Duration(0)
+	if protect {
+		cooldown = p.PreemptionCooldown
+	}
+	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", replayControllerTick.String(), "-layouts=" + strconv.FormatBool(cfg.Layouts)}
+	if cfg.Layouts {
+		args = append(args, "-layout-shares", "*="+strconv.Itoa(s.Cluster.Shares()), "-layout-min-interval", p.LayoutMinInterval.String())
+	}
+	return startController(t, c, "controller", args...)
+}
+
+// replayLayoutHCL is the device plugin's layout block of a replay node:
+// the defaults an operator runs (poll 2s, drain grace 3s), its agent's
+// metadata, a state file of its own.
+func replayLayoutHCL(n gpuNode) string {
+	return fmt.Sprintf("nomad {\n  address = %q\n}\nlayout {\n  enabled    = true\n  state_file = %q\n}", cluster.SelfHTTPAddr, filepath.Join(n.dir, "layouts.json"))
+}
+
+// layoutSampler reads the pool's GPU layouts from the node list, one
+// request a sample, and records every change it sees. The servers learn
+// of a change with the node's next update (5–10 s batches), so a change
+// is timed as the servers saw it.
+type layoutSampler struct {
+	c       *cluster.Cluster
+	pool    string
+	last    map[string]string // node/GPU → layout
+	changes []tracereplay.LayoutChange
+}
+
+// look is the ready nodes' MPS GPUs now; it records changes since the
+// last look at trace time at. Only the sampler's goroutine calls it.
+func (l *layoutSampler) look(at time.Duration) []tracereplay.NodeLayout {
+	stubs, _, err := l.c.API().Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		return nil
+	}
+	var out []tracereplay.NodeLayout
+	for _, n := range stubs {
+		if n.NodePool != l.pool || n.Status != api.NodeStatusReady || n.NodeResources == nil {
+			continue
+		}
+		nl := tracereplay.NodeLayout{Node: n.Name}
+		for _, d := range n.NodeResources.Devices {
+			if d.Type != contract.SliceLayout {
+				continue
+			}
+			current := nomadview.AttrString(d.Attributes, contract.AttrLayoutCurrent)
+			key := n.Name + "/" + d.Name
+			if before, seen := l.last[key]; seen && before != current {
+				l.changes = append(l.changes, tracereplay.LayoutChange{At: at, Node: n.Name, GPU: d.Name, From: before, To: current})
+			}
+			l.last[key] = current
+			if lay, err := gpulayout.Parse(current); err == nil && lay.Kind == gpulayout.MPS {
+				used, _ := nomadview.AttrInt(sharesGroup(n, d.Name), contract.AttrSharesInUse)
+				nl.MPS = append(nl.MPS, tracereplay.MPSGPU{GPU: d.Name, Shares: lay.Shares, Free: max(0, lay.Shares-used)})
+			}
+		}
+		if len(nl.MPS) > 0 {
+			out = append(out, nl)
+		}
+	}
+	return out
+}
+
+// sharesGroup is the attributes of the MPS group of a GPU.
+func sharesGroup(n *api.NodeListStub, gpu string) map[string]*api.Attribute {
+	for _, d := range n.NodeResources.Devices {
+		if d.Type == contract.SliceMPS && d.Name == gpu {
+			return d.Attributes
+		}
+	}
+	return nil
 }
 
 // replayControllerTick is the controller's -tick in a replay: short, so
@@ -447,6 +561,10 @@ func featuresAsWritten(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config,
 		if v := waitLeader(t, ctl, 30*time.Second); v != 1 {
 			t.Fatalf("%s: the controller does not lead (%s = %v after 30s): preempted work would not be protected", cfg.Name, contract.MetricControllerLeader, v)
 		}
+	}
+	if cfg.Layouts {
+		layoutsAsWritten(t, c, cfg)
+		return
 	}
 	if !cfg.Slices {
 		return
@@ -544,6 +662,10 @@ type recordCollector struct {
 	// restore: those runs' progress is unknown.
 	untold int
 	failed bool
+	// refused are allocations whose Reserve a relayout refused (placed on
+	// a GPU being relaid out before the servers saw it so): Nomad places
+	// them again, as the jobs' reschedule policy says.
+	refused int
 }
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
@@ -552,12 +674,8 @@ func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub
 func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, allocs []*api.AllocationListStub) {
 	sort.Slice(allocs, func(a, b int) bool { return allocs[a].CreateIndex < allocs[b].CreateIndex })
 	for _, a := range allocs {
-		if a.ClientStatus == api.AllocClientStatusFailed && !rc.failed {
-			// A replay whose tasks fail measures nothing: say why, once.
-			rc.failed = true
-			if info, _, err := rc.c.API().Allocations().Info(a.ID, nil); err == nil {
-				t.Errorf("job %s failed: %s", rec.ID, cluster.AllocSummary(info))
-			}
+		if a.ClientStatus == api.AllocClientStatusFailed {
+			rc.failedAlloc(t, rec.ID, a.ID)
 		}
 		if len(a.PreemptedAllocations) > 0 && !time.Unix(0, a.CreateTime).After(rc.horizon) {
 			rec.PreemptingPlacements++
@@ -642,8 +760,44 @@ func readProgress(logs string, run *tracereplay.Run, trace func(time.Duration) t
 	return true
 }
 
+// failedAlloc counts an allocation a relayout refused, and fails the
+// replay, once, on any other failure: a replay whose tasks fail measures
+// nothing.
+func (rc *recordCollector) failedAlloc(t *testing.T, job, id string) {
+	info, _, err := rc.c.API().Allocations().Info(id, nil)
+	if err == nil && refusedByRelayout(info) {
+		rc.refused++
+		return
+	}
+	if rc.failed {
+		return
+	}
+	rc.failed = true
+	if err == nil {
+		t.Errorf("job %s failed: %s", job, cluster.AllocSummary(info))
+	}
+}
+
+// refusedByRelayout says the allocation failed because its devices'
+// Reserve was refused for a relayout: the device plugin's refusal while
+// the GPU drains, or Nomad's of an instance gone since the placement.
+func refusedByRelayout(a *api.Allocation) bool {
+	for _, ts := range a.TaskStates {
+		for _, e := range ts.Events {
+			msg := e.DisplayMessage + " " + e.Message
+			if strings.Contains(msg, "is being relaid out") || strings.Contains(msg, "no longer exists on this node") || strings.Contains(msg, "unknown device") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (rc *recordCollector) notes() []string {
 	var notes []string
+	if rc.refused > 0 {
+		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused and Nomad placed them again (reschedule: 1 attempt, 5 s delay)", rc.refused))
+	}
 	if rc.unread > 0 {
 		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
 	}
@@ -748,10 +902,13 @@ type sampler struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	samples []tracereplay.Sample
+	// layouts, when set, reads the nodes' GPU layouts at each sample
+	// (Features.Layouts) and records their changes.
+	layouts *layoutSampler
 }
 
-func startSampler(t testing.TB, url string, pool *simPool, shape tracereplay.Cluster, t0 time.Time, compression float64, horizon time.Duration) *sampler {
-	s := &sampler{done: make(chan struct{})}
+func startSampler(t testing.TB, url string, pool *simPool, shape tracereplay.Cluster, t0 time.Time, compression float64, horizon time.Duration, layouts *layoutSampler) *sampler {
+	s := &sampler{done: make(chan struct{}), layouts: layouts}
 	go func() {
 		defer close(s.done)
 		tick := time.NewTicker(500 * time.Millisecond)
@@ -769,6 +926,9 @@ func startSampler(t testing.TB, url string, pool *simPool, shape tracereplay.Clu
 			}
 			smp.At = time.Duration(float64(now.Sub(t0)) * compression)
 			smp.Nodes = pool.up()
+			if s.layouts != nil {
+				smp.Layouts = s.layouts.look(smp.At)
+			}
 			s.mu.Lock()
 			s.samples = append(s.samples, smp)
 			s.mu.Unlock()
