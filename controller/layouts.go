@@ -3,8 +3,10 @@ package controller
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -73,17 +75,39 @@ func NewLayouts(b gpulayout.Bounds, history map[string]LayoutChange, log hclog.L
 // caller writes them and Records each write that succeeded.
 func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot) []gpulayout.Decision {
 	in := gpulayout.Input{Bounds: l.Bounds, Now: now}
+	var cancels []gpulayout.Decision
 	for _, g := range snap.GPULayouts() {
-		if pg, ok := l.plannerGPU(now, g); ok {
-			in.GPUs = append(in.GPUs, pg)
+		pg, ok := l.plannerGPU(now, g)
+		if !ok {
+			continue
 		}
+		if d, stuck := cancelStuck(pg, g); stuck {
+			cancels = append(cancels, d)
+			pg.Desired = pg.Current
+		}
+		in.GPUs = append(in.GPUs, pg)
 	}
 	if len(in.GPUs) == 0 {
 		return nil
 	}
 	in.Queue = layoutQueue(snap)
 	in.Mix = layoutMix(snap, in.Queue)
-	return gpulayout.Plan(in)
+	return append(cancels, gpulayout.Plan(in)...)
+}
+
+// cancelStuck asks a GPU back to its current layout when allocations took
+// it after it was asked for another (Nomad placed them before the device
+// plugin drained it): the relayout would wait for them to end, and the
+// queue it was for with it. The planner then serves that queue with
+// another GPU, this round.
+func cancelStuck(pg gpulayout.GPU, g nomadview.GPULayout) (gpulayout.Decision, bool) {
+	if pg.Pinned || pg.Desired.IsZero() || pg.Desired.Equal(pg.Current) || len(g.Held) == 0 || g.State != contract.LayoutHeld {
+		return gpulayout.Decision{}, false
+	}
+	return gpulayout.Decision{
+		Node: pg.Node, NodeName: pg.NodeName, UUID: pg.UUID, Index: pg.Index, From: pg.Desired, To: pg.Current,
+		Reason: fmt.Sprintf("allocations took the GPU (%s) before it was relaid; asked back to its layout", strings.Join(g.Held, ", ")),
+	}, true
 }
 
 // Record notes a decision written to its node's metadata: the GPU's

@@ -101,6 +101,18 @@ func TestLayoutsStep(t *testing.T) {
 		}, nil, func(l *Layouts, now time.Time) {
 			l.asked["GPU-n1-1"] = asked{layout: "mps:8", at: now.Add(-10 * time.Second)}
 		}},
+		{"a GPU taken before it was relaid is asked back, and another serves the queue", func() *nomadview.Snapshot {
+			n := layoutNode("n1", wholes...)
+			attrs := n.NodeResources.Devices[0].Attributes
+			attrs[contract.AttrLayoutDesired].StringVal = ptrTo("mps:8")
+			attrs[contract.AttrLayoutState].StringVal = ptrTo(string(contract.LayoutHeld))
+			s := emptySnapshot(n)
+			s.Allocs = []*api.AllocationListStub{{ID: "a1", NodeID: "n1", ClientStatus: api.AllocClientStatusRunning,
+				AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {Devices: []*api.AllocatedDeviceResource{
+					{Vendor: contract.Vendor, Type: contract.SliceGPU, Name: "H100", DeviceIDs: []string{"GPU-n1-0"}}}}}}}}
+			queuedJob(s, "infer", "nvidia/mps", 6)
+			return s
+		}, []string{"GPU-n1-0 → whole", "GPU-n1-1 → mps:8"}, nil},
 		{"an ask not echoed after askTrust no longer counts", func() *nomadview.Snapshot {
 			s := emptySnapshot(layoutNode("n1", wholes...))
 			queuedJob(s, "infer", "nvidia/mps", 6)

@@ -610,6 +610,10 @@ func controllerDecisions(t testing.TB, ctl *controllerProc) string {
 	for _, k := range slices.Sorted(maps.Keys(kinds)) {
 		out = append(out, fmt.Sprintf("%s %v", k, kinds[k]))
 	}
+	relaid := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind)
+	for _, k := range slices.Sorted(maps.Keys(relaid)) {
+		out = append(out, fmt.Sprintf("relaid to %s %v", k, relaid[k]))
+	}
 	if len(out) == 0 {
 		return "none"
 	}
