@@ -364,7 +364,7 @@ func addLayoutReasons(v *View, st *controller.Status) {
 	for i := range v.Nodes {
 		for j := range v.Nodes[i].GPUs {
 			g := &v.Nodes[i].GPUs[j]
-			c, ok := st.Layouts[g.UUID]
+			c, ok := st.Layouts[controller.LayoutKey(v.Nodes[i].ID, g.UUID)]
 			if g.Layout == nil || !ok {
 				continue
 			}

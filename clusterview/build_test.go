@@ -432,7 +432,7 @@ func TestBuildLayouts(t *testing.T) {
 		layout(gpuMIG, "0000:db:00.0", 7, true, "mig:1g.10gb,1g.10gb", "none", "ready"),
 		layout(gpuEmpty, "0000:dc:00.0", 6, true, "mig:", "none", "ready"))
 	in.Controller = &controller.Status{Layouts: map[string]controller.LayoutChange{
-		gpuA: {At: t0, From: "whole", To: "mps:8", Reason: "6 allocations wait for mps"},
+		controller.LayoutKey(node1ID, gpuA): {At: t0, From: "whole", To: "mps:8", Reason: "6 allocations wait for mps"},
 	}}
 	v := Build(in)
 	got := map[string]string{}

@@ -56,7 +56,8 @@ type asked struct {
 // by its loop only: no lock.
 type Layouts struct {
 	Bounds gpulayout.Bounds
-	// changes are by GPU UUID; loaded when a replica starts to lead.
+	// changes and asked are by LayoutKey; changes are loaded when a
+	// replica starts to lead.
 	changes map[string]LayoutChange
 	asked   map[string]asked
 	log     hclog.Logger
@@ -113,27 +114,33 @@ func cancelStuck(pg gpulayout.GPU, g nomadview.GPULayout) (gpulayout.Decision, b
 // Record notes a decision written to its node's metadata: the GPU's
 // desired layout until its plugin echoes it, and its last change.
 func (l *Layouts) Record(now time.Time, d gpulayout.Decision) {
-	l.asked[d.UUID] = asked{layout: d.To.String(), at: now}
-	l.changes[d.UUID] = LayoutChange{Node: d.Node, NodeName: d.NodeName, At: now, From: d.From.String(), To: d.To.String(), Reason: d.Reason}
+	l.asked[LayoutKey(d.Node, d.UUID)] = asked{layout: d.To.String(), at: now}
+	l.changes[LayoutKey(d.Node, d.UUID)] = LayoutChange{Node: d.Node, NodeName: d.NodeName, At: now, From: d.From.String(), To: d.To.String(), Reason: d.Reason}
 	l.metrics.layoutChange(string(d.To.Kind))
 }
 
 // NodeHistory is the last change of each GPU of a node, by UUID.
 func (l *Layouts) NodeHistory(node string) map[string]LayoutChange {
 	out := map[string]LayoutChange{}
-	for uuid, c := range l.changes {
-		if c.Node == node {
+	for key, c := range l.changes {
+		if n, uuid, _ := strings.Cut(key, "/"); n == node {
 			out[uuid] = c
 		}
 	}
 	return out
 }
 
-// Change is a GPU's last change, false when the leader made none.
-func (l *Layouts) Change(uuid string) (LayoutChange, bool) {
-	c, ok := l.changes[uuid]
+// Change is the last change of a node's GPU, false when the leader made
+// none.
+func (l *Layouts) Change(node, uuid string) (LayoutChange, bool) {
+	c, ok := l.changes[LayoutKey(node, uuid)]
 	return c, ok
 }
+
+// LayoutKey names a GPU of a node in the module's maps and in
+// Status.Layouts: by node too, since nothing but the hardware makes GPU
+// UUIDs unique (simulated nodes of one seed share them).
+func LayoutKey(node, uuid string) string { return node + "/" + uuid }
 
 // plannerGPU is a published GPU as the planner sees it: a layout the
 // leader asked for counts as desired until the plugin echoes it, and the
@@ -170,7 +177,7 @@ func (l *Layouts) plannerGPU(now time.Time, g nomadview.GPULayout) (gpulayout.GP
 	for _, p := range g.Profiles {
 		pg.Profiles = append(pg.Profiles, gpulayout.Profile{Name: p.Name, Slices: p.Slices, Max: p.Max})
 	}
-	if c, ok := l.changes[g.UUID]; ok {
+	if c, ok := l.changes[LayoutKey(g.Node.ID, g.UUID)]; ok {
 		pg.Changed = c.At
 	}
 	return pg, true
@@ -180,18 +187,19 @@ func (l *Layouts) plannerGPU(now time.Time, g nomadview.GPULayout) (gpulayout.GP
 // plugin's echo shows it or askTrust passes; then the echo. An ask the
 // plugin shows applied is timed.
 func (l *Layouts) desired(now time.Time, g nomadview.GPULayout) string {
-	a, ok := l.asked[g.UUID]
+	key := LayoutKey(g.Node.ID, g.UUID)
+	a, ok := l.asked[key]
 	switch {
 	case !ok:
 		return g.Desired
 	case g.Current == a.layout && g.State == contract.LayoutReady:
 		l.metrics.layoutApplied(now.Sub(a.at))
-		delete(l.asked, g.UUID)
+		delete(l.asked, key)
 		return g.Desired
 	case g.Desired == a.layout || now.Sub(a.at) > askTrust:
 		if g.Desired != a.layout {
 			l.log.Warn("a GPU layout asked is not followed: is its device plugin's layout block on?", "node", g.Node.Name, "gpu", g.UUID, "asked", a.layout, "published", g.Desired)
-			delete(l.asked, g.UUID)
+			delete(l.asked, key)
 		}
 		return g.Desired
 	}

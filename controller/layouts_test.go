@@ -99,7 +99,7 @@ func TestLayoutsStep(t *testing.T) {
 			queuedJob(s, "infer", "nvidia/mps", 6)
 			return s
 		}, nil, func(l *Layouts, now time.Time) {
-			l.asked["GPU-n1-1"] = asked{layout: "mps:8", at: now.Add(-10 * time.Second)}
+			l.asked[LayoutKey("n1", "GPU-n1-1")] = asked{layout: "mps:8", at: now.Add(-10 * time.Second)}
 		}},
 		{"a GPU taken before it was relaid is asked back, and another serves the queue", func() *nomadview.Snapshot {
 			n := layoutNode("n1", wholes...)
@@ -118,7 +118,7 @@ func TestLayoutsStep(t *testing.T) {
 			queuedJob(s, "infer", "nvidia/mps", 6)
 			return s
 		}, []string{"GPU-n1-0 → mps:8"}, func(l *Layouts, now time.Time) {
-			l.asked["GPU-n1-1"] = asked{layout: "mps:8", at: now.Add(-2 * askTrust)}
+			l.asked[LayoutKey("n1", "GPU-n1-1")] = asked{layout: "mps:8", at: now.Add(-2 * askTrust)}
 		}},
 	}
 	for _, tt := range tests {
@@ -152,7 +152,7 @@ func TestLayoutsRecord(t *testing.T) {
 		t.Fatalf("decisions %v", ds)
 	}
 	l.Record(now, ds[0])
-	if c, ok := l.Change(ds[0].UUID); !ok || c.To != "mps:8" || !c.At.Equal(now) || c.Reason == "" {
+	if c, ok := l.Change(ds[0].Node, ds[0].UUID); !ok || c.To != "mps:8" || !c.At.Equal(now) || c.Reason == "" {
 		t.Errorf("change %+v", c)
 	}
 	applied := emptySnapshot(layoutNode("n1", "mps:8", "whole"))
@@ -160,7 +160,41 @@ func TestLayoutsRecord(t *testing.T) {
 	if got := l.Step(now.Add(20*time.Second), applied); len(got) != 0 {
 		t.Errorf("decisions on an idle cluster: %v", got)
 	}
-	if _, still := l.asked[ds[0].UUID]; still {
+	if _, still := l.asked[LayoutKey(ds[0].Node, ds[0].UUID)]; still {
 		t.Error("the ask is still pending once applied")
+	}
+}
+
+// Simulated nodes of one seed share GPU UUIDs: what the leader asked of
+// one node's GPU says nothing of the other's. Here n1's GPU was just asked
+// back to whole; n2's, of the same UUID, was taken by an allocation while
+// asked for shares, and is asked back too.
+func TestLayoutsKeyGPUsByNode(t *testing.T) {
+	rename := func(n *api.NodeListStub) *api.NodeListStub {
+		for _, d := range n.NodeResources.Devices {
+			d.Name = strings.Replace(d.Name, "GPU-"+n.ID+"-", "GPU-same-", 1)
+			for _, in := range d.Instances {
+				in.ID = strings.Replace(in.ID, "GPU-"+n.ID+"-", "GPU-same-", 1)
+			}
+		}
+		return n
+	}
+	now := time.Unix(1000, 0)
+	l := NewLayouts(gpulayout.Bounds{}, nil, hclog.NewNullLogger(), NewMetrics())
+	l.asked[LayoutKey("n1", "GPU-same-0")] = asked{layout: "whole", at: now}
+	n2 := rename(layoutNode("n2", "whole"))
+	attrs := n2.NodeResources.Devices[0].Attributes
+	attrs[contract.AttrLayoutDesired].StringVal = ptrTo("mps:8")
+	attrs[contract.AttrLayoutState].StringVal = ptrTo(string(contract.LayoutHeld))
+	s := emptySnapshot(rename(layoutNode("n1", "whole")), n2)
+	s.Allocs = []*api.AllocationListStub{{ID: "a1", NodeID: "n2", ClientStatus: api.AllocClientStatusRunning,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {Devices: []*api.AllocatedDeviceResource{
+			{Vendor: contract.Vendor, Type: contract.SliceGPU, Name: "H100", DeviceIDs: []string{"GPU-same-0"}}}}}}}}
+	var got []string
+	for _, d := range l.Step(now, s) {
+		got = append(got, d.Node+" "+d.UUID+" → "+d.To.String())
+	}
+	if want := []string{"n2 GPU-same-0 → whole"}; strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("decisions %q, want %q", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -20,7 +21,7 @@ import (
 // Per node, because a variable holds at most 64 KiB.
 const LayoutsPrefix = "nomad-gpu/layouts/"
 
-// LoadLayoutHistory reads every node's history.
+// LoadLayoutHistory reads every node's history, by LayoutKey.
 func LoadLayoutHistory(ctx context.Context, c *api.Client, namespace string) (map[string]LayoutChange, error) {
 	q := (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
 	metas, _, err := c.Variables().PrefixList(LayoutsPrefix, q)
@@ -36,12 +37,13 @@ func LoadLayoutHistory(ctx context.Context, c *api.Client, namespace string) (ma
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", m.Path, err)
 		}
+		node := strings.TrimPrefix(m.Path, LayoutsPrefix)
 		for uuid, item := range v.Items {
 			var lc LayoutChange
 			if err := json.Unmarshal([]byte(item), &lc); err != nil {
 				return nil, fmt.Errorf("%s: item %q: %v", m.Path, uuid, err)
 			}
-			out[uuid] = lc
+			out[LayoutKey(node, uuid)] = lc
 		}
 	}
 	return out, nil

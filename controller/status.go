@@ -24,7 +24,7 @@ type Status struct {
 	// by job.
 	Raises []JobRaise `json:"raises"`
 	// Layouts are the last layout change the leaders asked of each GPU,
-	// by GPU UUID.
+	// by LayoutKey (node ID, GPU UUID).
 	Layouts map[string]LayoutChange `json:"layouts,omitempty"`
 }
 
