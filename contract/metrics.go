@@ -146,7 +146,7 @@ const (
 	// Layouts that follow the queue (issue 24).
 	MetricControllerLayoutChanges = "nomad_gpu_controller_layout_changes_total"
 	MetricControllerLayoutApplied = "nomad_gpu_controller_layout_apply_seconds"
-	LabelLayoutKind               = "layout" // whole, mps or mig: what a GPU was relaid to
+	LabelLayoutKind               = "layout" // whole, mps or mig: what a GPU was relaid to; cancel: asked back to what it offers
 )
 
 // ControllerMetrics lists every metric a controller replica exports.
@@ -157,8 +157,8 @@ func ControllerMetrics() []Metric {
 		{MetricControllerLastTick, Gauge, "When the leader last read the cluster and ran its modules, in seconds since the epoch; absent on a follower that never led.", nil},
 		{MetricControllerLedgerWrite, Counter, "Writes (and deletes) of priority ledger variables by this replica.", nil},
 		{MetricControllerNomadCalls, Counter, "Nomad API list requests of the leader's watches of the cluster, by list.", []string{LabelEndpoint}},
-		{MetricControllerLayoutChanges, Counter, "GPU layouts the leader asked for in node metadata, by the kind relaid to (whole, mps, mig).", []string{LabelLayoutKind}},
-		{MetricControllerLayoutApplied, Histogram, "Time from the leader asking a GPU for a layout to its device plugin offering it.", nil},
+		{MetricControllerLayoutChanges, Counter, "GPU layouts the leader asked for in node metadata, by the kind relaid to (whole, mps, mig; cancel: a GPU allocations took before it was relaid, asked back to what it offers).", []string{LabelLayoutKind}},
+		{MetricControllerLayoutApplied, Histogram, "Time from the leader asking a GPU for a layout to its device plugin offering it, as the node list shows it (cancels left out).", nil},
 	}
 }
 

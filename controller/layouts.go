@@ -50,6 +50,9 @@ const askTrust = time.Minute
 type asked struct {
 	layout string
 	at     time.Time
+	// timed: its time to applied is measured (a cancel's is not: the GPU
+	// already offers it).
+	timed bool
 }
 
 // Layouts is the layout module. Its maps are the leader's own and used
@@ -108,15 +111,20 @@ func cancelStuck(pg gpulayout.GPU, g nomadview.GPULayout) (gpulayout.Decision, b
 	return gpulayout.Decision{
 		Node: pg.Node, NodeName: pg.NodeName, UUID: pg.UUID, Index: pg.Index, From: pg.Desired, To: pg.Current,
 		Reason: fmt.Sprintf("allocations took the GPU (%s) before it was relaid; asked back to its layout", strings.Join(g.Held, ", ")),
+		Cancel: true,
 	}, true
 }
 
 // Record notes a decision written to its node's metadata: the GPU's
 // desired layout until its plugin echoes it, and its last change.
 func (l *Layouts) Record(now time.Time, d gpulayout.Decision) {
-	l.asked[LayoutKey(d.Node, d.UUID)] = asked{layout: d.To.String(), at: now}
+	l.asked[LayoutKey(d.Node, d.UUID)] = asked{layout: d.To.String(), at: now, timed: !d.Cancel}
 	l.changes[LayoutKey(d.Node, d.UUID)] = LayoutChange{Node: d.Node, NodeName: d.NodeName, At: now, From: d.From.String(), To: d.To.String(), Reason: d.Reason}
-	l.metrics.layoutChange(string(d.To.Kind))
+	kind := string(d.To.Kind)
+	if d.Cancel {
+		kind = "cancel"
+	}
+	l.metrics.layoutChange(kind)
 }
 
 // NodeHistory is the last change of each GPU of a node, by UUID.
@@ -193,7 +201,9 @@ func (l *Layouts) desired(now time.Time, g nomadview.GPULayout) string {
 	case !ok:
 		return g.Desired
 	case g.Current == a.layout && g.State == contract.LayoutReady:
-		l.metrics.layoutApplied(now.Sub(a.at))
+		if a.timed {
+			l.metrics.layoutApplied(now.Sub(a.at))
+		}
 		delete(l.asked, key)
 		return g.Desired
 	case g.Desired == a.layout || now.Sub(a.at) > askTrust:

@@ -409,6 +409,9 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if d := median(rc.preempts); d > 0 {
 		lat.Preempt = d
 	}
+	if d := meanLayoutApply(t, ctl); cfg.Layouts && d > 0 {
+		lat.Layout = d
+	}
 	_, _, removed, errs := pool.snapshot()
 	for _, e := range errs {
 		t.Errorf("sim pool: %v", e)
@@ -482,6 +485,20 @@ func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, 
 		args = append(args, "-layout-shares", "*="+strconv.Itoa(s.Cluster.Shares()), "-layout-min-interval", p.LayoutMinInterval.String())
 	}
 	return startController(t, c, "controller", args...)
+}
+
+// meanLayoutApply is the controller's mean time from asking a GPU for a
+// layout to the node list showing it offered: the model's relayout
+// latency. 0 without a controller or a layout applied.
+func meanLayoutApply(t *testing.T, ctl *controllerProc) time.Duration {
+	if ctl == nil {
+		return 0
+	}
+	n := ctl.metric(t, contract.MetricControllerLayoutApplied+"_count")
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration(ctl.metric(t, contract.MetricControllerLayoutApplied+"_sum") / n * float64(time.Second))
 }
 
 // replayLayoutHCL is the device plugin's layout block of a replay node:

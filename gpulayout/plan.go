@@ -121,6 +121,9 @@ type Decision struct {
 	// round could serve runs.
 	FragBefore, FragAfter float64
 	Reason                string
+	// Cancel: the GPU is asked back to the layout it offers, a relayout
+	// abandoned (the controller's, never the planner's).
+	Cancel bool
 }
 
 func (d Decision) String() string {

@@ -196,7 +196,7 @@ func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []trace
 		return
 	}
 	b.WriteString("The model's latencies, from the real run of each configuration (wall clock, × compression in trace time): start is the scheduler's placement of a job its first evaluation placed plus placement to running (medians); preemption is a preemptor's placement to its victim stopped (median), and of it, with checkpoints, commit to exit is the victim's checkpoint commit to its exit (median); boot is a node's start to its GPUs offered, where the run started nodes, else the pool's first nodes' start.\n\n")
-	b.WriteString("Relayout is a GPU layout change's latency, from the controller's decision to the new layout placeable, with layouts that follow the queue (not measured yet: the device plugin's apply sequence, tracereplay.DefaultLayoutLatency, where the run has none).\n\n")
+	b.WriteString("Relayout is a GPU layout change's latency, from the controller's decision to the new layout placeable, with layouts that follow the queue: the real run's mean from the controller's ask to the node list showing the layout offered (its nomad_gpu_controller_layout_apply_seconds; tracereplay.DefaultLayoutLatency where the run applied none).\n\n")
 	b.WriteString("| configuration | start | preemption | commit to exit | boot | relayout |\n|---|---:|---:|---:|---:|---:|\n")
 	wall := func(d time.Duration) string {
 		if d < time.Second {
