@@ -348,7 +348,13 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if cfg.Layouts {
 		layouts = &layoutSampler{c: c, pool: "gpu", last: map[string]string{}}
 	}
-	sampler := startSampler(t, "http://"+apmAddr+"/metrics", pool, s.Cluster, t0, s.Compression, wall(s.Horizon), layouts)
+	// An MPS share is 1/shares of a GPU: the static mps blocks', or with
+	// layouts the share count the controller relays GPUs to.
+	mpsShares := s.Cluster.MPSShares
+	if cfg.Layouts {
+		mpsShares = s.Cluster.Shares()
+	}
+	sampler := startSampler(t, "http://"+apmAddr+"/metrics", pool, mpsShares, t0, s.Compression, wall(s.Horizon), layouts)
 	submitted := make(map[string]time.Time, len(s.Trace.Jobs))
 	regEval := make(map[string]string, len(s.Trace.Jobs))
 	var lags []time.Duration
@@ -928,7 +934,7 @@ type sampler struct {
 	layouts *layoutSampler
 }
 
-func startSampler(t testing.TB, url string, pool *simPool, shape tracereplay.Cluster, t0 time.Time, compression float64, horizon time.Duration, layouts *layoutSampler) *sampler {
+func startSampler(t testing.TB, url string, pool *simPool, mpsShares int, t0 time.Time, compression float64, horizon time.Duration, layouts *layoutSampler) *sampler {
 	s := &sampler{done: make(chan struct{}), layouts: layouts}
 	go func() {
 		defer close(s.done)
@@ -937,7 +943,7 @@ func startSampler(t testing.TB, url string, pool *simPool, shape tracereplay.Clu
 		end := t0.Add(horizon)
 		failures := 0
 		for now := time.Now(); !now.After(end); now = <-tick.C {
-			smp, err := scrapeSample(url, shape)
+			smp, err := scrapeSample(url, mpsShares)
 			if err != nil {
 				failures++
 				if failures == 5 {
@@ -970,7 +976,7 @@ func (s *sampler) wait() []tracereplay.Sample {
 // exporter: GPU-equivalents per device label, weighted as the layout
 // makes them (an MPS share is 1/shares of a GPU, a MIG instance its
 // sevenths).
-func scrapeSample(url string, shape tracereplay.Cluster) (tracereplay.Sample, error) {
+func scrapeSample(url string, mpsShares int) (tracereplay.Sample, error) {
 	var smp tracereplay.Sample
 	resp, err := http.Get(url)
 	if err != nil {
@@ -1002,8 +1008,8 @@ func scrapeSample(url string, shape tracereplay.Cluster) (tracereplay.Sample, er
 	}
 	weight := func(dev string) float64 {
 		switch {
-		case dev == "nvidia/mps" && shape.MPSShares > 0:
-			return 1 / float64(shape.MPSShares)
+		case dev == "nvidia/mps" && mpsShares > 0:
+			return 1 / float64(mpsShares)
 		case strings.HasPrefix(dev, "nvidia/mig/"):
 			if g, err := tracereplay.MIGSevenths(strings.TrimPrefix(dev, "nvidia/mig/")); err == nil {
 				return float64(g) / 7
