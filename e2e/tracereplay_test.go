@@ -306,6 +306,10 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	t.Cleanup(apmc.Kill)
 
 	pool.scaleTo(t, cfg.StartNodes(s.Cluster), 3*time.Minute)
+	// The nodes' devices are fingerprinted a moment after they are ready;
+	// wait for them before an autoscaler starts, which may remove nodes
+	// at once (target-value scales in an idle pool).
+	waitDevices(t, c, pool, s.Cluster.GPUsPerNode)
 	lat := tracereplay.DefaultLatencies()
 	if d := median(pool.bootTimes()); d > 0 {
 		lat.Boot = d
@@ -331,8 +335,6 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			Policies: map[string]string{"gpu-pool.hcl": policy},
 		})
 	}
-	// The nodes' devices are fingerprinted a moment after they are ready.
-	waitDevices(t, c, pool, s.Cluster.GPUsPerNode)
 	featuresAsWritten(t, c, cfg, ctl)
 
 	wall := func(d time.Duration) time.Duration { return time.Duration(float64(d) / s.Compression) }
