@@ -436,13 +436,7 @@ func (s *Snapshot) mpsShares(f Filter) int {
 			}
 		}
 	}
-	best, bestN := 0, 0
-	for k, c := range freq {
-		if c > bestN || c == bestN && k > best {
-			best, bestN = k, c
-		}
-	}
-	if best > 0 {
+	if best := mostCommon(freq); best > 0 {
 		return best
 	}
 	return gpulayout.DefaultShares
@@ -645,13 +639,7 @@ func NodeShape(q Query, s *Snapshot) (int, string) {
 			freq[total]++
 		}
 	}
-	best, bestN := 0, 0
-	for shape, n := range freq {
-		if n > bestN || n == bestN && shape > best {
-			best, bestN = shape, n
-		}
-	}
-	if best > 0 {
+	if best := mostCommon(freq); best > 0 {
 		return best, "nodes"
 	}
 	if s.DefaultGPUsPerNode > 0 {
@@ -804,4 +792,16 @@ func NodesNeeded(q Query, s *Snapshot) NodesNeededResult {
 		}
 	}
 	return r
+}
+
+// mostCommon is the count seen most often in freq (count → times seen),
+// the larger on a tie; 0 when freq is empty.
+func mostCommon(freq map[int]int) int {
+	best, bestN := 0, 0
+	for k, n := range freq {
+		if n > bestN || n == bestN && k > best {
+			best, bestN = k, n
+		}
+	}
+	return best
 }
