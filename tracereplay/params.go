@@ -71,7 +71,7 @@ func (p Params) TracePath() string {
 // the references a fair comparison needs: stock Nomad's preemption, the
 // built-in target-value strategy, and a fixed cluster as large (in
 // node-hours) as the autoscaled one.
-const DefaultConfigs = "baseline,+slices,+layouts,+preemption,+autoscale,nomad-gpu,stock-preemption,target-value,fixed-like-autoscale"
+const DefaultConfigs = "baseline,+slices,+layouts,+preemption,+autoscale,nomad-gpu,nomad-gpu-fixed,stock-preemption,target-value,fixed-like-autoscale"
 
 // Register adds the flags to fs, with their defaults.
 func (p *Params) Register(fs *flag.FlagSet) {
@@ -103,7 +103,7 @@ func (p *Params) Register(fs *flag.FlagSet) {
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "nomad-gpu", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "nomad-gpu", "nomad-gpu-fixed", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // ParseConfigs turns a comma-separated list of ConfigNames into
 // configurations, autoscaling with strategy where they autoscale.
@@ -126,6 +126,10 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 			f.Autoscale = strategy
 		case "nomad-gpu":
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
+		case "nomad-gpu-fixed":
+			// nomad-gpu at the baseline's node count: what it does with
+			// the nodes a platform team already has.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true}
 		case "stock-preemption":
 			f.Preemption, cfg.Reference = true, true
 		case "target-value":

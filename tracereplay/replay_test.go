@@ -96,6 +96,7 @@ func TestParseConfigs(t *testing.T) {
 		{Name: "+preemption", Features: Features{Preemption: true, Checkpoints: true}},
 		{Name: "+autoscale", Features: Features{Autoscale: AutoscaleGPUQueue}},
 		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: AutoscaleGPUQueue}},
+		{Name: "nomad-gpu-fixed", Features: Features{Layouts: true, Preemption: true, Checkpoints: true}},
 		{Name: "stock-preemption", Features: Features{Preemption: true}, Reference: true},
 		{Name: "target-value", Features: Features{Autoscale: AutoscaleTargetValue}, Reference: true},
 		{Name: "fixed-like-autoscale", Reference: true, NodesLike: "+autoscale"},

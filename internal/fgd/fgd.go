@@ -20,6 +20,14 @@
 //     request must come from one group (MPS shares from one GPU), the
 //     groups with fewer free instances than it asks for.
 //
+// A pool may say what its free instances can be made into (Pool.Becomes):
+// with GPU layouts that follow the queue, a GPU no allocation holds is
+// free for every kind the planner may make of it, as in FGD's own model,
+// where any free GPU takes any request. A request of such a kind can use
+// it too, each instance as one group of the instances it becomes. What an
+// allocation holds part of cannot be relaid, so a partly used MPS GPU
+// stays fragmentation for a whole-GPU request.
+//
 // FGD is the sum over shapes, weighted by their share of the mix.
 package fgd
 
@@ -41,6 +49,17 @@ type Pool struct {
 	// OneGroup says a request's instances must all come from one group.
 	OneGroup bool
 	Groups   []Group
+	// Becomes are the kinds each free instance can be made into.
+	Becomes []Conversion
+}
+
+// Conversion is a kind a free instance of a pool can be made into: Per
+// instances of Kind (a GPU made 8 MPS shares: Per 8), all of one group
+// where OneGroup.
+type Conversion struct {
+	Kind     string
+	Per      int
+	OneGroup bool
 }
 
 // Node is a node's pools.
@@ -95,16 +114,34 @@ func (p Pool) usable(count int) float64 {
 
 // Frag is the free capacity of n that a request of shape s cannot use.
 func (n Node) Frag(s Shape) float64 {
-	free := n.Free()
+	return n.Free() - n.poolFor(s.Kind).usable(s.Count)
+}
+
+// poolFor is the pool a request of kind takes from: the node's pool of that
+// kind with, as groups of their own, the free instances of other pools
+// that can become it.
+func (n Node) poolFor(kind string) Pool {
+	out := Pool{Kind: kind}
 	for _, p := range n {
-		if p.Kind == s.Kind {
-			if u := p.usable(s.Count); u > 0 {
-				return free - u
-			}
-			break
+		if p.Kind == kind {
+			out.OneGroup = p.OneGroup
+			out.Groups = append(out.Groups, p.Groups...)
 		}
 	}
-	return free
+	for _, p := range n {
+		for _, c := range p.Becomes {
+			if c.Kind != kind || c.Per < 1 {
+				continue
+			}
+			out.OneGroup = out.OneGroup || c.OneGroup
+			for _, g := range p.Groups {
+				for range g.Free {
+					out.Groups = append(out.Groups, Group{Free: c.Per, Weight: g.Weight / float64(c.Per)})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // FGD is the node's expected unusable free capacity over the mix.

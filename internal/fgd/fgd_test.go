@@ -40,3 +40,35 @@ func TestFrag(t *testing.T) {
 		t.Errorf("FGD of a node without devices = %v, want 0", got)
 	}
 }
+
+// TestFragConvertible: under layouts that follow the queue, free GPUs
+// can become MPS shares; a partly used MPS GPU cannot become whole.
+func TestFragConvertible(t *testing.T) {
+	share := 1.0 / 8
+	node := Node{
+		{Kind: "gpu", Groups: []Group{{Free: 2, Weight: 1}}, Becomes: []Conversion{{Kind: "mps", Per: 8, OneGroup: true}}},
+		{Kind: "mps", OneGroup: true, Groups: []Group{{Free: 3, Weight: share}}},
+	}
+	free := 2 + 3*share
+	for _, c := range []struct {
+		name  string
+		shape Shape
+		want  float64
+	}{
+		{"a whole GPU: the partly used MPS GPU's shares are stranded", Shape{Kind: "gpu", Count: 1}, 3 * share},
+		{"two shares: the partial GPU and both free GPUs", Shape{Kind: "mps", Count: 2}, 0},
+		{"four shares: only the free GPUs", Shape{Kind: "mps", Count: 4}, 3 * share},
+		{"nine shares of one GPU fit nowhere", Shape{Kind: "mps", Count: 9}, free},
+		{"three whole GPUs fit nowhere", Shape{Kind: "gpu", Count: 3}, free},
+	} {
+		if got := node.Frag(c.shape); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: Frag = %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Without an MPS pool of its own, a node's free GPUs still serve
+	// shares.
+	whole := Node{{Kind: "gpu", Groups: []Group{{Free: 1, Weight: 1}}, Becomes: []Conversion{{Kind: "mps", Per: 8, OneGroup: true}}}}
+	if got := whole.Frag(Shape{Kind: "mps", Count: 1}); got != 0 {
+		t.Errorf("a free GPU that can become shares: Frag = %v, want 0", got)
+	}
+}

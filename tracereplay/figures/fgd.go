@@ -55,6 +55,10 @@ type Layout struct {
 	// GPUs at an instant, their shares by GPU name.
 	dynamic bool
 	named   map[string]int
+	// asLaid: with dynamic, a GPU no run holds is of its kind at the
+	// instant (an idle MPS GPU's shares, a free whole GPU), not free for
+	// every kind the planner may make of it.
+	asLaid bool
 }
 
 // LayoutOf is a node's layout in configuration f; with Layouts, the
@@ -148,6 +152,9 @@ func (u NodeUse) empty() bool {
 // a pool of MPS shares whose requests take one GPU's, and a pool per MIG
 // profile.
 func (l Layout) node(u NodeUse) fgd.Node {
+	if l.dynamic && !l.asLaid {
+		return l.relayable(u)
+	}
 	n := fgd.Node{{Kind: "gpu", Groups: []fgd.Group{{Free: max(0, l.Whole-u.Whole), Weight: 1}}}}
 	if len(l.named) > 0 {
 		p := fgd.Pool{Kind: "mps", OneGroup: true}
@@ -168,6 +175,28 @@ func (l Layout) node(u NodeUse) fgd.Node {
 	}
 	for i, prof := range l.MIGProfiles {
 		n = append(n, fgd.Pool{Kind: "mig/" + prof, Groups: []fgd.Group{{Free: l.MIGGPUs - u.MIG[prof], Weight: float64(l.migSevenths[i]) / 7}}})
+	}
+	return n
+}
+
+// relayable is a node whose layouts follow the queue: its GPUs no run
+// holds (whole, or MPS with no share held) are free GPUs the planner can
+// make shares of (fgd.Pool.Becomes), its partly held MPS GPUs shares.
+func (l Layout) relayable(u NodeUse) fgd.Node {
+	free := max(0, l.Whole-u.Whole)
+	mps := fgd.Pool{Kind: "mps", OneGroup: true}
+	for _, gpu := range slices.Sorted(maps.Keys(l.named)) {
+		shares, held := l.named[gpu], u.MPS[gpu]
+		if held == 0 {
+			free++
+			continue
+		}
+		mps.Groups = append(mps.Groups, fgd.Group{Free: max(0, shares-held), Weight: 1 / float64(shares)})
+	}
+	n := fgd.Node{{Kind: "gpu", Groups: []fgd.Group{{Free: free, Weight: 1}},
+		Becomes: []fgd.Conversion{{Kind: "mps", Per: l.Shares, OneGroup: true}}}}
+	if len(mps.Groups) > 0 {
+		n = append(n, mps)
 	}
 	return n
 }
@@ -198,7 +227,22 @@ type FGDPoint struct {
 // FGDIntegral is ∫FGD dt and ∫free dt over [0, Horizon], in
 // GPU-equivalent seconds (FGDSeries).
 func FGDIntegral(r tracereplay.Result, mix []Shape) (frag, free float64) {
-	ps := FGDSeries(r, mix)
+	return integral(r, FGDSeries(r, mix))
+}
+
+// FGDIntegralAsLaid is ∫FGD dt with layouts that follow the queue taken
+// as they stood at each instant (an idle MPS GPU unusable by a whole-GPU
+// request, a free whole GPU by a share request): what fragmentation
+// would be if the planner never relaid another GPU. Without layouts it is
+// FGDIntegral's.
+func FGDIntegralAsLaid(r tracereplay.Result, mix []Shape) float64 {
+	l := LayoutOf(r.Cluster, r.Config.Features)
+	l.asLaid = true
+	frag, _ := integral(r, fgdSeries(r, l, mix))
+	return frag
+}
+
+func integral(r tracereplay.Result, ps []FGDPoint) (frag, free float64) {
 	for i, p := range ps {
 		to := r.Horizon
 		if i+1 < len(ps) {
@@ -215,9 +259,13 @@ func FGDIntegral(r tracereplay.Result, mix []Shape) (frag, free float64) {
 // function: the nodes' use replayed from the jobs' runs, the ready nodes
 // from the timeline (every ready node without a run is empty), and with
 // Features.Layouts each node's MPS GPUs from the timeline too (Layout.At;
-// every node a sample does not list is all whole).
+// every node a sample does not list is all whole), a GPU no run holds
+// free for any kind (Layout.relayable).
 func FGDSeries(r tracereplay.Result, mix []Shape) []FGDPoint {
-	l := LayoutOf(r.Cluster, r.Config.Features)
+	return fgdSeries(r, LayoutOf(r.Cluster, r.Config.Features), mix)
+}
+
+func fgdSeries(r tracereplay.Result, l Layout, mix []Shape) []FGDPoint {
 	gpus := l.GPUs()
 	if gpus == 0 || r.Horizon <= 0 {
 		return nil

@@ -21,7 +21,10 @@
 //     shape, a node where it does not fit counts all its free capacity;
 //     a node where it fits counts its free capacity on devices of another
 //     kind and its partial GPUs with less free than the request. Reported
-//     as ∫FGD / capacity and ∫FGD / ∫free.
+//     as ∫FGD / capacity and ∫FGD / ∫free. With layouts that follow the
+//     queue, a GPU no run holds is free for every kind the planner makes
+//     (FGD's own model: any free GPU takes any request); the figure with
+//     each GPU's layout as it stood is reported too (FragAsLaid).
 //   - Wait: from the job's actual submission to its first start, plus
 //     every re-wait, from a preemption's stop to the next start; censored
 //     at the horizon for jobs still waiting (Unstarted, or a re-wait
@@ -107,6 +110,9 @@ type Figures struct {
 	TelemetryAlloc, TelemetryBusy float64
 	// FragCapacity and FragFree are ∫FGD over ∫capacity and ∫free.
 	FragCapacity, FragFree float64
+	// FragAsLaid is ∫FGD over ∫capacity with layouts that follow the
+	// queue taken as they stood (FGDIntegralAsLaid).
+	FragAsLaid float64
 	// Wait is each job's whole wait (first wait and re-waits), FirstWait
 	// its first only; ReWaitHours sums the re-waits.
 	Wait, FirstWait Dist
@@ -190,6 +196,7 @@ func Compute(r tracereplay.Result, o Options) Figures {
 	frag, free := FGDIntegral(r, o.Mix)
 	if capacity > 0 {
 		f.FragCapacity = frag / capacity
+		f.FragAsLaid = FGDIntegralAsLaid(r, o.Mix) / capacity
 	}
 	if free > 0 {
 		f.FragFree = frag / free

@@ -2,6 +2,7 @@ package figures
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -250,7 +251,8 @@ func TestCost(t *testing.T) {
 
 // With layouts that follow the queue, a node's GPUs change: each sample
 // says which GPUs are MPS GPUs, a run's shares on a GPU no sample listed
-// yet make it one, and every other GPU is whole.
+// yet make it one, and every other GPU is whole. A GPU no run holds is
+// free for both kinds (the planner relays it); as laid, it is its kind.
 func TestFGDLayoutsFollowTheQueue(t *testing.T) {
 	cl := tracereplay.Cluster{Nodes: 2, GPUsPerNode: 2, LayoutShares: 4}
 	mix := []Shape{
@@ -270,21 +272,37 @@ func TestFGDLayoutsFollowTheQueue(t *testing.T) {
 		},
 		Jobs: []tracereplay.JobRecord{share("B", "g0", 5*s, 8*s), share("A", "g1", 12*s, 20*s)},
 	}
-	want := []FGDPoint{
-		{At: 0, FGD: 2, Free: 4, Capacity: 4},            // all whole: a share fits nowhere
-		{At: 5 * s, FGD: 2.375, Free: 3.75, Capacity: 4}, // B's g0 holds a share before a sample lists it
-		{At: 8 * s, FGD: 2, Free: 4, Capacity: 4},        // g0 unheld and unlisted: whole again
-		{At: 10 * s, FGD: 2.5, Free: 4, Capacity: 4},     // A's g1 is 4 free shares: 2 GPUs no longer fit A
-		{At: 12 * s, FGD: 2.375, Free: 3.75, Capacity: 4},
-	}
-	got := FGDSeries(r, mix)
-	if len(got) != len(want) {
-		t.Fatalf("FGDSeries = %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i].At != want[i].At || !near(got[i].FGD, want[i].FGD) || !near(got[i].Free, want[i].Free) || got[i].Capacity != want[i].Capacity {
-			t.Errorf("point %d = %+v, want %+v", i, got[i], want[i])
+	for _, c := range []struct {
+		at                time.Duration
+		fgd, asLaid, free float64
+		why               string
+	}{
+		{0, 0, 2, 4, "all whole: relayable, every shape fits; as laid a share fits nowhere"},
+		{5 * s, 0.875, 2.375, 3.75, "B's g0 holds a share before a sample lists it: 2 GPUs no longer fit B"},
+		{8 * s, 0, 2, 4, "g0 unheld and unlisted: whole again"},
+		{10 * s, 0, 2.5, 4, "A's g1 is 4 free shares: relayable, so free for both; as laid 2 GPUs no longer fit A"},
+		{12 * s, 0.875, 2.375, 3.75, "A's g1 holds a share: it cannot become whole"},
+	} {
+		for _, series := range []struct {
+			name string
+			ps   []FGDPoint
+			want float64
+		}{
+			{"relayable", FGDSeries(r, mix), c.fgd},
+			{"as laid", fgdSeries(r, Layout{Whole: 2, Shares: 4, dynamic: true, asLaid: true}, mix), c.asLaid},
+		} {
+			i := slices.IndexFunc(series.ps, func(p FGDPoint) bool { return p.At == c.at })
+			if i < 0 || !near(series.ps[i].FGD, series.want) || !near(series.ps[i].Free, c.free) || series.ps[i].Capacity != 4 {
+				t.Errorf("%s at %v (%s): %+v, want FGD %v free %v", series.name, c.at, c.why, series.ps, series.want, c.free)
+			}
 		}
+	}
+	frag, free := FGDIntegral(r, mix)
+	if want := 0.875*3 + 0.875*8; !near(frag, want) || !near(free, 4*20-0.25*11) {
+		t.Errorf("FGDIntegral = %v, %v; want %v, %v", frag, free, want, 4*20-0.25*11)
+	}
+	if got, want := FGDIntegralAsLaid(r, mix), 2*5+2.375*3+2*2+2.5*2+2.375*8; !near(got, want) {
+		t.Errorf("FGDIntegralAsLaid = %v, want %v", got, want)
 	}
 	// A static layout (all whole here) ignores samples' layouts.
 	r.Config.Features = tracereplay.Features{}

@@ -61,6 +61,7 @@ var rows = []row{
 	{name: "telemetry: busy (of held)", kind: ratio, get: func(f Figures) float64 { return f.TelemetryBusy }, check: true},
 	ratioRow("fragmentation (FGD) of capacity", func(f Figures) float64 { return f.FragCapacity }),
 	ratioRow("fragmentation (FGD) of free", func(f Figures) float64 { return f.FragFree }),
+	ratioRow("fragmentation (FGD) of capacity, layouts as they stood", func(f Figures) float64 { return f.FragAsLaid }),
 	durationRow("wait mean", func(f Figures) time.Duration { return f.Wait.Mean }),
 	durationRow("wait p50", func(f Figures) time.Duration { return f.Wait.P50 }),
 	durationRow("wait p95", func(f Figures) time.Duration { return f.Wait.P95 }),
