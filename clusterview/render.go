@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
@@ -320,13 +321,19 @@ func writeController(b *strings.Builder, v *View, width int) {
 		leader = "leader " + c.Leader
 	}
 	b.WriteString("\n" + Cut("CONTROLLER  "+leader, width) + "\n")
-	if len(c.Raises) == 0 {
+	writeRaises(b, c.Raises, width)
+	writeMoves(b, c.Moves, width)
+}
+
+// writeRaises is the jobs the controller raised.
+func writeRaises(b *strings.Builder, raises []controller.JobRaise, width int) {
+	if len(raises) == 0 {
 		return
 	}
 	t := &textTable{indent: "  ", cols: []column{
 		{head: "JOB", want: 24, min: 10}, {head: "PRIORITY", right: true}, {head: "UNTIL"}, {head: "WHY", want: 40, min: 10},
 	}}
-	for _, r := range c.Raises {
+	for _, r := range raises {
 		prio, until := fmt.Sprintf("%d → %d", r.Own, r.Priority), "-"
 		switch {
 		case !r.InForce:
@@ -335,6 +342,26 @@ func writeController(b *strings.Builder, v *View, width int) {
 			until = r.Until.UTC().Format("15:04:05")
 		}
 		t.add("", withNamespace(r.Namespace, r.Job), prio, until, r.Reason)
+	}
+	t.write(b, width)
+}
+
+// writeMoves is the allocations the controller moved in the last 24
+// hours: still moving (their job not yet running again) first, then the
+// newest done.
+func writeMoves(b *strings.Builder, moves []controller.MoveRecord, width int) {
+	if len(moves) == 0 {
+		return
+	}
+	t := &textTable{indent: "  ", cols: []column{
+		{head: "MOVED", want: 24, min: 10}, {head: "ALLOC"}, {head: "GPUS", right: true}, {head: "FROM"}, {head: "AT"}, {head: "STATE"}, {head: "WHY", want: 40, min: 10},
+	}}
+	for _, m := range moves {
+		state := "moving"
+		if !m.Resumed.IsZero() {
+			state = "runs again after " + FormatWait(int64(m.Resumed.Sub(m.At).Seconds()))
+		}
+		t.add("", withNamespace(m.Namespace, m.Job), shortID(m.Alloc), strconv.Itoa(m.GPUs), m.From, m.At.UTC().Format("15:04:05"), state, m.For)
 	}
 	t.write(b, width)
 }

@@ -33,6 +33,14 @@ const (
 	SliceMPS = "mps" // an MPS share of a GPU
 )
 
+// DriverName is the task driver's name in jobspecs (`driver = "gpu"`):
+// the controller reads a job's tasks by it (a task of this driver with a
+// `checkpoint` block, DriverCheckpointBlock, can be moved).
+const (
+	DriverName            = "gpu"
+	DriverCheckpointBlock = "checkpoint"
+)
+
 // Task environment the device plugin's Reserve sets, per device request.
 const (
 	// EnvCUDAVisibleDevices and EnvNvidiaVisibleDevices list the task's GPU-

@@ -147,6 +147,11 @@ const (
 	MetricControllerLayoutChanges = "nomad_gpu_controller_layout_changes_total"
 	MetricControllerLayoutApplied = "nomad_gpu_controller_layout_apply_seconds"
 	LabelLayoutKind               = "layout" // whole, mps or mig: what a GPU was relaid to; cancel: asked back to what it offers
+
+	// Moves of checkpointed work (docs/controller.md, moving work).
+	MetricControllerMoves          = "nomad_gpu_controller_moves_total"
+	MetricControllerMoveGPUSeconds = "nomad_gpu_controller_move_gpu_seconds_total"
+	LabelMoveReason                = "reason" // consolidate: to free a node for a multi-GPU ask
 )
 
 // ControllerMetrics lists every metric a controller replica exports.
@@ -159,6 +164,8 @@ func ControllerMetrics() []Metric {
 		{MetricControllerNomadCalls, Counter, "Nomad API list requests of the leader's watches of the cluster, by list.", []string{LabelEndpoint}},
 		{MetricControllerLayoutChanges, Counter, "GPU layouts the leader asked for in node metadata, by the kind relaid to (whole, mps, mig; cancel: a GPU allocations took before it was relaid, asked back to what it offers).", []string{LabelLayoutKind}},
 		{MetricControllerLayoutApplied, Histogram, "Time from the leader asking a GPU for a layout to its device plugin offering it, as the node list shows it (cancels left out).", nil},
+		{MetricControllerMoves, Counter, "Allocations the leader stopped so that Nomad places them again elsewhere, by reason (consolidate: to free a node for a queued multi-GPU allocation).", []string{LabelMoveReason}},
+		{MetricControllerMoveGPUSeconds, Counter, "GPU-seconds spent moving: for each moved allocation, the GPUs it held times the time from its stop to its job running again (counted when it runs again).", nil},
 	}
 }
 

@@ -43,6 +43,8 @@ type Config struct {
 	FinishedWindow time.Duration
 	// Layouts are the bounds of the layout module (Layouts); nil: off.
 	Layouts *gpulayout.Bounds
+	// Moves bounds the move module (Mover); nil: off.
+	Moves *MoveConfig
 }
 
 // Controller is one replica.
@@ -55,6 +57,8 @@ type Controller struct {
 	deadline *Deadliner // nil: off
 	resize   *Resizer   // nil: off
 	layouts  *Layouts   // nil: off; made when the replica leads
+	mover    *Mover     // nil: off; made when the replica leads
+	specs    specCache
 	log      hclog.Logger
 	metrics  *Metrics
 	now      func() time.Time
@@ -108,6 +112,13 @@ func (c *Controller) lead(ctx context.Context) error {
 		}
 		c.layouts = NewLayouts(*c.cfg.Layouts, history, c.log.Named("layouts"), c.metrics)
 	}
+	if c.cfg.Moves != nil {
+		history, err := LoadMoves(ctx, c.api, c.cfg.Namespace)
+		if err != nil {
+			return fmt.Errorf("loading the move history: %w", err)
+		}
+		c.mover = NewMover(*c.cfg.Moves, history, c.log.Named("moves"))
+	}
 	w := c.watcher()
 	defer w.Close()
 	if err := w.Sync(ctx, c.viewLists()...); err != nil {
@@ -141,14 +152,14 @@ func (c *Controller) watcher() *nomadview.Watcher {
 // viewLists are the lists the modules read: protection reads the
 // allocations and jobs, a minimum runtime by pool the nodes (their
 // pools); the deadlines' forecast and the sizer read the blocked
-// evaluations too; the layout module the nodes (their GPUs' layouts)
-// and the blocked evaluations (the queue).
+// evaluations too; the layout and move modules the nodes (their GPUs'
+// layouts and free GPUs) and the blocked evaluations (the queue).
 func (c *Controller) viewLists() []nomadview.List {
 	lists := []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs}
-	if len(c.minRun.ByPool) > 0 || c.cfg.Layouts != nil {
+	if len(c.minRun.ByPool) > 0 || c.cfg.Layouts != nil || c.cfg.Moves != nil {
 		lists = append(lists, nomadview.Nodes)
 	}
-	if c.deadline != nil || c.resize != nil || c.cfg.Layouts != nil {
+	if c.deadline != nil || c.resize != nil || c.cfg.Layouts != nil || c.cfg.Moves != nil {
 		lists = append(lists, nomadview.Blocked)
 	}
 	return lists
@@ -164,6 +175,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 		c.registerResize(ctx, jr)
 	}
 	c.relayout(ctx, now, view.Snap)
+	c.move(ctx, now, view, ledger)
 	for _, k := range ledger.Keys() {
 		if err := c.apply(ctx, now, view, ledger, k); err != nil && ctx.Err() == nil {
 			c.log.Warn("priority ledger: read again and tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)

@@ -22,6 +22,8 @@ type Metrics struct {
 	calls     *prometheus.CounterVec
 	relaid    *prometheus.CounterVec
 	applied   prometheus.Histogram
+	moves     *prometheus.CounterVec
+	moveCost  prometheus.Counter
 	ticked    sync.Once // registers lastTick with the first tick
 }
 
@@ -33,6 +35,7 @@ func NewMetrics() *Metrics {
 	tick, writes := find(contract.MetricControllerLastTick), find(contract.MetricControllerLedgerWrite)
 	calls := find(contract.MetricControllerNomadCalls)
 	relaid, applied := find(contract.MetricControllerLayoutChanges), find(contract.MetricControllerLayoutApplied)
+	moves, moveCost := find(contract.MetricControllerMoves), find(contract.MetricControllerMoveGPUSeconds)
 	m := &Metrics{
 		reg:       prometheus.NewRegistry(),
 		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: leader.Name, Help: leader.Help}),
@@ -45,8 +48,10 @@ func NewMetrics() *Metrics {
 		// held GPU waits for its allocations to end.
 		applied: prometheus.NewHistogram(prometheus.HistogramOpts{Name: applied.Name, Help: applied.Help,
 			Buckets: []float64{2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}}),
+		moves:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: moves.Name, Help: moves.Help}, moves.Labels),
+		moveCost: prometheus.NewCounter(prometheus.CounterOpts{Name: moveCost.Name, Help: moveCost.Help}),
 	}
-	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied)
+	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost)
 	return m
 }
 
@@ -75,6 +80,12 @@ func (m *Metrics) layoutChange(kind string) { m.relaid.WithLabelValues(kind).Inc
 
 // layoutApplied records the time from a layout asked to its being offered.
 func (m *Metrics) layoutApplied(d time.Duration) { m.applied.Observe(d.Seconds()) }
+
+// moved counts an allocation moved, by reason.
+func (m *Metrics) moved(reason string) { m.moves.WithLabelValues(reason).Inc() }
+
+// moveGPUSeconds adds GPU-seconds spent moving.
+func (m *Metrics) moveGPUSeconds(s float64) { m.moveCost.Add(s) }
 
 // tick records a leader's tick; the series appears with the first.
 func (m *Metrics) tick(at time.Time) {

@@ -26,6 +26,9 @@ type Status struct {
 	// Layouts are the last layout change the leaders asked of each GPU,
 	// by LayoutKey (node ID, GPU UUID).
 	Layouts map[string]LayoutChange `json:"layouts,omitempty"`
+	// Moves are the allocations moved in the last 24 hours, oldest first;
+	// one not Resumed is still moving (its job has not run again).
+	Moves []MoveRecord `json:"moves,omitempty"`
 }
 
 // JobRaise is one raise of one job.
@@ -73,6 +76,9 @@ func ReadStatus(ctx context.Context, c *api.Client, namespace string, now time.T
 		return strings.Compare(a.Namespace+"/"+a.Job, b.Namespace+"/"+b.Job)
 	})
 	if st.Layouts, err = LoadLayoutHistory(ctx, c, namespace); err != nil {
+		return st, err
+	}
+	if st.Moves, err = LoadMoves(ctx, c, namespace); err != nil {
 		return st, err
 	}
 	return st, nil

@@ -237,7 +237,7 @@ type TaskConfig struct {
 	// plugin config sets isolation.unveil_by_task.
 	Unveil []string `hcl:"unveil"`
 	// Checkpoint opts the task into checkpointing; at most one block.
-	Checkpoint []CheckpointConfig `hcl:"checkpoint,blocks"`
+	Checkpoint []CheckpointConfig `hcl:"checkpoint,blocks"` // contract.DriverCheckpointBlock
 }
 
 // CheckpointConfig is a task's `checkpoint { }` block.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
 	"github.com/nomad-gpu/nomad-gpu/driver/migcaps"
@@ -29,7 +30,7 @@ import (
 const (
 	// PluginName is the driver's name in jobspecs (`driver = "gpu"`); the
 	// binary and its agent config block are nomad-driver-gpu.
-	PluginName = "gpu"
+	PluginName = contract.DriverName
 	BinaryName = "nomad-driver-gpu"
 )
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
 
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
@@ -160,6 +161,11 @@ type gpuGroup struct {
 	// kind is its pool: nvidia/gpu, nvidia/mps or nvidia/mig/<profile>.
 	kind string
 	fgd.Group
+	// relayable are the free whole GPUs of a whole-GPU group that the
+	// controller may split into shares (LayoutGPU.Relayable); idle says
+	// an MPS GPU's group has no share held and may be made whole again.
+	relayable int
+	idle      bool
 }
 
 // mpsGPU names the GPU an MPS share is of: the GPU UUID its ID encodes,
@@ -179,7 +185,14 @@ func mpsGPU(g *DeviceGroup, in *DeviceInstance) string {
 // free instances (healthy, in held by none), and the GPU-equivalents of
 // its healthy instances and of those held. An MPS group is split by GPU
 // (mpsGPU), each share weighing 1 over its GPU's shares, healthy or not.
+// With layouts that follow the queue, the free whole GPUs and the MPS
+// GPUs with no share held that the controller may relay are marked
+// (gpuGroup.relayable, idle).
 func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, allocated float64) {
+	relay := map[string]bool{}
+	for _, l := range n.Layouts {
+		relay[l.UUID] = l.Relayable()
+	}
 	for gi := range n.Devices {
 		g := &n.Devices[gi]
 		if !nomadview.IsGPUAsk(g.DeviceSpec) {
@@ -199,6 +212,9 @@ func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, alloc
 					allocated += w
 				} else {
 					grp.Free++
+					if g.Type == contract.SliceGPU && relay[in.ID] {
+						grp.relayable++
+					}
 				}
 			}
 			groups = append(groups, grp)
@@ -229,7 +245,8 @@ func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, alloc
 			w := 1 / float64(c.all)
 			capacity += float64(c.healthy) * w
 			allocated += float64(c.held) * w
-			groups = append(groups, gpuGroup{spec: g.DeviceSpec, kind: kind, Group: fgd.Group{Free: c.healthy - c.held, Weight: w}})
+			groups = append(groups, gpuGroup{spec: g.DeviceSpec, kind: kind, Group: fgd.Group{Free: c.healthy - c.held, Weight: w},
+				idle: c.held == 0 && c.healthy == c.all && relay[k]})
 		}
 	}
 	return groups, capacity, allocated
@@ -244,10 +261,28 @@ func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, alloc
 // (nvidia/gpu, nvidia/mps, nvidia/mig/<profile>) these are the node's
 // pools by kind: its whole GPUs; its MPS shares, a group per GPU; one
 // pool per MIG profile.
+//
+// GPUs the controller may relay serve r too, as FGD's own model has any
+// free GPU take any request: for an MPS request, each relayable free
+// whole GPU is a GPU of shares (DefaultShares of them); for a request of
+// any whole GPU, each idle MPS GPU is one more whole GPU of the node's
+// first whole-GPU group.
 func fgdNode(groups []gpuGroup, r DeviceSpec) fgd.Node {
 	use := fgd.Pool{Kind: r.String(), OneGroup: true}
 	var rest fgd.Node
+	whole := 0
 	for _, g := range groups {
+		switch {
+		case r.Type == contract.SliceMPS && g.relayable > 0:
+			shares := gpulayout.DefaultShares
+			for range g.relayable {
+				use.Groups = append(use.Groups, fgd.Group{Free: shares, Weight: 1 / float64(shares)})
+			}
+			g.Free -= g.relayable
+		case r.Type == contract.SliceGPU && r.Name == "" && g.idle:
+			whole++
+			continue
+		}
 		if r.Compatible(g.spec) {
 			use.Groups = append(use.Groups, g.Group)
 			continue
@@ -258,6 +293,12 @@ func fgdNode(groups []gpuGroup, r DeviceSpec) fgd.Node {
 			i = len(rest) - 1
 		}
 		rest[i].Groups = append(rest[i].Groups, g.Group)
+	}
+	if whole > 0 {
+		if len(use.Groups) == 0 {
+			use.Groups = append(use.Groups, fgd.Group{Weight: 1})
+		}
+		use.Groups[0].Free += whole
 	}
 	return append(fgd.Node{use}, rest...)
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
@@ -118,6 +119,7 @@ func TestGPUFigures(t *testing.T) {
 			GPUFigure{capacity, allocated, free, 5.0/5 + (68.0/7)/5},
 		},
 	}
+	cases = append(cases, relayableCases()...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := GPUFigures(&Snapshot{Now: t0, Nodes: c.nodes, Work: c.work})
@@ -174,6 +176,53 @@ func TestRequestMixes(t *testing.T) {
 // held) and an MPS GPU of 4 shares (3 held), its FGD over a mix is
 // tracereplay/figures' for that layout and use, and package fgd's over
 // the pools the brief of both names: whole GPUs, MPS shares by GPU.
+// relayableCases: node x of 2 H100s (x-0 held) and GPU-X as 4 MPS
+// shares, each GPU with a layout group; a queued whole GPU and a queued
+// share, half the mix each (the held whole GPU is a third request).
+func relayableCases() []struct {
+	name  string
+	nodes []Node
+	work  []Work
+	want  GPUFigure
+} {
+	x := func(sharesHeld int, state contract.LayoutState, pinned bool) []Node {
+		used := []UsedDevices{{h100, []string{"x-0"}}}
+		if sharesHeld > 0 {
+			used = append(used, UsedDevices{mpsX, ids("GPU-X-mps", 0, sharesHeld)})
+		}
+		n := node("x", "p", "", used, wholeGPUs("x", 2), slicedGroup("nvidia", "mps", "GPU-X", "GPU-X-mps", "0000:0a", 4, 20*gib))
+		for _, l := range []struct{ uuid, current string }{{"x-0", "whole"}, {"x-1", "whole"}, {"GPU-X", "mps:4"}} {
+			n.Layouts = append(n.Layouts, LayoutGPU{UUID: l.uuid, Current: l.current, State: state, Pinned: pinned})
+		}
+		return []Node{n}
+	}
+	work := []Work{blocked("p", 1, ask("nvidia/gpu", 1)), blocked("p", 1, ask("nvidia/mps", 1))}
+	held := func(n int) float64 { return float64(n) / 4 }
+	type c = struct {
+		name  string
+		nodes []Node
+		work  []Work
+		want  GPUFigure
+	}
+	return []c{
+		// Mix: gpu×1 2/3 (held and queued), mps×1 1/3. Free: x-1 and
+		// GPU-X, both relayable: every request can use both: 0.
+		{"layouts that follow the queue: idle GPUs serve every kind", x(0, contract.LayoutReady, false), work,
+			GPUFigure{3, 1, 2, 0}},
+		// Pinned: as laid, gpu×1 leaves GPU-X's shares (1), mps×1 x-1 (1).
+		{"pinned GPUs are as laid", x(0, contract.LayoutReady, true), work,
+			GPUFigure{3, 1, 2, 2.0/3*1 + 1.0/3*1}},
+		// One share held: GPU-X cannot be made whole: gpu×1 leaves its 3
+		// free shares; mps×1 uses them and x-1 as shares. Mix: gpu×1
+		// 2/4, mps×1 2/4.
+		{"a partly held MPS GPU is stranded for whole requests", x(1, contract.LayoutReady, false), work,
+			GPUFigure{3, 1 + held(1), 1 + held(3), 0.5 * held(3)}},
+		// Draining: its plugin is relaying it, as laid meanwhile.
+		{"a GPU being relaid is as laid", x(0, contract.LayoutDraining, false), work,
+			GPUFigure{3, 1, 2, 2.0/3*1 + 1.0/3*1}},
+	}
+}
+
 func TestFGDMatchesTraceReplay(t *testing.T) {
 	x := fgdNodes()[0]
 	held := map[string]bool{}
@@ -246,5 +295,32 @@ func TestGPUWeights(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) || capacity != 0.75+1+1 || allocated != 0.5+0.25 {
 		t.Errorf("groups %v capacity %v allocated %v", got, capacity, allocated)
+	}
+}
+
+// With layouts that follow the queue the APM and the trace replay agree
+// too: node x of relayableCases with one share of GPU-X held.
+func TestFGDMatchesTraceReplayWithLayouts(t *testing.T) {
+	x := relayableCases()[2].nodes[0]
+	held := map[string]bool{}
+	x.markHeld(held)
+	groups, _, _ := nodeGPUs(&x, held)
+	mix := []RequestShape{{DeviceSpec{Vendor: "nvidia", Type: "gpu"}, 1, 0.5}, {DeviceSpec{Vendor: "nvidia", Type: "mps"}, 1, 0.5}}
+	var apm float64
+	for _, m := range byDevice(mix) {
+		apm += fgdNode(groups, m.dev).FGD(m.shapes)
+	}
+	var trMix []figures.Shape
+	for _, s := range mix {
+		trMix = append(trMix, figures.Shape{Slice: tracereplay.Slice{Kind: s.Device.Type, Count: s.Count}, Weight: s.Weight})
+	}
+	use := figures.NodeUse{Whole: 1, MPS: map[string]int{"GPU-X": 1}}
+	layout := figures.LayoutOf(tracereplay.Cluster{GPUsPerNode: 3}, tracereplay.Features{Layouts: true}).
+		At([]tracereplay.MPSGPU{{GPU: "GPU-X", Shares: 4}}, use)
+	tr := layout.FGD(use, trMix)
+	// By hand: a whole GPU leaves GPU-X's 3 free shares; a share uses
+	// them or the free whole GPU made shares.
+	if want := 0.5 * 0.75; math.Abs(apm-want) > 1e-12 || math.Abs(tr-want) > 1e-12 {
+		t.Errorf("FGD: apm %v, trace replay %v; want %v", apm, tr, want)
 	}
 }

@@ -88,11 +88,12 @@ func deviceGroupOf(d *api.NodeDeviceResource) DeviceGroup {
 }
 
 // layoutOf is a GPU's layout group: its UUID, its current layout and
-// state (each "" when the attribute is missing).
+// state (each "" when the attribute is missing), and whether it is
+// pinned.
 func layoutOf(d *api.NodeDeviceResource) LayoutGPU {
 	a := d.Attributes
 	return LayoutGPU{UUID: d.Name, Current: nomadview.AttrString(a, contract.AttrLayoutCurrent),
-		State: contract.LayoutState(nomadview.AttrString(a, contract.AttrLayoutState))}
+		State: contract.LayoutState(nomadview.AttrString(a, contract.AttrLayoutState)), Pinned: nomadview.AttrBool(a, contract.AttrLayoutPinned)}
 }
 
 // blockedWork is a queued group as the queue figures count it.

@@ -82,6 +82,16 @@ type LayoutGPU struct {
 	// State where the GPU is in applying its desired one.
 	Current string
 	State   contract.LayoutState
+	// Pinned: an operator set the layout; the controller leaves it.
+	Pinned bool
+}
+
+// Relayable reports whether the controller may give the GPU another
+// layout once nothing holds it: its layout follows the queue (not
+// pinned, ready) and it is whole or MPS shares (a GPU in MIG mode only
+// ever changes geometry).
+func (l LayoutGPU) Relayable() bool {
+	return !l.Pinned && l.State == contract.LayoutReady && (l.Current == "whole" || strings.HasPrefix(l.Current, "mps:"))
 }
 
 // Relaying reports whether the GPU is free but offers no instance: its

@@ -85,6 +85,7 @@ type controllerOptions struct {
 	metricsAddress string
 	logLevel       string
 	layouts        layoutFlags
+	moves          moveFlags
 }
 
 func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, error) {
@@ -107,6 +108,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.modules.add(fs)
 	o.layouts.add(fs)
+	o.moves.add(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -136,6 +138,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 		return nil, err
 	}
 	if o.cfg.Layouts, err = o.layouts.bounds(); err != nil {
+		return nil, err
+	}
+	if o.cfg.Moves, err = o.moves.moves(); err != nil {
 		return nil, err
 	}
 	if o.metricsAddress != "" {
@@ -198,7 +203,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("started", "nomad", client.Address(), "preemption_cooldown", o.cfg.Cooldown, "lock_ttl", o.cfg.LockTTL,
-		"deadlines", o.cfg.Deadlines != nil, "sizing", o.cfg.Sizing != nil)
+		"deadlines", o.cfg.Deadlines != nil, "sizing", o.cfg.Sizing != nil, "layouts", o.cfg.Layouts != nil, "moves", o.cfg.Moves != nil)
 	if err := controller.New(client, o.cfg, log, m).Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "nomad-gpu controller: %v\n", err)
 		return 1

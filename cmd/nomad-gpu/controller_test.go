@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,10 @@ func TestControllerFlagErrors(t *testing.T) {
 		{[]string{"-layout-shares", "a=4,a=8"}, `-layout-shares: pool "a" given twice`},
 		{[]string{"-layout-min-whole", "a=-1"}, `-layout-min-whole: pool "a": "-1" is not a GPU count of 0 or more`},
 		{[]string{"-layout-never", "3"}, `-layout-never: "3" is not a GPU- UUID`},
+		{[]string{"-move-budget-hour", "0"}, "-move-budget-hour: 0; allowed: 1 to 1000 (-moves=false turns moving off)"},
+		{[]string{"-move-budget-job-day", "0"}, "-move-budget-job-day: 0; allowed: 1 to 1000"},
+		{[]string{"-move-settle", "10ms"}, "-move-settle: 10ms; allowed: 1s to 1h"},
+		{[]string{"-move-pools", "training,*"}, `-move-pools: "*" is not a node pool name`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {
@@ -52,6 +57,20 @@ func TestControllerFlags(t *testing.T) {
 	}
 	if o.cfg.Cooldown != 10*time.Minute || o.cfg.MinRuntime["training"] != 20*time.Minute || o.cfg.MinRuntime["hpc"] != time.Hour || o.cfg.MinRuntimePriority != 100 {
 		t.Errorf("parsed %+v", o.cfg)
+	}
+}
+
+func TestControllerMoveFlags(t *testing.T) {
+	o, err := parseControllerFlags([]string{"-move-pools", "training, hpc", "-move-budget-hour", "1", "-move-settle", "30s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := o.cfg.Moves
+	if m == nil || !slices.Equal(m.Pools, []string{"training", "hpc"}) || m.PerHour != 1 || m.PerJobPerDay != 3 || m.Settle != 30*time.Second {
+		t.Errorf("moves %+v", m)
+	}
+	if off, err := parseControllerFlags([]string{"-moves=false"}, io.Discard); err != nil || off.cfg.Moves != nil {
+		t.Errorf("-moves=false: %+v, %v", off.cfg.Moves, err)
 	}
 }
 

@@ -10,8 +10,12 @@
 # Nomad cannot scope it more narrowly: the same capability drains nodes,
 # sets their eligibility and purges them. Run the controller with
 # -layouts=false and set node back to "read" if that is too much.
+#
+# alloc-lifecycle is for moving checkpointed work: the controller stops
+# an allocation that opted in (job meta nomad_gpu_movable) so that Nomad
+# places it again. Drop it with -moves=false.
 namespace "*" {
-  capabilities = ["read-job", "submit-job", "list-jobs"]
+  capabilities = ["read-job", "submit-job", "list-jobs", "alloc-lifecycle"]
 
   variables {
     path "nomad-gpu/*" {

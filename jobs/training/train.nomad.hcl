@@ -26,6 +26,9 @@ job "train" {
 
   meta {
     tier = var.tier
+    # The controller may stop it to free a node for a queued multi-GPU
+    # job; it resumes from its checkpoint elsewhere (docs/controller.md).
+    nomad_gpu_movable = "true"
   }
 
   group "trainer" {

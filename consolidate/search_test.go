@@ -1,0 +1,134 @@
+package consolidate
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func movable(id, node string, gpus int) Alloc {
+	return Alloc{ID: id, Job: "job-" + id, Node: node, GPUs: gpus, Movable: true}
+}
+
+func pinned(id, node string, gpus int) Alloc {
+	a := movable(id, node, gpus)
+	a.Movable, a.Why = false, "not opted in"
+	return a
+}
+
+func TestSearch(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		nodes  []Node
+		allocs []Alloc
+		count  int
+		// node is the node freed, moves the allocations moved, sorted;
+		// empty node: no plan.
+		node  string
+		moves []string
+	}{
+		{
+			name:   "two nodes of 4, two 1-GPU jobs on each: two move off the first",
+			nodes:  []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 2}},
+			allocs: []Alloc{movable("a1", "a", 1), movable("a2", "a", 1), movable("b1", "b", 1), movable("b2", "b", 1)},
+			count:  4, node: "gpu-1", moves: []string{"a1", "a2"},
+		},
+		{
+			name:   "none movable: nothing moves",
+			nodes:  []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 2}},
+			allocs: []Alloc{pinned("a1", "a", 1), pinned("a2", "a", 1), pinned("b1", "b", 1), pinned("b2", "b", 1)},
+			count:  4,
+		},
+		{
+			name:   "one not movable on each node: nothing can free one",
+			nodes:  []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 2}},
+			allocs: []Alloc{movable("a1", "a", 1), pinned("a2", "a", 1), movable("b1", "b", 1), pinned("b2", "b", 1)},
+			count:  4,
+		},
+		{
+			name:  "the node needing the fewest moves: one off gpu-2 rather than three off gpu-1",
+			nodes: []Node{{ID: "a", Name: "gpu-1", Free: 0}, {ID: "b", Name: "gpu-2", Free: 3}, {ID: "c", Name: "gpu-3", Free: 2}},
+			allocs: []Alloc{movable("x", "a", 2), movable("y", "a", 1), movable("z", "a", 1),
+				movable("w", "b", 1)},
+			count: 4, node: "gpu-2", moves: []string{"w"},
+		},
+		{
+			name:   "as few GPUs moved as allocations allow",
+			nodes:  []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 2}},
+			allocs: []Alloc{movable("p", "a", 2), movable("q", "a", 1)},
+			count:  3, node: "gpu-1", moves: []string{"q"},
+		},
+		{
+			name:   "no move when a moved allocation fits nowhere else",
+			nodes:  []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 1}},
+			allocs: []Alloc{movable("x", "a", 2)},
+			count:  4,
+		},
+		{
+			name:  "moved allocations packed so that all fit: 2 on the node of 2, 1 and 1 on the node of 2",
+			nodes: []Node{{ID: "a", Name: "gpu-1", Free: 0}, {ID: "b", Name: "gpu-2", Free: 2}, {ID: "c", Name: "gpu-3", Free: 2}},
+			allocs: []Alloc{movable("x", "a", 2), movable("y", "a", 1), movable("z", "a", 1),
+				pinned("b1", "b", 1), pinned("b2", "b", 1), pinned("c1", "c", 1), pinned("c2", "c", 1)},
+			count: 4, node: "gpu-1", moves: []string{"x", "y", "z"},
+		},
+		{
+			name:   "a node already has the GPUs: Nomad places the ask, nothing moves",
+			nodes:  []Node{{ID: "a", Name: "gpu-1", Free: 4}, {ID: "b", Name: "gpu-2", Free: 0}},
+			allocs: []Alloc{movable("b1", "b", 4)},
+			count:  4,
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, ok := Search(c.nodes, c.allocs, Ask{Job: "hpc", Group: "train", Count: c.count})
+			if c.node == "" {
+				if ok {
+					t.Fatalf("Search = %v, want no plan", p)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("Search found no plan, want %v off %s", c.moves, c.node)
+			}
+			var moved []string
+			for _, m := range p.Moves {
+				moved = append(moved, m.Alloc.ID)
+				if m.To.ID == p.Node.ID {
+					t.Errorf("%s moved onto the node it frees", m.Alloc.ID)
+				}
+			}
+			slices.Sort(moved)
+			if p.Node.Name != c.node || !slices.Equal(moved, c.moves) || p.Freed < c.count {
+				t.Errorf("Search = %v (%v off %s, %d freed), want %v off %s", p, moved, p.Node.Name, p.Freed, c.moves, c.node)
+			}
+		})
+	}
+}
+
+// The simulated destinations never take more than a node has free.
+func TestFitRespectsFree(t *testing.T) {
+	nodes := []Node{{ID: "b", Name: "gpu-2", Free: 2}, {ID: "c", Name: "gpu-3", Free: 2}}
+	moves, ok := fit([]Alloc{movable("y", "a", 1), movable("x", "a", 2), movable("z", "a", 1)}, nodes)
+	if !ok {
+		t.Fatal("fit: no placement, want x on one node, y and z on the other")
+	}
+	used := map[string]int{}
+	for _, m := range moves {
+		used[m.To.ID] += m.Alloc.GPUs
+	}
+	for _, n := range nodes {
+		if used[n.ID] > n.Free {
+			t.Errorf("node %s given %d GPUs, has %d free: %v", n.Name, used[n.ID], n.Free, moves)
+		}
+	}
+	if _, ok := fit([]Alloc{movable("x", "a", 3)}, nodes); ok {
+		t.Error("fit placed a 3-GPU allocation on nodes of 2 free")
+	}
+}
+
+func TestPlanString(t *testing.T) {
+	p := Plan{Ask: Ask{Job: "hpc-3", Group: "train", Count: 4}, Node: Node{Name: "gpu-2"}, Freed: 4,
+		Moves: []Move{{Alloc: movable("a1", "a", 1)}, {Alloc: movable("a2", "a", 1)}}}
+	if got := p.String(); !strings.Contains(got, "move 2 allocations (2 GPUs) off gpu-2 to free 4 GPUs for hpc-3/train") {
+		t.Errorf("String = %q", got)
+	}
+}

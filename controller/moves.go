@@ -1,0 +1,403 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/consolidate"
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// Moving checkpointed work. Nomad places an allocation once and never
+// moves it, so free GPUs spread over nodes keep a multi-GPU allocation
+// waiting. The move module (Mover) finds the fewest running allocations
+// whose move frees one node for it (package consolidate) and stops them
+// through Nomad's API: Nomad places a stopped allocation again (`nomad
+// alloc stop`, batch jobs included), and the driver commits its
+// checkpoint on the way out, so its next run resumes where it stopped.
+// Nomad has no way to steer the queued allocation to the freed node;
+// its binpacking does: the moved allocations go to the fullest nodes
+// that fit them, and the freed node is the only one the queued one fits.
+
+// MetaMovable is the job meta key that opts a job in ("true") to being
+// moved, or out ("false") where its node pool opts jobs in.
+const MetaMovable = "nomad_gpu_movable"
+
+// MoveConfig bounds the move module.
+type MoveConfig struct {
+	// Pools are node pools whose jobs are movable unless they opt out.
+	Pools []string
+	// PerHour is the most consolidations (rounds that move work, each
+	// moving the allocations one node needs freed) in any hour;
+	// PerJobPerDay the most moves of one job's allocations in any 24
+	// hours.
+	PerHour, PerJobPerDay int
+	// Settle is how long a consolidation waits for the allocation it
+	// freed a node for to run before the module plans another.
+	Settle time.Duration
+}
+
+// MoveRecord is one allocation moved: kept for the budget and for
+// people (`nomad-gpu top`), in the controller's namespace (MovesVariable).
+// The records of one consolidation share At.
+type MoveRecord struct {
+	At        time.Time `json:"at"`
+	Namespace string    `json:"namespace"`
+	Job       string    `json:"job"`
+	Alloc     string    `json:"alloc"`
+	From      string    `json:"from"`
+	GPUs      int       `json:"gpus"`
+	// Reason is the whole log line; For what the move was for ("to free
+	// 4 GPUs on gpu-2 for hpc-3").
+	Reason string `json:"reason"`
+	For    string `json:"for"`
+	// Resumed is when the job ran again, zero until then.
+	Resumed time.Time `json:"resumed,omitzero"`
+}
+
+// pendingMove is a consolidation under way: the queued group it is for
+// and when it began.
+type pendingMove struct {
+	ask   consolidate.Ask
+	since time.Time
+}
+
+// JobSpecs reads a job's full spec (its tasks' driver config); the
+// controller's is Nomad's API, cached by modify index.
+type JobSpecs func(ctx context.Context, k JobKey) (*api.Job, error)
+
+// Mover is the move module. Its fields are the leader's loop's alone: no
+// lock.
+type Mover struct {
+	cfg     MoveConfig
+	history []MoveRecord
+	pending *pendingMove
+	log     hclog.Logger
+}
+
+// NewMover is the module with the moves recorded before.
+func NewMover(cfg MoveConfig, history []MoveRecord, log hclog.Logger) *Mover {
+	return &Mover{cfg: cfg, history: history, log: log}
+}
+
+// History is the moves of the last 24 hours, oldest first.
+func (m *Mover) History() []MoveRecord { return slices.Clone(m.history) }
+
+// Pending is the consolidation under way, false when none is.
+func (m *Mover) Pending() (consolidate.Ask, time.Time, bool) {
+	if m.pending == nil {
+		return consolidate.Ask{}, time.Time{}, false
+	}
+	return m.pending.ask, m.pending.since, true
+}
+
+// Step plans one consolidation on a view: the first queued group, by
+// priority then age, that some node can be freed for. It returns false
+// while one is under way or nothing can be freed.
+func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs) (consolidate.Plan, bool) {
+	m.trim(now)
+	queued := wholeGPUAsks(v.Snap)
+	if m.settled(now, queued) {
+		return consolidate.Plan{}, false
+	}
+	nodesByPool := map[string][]consolidate.Node{}
+	var allocs []consolidate.Alloc
+	for _, q := range queued {
+		nodes, ok := nodesByPool[q.pool]
+		if !ok {
+			nodes = freeWholeGPUs(v.Snap, q.pool)
+			nodesByPool[q.pool] = nodes
+		}
+		if allocs == nil {
+			allocs = m.movable(ctx, now, v, l, specs)
+		}
+		p, ok := consolidate.Search(nodes, allocs, q.ask)
+		if !ok {
+			continue
+		}
+		if why := m.overBudget(now, p); why != "" {
+			m.log.Debug("consolidation over budget", "plan", p.String(), "why", why)
+			continue
+		}
+		m.pending = &pendingMove{ask: q.ask, since: now}
+		return p, true
+	}
+	return consolidate.Plan{}, false
+}
+
+// settled ends a consolidation whose queued group no longer waits, or
+// that waited Settle; true while one is under way.
+func (m *Mover) settled(now time.Time, queued []queuedAsk) bool {
+	if m.pending == nil {
+		return false
+	}
+	waiting := slices.ContainsFunc(queued, func(q queuedAsk) bool { return q.ask == m.pending.ask })
+	if waiting && now.Sub(m.pending.since) < m.cfg.Settle {
+		return true
+	}
+	if waiting {
+		m.log.Warn("a consolidation freed a node but its allocation still waits; planning again", "job", m.pending.ask.Job, "group", m.pending.ask.Group, "since", m.pending.since)
+	}
+	m.pending = nil
+	return false
+}
+
+// Record notes a move made: the budget counts it.
+func (m *Mover) Record(r MoveRecord) { m.history = append(m.history, r) }
+
+// trim keeps the moves of the last 24 hours, the longest the budget
+// looks back.
+func (m *Mover) trim(now time.Time) {
+	m.history = slices.DeleteFunc(m.history, func(r MoveRecord) bool { return now.Sub(r.At) > 24*time.Hour })
+}
+
+// consolidations counts the consolidations since since.
+func (m *Mover) consolidations(since time.Time) int {
+	rounds := map[time.Time]bool{}
+	for _, r := range m.history {
+		if r.At.After(since) {
+			rounds[r.At] = true
+		}
+	}
+	return len(rounds)
+}
+
+// movedJob counts the moves of job k's allocations since since.
+func (m *Mover) movedJob(since time.Time, k JobKey) int {
+	n := 0
+	for _, r := range m.history {
+		if r.At.After(since) && r.Namespace == k.Namespace && r.Job == k.ID {
+			n++
+		}
+	}
+	return n
+}
+
+// overBudget says why a plan would exceed a job's daily budget (two of
+// its allocations in one plan), "" when it would not.
+func (m *Mover) overBudget(now time.Time, p consolidate.Plan) string {
+	per := map[JobKey]int{}
+	for _, mv := range p.Moves {
+		k := JobKey{Namespace: mv.Alloc.Namespace, ID: mv.Alloc.Job}
+		per[k]++
+		if m.movedJob(now.Add(-24*time.Hour), k)+per[k] > m.cfg.PerJobPerDay {
+			return fmt.Sprintf("job %s would be moved more than %d times in 24h", k.ID, m.cfg.PerJobPerDay)
+		}
+	}
+	return ""
+}
+
+// queuedAsk is one queued group asking for whole GPUs on one node.
+type queuedAsk struct {
+	ask      consolidate.Ask
+	pool     string
+	priority int
+	since    time.Time
+}
+
+// wholeGPUAsks are the queued groups asking for more than one whole GPU
+// (one GPU fits any free one: nothing to consolidate), highest priority
+// first, then oldest.
+func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
+	var out []queuedAsk
+	for _, q := range snap.QueuedGroups() {
+		for _, a := range q.Asks {
+			if a.Device.Type != contract.SliceGPU || a.Count < 2 {
+				continue
+			}
+			out = append(out, queuedAsk{
+				ask:  consolidate.Ask{Namespace: q.Namespace, Job: q.JobID, Group: q.Group, Count: a.Count},
+				pool: q.Pool, priority: q.Priority, since: q.Since,
+			})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b queuedAsk) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), a.since.Compare(b.since))
+	})
+	return out
+}
+
+// freeWholeGPUs are the schedulable nodes of pool ("all": every pool)
+// with whole GPUs, and their free ones: healthy, held by no pending or
+// running allocation.
+func freeWholeGPUs(snap *nomadview.Snapshot, pool string) []consolidate.Node {
+	held := map[string]bool{}
+	for _, hs := range snap.HeldSlices() {
+		for _, h := range hs {
+			for _, id := range h.IDs {
+				held[id] = true
+			}
+		}
+	}
+	var out []consolidate.Node
+	for _, n := range snap.Nodes {
+		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || pool != "all" && n.NodePool != pool {
+			continue
+		}
+		node := consolidate.Node{ID: n.ID, Name: n.Name}
+		gpus := false
+		for _, d := range n.NodeResources.Devices {
+			if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceGPU {
+				continue
+			}
+			gpus = true
+			for _, in := range d.Instances {
+				if in != nil && in.Healthy && !held[in.ID] {
+					node.Free++
+				}
+			}
+		}
+		if gpus {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+// movable is every running allocation holding whole GPUs, each judged
+// movable or not (movableWhy).
+func (m *Mover) movable(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs) []consolidate.Alloc {
+	budget := m.cfg.PerHour - m.consolidations(now.Add(-time.Hour))
+	var out []consolidate.Alloc
+	for node, hs := range v.Snap.HeldSlices() {
+		gpus := map[*api.AllocationListStub]int{}
+		var order []*api.AllocationListStub
+		for _, h := range hs {
+			if h.Device.Type != contract.SliceGPU {
+				continue
+			}
+			if _, seen := gpus[h.Alloc]; !seen {
+				order = append(order, h.Alloc)
+			}
+			gpus[h.Alloc] += len(h.IDs)
+		}
+		for _, a := range order {
+			ca := consolidate.Alloc{ID: a.ID, Namespace: a.Namespace, Job: a.JobID, Node: node, GPUs: gpus[a]}
+			ca.Why = m.movableWhy(ctx, now, v, l, specs, a, budget)
+			ca.Movable = ca.Why == ""
+			out = append(out, ca)
+		}
+	}
+	slices.SortFunc(out, func(a, b consolidate.Alloc) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// movableWhy says why an allocation may not be moved now, "" when it
+// may: it runs; its job is a batch job that opted in (job meta, or its
+// node pool) whose GPU tasks all checkpoint on this driver; no raise of
+// the ledger (preemption protection, minimum runtime, deadline) is in
+// force on it; the budget has room.
+func (m *Mover) movableWhy(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs, a *api.AllocationListStub, budget int) string {
+	k := JobKey{Namespace: a.Namespace, ID: a.JobID}
+	job := v.Jobs[k]
+	switch {
+	case a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun:
+		return "not running"
+	case job == nil:
+		return "job not listed"
+	case job.Type != api.JobTypeBatch:
+		return "not a batch job (services are not moved)"
+	case !m.optedIn(v, job, a):
+		return fmt.Sprintf("not opted in (job meta %s, or a node pool of -move-pools)", MetaMovable)
+	case budget <= 0:
+		return fmt.Sprintf("the budget of %d consolidations an hour is spent", m.cfg.PerHour)
+	case m.movedJob(now.Add(-24*time.Hour), k) >= m.cfg.PerJobPerDay:
+		return fmt.Sprintf("moved %d times in 24h, its budget", m.cfg.PerJobPerDay)
+	}
+	for _, r := range l.Peek(k).Raises {
+		if r.InForce(now) {
+			return "protected: " + r.Reason
+		}
+	}
+	spec, err := specs(ctx, k)
+	if err != nil {
+		return "job spec not read: " + err.Error()
+	}
+	return checkpointsWhy(spec, a.TaskGroup)
+}
+
+// optedIn: the job's meta says true, or its allocation's node is in a
+// pool of Pools and the meta does not say false.
+func (m *Mover) optedIn(v View, job *api.JobListStub, a *api.AllocationListStub) bool {
+	switch job.Meta[MetaMovable] {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	n := v.Snap.Node(a.NodeID)
+	return n != nil && slices.Contains(m.cfg.Pools, n.NodePool)
+}
+
+// checkpointsWhy says why a group's GPU tasks would lose work when
+// stopped, "" when every one of them runs on this driver with a
+// checkpoint block.
+func checkpointsWhy(job *api.Job, group string) string {
+	var tg *api.TaskGroup
+	for _, g := range job.TaskGroups {
+		if g != nil && g.Name != nil && *g.Name == group {
+			tg = g
+		}
+	}
+	if tg == nil {
+		return fmt.Sprintf("group %q not in the job's spec", group)
+	}
+	for _, t := range tg.Tasks {
+		if t == nil || t.Resources == nil || !slices.ContainsFunc(t.Resources.Devices, func(d *api.RequestedDevice) bool {
+			return d != nil && nomadview.IsGPUAsk(nomadview.ParseRequest(d.Name))
+		}) {
+			continue
+		}
+		if t.Driver != contract.DriverName {
+			return fmt.Sprintf("task %q runs on driver %q, not %q: it has no checkpoints", t.Name, t.Driver, contract.DriverName)
+		}
+		if _, ok := t.Config[contract.DriverCheckpointBlock]; !ok {
+			return fmt.Sprintf("task %q has no %s block", t.Name, contract.DriverCheckpointBlock)
+		}
+	}
+	return ""
+}
+
+// moveReason says why a move is made, for the log and the task's event:
+// "moved alloc 1a2b3c4d (train-7, 1 GPU) gpu-2 → gpu-4 to free 4 GPUs on
+// gpu-2 for hpc-3".
+func moveReason(p consolidate.Plan, mv consolidate.Move) string {
+	unit := "GPUs"
+	if mv.Alloc.GPUs == 1 {
+		unit = "GPU"
+	}
+	return fmt.Sprintf("moved alloc %s (%s, %d %s) %s → %s %s",
+		short(mv.Alloc.ID), mv.Alloc.Job, mv.Alloc.GPUs, unit, p.Node.Name, mv.To.Name, movePurpose(p))
+}
+
+// movePurpose is what a plan's moves are for: "to free 4 GPUs on gpu-2
+// for hpc-3".
+func movePurpose(p consolidate.Plan) string {
+	return fmt.Sprintf("to free %d GPUs on %s for %s", p.Ask.Count, p.Node.Name, p.Ask.Job)
+}
+
+// markResumed marks the moves whose job has an allocation running that
+// was created after the move (running: the newest such creation per
+// job), calling cost with the GPU-seconds each spent moving; true when
+// it marked one.
+func (m *Mover) markResumed(now time.Time, running map[JobKey]time.Time, cost func(float64)) bool {
+	marked := false
+	for i := range m.history {
+		r := &m.history[i]
+		created, ok := running[JobKey{Namespace: r.Namespace, ID: r.Job}]
+		if !r.Resumed.IsZero() || !ok || !created.After(r.At) {
+			continue
+		}
+		r.Resumed = now
+		cost(float64(r.GPUs) * now.Sub(r.At).Seconds())
+		marked = true
+	}
+	return marked
+}

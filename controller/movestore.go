@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// MovesVariable is where the move module keeps the moves of the last 24
+// hours, in the controller's namespace: one item, MovesItem, holding the
+// MoveRecords as JSON, oldest first. A leader reads it when it starts to
+// lead, so a new leader keeps the budget of the one before; `nomad-gpu
+// top` reads it too. A record is about 250 bytes: the 64 KiB a variable
+// holds is about 250 moves a day; older records are dropped first.
+const (
+	MovesVariable  = "nomad-gpu/moves"
+	MovesItem      = "moves"
+	maxMoveRecords = 200
+)
+
+// LoadMoves reads the move history; none when the variable is missing.
+func LoadMoves(ctx context.Context, c *api.Client, namespace string) ([]MoveRecord, error) {
+	v, _, err := c.Variables().Read(MovesVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+	if nomadview.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", MovesVariable, err)
+	}
+	var out []MoveRecord
+	if raw := v.Items[MovesItem]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &out); err != nil {
+			return nil, fmt.Errorf("%s: item %q: %v", MovesVariable, MovesItem, err)
+		}
+	}
+	return out, nil
+}
+
+// putMoves writes the move history, whole (the leader is the one writer).
+func putMoves(ctx context.Context, c *api.Client, namespace string, records []MoveRecord) error {
+	records = records[max(0, len(records)-maxMoveRecords):]
+	b, err := json.Marshal(records)
+	if err != nil {
+		return err
+	}
+	v := &api.Variable{Namespace: namespace, Path: MovesVariable, Items: api.VariableItems{MovesItem: string(b)}}
+	if _, _, err := c.Variables().Update(v, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("writing %s: %w", MovesVariable, err)
+	}
+	return nil
+}
+
+// specCache reads jobs' full specs through the API, once per version of
+// each job (the jobs list's JobModifyIndex says when to read again). The
+// leader's loop alone uses it: no lock.
+type specCache struct {
+	jobs map[JobKey]*api.Job
+}
+
+// get is JobSpecs for the controller's client and the view's jobs.
+func (s *specCache) get(c *api.Client, v View) JobSpecs {
+	return func(ctx context.Context, k JobKey) (*api.Job, error) {
+		listed := v.Jobs[k]
+		if j := s.jobs[k]; j != nil && listed != nil && j.JobModifyIndex != nil && *j.JobModifyIndex == listed.JobModifyIndex {
+			return j, nil
+		}
+		j, _, err := c.Jobs().Info(k.ID, (&api.QueryOptions{Namespace: k.Namespace}).WithContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		if s.jobs == nil {
+			s.jobs = map[JobKey]*api.Job{}
+		}
+		s.jobs[k] = j
+		return j, nil
+	}
+}
+
+// move runs the move module and stops what it decided, each stop
+// recorded and logged with its reason; then it notes the moved jobs
+// that run again, counting the GPU-time moving cost.
+func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger *Ledger) {
+	if c.mover == nil {
+		return
+	}
+	changed := c.resumed(now, view)
+	if p, ok := c.mover.Step(ctx, now, view, ledger, c.specs.get(c.api, view)); ok {
+		c.log.Info("decision", "kind", "consolidate", "reason", p.String())
+		for _, mv := range p.Moves {
+			reason := moveReason(p, mv)
+			q := (&api.QueryOptions{Namespace: mv.Alloc.Namespace}).WithContext(ctx)
+			if _, err := c.api.Allocations().Stop(&api.Allocation{ID: mv.Alloc.ID, Namespace: mv.Alloc.Namespace}, q); err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("allocation not stopped; the consolidation waits for the next plan", "alloc", mv.Alloc.ID, "error", err)
+				}
+				continue
+			}
+			c.mover.Record(MoveRecord{At: now, Namespace: mv.Alloc.Namespace, Job: mv.Alloc.Job, Alloc: mv.Alloc.ID,
+				From: p.Node.Name, GPUs: mv.Alloc.GPUs, Reason: reason, For: movePurpose(p)})
+			c.metrics.moved("consolidate")
+			c.decided(Decision{"moved", JobKey{Namespace: mv.Alloc.Namespace, ID: mv.Alloc.Job}, reason})
+			changed = true
+		}
+	}
+	if changed {
+		if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History()); err != nil && ctx.Err() == nil {
+			c.log.Warn("move history not written", "error", err)
+		}
+	}
+}
+
+// resumed marks the moved allocations whose job runs again (an
+// allocation of the job created after the move is running) and counts
+// the GPU-time from stop to run; true when it marked one.
+func (c *Controller) resumed(now time.Time, view View) bool {
+	running := map[JobKey]time.Time{}
+	for _, a := range view.Snap.Allocs {
+		if a.ClientStatus == api.AllocClientStatusRunning {
+			k := JobKey{Namespace: a.Namespace, ID: a.JobID}
+			created := time.Unix(0, a.CreateTime)
+			if created.After(running[k]) {
+				running[k] = created
+			}
+		}
+	}
+	return c.mover.markResumed(now, running, c.metrics.moveGPUSeconds)
+}
