@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -110,10 +111,11 @@ func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, spec
 	nodesByPool := map[string][]consolidate.Node{}
 	var allocs []consolidate.Alloc
 	for _, q := range queued {
-		nodes, ok := nodesByPool[q.pool]
+		key := q.pool + "\x00" + strings.Join(q.datacenters, ",")
+		nodes, ok := nodesByPool[key]
 		if !ok {
-			nodes = freeWholeGPUs(v.Snap, q.pool)
-			nodesByPool[q.pool] = nodes
+			nodes = freeWholeGPUs(v.Snap, q.pool, q.datacenters)
+			nodesByPool[key] = nodes
 		}
 		if allocs == nil {
 			allocs = m.movable(ctx, now, v, l, specs)
@@ -196,10 +198,11 @@ func (m *Mover) overBudget(now time.Time, p consolidate.Plan) string {
 
 // queuedAsk is one queued group asking for whole GPUs on one node.
 type queuedAsk struct {
-	ask      consolidate.Ask
-	pool     string
-	priority int
-	since    time.Time
+	ask         consolidate.Ask
+	pool        string
+	datacenters []string
+	priority    int
+	since       time.Time
 }
 
 // wholeGPUAsks are the queued groups asking for more than one whole GPU
@@ -214,7 +217,7 @@ func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
 			}
 			out = append(out, queuedAsk{
 				ask:  consolidate.Ask{Namespace: q.Namespace, Job: q.JobID, Group: q.Group, Count: a.Count},
-				pool: q.Pool, priority: q.Priority, since: q.Since,
+				pool: q.Pool, datacenters: q.Datacenters, priority: q.Priority, since: q.Since,
 			})
 		}
 	}
@@ -224,10 +227,12 @@ func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
 	return out
 }
 
-// freeWholeGPUs are the schedulable nodes of pool ("all": every pool)
-// with whole GPUs, and their free ones: healthy, held by no pending or
-// running allocation.
-func freeWholeGPUs(snap *nomadview.Snapshot, pool string) []consolidate.Node {
+// freeWholeGPUs are the schedulable nodes of pool ("all": every pool) in
+// a datacenter the patterns match, with whole GPUs, and their free ones:
+// healthy, held by no pending or running allocation. (A job's other
+// constraints are not read: a node they exclude may be freed in vain,
+// which the budget bounds.)
+func freeWholeGPUs(snap *nomadview.Snapshot, pool string, datacenters []string) []consolidate.Node {
 	held := map[string]bool{}
 	for _, hs := range snap.HeldSlices() {
 		for _, h := range hs {
@@ -238,7 +243,8 @@ func freeWholeGPUs(snap *nomadview.Snapshot, pool string) []consolidate.Node {
 	}
 	var out []consolidate.Node
 	for _, n := range snap.Nodes {
-		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || pool != "all" && n.NodePool != pool {
+		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || pool != "all" && n.NodePool != pool ||
+			!slices.ContainsFunc(datacenters, func(p string) bool { return nomadview.DatacenterMatch(p, n.Datacenter) }) {
 			continue
 		}
 		node := consolidate.Node{ID: n.ID, Name: n.Name}

@@ -109,6 +109,10 @@ func TestMoverStep(t *testing.T) {
 				}
 			},
 			want: []string{"alloc-train-n2-0", "alloc-train-n2-1"}},
+		{name: "no node in the queued job's datacenters: nothing moves", meta: optedIn, cfg: moveBudget,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
+				s.Specs[JobKey{Namespace: "default", ID: "hpc"}].Datacenters = []string{"eu-*"}
+			}},
 		{name: "a node with 4 free: Nomad places it, nothing moves", meta: optedIn, cfg: moveBudget,
 			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
 				s.Nodes = append(s.Nodes, layoutNode("n3", "whole", "whole", "whole", "whole"))

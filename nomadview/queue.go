@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -238,4 +239,25 @@ func GPUTask(job *api.Job, group string) string {
 	}
 	_, task := groupAsks(tg)
 	return task
+}
+
+// DatacenterMatch matches a node's datacenter against a job's datacenter
+// pattern, where * matches any run of characters (Nomad's rule).
+func DatacenterMatch(pattern, dc string) bool {
+	if !strings.Contains(pattern, "*") {
+		return pattern == dc
+	}
+	parts := strings.Split(pattern, "*")
+	if !strings.HasPrefix(dc, parts[0]) {
+		return false
+	}
+	dc = dc[len(parts[0]):]
+	for i := 1; i < len(parts)-1; i++ {
+		j := strings.Index(dc, parts[i])
+		if j < 0 {
+			return false
+		}
+		dc = dc[j+len(parts[i]):]
+	}
+	return strings.HasSuffix(dc, parts[len(parts)-1])
 }

@@ -202,3 +202,19 @@ func TestIsNotFound(t *testing.T) {
 		t.Error("NotFound wraps only 404s")
 	}
 }
+
+func TestDatacenterMatch(t *testing.T) {
+	cases := []struct {
+		p, s string
+		want bool
+	}{
+		{"dc1", "dc1", true}, {"dc1", "dc10", false}, {"*", "x", true}, {"dc*", "dc1", true},
+		{"dc*", "eu1", false}, {"eu-*-1", "eu-west-1", true}, {"eu-*-1", "eu-west-2", false},
+		{"*a", "ba", true}, {"a*b*c", "abc", true}, {"a*b*c", "acb", false}, {"a*a", "a", false},
+	}
+	for _, c := range cases {
+		if got := DatacenterMatch(c.p, c.s); got != c.want {
+			t.Errorf("DatacenterMatch(%q, %q) = %v", c.p, c.s, got)
+		}
+	}
+}

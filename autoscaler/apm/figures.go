@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
@@ -379,7 +380,7 @@ func (w *Work) accepts(n *Node) bool {
 	if len(w.Datacenters) > 0 {
 		ok := false
 		for _, p := range w.Datacenters {
-			if globMatch(p, n.Datacenter) {
+			if nomadview.DatacenterMatch(p, n.Datacenter) {
 				ok = true
 				break
 			}

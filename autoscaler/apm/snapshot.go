@@ -291,7 +291,7 @@ func (w *Work) matchesPlacement(f Filter) bool {
 	if f.Datacenter != "" {
 		ok := false
 		for _, p := range w.Datacenters {
-			if globMatch(p, f.Datacenter) {
+			if nomadview.DatacenterMatch(p, f.Datacenter) {
 				ok = true
 				break
 			}
@@ -308,27 +308,6 @@ func (w *Work) matchesPlacement(f Filter) bool {
 		}
 	}
 	return true
-}
-
-// globMatch matches s against a Nomad datacenter pattern, where * matches
-// any run of characters.
-func globMatch(pattern, s string) bool {
-	if !strings.Contains(pattern, "*") {
-		return pattern == s
-	}
-	parts := strings.Split(pattern, "*")
-	if !strings.HasPrefix(s, parts[0]) {
-		return false
-	}
-	s = s[len(parts[0]):]
-	for i := 1; i < len(parts)-1; i++ {
-		j := strings.Index(s, parts[i])
-		if j < 0 {
-			return false
-		}
-		s = s[j+len(parts[i]):]
-	}
-	return strings.HasSuffix(s, parts[len(parts)-1])
 }
 
 func (n *Node) matches(f Filter) bool {

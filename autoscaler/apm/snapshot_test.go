@@ -279,22 +279,6 @@ func TestClassRule(t *testing.T) {
 	}
 }
 
-func TestGlobMatch(t *testing.T) {
-	cases := []struct {
-		p, s string
-		want bool
-	}{
-		{"dc1", "dc1", true}, {"dc1", "dc10", false}, {"*", "x", true}, {"dc*", "dc1", true},
-		{"dc*", "eu1", false}, {"eu-*-1", "eu-west-1", true}, {"eu-*-1", "eu-west-2", false},
-		{"*a", "ba", true}, {"a*b*c", "abc", true}, {"a*b*c", "acb", false}, {"a*a", "a", false},
-	}
-	for _, c := range cases {
-		if got := globMatch(c.p, c.s); got != c.want {
-			t.Errorf("globMatch(%q, %q) = %v", c.p, c.s, got)
-		}
-	}
-}
-
 func TestUtilOf(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	i := func(v int64) *int64 { return &v }
