@@ -321,6 +321,9 @@ func writeController(b *strings.Builder, v *View, width int) {
 		leader = "leader " + c.Leader
 	}
 	b.WriteString("\n" + Cut("CONTROLLER  "+leader, width) + "\n")
+	if h := c.Hold; h != nil {
+		b.WriteString(Cut(fmt.Sprintf("  node %s held ineligible since %s while work moved off it is placed elsewhere", h.NodeName, h.Since.UTC().Format("15:04:05")), width) + "\n")
+	}
 	writeRaises(b, c.Raises, width)
 	writeMoves(b, c.Moves, width)
 }

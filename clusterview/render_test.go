@@ -217,10 +217,10 @@ func TestWriteController(t *testing.T) {
 			{Namespace: "default", Job: "low-a", Own: 30, Priority: 90, Reason: "preempted by alloc 8c41938a", InForce: true, Until: &until},
 			{Namespace: "ml", Job: "low-b", Own: 30, Priority: 90, Reason: "preempted by alloc 9e1970e6"},
 		}}}, []string{"CONTROLLER  leader alloc 1a2b3c4d", "low-a", "30 → 90", "04:01:20", "preempted by alloc 8c41938a", "ml:low-b", "30 (→ 90)", "waits"}, []string{"MOVED"}},
-		{"moves", View{Controller: &controller.Status{Leading: true, Moves: []controller.MoveRecord{
+		{"moves", View{Controller: &controller.Status{Leading: true, Hold: &controller.Hold{NodeName: "gpu-2", Since: until}, Moves: []controller.MoveRecord{
 			{At: until, Namespace: "default", Job: "train-7", Alloc: "1a2b3c4d-0000", GPUs: 1, From: "gpu-2", For: "to free 4 GPUs on gpu-2 for hpc-3", Resumed: until.Add(12 * time.Second)},
 			{At: until, Namespace: "default", Job: "train-8", Alloc: "5e6f7a8b-0000", GPUs: 1, From: "gpu-2", For: "to free 4 GPUs on gpu-2 for hpc-3"},
-		}}}, []string{"MOVED", "train-7", "1a2b3c4d", "gpu-2", "04:01:20", "runs again after 12s", "to free 4 GPUs on gpu-2 for hpc-3", "train-8", "moving"}, []string{"PRIORITY"}},
+		}}}, []string{"node gpu-2 held ineligible since 04:01:20", "MOVED", "train-7", "1a2b3c4d", "gpu-2", "04:01:20", "runs again after 12s", "to free 4 GPUs on gpu-2 for hpc-3", "train-8", "moving"}, []string{"PRIORITY"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -113,11 +113,13 @@ func (c *Controller) lead(ctx context.Context) error {
 		c.layouts = NewLayouts(*c.cfg.Layouts, history, c.log.Named("layouts"), c.metrics)
 	}
 	if c.cfg.Moves != nil {
-		history, err := LoadMoves(ctx, c.api, c.cfg.Namespace)
+		history, hold, err := LoadMoves(ctx, c.api, c.cfg.Namespace)
 		if err != nil {
 			return fmt.Errorf("loading the move history: %w", err)
 		}
 		c.mover = NewMover(*c.cfg.Moves, history, c.log.Named("moves"))
+		// A hold the leader before died with ends on the first tick.
+		c.mover.hold = hold
 	}
 	w := c.watcher()
 	defer w.Close()

@@ -23,9 +23,14 @@ import (
 // through Nomad's API: Nomad places a stopped allocation again (`nomad
 // alloc stop`, batch jobs included), and the driver commits its
 // checkpoint on the way out, so its next run resumes where it stopped.
-// Nomad has no way to steer the queued allocation to the freed node;
-// its binpacking does: the moved allocations go to the fullest nodes
-// that fit them, and the freed node is the only one the queued one fits.
+// Nomad cannot be told where to place an allocation, and it places a
+// stopped allocation's replacement where it likes, the node just freed
+// included (seen against Nomad 2.0). So the module holds the node: it
+// makes it ineligible before it stops anything, and makes it eligible
+// again once every moved job has its replacement placed elsewhere (or
+// HoldMax passed); the queued allocation, blocked on capacity, is then
+// placed on the node it is the first to fit. A leader that starts with a
+// hold recorded (its predecessor died holding a node) ends it at once.
 
 // MetaMovable is the job meta key that opts a job in ("true") to being
 // moved, or out ("false") where its node pool opts jobs in.
@@ -43,6 +48,20 @@ type MoveConfig struct {
 	// Settle is how long a consolidation waits for the allocation it
 	// freed a node for to run before the module plans another.
 	Settle time.Duration
+	// HoldMax is the longest the freed node stays ineligible while the
+	// moved allocations are placed elsewhere.
+	HoldMax time.Duration
+}
+
+// Hold is a node the move module made ineligible while the allocations
+// it moved off it are placed elsewhere; kept in MovesVariable so that a
+// new leader ends it.
+type Hold struct {
+	Node     string    `json:"node"`
+	NodeName string    `json:"node_name"`
+	Since    time.Time `json:"since"`
+	// Moved are the moved allocations' jobs, "namespace/job".
+	Moved []string `json:"moved"`
 }
 
 // MoveRecord is one allocation moved: kept for the budget and for
@@ -80,6 +99,7 @@ type Mover struct {
 	cfg     MoveConfig
 	history []MoveRecord
 	pending *pendingMove
+	hold    *Hold
 	log     hclog.Logger
 }
 
@@ -105,7 +125,7 @@ func (m *Mover) Pending() (consolidate.Ask, time.Time, bool) {
 func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs) (consolidate.Plan, bool) {
 	m.trim(now)
 	queued := wholeGPUAsks(v.Snap)
-	if m.settled(now, queued) {
+	if m.hold != nil || m.settled(now, queued) {
 		return consolidate.Plan{}, false
 	}
 	nodesByPool := map[string][]consolidate.Node{}
@@ -153,6 +173,49 @@ func (m *Mover) settled(now time.Time, queued []queuedAsk) bool {
 
 // Record notes a move made: the budget counts it.
 func (m *Mover) Record(r MoveRecord) { m.history = append(m.history, r) }
+
+// Holding notes the node the controller made ineligible for a plan.
+func (m *Mover) Holding(now time.Time, p consolidate.Plan) Hold {
+	h := Hold{Node: p.Node.ID, NodeName: p.Node.Name, Since: now}
+	for _, mv := range p.Moves {
+		h.Moved = append(h.Moved, mv.Alloc.Namespace+"/"+mv.Alloc.Job)
+	}
+	m.hold = &h
+	return h
+}
+
+// Held is the node held, nil when none is.
+func (m *Mover) Held() *Hold { return m.hold }
+
+// Release says whether the held node may take work again: every moved
+// job has an allocation created after the hold, pending or running, on
+// another node, or HoldMax has passed. The caller makes it eligible and
+// then calls Released.
+func (m *Mover) Release(now time.Time, snap *nomadview.Snapshot) bool {
+	h := m.hold
+	if h == nil {
+		return false
+	}
+	if now.Sub(h.Since) >= m.cfg.HoldMax || now.Before(h.Since) {
+		return true
+	}
+	placed := map[string]bool{}
+	for _, a := range snap.Allocs {
+		if a.NodeID != h.Node && time.Unix(0, a.CreateTime).After(h.Since) &&
+			(a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning) {
+			placed[a.Namespace+"/"+a.JobID] = true
+		}
+	}
+	for _, j := range h.Moved {
+		if !placed[j] {
+			return false
+		}
+	}
+	return true
+}
+
+// Released forgets the hold.
+func (m *Mover) Released() { m.hold = nil }
 
 // trim keeps the moves of the last 24 hours, the longest the budget
 // looks back.

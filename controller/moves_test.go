@@ -51,7 +51,7 @@ func specsOf(m map[JobKey]*api.Job) JobSpecs {
 	}
 }
 
-var moveBudget = MoveConfig{PerHour: 1, PerJobPerDay: 2, Settle: time.Minute}
+var moveBudget = MoveConfig{PerHour: 1, PerJobPerDay: 2, Settle: time.Minute, HoldMax: 30 * time.Second}
 
 func TestMoverStep(t *testing.T) {
 	now := time.Unix(10_000, 0)
@@ -170,5 +170,50 @@ func TestMoverPendingAndResumed(t *testing.T) {
 	}
 	if m.markResumed(now.Add(40*time.Second), running, func(s float64) { cost += s }) {
 		t.Error("a move marked resumed twice")
+	}
+}
+
+// The freed node is held until every moved job has an allocation placed
+// on another node since the hold, or HoldMax passes; no plan meanwhile.
+func TestMoverHold(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	s, specs := moveCluster(map[string]string{MetaMovable: "true"})
+	cfg := moveBudget
+	cfg.PerHour = 10
+	m := NewMover(cfg, nil, hclog.NewNullLogger())
+	p, ok := m.Step(context.Background(), now, ViewOf(s), NewLedger(nil), specsOf(specs))
+	if !ok {
+		t.Fatal("no plan")
+	}
+	h := m.Holding(now, p)
+	if h.Node != "n1" || len(h.Moved) != 2 || m.Held() == nil {
+		t.Fatalf("hold %+v", h)
+	}
+	if _, ok := m.Step(context.Background(), now.Add(time.Second), ViewOf(s), NewLedger(nil), specsOf(specs)); ok {
+		t.Error("a plan while a node is held")
+	}
+	replacement := func(job, node string) *api.AllocationListStub {
+		return &api.AllocationListStub{ID: "new-" + job, Namespace: "default", JobID: job, NodeID: node,
+			ClientStatus: api.AllocClientStatusPending, CreateTime: now.Add(2 * time.Second).UnixNano()}
+	}
+	s.Allocs = append(s.Allocs, replacement("train-n1-0", "n2"))
+	if m.Release(now.Add(3*time.Second), s) {
+		t.Error("released with one moved job not placed yet")
+	}
+	s.Allocs = append(s.Allocs, replacement("train-n1-1", "n1"))
+	if m.Release(now.Add(3*time.Second), s) {
+		t.Error("released with a moved job placed back on the held node")
+	}
+	s.Allocs[len(s.Allocs)-1] = replacement("train-n1-1", "n2")
+	if !m.Release(now.Add(3*time.Second), s) {
+		t.Error("not released with both moved jobs placed elsewhere")
+	}
+	s.Allocs = s.Allocs[:len(s.Allocs)-2]
+	if !m.Release(now.Add(cfg.HoldMax), s) {
+		t.Error("not released after HoldMax")
+	}
+	m.Released()
+	if m.Held() != nil {
+		t.Error("hold kept after Released")
 	}
 }

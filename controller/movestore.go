@@ -12,43 +12,62 @@ import (
 )
 
 // MovesVariable is where the move module keeps the moves of the last 24
-// hours, in the controller's namespace: one item, MovesItem, holding the
-// MoveRecords as JSON, oldest first. A leader reads it when it starts to
-// lead, so a new leader keeps the budget of the one before; `nomad-gpu
+// hours, in the controller's namespace: item MovesItem holds the
+// MoveRecords as JSON, oldest first, and item HoldItem the node held
+// (Hold), when one is. A leader reads it when it starts to lead, so a new
+// leader keeps the budget of the one before and ends its hold; `nomad-gpu
 // top` reads it too. A record is about 250 bytes: the 64 KiB a variable
-// holds is about 250 moves a day; older records are dropped first.
+// holds is about 250 moves; older records are dropped first.
 const (
 	MovesVariable  = "nomad-gpu/moves"
 	MovesItem      = "moves"
+	HoldItem       = "hold"
 	maxMoveRecords = 200
 )
 
-// LoadMoves reads the move history; none when the variable is missing.
-func LoadMoves(ctx context.Context, c *api.Client, namespace string) ([]MoveRecord, error) {
+// LoadMoves reads the move history and the node held, if any; none when
+// the variable is missing.
+func LoadMoves(ctx context.Context, c *api.Client, namespace string) ([]MoveRecord, *Hold, error) {
 	v, _, err := c.Variables().Read(MovesVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
 	if nomadview.IsNotFound(err) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", MovesVariable, err)
+		return nil, nil, fmt.Errorf("reading %s: %w", MovesVariable, err)
 	}
 	var out []MoveRecord
 	if raw := v.Items[MovesItem]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), &out); err != nil {
-			return nil, fmt.Errorf("%s: item %q: %v", MovesVariable, MovesItem, err)
+			return nil, nil, fmt.Errorf("%s: item %q: %v", MovesVariable, MovesItem, err)
 		}
 	}
-	return out, nil
+	var hold *Hold
+	if raw := v.Items[HoldItem]; raw != "" {
+		hold = &Hold{}
+		if err := json.Unmarshal([]byte(raw), hold); err != nil {
+			return nil, nil, fmt.Errorf("%s: item %q: %v", MovesVariable, HoldItem, err)
+		}
+	}
+	return out, hold, nil
 }
 
-// putMoves writes the move history, whole (the leader is the one writer).
-func putMoves(ctx context.Context, c *api.Client, namespace string, records []MoveRecord) error {
+// putMoves writes the move history and the hold, whole (the leader is
+// the one writer).
+func putMoves(ctx context.Context, c *api.Client, namespace string, records []MoveRecord, hold *Hold) error {
 	records = records[max(0, len(records)-maxMoveRecords):]
 	b, err := json.Marshal(records)
 	if err != nil {
 		return err
 	}
-	v := &api.Variable{Namespace: namespace, Path: MovesVariable, Items: api.VariableItems{MovesItem: string(b)}}
+	items := api.VariableItems{MovesItem: string(b)}
+	if hold != nil {
+		h, err := json.Marshal(hold)
+		if err != nil {
+			return err
+		}
+		items[HoldItem] = string(h)
+	}
+	v := &api.Variable{Namespace: namespace, Path: MovesVariable, Items: items}
 	if _, _, err := c.Variables().Update(v, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("writing %s: %w", MovesVariable, err)
 	}
@@ -81,16 +100,35 @@ func (s *specCache) get(c *api.Client, v View) JobSpecs {
 	}
 }
 
-// move runs the move module and stops what it decided, each stop
-// recorded and logged with its reason; then it notes the moved jobs
-// that run again, counting the GPU-time moving cost.
+// move runs the move module: it ends a hold whose moved allocations are
+// placed elsewhere, holds the node of a new plan and stops the plan's
+// allocations, each stop recorded and logged with its reason; then it
+// notes the moved jobs that run again, counting the GPU-time moving cost.
 func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger *Ledger) {
 	if c.mover == nil {
 		return
 	}
 	changed := c.resumed(now, view)
+	if c.mover.Release(now, view.Snap) {
+		if c.endHold(ctx, *c.mover.Held()) {
+			c.mover.Released()
+			changed = true
+		}
+	}
 	if p, ok := c.mover.Step(ctx, now, view, ledger, c.specs.get(c.api, view)); ok {
 		c.log.Info("decision", "kind", "consolidate", "reason", p.String())
+		h := c.mover.Holding(now, p)
+		if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History(), &h); err != nil {
+			c.log.Warn("move history not written; nothing moved", "error", err)
+			c.mover.Released()
+			return
+		}
+		if _, err := c.api.Nodes().ToggleEligibility(p.Node.ID, false, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			c.log.Warn("node not held; nothing moved", "node", p.Node.Name, "error", err)
+			c.mover.Released()
+			changed = true
+			p.Moves = nil
+		}
 		for _, mv := range p.Moves {
 			reason := moveReason(p, mv)
 			q := (&api.QueryOptions{Namespace: mv.Alloc.Namespace}).WithContext(ctx)
@@ -108,10 +146,22 @@ func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger 
 		}
 	}
 	if changed {
-		if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History()); err != nil && ctx.Err() == nil {
+		if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History(), c.mover.Held()); err != nil && ctx.Err() == nil {
 			c.log.Warn("move history not written", "error", err)
 		}
 	}
+}
+
+// endHold makes a held node eligible again; false when it could not.
+func (c *Controller) endHold(ctx context.Context, h Hold) bool {
+	if _, err := c.api.Nodes().ToggleEligibility(h.Node, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil && !nomadview.IsNotFound(err) {
+		if ctx.Err() == nil {
+			c.log.Warn("held node not made eligible again; trying on the next tick", "node", h.NodeName, "error", err)
+		}
+		return false
+	}
+	c.log.Info("decision", "kind", "hold-over", "reason", fmt.Sprintf("node %s takes work again: the allocations moved off it are placed elsewhere", h.NodeName))
+	return true
 }
 
 // resumed marks the moved allocations whose job runs again (an

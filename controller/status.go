@@ -29,6 +29,9 @@ type Status struct {
 	// Moves are the allocations moved in the last 24 hours, oldest first;
 	// one not Resumed is still moving (its job has not run again).
 	Moves []MoveRecord `json:"moves,omitempty"`
+	// Hold is the node the leader made ineligible while work moved off
+	// it is placed elsewhere; nil when none is.
+	Hold *Hold `json:"hold,omitempty"`
 }
 
 // JobRaise is one raise of one job.
@@ -78,7 +81,7 @@ func ReadStatus(ctx context.Context, c *api.Client, namespace string, now time.T
 	if st.Layouts, err = LoadLayoutHistory(ctx, c, namespace); err != nil {
 		return st, err
 	}
-	if st.Moves, err = LoadMoves(ctx, c, namespace); err != nil {
+	if st.Moves, st.Hold, err = LoadMoves(ctx, c, namespace); err != nil {
 		return st, err
 	}
 	return st, nil

@@ -22,6 +22,7 @@ func (m *moveFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&m.config.PerHour, "move-budget-hour", 4, "most consolidations (each moving what one node needs freed) in any hour")
 	fs.IntVar(&m.config.PerJobPerDay, "move-budget-job-day", 3, "most moves of one job's allocations in any 24 hours")
 	fs.DurationVar(&m.config.Settle, "move-settle", 2*time.Minute, "how long a consolidation waits for the allocation it freed a node for to run before another is planned")
+	fs.DurationVar(&m.config.HoldMax, "move-hold", 30*time.Second, "the longest a node being freed stays ineligible while the allocations moved off it are placed elsewhere")
 }
 
 // moves checks the flags; nil when -moves=false.
@@ -36,6 +37,8 @@ func (m *moveFlags) moves() (*controller.MoveConfig, error) {
 		return nil, fmt.Errorf("-move-budget-job-day: %d; allowed: 1 to 1000", m.config.PerJobPerDay)
 	case m.config.Settle < time.Second || m.config.Settle > time.Hour:
 		return nil, fmt.Errorf("-move-settle: %s; allowed: 1s to 1h", m.config.Settle)
+	case m.config.HoldMax < time.Second || m.config.HoldMax > 10*time.Minute:
+		return nil, fmt.Errorf("-move-hold: %s; allowed: 1s to 10m", m.config.HoldMax)
 	}
 	c := m.config
 	for _, p := range strings.Split(m.pools, ",") {
