@@ -100,7 +100,10 @@ type Mover struct {
 	history []MoveRecord
 	pending *pendingMove
 	hold    *Hold
-	log     hclog.Logger
+	// told is what the debug log last said of each queued ask no node
+	// can be freed for: said again only when it changes.
+	told map[consolidate.Ask]string
+	log  hclog.Logger
 }
 
 // NewMover is the module with the moves recorded before.
@@ -142,6 +145,7 @@ func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, spec
 		}
 		p, ok := consolidate.Search(nodes, allocs, q.ask)
 		if !ok {
+			m.explain(q.ask, fmt.Sprintf("free GPUs %s; not movable: %s", freeOf(nodes), whyNot(allocs)))
 			continue
 		}
 		if why := m.overBudget(now, p); why != "" {
@@ -223,6 +227,44 @@ func (m *Mover) trim(now time.Time) {
 	m.history = slices.DeleteFunc(m.history, func(r MoveRecord) bool { return now.Sub(r.At) > 24*time.Hour })
 }
 
+// explain logs at debug level why no node can be freed for an ask, once
+// per reason.
+func (m *Mover) explain(ask consolidate.Ask, why string) {
+	if m.told == nil {
+		m.told = map[consolidate.Ask]string{}
+	}
+	if m.told[ask] == why {
+		return
+	}
+	m.told[ask] = why
+	m.log.Debug("no node can be freed", "job", ask.Job, "group", ask.Group, "gpus", ask.Count, "why", why)
+}
+
+// freeOf is the nodes' free GPUs, "gpu-1 2, gpu-2 2".
+func freeOf(nodes []consolidate.Node) string {
+	parts := make([]string, len(nodes))
+	for i, n := range nodes {
+		parts[i] = fmt.Sprintf("%s %d", n.Name, n.Free)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// whyNot says why each allocation that may not move may not, for the
+// debug log: "alloc 1a2b3c4d: not opted in; …".
+func whyNot(allocs []consolidate.Alloc) string {
+	var b strings.Builder
+	for _, a := range allocs {
+		if a.Movable {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "alloc %s (%s): %s", short(a.ID), a.Job, a.Why)
+	}
+	return b.String()
+}
+
 // consolidations counts the consolidations since since.
 func (m *Mover) consolidations(since time.Time) int {
 	rounds := map[time.Time]bool{}
@@ -296,11 +338,13 @@ func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
 // constraints are not read: a node they exclude may be freed in vain,
 // which the budget bounds.)
 func freeWholeGPUs(snap *nomadview.Snapshot, pool string, datacenters []string) []consolidate.Node {
-	held := map[string]bool{}
-	for _, hs := range snap.HeldSlices() {
+	// By node: simulated nodes of one seed share GPU UUIDs.
+	held := map[string]map[string]bool{}
+	for node, hs := range snap.HeldSlices() {
+		held[node] = map[string]bool{}
 		for _, h := range hs {
 			for _, id := range h.IDs {
-				held[id] = true
+				held[node][id] = true
 			}
 		}
 	}
@@ -318,7 +362,7 @@ func freeWholeGPUs(snap *nomadview.Snapshot, pool string, datacenters []string) 
 			}
 			gpus = true
 			for _, in := range d.Instances {
-				if in != nil && in.Healthy && !held[in.ID] {
+				if in != nil && in.Healthy && !held[n.ID][in.ID] {
 					node.Free++
 				}
 			}

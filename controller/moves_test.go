@@ -113,6 +113,24 @@ func TestMoverStep(t *testing.T) {
 			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
 				s.Specs[JobKey{Namespace: "default", ID: "hpc"}].Datacenters = []string{"eu-*"}
 			}},
+		{name: "GPU UUIDs shared by two nodes (simulated nodes of one seed) are held per node", meta: optedIn, cfg: moveBudget,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
+				// n2's GPUs get n1's UUIDs, and its allocations hold the
+				// two n1 does not: held across nodes, no GPU would be free.
+				for _, d := range s.Nodes[1].NodeResources.Devices {
+					for _, in := range d.Instances {
+						in.ID = strings.Replace(in.ID, "n2", "n1", 1)
+					}
+				}
+				for _, a := range s.Allocs {
+					if a.NodeID == "n2" {
+						d := a.AllocatedResources.Tasks["t"].Devices[0]
+						d.DeviceIDs = []string{strings.Replace(strings.Replace(d.DeviceIDs[0], "n2", "n1", 1), "-0", "-2", 1)}
+						d.DeviceIDs[0] = strings.Replace(d.DeviceIDs[0], "-1", "-3", 1)
+					}
+				}
+			},
+			want: []string{"alloc-train-n1-0", "alloc-train-n1-1"}},
 		{name: "a node with 4 free: Nomad places it, nothing moves", meta: optedIn, cfg: moveBudget,
 			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
 				s.Nodes = append(s.Nodes, layoutNode("n3", "whole", "whole", "whole", "whole"))

@@ -119,7 +119,7 @@ func holdsWaiting(t *testing.T, c *cluster.Cluster, job string, allocs map[strin
 
 func TestConsolidation(t *testing.T) {
 	c, nodes := moveCluster(t)
-	ctl := startController(t, c, "controller", "-tick", "200ms", "-move-budget-hour", "1", "-move-settle", "30s")
+	ctl := startController(t, c, "controller", "-tick", "200ms", "-move-budget-hour", "1", "-move-settle", "30s", "-log-level", "debug")
 
 	// Jobs that did not opt in are never moved: the 4-GPU job waits.
 	fixed := runOn(t, c, nodes[0], nodes[1], "fixed-1", "fixed-2")
