@@ -58,6 +58,18 @@ cluster every -tick (a blocking query on allocations) and runs its modules:
   -prometheus alone (samples from Prometheus, runs from what Nomad
   remembers, no file). nomad-gpu sizer -dry-run shows what it would do.
 
+  layouts (-layouts): free GPUs are relaid (whole, MPS shares, MIG
+  geometries) as the queue needs, through node metadata
+  nomad_gpu.layout.<GPU-UUID> that the device plugins apply.
+
+  moves (-moves): when a queued allocation needs more whole GPUs than any
+  node has free, the fewest running allocations of batch jobs that opted
+  in (meta nomad_gpu_movable = "true", or -move-pools) and checkpoint on
+  the gpu driver are stopped so that Nomad places them elsewhere and they
+  resume from their checkpoints; the node they free is held ineligible
+  until they are placed (-move-hold), within -move-budget-hour and
+  -move-budget-job-day.
+
 Every priority change goes through the priority ledger, one Nomad variable
 per job at nomad-gpu/priority/<job> in the job's namespace: the job's own
 priority and each raise in force (preemption protection, deadline), with
@@ -70,9 +82,10 @@ controller gives it (-lock-ttl − -lock-delay − 2s) / 2, 2s for the other's r
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION and the TLS variables, as
 the nomad CLI reads them; the flags override them. The token needs
-read-job and submit-job in the namespaces of the jobs it changes,
-variable read/write on nomad-gpu/* in those namespaces and in -namespace,
-and node:read (the sizer reads the nodes' device stats).
+read-job and submit-job in the namespaces of the jobs it changes
+(alloc-lifecycle too with -moves), variable read/write on nomad-gpu/* in
+those namespaces and in -namespace, and node:write with -layouts or
+-moves (node metadata, a held node's eligibility), else node:read.
 
 Flags:
 `
