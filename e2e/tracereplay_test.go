@@ -206,7 +206,11 @@ func replayTask(work time.Duration, util float64, cli string) string {
 }
 
 // replayJob is the Nomad job of a trace job.
-// With a commitTimeout the task checkpoints; 0 leaves the block out.
+// With a commitTimeout the task checkpoints; 0 leaves the block out. Its
+// memory is 64 MiB: sim-load alone (the nomad-gpu binary) has a resident
+// set of about 23.5 MiB, and at 24 MiB a task could be killed for memory
+// when its shell forks to commit a checkpoint (suspected of the one
+// checkpointed preemption that lost work, session 31).
 func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration) string {
 	script := replayTask(work, j.EffectiveUtil(), cli)
 	ck := ""
@@ -242,7 +246,7 @@ job %q {
       }
       resources {
         cpu    = 10
-        memory = 24
+        memory = 64
         device %q {
           count = %d
         }
@@ -695,6 +699,11 @@ type recordCollector struct {
 	// a GPU being relaid out before the servers saw it so): Nomad places
 	// them again, as the jobs' reschedule policy says.
 	refused int
+	// oom are the tasks the kernel killed for memory; silent are the
+	// preempted runs whose log tells neither a commit nor a stop (the
+	// task died without handling its stop: its progress since its last
+	// checkpoint is counted lost).
+	oom, silent int
 }
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
@@ -712,6 +721,11 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 		st := a.TaskStates["t"]
 		if st == nil || st.StartedAt.IsZero() || st.StartedAt.After(rc.horizon) {
 			continue
+		}
+		for _, e := range st.Events {
+			if e != nil && e.Details["oom_killed"] == "true" {
+				rc.oom++
+			}
 		}
 		rc.starts = append(rc.starts, st.StartedAt.Sub(time.Unix(0, a.CreateTime)))
 		run := tracereplay.Run{Start: rc.at(st.StartedAt), Node: a.NodeName, Held: held(a)}
@@ -754,6 +768,12 @@ func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 	}
 	if !readProgress(logs, run, rc.trace) {
 		rc.untold++
+		return
+	}
+	_, stopped := logValue(logs, "stopped")
+	_, committed := logValue(logs, "committed")
+	if run.Preempted && !stopped && !committed {
+		rc.silent++
 	}
 }
 
@@ -829,6 +849,12 @@ func (rc *recordCollector) notes() []string {
 	}
 	if rc.unread > 0 {
 		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
+	}
+	if rc.oom > 0 {
+		notes = append(notes, fmt.Sprintf("%d tasks were killed for memory (the kernel's OOM killer)", rc.oom))
+	}
+	if rc.silent > 0 {
+		notes = append(notes, fmt.Sprintf("%d preempted runs logged neither a commit nor a stop: their tasks died without handling the stop, and their progress since their last checkpoint counts as lost", rc.silent))
 	}
 	if rc.untold > 0 {
 		notes = append(notes, fmt.Sprintf("%d runs around preemptions were stopped before their task logged its restore: the preemptions before and after each count no lost work, so lost work is a lower bound", rc.untold))
