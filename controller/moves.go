@@ -114,20 +114,17 @@ func NewMover(cfg MoveConfig, history []MoveRecord, log hclog.Logger) *Mover {
 // History is the moves of the last 24 hours, oldest first.
 func (m *Mover) History() []MoveRecord { return slices.Clone(m.history) }
 
-// Pending is the consolidation under way, false when none is.
-func (m *Mover) Pending() (consolidate.Ask, time.Time, bool) {
-	if m.pending == nil {
-		return consolidate.Ask{}, time.Time{}, false
-	}
-	return m.pending.ask, m.pending.since, true
-}
-
 // Step plans one consolidation on a view: the first queued group, by
 // priority then age, that some node can be freed for. It returns false
 // while one is under way or nothing can be freed.
 func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs) (consolidate.Plan, bool) {
 	m.trim(now)
 	queued := wholeGPUAsks(v.Snap)
+	for ask := range m.told {
+		if !slices.ContainsFunc(queued, func(q queuedAsk) bool { return q.ask == ask }) {
+			delete(m.told, ask)
+		}
+	}
 	if m.hold != nil || m.settled(now, queued) {
 		return consolidate.Plan{}, false
 	}
@@ -149,7 +146,7 @@ func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, spec
 			continue
 		}
 		if why := m.overBudget(now, p); why != "" {
-			m.log.Debug("consolidation over budget", "plan", p.String(), "why", why)
+			m.explain(q.ask, p.String()+": "+why)
 			continue
 		}
 		m.pending = &pendingMove{ask: q.ask, since: now}
