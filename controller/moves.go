@@ -131,10 +131,10 @@ func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, spec
 	nodesByPool := map[string][]consolidate.Node{}
 	var allocs []consolidate.Alloc
 	for _, q := range queued {
-		key := q.pool + "\x00" + strings.Join(q.datacenters, ",")
+		key := q.pool + "\x00" + strings.Join(q.datacenters, ",") + "\x00" + q.device.String()
 		nodes, ok := nodesByPool[key]
 		if !ok {
-			nodes = freeWholeGPUs(v.Snap, q.pool, q.datacenters)
+			nodes = freeWholeGPUs(v.Snap, q)
 			nodesByPool[key] = nodes
 		}
 		if allocs == nil {
@@ -301,6 +301,7 @@ func (m *Mover) overBudget(now time.Time, p consolidate.Plan) string {
 // queuedAsk is one queued group asking for whole GPUs on one node.
 type queuedAsk struct {
 	ask         consolidate.Ask
+	device      nomadview.DeviceSpec
 	pool        string
 	datacenters []string
 	priority    int
@@ -318,8 +319,8 @@ func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
 				continue
 			}
 			out = append(out, queuedAsk{
-				ask:  consolidate.Ask{Namespace: q.Namespace, Job: q.JobID, Group: q.Group, Count: a.Count},
-				pool: q.Pool, datacenters: q.Datacenters, priority: q.Priority, since: q.Since,
+				ask:    consolidate.Ask{Namespace: q.Namespace, Job: q.JobID, Group: q.Group, Count: a.Count},
+				device: a.Device, pool: q.Pool, datacenters: q.Datacenters, priority: q.Priority, since: q.Since,
 			})
 		}
 	}
@@ -329,42 +330,36 @@ func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
 	return out
 }
 
-// freeWholeGPUs are the schedulable nodes of pool ("all": every pool) in
-// a datacenter the patterns match, with whole GPUs, and their free ones:
-// healthy, held by no pending or running allocation. (A job's other
-// constraints are not read: a node they exclude may be freed in vain,
-// which the budget bounds.)
-func freeWholeGPUs(snap *nomadview.Snapshot, pool string, datacenters []string) []consolidate.Node {
-	// By node: simulated nodes of one seed share GPU UUIDs.
-	held := map[string]map[string]bool{}
-	for node, hs := range snap.HeldSlices() {
-		held[node] = map[string]bool{}
-		for _, h := range hs {
-			for _, id := range h.IDs {
-				held[node][id] = true
-			}
-		}
-	}
+// freeWholeGPUs are the schedulable nodes of the ask's pool ("all":
+// every pool) in a datacenter its patterns match whose whole GPUs the
+// ask's device fits, every one of them (a node with a GPU model the ask
+// does not name is left out: moving work off it may free the wrong
+// model), and their free ones: healthy, held by no pending or running
+// allocation. (A job's other constraints are not read: a node they
+// exclude may be freed in vain, which the budget bounds.)
+func freeWholeGPUs(snap *nomadview.Snapshot, q queuedAsk) []consolidate.Node {
+	held := snap.HeldIDs()
 	var out []consolidate.Node
 	for _, n := range snap.Nodes {
-		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || pool != "all" && n.NodePool != pool ||
-			!slices.ContainsFunc(datacenters, func(p string) bool { return nomadview.DatacenterMatch(p, n.Datacenter) }) {
+		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || q.pool != "all" && n.NodePool != q.pool ||
+			!slices.ContainsFunc(q.datacenters, func(p string) bool { return nomadview.DatacenterMatch(p, n.Datacenter) }) {
 			continue
 		}
 		node := consolidate.Node{ID: n.ID, Name: n.Name}
-		gpus := false
+		gpus, fits := false, true
 		for _, d := range n.NodeResources.Devices {
 			if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceGPU {
 				continue
 			}
 			gpus = true
+			fits = fits && q.device.Compatible(nomadview.DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name})
 			for _, in := range d.Instances {
 				if in != nil && in.Healthy && !held[n.ID][in.ID] {
 					node.Free++
 				}
 			}
 		}
-		if gpus {
+		if gpus && fits {
 			out = append(out, node)
 		}
 	}

@@ -131,6 +131,15 @@ func TestMoverStep(t *testing.T) {
 				}
 			},
 			want: []string{"alloc-train-n1-0", "alloc-train-n1-1"}},
+		{name: "an ask naming another GPU model frees no node", meta: optedIn, cfg: moveBudget,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
+				s.Specs[JobKey{Namespace: "default", ID: "hpc"}].TaskGroups[0].Tasks[0].Resources.Devices[0].Name = "nvidia/gpu/A100"
+			}},
+		{name: "an ask naming the nodes' model is served", meta: optedIn, cfg: moveBudget,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
+				s.Specs[JobKey{Namespace: "default", ID: "hpc"}].TaskGroups[0].Tasks[0].Resources.Devices[0].Name = "nvidia/gpu/H100"
+			},
+			want: []string{"alloc-train-n1-0", "alloc-train-n1-1"}},
 		{name: "a node with 4 free: Nomad places it, nothing moves", meta: optedIn, cfg: moveBudget,
 			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
 				s.Nodes = append(s.Nodes, layoutNode("n3", "whole", "whole", "whole", "whole"))

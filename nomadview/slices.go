@@ -61,6 +61,23 @@ func (s *Snapshot) HeldSlices() map[string][]HeldSlice {
 	return out
 }
 
+// HeldIDs maps node ID → the device instance IDs its pending and running
+// allocations hold. By node: instance IDs are unique on a node only
+// (simulated nodes of one seed share GPU UUIDs).
+func (s *Snapshot) HeldIDs() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for node, hs := range s.HeldSlices() {
+		m := map[string]bool{}
+		for _, h := range hs {
+			for _, id := range h.IDs {
+				m[id] = true
+			}
+		}
+		out[node] = m
+	}
+	return out
+}
+
 // holdsDevices reports whether an allocation holds its devices now.
 func holdsDevices(a *api.AllocationListStub) bool {
 	return a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
@@ -81,16 +98,7 @@ type FreeSlices struct {
 // schedulable node with GPU devices is there, with zeros when nothing is
 // free.
 func (s *Snapshot) FreeSlices() map[string]FreeSlices {
-	held := map[string]map[string]bool{}
-	for node, hs := range s.HeldSlices() {
-		m := map[string]bool{}
-		for _, h := range hs {
-			for _, id := range h.IDs {
-				m[id] = true
-			}
-		}
-		held[node] = m
-	}
+	held := s.HeldIDs()
 	acc := map[string]*FreeSlices{}
 	for _, n := range s.Nodes {
 		if n == nil || !Schedulable(n) || n.NodeResources == nil {
