@@ -322,10 +322,22 @@ func writeController(b *strings.Builder, v *View, width int) {
 	}
 	b.WriteString("\n" + Cut("CONTROLLER  "+leader, width) + "\n")
 	if h := c.Hold; h != nil {
-		b.WriteString(Cut(fmt.Sprintf("  node %s held ineligible since %s while work moved off it is placed elsewhere", h.NodeName, h.Since.UTC().Format("15:04:05")), width) + "\n")
+		b.WriteString(Cut("  "+holdText(*h), width) + "\n")
 	}
 	writeRaises(b, c.Raises, width)
 	writeMoves(b, c.Moves, width)
+}
+
+// holdText says what the controller holds, and why.
+func holdText(h controller.Hold) string {
+	since := h.Since.UTC().Format("15:04:05")
+	switch {
+	case h.GPU == "":
+		return fmt.Sprintf("node %s held ineligible since %s while work moved off it is placed elsewhere", h.NodeName, since)
+	case h.Stop != nil:
+		return fmt.Sprintf("GPU %s on %s held since %s: alloc %s moves off it once the servers see it held", h.GPU, h.NodeName, since, shortID(h.Stop.Alloc))
+	}
+	return fmt.Sprintf("GPU %s on %s held since %s while work moved off it is placed elsewhere", h.GPU, h.NodeName, since)
 }
 
 // writeRaises is the jobs the controller raised.
@@ -364,7 +376,11 @@ func writeMoves(b *strings.Builder, moves []controller.MoveRecord, width int) {
 		if !m.Resumed.IsZero() {
 			state = "runs again after " + FormatWait(int64(m.Resumed.Sub(m.At).Seconds()))
 		}
-		t.add("", withNamespace(m.Namespace, m.Job), shortID(m.Alloc), strconv.Itoa(m.GPUs), m.From, m.At.UTC().Format("15:04:05"), state, m.For)
+		gpus := strconv.Itoa(m.GPUs)
+		if m.Shares > 0 {
+			gpus = fmt.Sprintf("%d/%d", m.Shares, m.SharesPerGPU)
+		}
+		t.add("", withNamespace(m.Namespace, m.Job), shortID(m.Alloc), gpus, m.From, m.At.UTC().Format("15:04:05"), state, m.For)
 	}
 	t.write(b, width)
 }

@@ -221,6 +221,10 @@ func TestWriteController(t *testing.T) {
 			{At: until, Namespace: "default", Job: "train-7", Alloc: "1a2b3c4d-0000", GPUs: 1, From: "gpu-2", For: "to free 4 GPUs on gpu-2 for hpc-3", Resumed: until.Add(12 * time.Second)},
 			{At: until, Namespace: "default", Job: "train-8", Alloc: "5e6f7a8b-0000", GPUs: 1, From: "gpu-2", For: "to free 4 GPUs on gpu-2 for hpc-3"},
 		}}}, []string{"node gpu-2 held ineligible since 04:01:20", "MOVED", "train-7", "1a2b3c4d", "gpu-2", "04:01:20", "runs again after 12s", "to free 4 GPUs on gpu-2 for hpc-3", "train-8", "moving"}, []string{"PRIORITY"}},
+		{"relief", View{Controller: &controller.Status{Leading: true, Hold: &controller.Hold{NodeName: "gpu-1", GPU: "GPU-4", Since: until,
+			Stop: &controller.MoveRecord{Alloc: "9a8b7c6d-0000"}}, Moves: []controller.MoveRecord{
+			{At: until, Namespace: "default", Job: "infer-2", Alloc: "1a2b3c4d-0000", Shares: 2, SharesPerGPU: 8, From: "gpu-1", For: "to relieve GPU-4 on gpu-1 at 92% (above 80% for 5m0s)"},
+		}}}, []string{"GPU GPU-4 on gpu-1 held since 04:01:20: alloc 9a8b7c6d moves off it", "infer-2", "2/8", "to relieve GPU-4 on gpu-1 at 92%"}, []string{"held ineligible"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

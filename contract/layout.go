@@ -22,6 +22,14 @@ const (
 	// the controller's, which then leaves the GPU alone. Only people
 	// write it.
 	MetaPinPrefix = "nomad_gpu.pin."
+	// MetaHoldPrefix + <GPU-UUID> holds that GPU until the time it holds,
+	// RFC 3339 ("2026-12-05T10:00:00Z"): the device plugin offers none of
+	// its instances meanwhile (unhealthy, "held … until …"), so that an
+	// allocation the controller moves off it is placed on another GPU.
+	// Allocations running on it are not touched. The controller writes
+	// and removes it (relief of an overloaded MPS GPU); a plugin follows
+	// it with layout.enabled.
+	MetaHoldPrefix = "nomad_gpu.hold."
 )
 
 // SliceLayout is the type of the device group, one per GPU and named by

@@ -49,19 +49,30 @@ type MoveConfig struct {
 	// freed a node for to run before the module plans another.
 	Settle time.Duration
 	// HoldMax is the longest the freed node stays ineligible while the
-	// moved allocations are placed elsewhere.
+	// moved allocations are placed elsewhere; for relief, the longest a
+	// GPU is held for the servers to see it held, and again for the
+	// moved client to be placed.
 	HoldMax time.Duration
+	// Relief moves clients off overloaded MPS GPUs (relief.go).
+	Relief ReliefConfig
 }
 
 // Hold is a node the move module made ineligible while the allocations
-// it moved off it are placed elsewhere; kept in MovesVariable so that a
-// new leader ends it.
+// it moved off it are placed elsewhere, or one GPU of it held the same
+// way (relief); kept in MovesVariable so that a new leader ends it.
 type Hold struct {
 	Node     string    `json:"node"`
 	NodeName string    `json:"node_name"`
 	Since    time.Time `json:"since"`
 	// Moved are the moved allocations' jobs, "namespace/job".
 	Moved []string `json:"moved"`
+	// GPU is the UUID of the GPU held (contract.MetaHoldPrefix), "" when
+	// the node is.
+	GPU string `json:"gpu,omitempty"`
+	// Stop is the relief move to make once the servers see the GPU held;
+	// nil once made (Since is then when, Stopped the allocation stopped).
+	Stop    *MoveRecord `json:"stop,omitempty"`
+	Stopped string      `json:"stopped,omitempty"`
 }
 
 // MoveRecord is one allocation moved: kept for the budget and for
@@ -74,6 +85,10 @@ type MoveRecord struct {
 	Alloc     string    `json:"alloc"`
 	From      string    `json:"from"`
 	GPUs      int       `json:"gpus"`
+	// Shares are the MPS shares moved (relief), of SharesPerGPU on their
+	// GPU; GPUs is then 0.
+	Shares       int `json:"shares,omitempty"`
+	SharesPerGPU int `json:"shares_per_gpu,omitempty"`
 	// Reason is the whole log line; For what the move was for ("to free
 	// 4 GPUs on gpu-2 for hpc-3").
 	Reason string `json:"reason"`
@@ -104,6 +119,11 @@ type Mover struct {
 	// can be freed for: said again only when it changes.
 	told map[consolidate.Ask]string
 	log  hclog.Logger
+	// loads are the MPS GPUs' utilisations last read, by UUID; shareLoad
+	// each share's load on its GPU, by share ID; sampled when (relief).
+	loads     map[string]*gpuLoad
+	shareLoad map[string]float64
+	sampled   time.Time
 }
 
 // NewMover is the module with the moves recorded before.
@@ -188,10 +208,11 @@ func (m *Mover) Holding(now time.Time, p consolidate.Plan) Hold {
 // Held is the node held, nil when none is.
 func (m *Mover) Held() *Hold { return m.hold }
 
-// Release says whether the held node may take work again: every moved
-// job has an allocation created after the hold, pending or running, on
-// another node, or HoldMax has passed. The caller makes it eligible and
-// then calls Released.
+// Release says whether the held node (or GPU) may take work again: every
+// moved job has an allocation created after the hold, pending or running,
+// on another node (for a GPU hold, anywhere: the held GPU takes none), or
+// HoldMax has passed. The caller makes it eligible and then calls
+// Released.
 func (m *Mover) Release(now time.Time, snap *nomadview.Snapshot) bool {
 	h := m.hold
 	if h == nil {
@@ -200,9 +221,15 @@ func (m *Mover) Release(now time.Time, snap *nomadview.Snapshot) bool {
 	if now.Sub(h.Since) >= m.cfg.HoldMax || now.Before(h.Since) {
 		return true
 	}
+	if h.Stop != nil {
+		return false // the relief move is not made yet
+	}
 	placed := map[string]bool{}
 	for _, a := range snap.Allocs {
-		if a.NodeID != h.Node && time.Unix(0, a.CreateTime).After(h.Since) &&
+		if h.GPU != "" && a.ID == h.Stopped {
+			return false // still pending or running: the client loads the GPU, a reading now would count it
+		}
+		if (a.NodeID != h.Node || h.GPU != "") && time.Unix(0, a.CreateTime).After(h.Since) &&
 			(a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning) {
 			placed[a.Namespace+"/"+a.JobID] = true
 		}
@@ -215,8 +242,14 @@ func (m *Mover) Release(now time.Time, snap *nomadview.Snapshot) bool {
 	return true
 }
 
-// Released forgets the hold.
-func (m *Mover) Released() { m.hold = nil }
+// Released forgets the hold. A GPU held for relief starts its window
+// again from the readings after it.
+func (m *Mover) Released() {
+	if m.hold != nil && m.hold.GPU != "" {
+		delete(m.loads, m.hold.GPU)
+	}
+	m.hold = nil
+}
 
 // trim keeps the moves of the last 24 hours, the longest the budget
 // looks back.
@@ -488,6 +521,15 @@ func movePurpose(p consolidate.Plan) string {
 	return fmt.Sprintf("to free %d GPUs on %s for %s", p.Ask.Count, p.Node.Name, p.Ask.Job)
 }
 
+// gpuEquivalents is what the move took off its GPUs: whole GPUs, or
+// shares as the part of their GPU they are.
+func (r MoveRecord) gpuEquivalents() float64 {
+	if r.Shares > 0 && r.SharesPerGPU > 0 {
+		return float64(r.Shares) / float64(r.SharesPerGPU)
+	}
+	return float64(r.GPUs)
+}
+
 // markResumed marks the moves whose job has an allocation running that
 // was created after the move (running: the newest such creation per
 // job), calling cost with the GPU-seconds each spent moving; true when
@@ -501,7 +543,7 @@ func (m *Mover) markResumed(now time.Time, running map[JobKey]time.Time, cost fu
 			continue
 		}
 		r.Resumed = now
-		cost(float64(r.GPUs) * now.Sub(r.At).Seconds())
+		cost(r.gpuEquivalents() * now.Sub(r.At).Seconds())
 		marked = true
 	}
 	return marked

@@ -109,11 +109,26 @@ func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger 
 		return
 	}
 	changed := c.resumed(now, view)
+	if h := c.mover.Held(); h != nil && h.Stop != nil && gpuHeldSeen(view.Snap, *h) {
+		c.stopHeld(ctx, now, h)
+		changed = true
+	}
 	if c.mover.Release(now, view.Snap) {
-		if c.endHold(ctx, *c.mover.Held()) {
+		h := *c.mover.Held()
+		if h.Stop != nil {
+			c.log.Warn("the servers did not show the held GPU's instances unhealthy in time; nothing moved", "node", h.NodeName, "gpu", h.GPU, "waited", c.cfg.Moves.HoldMax)
+		}
+		if c.endHold(ctx, h) {
 			c.mover.Released()
 			changed = true
 		}
+	}
+	if c.mover.sampleDue(now) {
+		c.sampleMPS(ctx, now, view.Snap)
+	}
+	if rp, ok := c.mover.Relieve(ctx, now, view, ledger, c.specs.get(c.api, view)); ok {
+		c.holdGPU(ctx, now, rp)
+		changed = true
 	}
 	if p, ok := c.mover.Step(ctx, now, view, ledger, c.specs.get(c.api, view)); ok {
 		c.log.Info("decision", "kind", "consolidate", "reason", p.String())
@@ -152,8 +167,12 @@ func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger 
 	}
 }
 
-// endHold makes a held node eligible again; false when it could not.
+// endHold makes a held node eligible again, or removes a GPU's hold from
+// its node's metadata; false when it could not.
 func (c *Controller) endHold(ctx context.Context, h Hold) bool {
+	if h.GPU != "" {
+		return c.endGPUHold(ctx, h)
+	}
 	if _, err := c.api.Nodes().ToggleEligibility(h.Node, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil && !nomadview.IsNotFound(err) {
 		if ctx.Err() == nil {
 			c.log.Warn("held node not made eligible again; trying on the next tick", "node", h.NodeName, "error", err)

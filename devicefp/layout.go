@@ -52,6 +52,10 @@ type layoutManager struct {
 	// reserved holds, by device ID, when a Reserve of it succeeded, until
 	// a view of the allocations fetched later has it (or not).
 	reserved map[string]time.Time
+	// holds are the GPUs the controller holds (contract.MetaHoldPrefix),
+	// by UUID: the health description of their instances until the hold
+	// ends.
+	holds map[string]string
 	// lastErr is the last reason the metadata could not be read, logged
 	// once.
 	lastErr string
@@ -145,6 +149,7 @@ func (lm *layoutManager) poll(ctx context.Context, cfg *Config) {
 	if err != nil || snap == nil {
 		return
 	}
+	held := lm.setHolds(heldGPUs(meta, time.Now(), lm.log))
 	plans := lm.plans(snap, cfg, meta)
 	view := w.current()
 	if slices.ContainsFunc(plans, gpuPlan.wantsChange) {
@@ -159,9 +164,42 @@ func (lm *layoutManager) poll(ctx context.Context, cfg *Config) {
 	if len(switches) > 0 {
 		lm.p.refresh(true) // the next poll must see the new instances
 	}
-	if changed || len(switches) > 0 {
+	if changed || held || len(switches) > 0 {
 		lm.p.wakeFingerprint()
 	}
+}
+
+// heldGPUs are the GPUs whose hold (contract.MetaHoldPrefix) runs at
+// now, with their instances' health description. A value that is not an
+// RFC 3339 time holds nothing (logged at debug level).
+func heldGPUs(meta map[string]string, now time.Time, log hclog.Logger) map[string]string {
+	out := map[string]string{}
+	for k, v := range meta {
+		uuid, ok := strings.CutPrefix(k, contract.MetaHoldPrefix)
+		if !ok {
+			continue
+		}
+		until, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
+		if err != nil {
+			log.Debug("GPU hold ignored: its value is not an RFC 3339 time", "key", k, "value", v)
+			continue
+		}
+		if now.Before(until) {
+			out[uuid] = "held until " + until.UTC().Format(time.RFC3339) + ": the nomad-gpu controller moves work off it"
+		}
+	}
+	return out
+}
+
+// setHolds takes the GPUs held now; true when they changed.
+func (lm *layoutManager) setHolds(holds map[string]string) bool {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if maps.Equal(lm.holds, holds) || len(lm.holds) == 0 && len(holds) == 0 {
+		return false
+	}
+	lm.holds = holds
+	return true
 }
 
 // noteErr logs a new reason the metadata cannot be read, and its end.
@@ -499,6 +537,7 @@ func (lm *layoutManager) inputs(cfg *Config, view allocView) *layoutInputs {
 	in := &layoutInputs{status: map[string]gpuStatus{}, sharesInUse: map[string]int{}, publish: cfg.Layout.Enabled}
 	if cfg.Layout.Enabled {
 		in.applied = maps.Clone(lm.applied)
+		in.holds = maps.Clone(lm.holds)
 		for uuid, st := range lm.gpus {
 			in.status[uuid] = st.gpuStatus
 		}

@@ -556,3 +556,38 @@ func TestLayoutStateFileErrors(t *testing.T) {
 		t.Fatalf("missing file: %v, %v", got, err)
 	}
 }
+
+func TestGPUHolds(t *testing.T) {
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	meta := map[string]string{
+		contract.MetaHoldPrefix + "GPU-a":   "2026-12-05T10:00:30Z", // runs
+		contract.MetaHoldPrefix + "GPU-b":   "2026-12-05T09:59:59Z", // over
+		contract.MetaHoldPrefix + "GPU-c":   "soon",                 // not a time: holds nothing
+		contract.MetaLayoutPrefix + "GPU-c": "whole",
+	}
+	holds := heldGPUs(meta, now, hclog.NewNullLogger())
+	if len(holds) != 1 || !strings.Contains(holds["GPU-a"], "held until 2026-12-05T10:00:30Z") {
+		t.Fatalf("holds = %v, want GPU-a's alone", holds)
+	}
+
+	cfg := defaults(t)
+	cfg.MPS = []MPSConfig{{GPUs: []string{"0", "1"}, Shares: 4}}
+	m := buildModel(layoutFixture(2), cfg, nil, &layoutInputs{holds: holds, publish: true})
+	healthy := map[string]int{}
+	for _, g := range m.groups {
+		for _, d := range g.Devices {
+			uuid, _, ok := contract.ParseShareID(d.ID)
+			if !ok {
+				t.Fatalf("device %s is not an MPS share", d.ID)
+			}
+			if d.Healthy {
+				healthy[uuid]++
+			} else if uuid != "GPU-a" || d.HealthDescription != holds["GPU-a"] {
+				t.Errorf("%s unhealthy: %q", d.ID, d.HealthDescription)
+			}
+		}
+	}
+	if healthy["GPU-a"] != 0 || healthy["GPU-b"] != 4 {
+		t.Errorf("healthy shares by GPU: %v, want GPU-a none (held), GPU-b 4", healthy)
+	}
+}

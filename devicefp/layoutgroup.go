@@ -25,6 +25,9 @@ type layoutInputs struct {
 	status map[string]gpuStatus
 	// sharesInUse counts, by GPU UUID, the MPS shares allocations hold.
 	sharesInUse map[string]int
+	// holds are the GPUs the controller holds, by UUID: their instances'
+	// health description.
+	holds map[string]string
 	// publish: the plugin follows layouts (layout.enabled), so it
 	// publishes each GPU's layout group. A plugin that does not takes no
 	// part in the protocol, and the controller leaves its GPUs alone.

@@ -121,7 +121,7 @@ func (b *modelBuilder) isIgnored(index int, uuid string, mig bool) bool {
 
 // gpuReason is why a GPU and all its slices are unhealthy, "" if they are
 // not: a health verdict first, else an NVML error reading the GPU, else a
-// relayout about to take its instances away.
+// relayout about to take its instances away, else the controller's hold.
 func (b *modelBuilder) gpuReason(g *gpu.GPU) string {
 	reason := b.unhealthy[g.UUID]
 	if g.Err != nil && reason == "" {
@@ -129,6 +129,9 @@ func (b *modelBuilder) gpuReason(g *gpu.GPU) string {
 	}
 	if reason == "" {
 		reason = b.lay.status[g.UUID].drain
+	}
+	if reason == "" {
+		reason = b.lay.holds[g.UUID]
 	}
 	return reason
 }

@@ -92,7 +92,7 @@ func TestMPSShareUtilization(t *testing.T) {
 					t.Fatalf("share %d: no stats", k)
 				}
 				attrs := ds.Stats.Attributes
-				for _, name := range []string{statGPUUtil, statShareUtil} {
+				for _, name := range []string{contract.StatGPUUtil, contract.StatShareUtil} {
 					if c.own[k] == absent {
 						if v := attrs[name]; v != nil {
 							t.Errorf("share %d: %s = %s, want none", k, name, statText(v))
@@ -102,16 +102,16 @@ func TestMPSShareUtilization(t *testing.T) {
 					wantFloat(t, fmt.Sprintf("share %d: %s", k, name), attrs[name], c.own[k], "%")
 				}
 				// The GPU's figures, under names of their own.
-				wantFloat(t, fmt.Sprintf("share %d: %s", k, statPhysGPUUtil), attrs[statPhysGPUUtil], 40, "%")
-				wantFloat(t, fmt.Sprintf("share %d: %s", k, statPhysMemUtil), attrs[statPhysMemUtil], 10, "%")
-				if v := attrs[statPhysMemUsed]; v == nil || v.IntNumerator == nil || *v.IntNumerator != 5000 || v.IntDenominator == nil || *v.IntDenominator != int64(n.snap.GPUs[0].MemoryMiB) {
-					t.Errorf("share %d: %s = %s, want the GPU's 5000 / %d MiB", k, statPhysMemUsed, statText(v), n.snap.GPUs[0].MemoryMiB)
+				wantFloat(t, fmt.Sprintf("share %d: %s", k, contract.StatPhysGPUUtil), attrs[contract.StatPhysGPUUtil], 40, "%")
+				wantFloat(t, fmt.Sprintf("share %d: %s", k, contract.StatPhysMemUtil), attrs[contract.StatPhysMemUtil], 10, "%")
+				if v := attrs[contract.StatPhysMemUsed]; v == nil || v.IntNumerator == nil || *v.IntNumerator != 5000 || v.IntDenominator == nil || *v.IntDenominator != int64(n.snap.GPUs[0].MemoryMiB) {
+					t.Errorf("share %d: %s = %s, want the GPU's 5000 / %d MiB", k, contract.StatPhysMemUsed, statText(v), n.snap.GPUs[0].MemoryMiB)
 				}
-				if v := attrs[statMemUtil]; v != nil {
-					t.Errorf("share %d: %s = %s, want none (not measured per share)", k, statMemUtil, statText(v))
+				if v := attrs[contract.StatMemUtil]; v != nil {
+					t.Errorf("share %d: %s = %s, want none (not measured per share)", k, contract.StatMemUtil, statText(v))
 				}
 				limit := int64(n.snap.GPUs[0].MemoryMiB / 2)
-				for _, name := range []string{statMemUsed, statShareUsed} {
+				for _, name := range []string{contract.StatMemUsed, contract.StatShareUsed} {
 					if v := attrs[name]; v == nil || v.IntNumerator == nil || *v.IntNumerator != c.used[k] || v.IntDenominator == nil || *v.IntDenominator != limit || v.Unit != "MiB" {
 						t.Errorf("share %d: %s = %s, want %d / %d MiB", k, name, statText(v), c.used[k], limit)
 					}
@@ -127,14 +127,14 @@ func TestMPSShareUtilization(t *testing.T) {
 				if ds == nil {
 					t.Fatalf("%s: no stats", id)
 				}
-				for _, name := range []string{statShareUtil, statPhysGPUUtil, statPhysMemUtil, statPhysMemUsed} {
+				for _, name := range []string{contract.StatShareUtil, contract.StatPhysGPUUtil, contract.StatPhysMemUtil, contract.StatPhysMemUsed} {
 					if ds.Stats.Attributes[name] != nil {
 						t.Errorf("%s has %s", id, name)
 					}
 				}
 			}
-			wantFloat(t, "whole GPU: "+statGPUUtil, findInstance(st, n.gpuUUID(2)).Stats.Attributes[statGPUUtil], 80, "%")
-			wantFloat(t, "whole GPU: "+statMemUtil, findInstance(st, n.gpuUUID(2)).Stats.Attributes[statMemUtil], 30, "%")
+			wantFloat(t, "whole GPU: "+contract.StatGPUUtil, findInstance(st, n.gpuUUID(2)).Stats.Attributes[contract.StatGPUUtil], 80, "%")
+			wantFloat(t, "whole GPU: "+contract.StatMemUtil, findInstance(st, n.gpuUUID(2)).Stats.Attributes[contract.StatMemUtil], 30, "%")
 
 			var shareRows []string
 			for k := range 2 {
@@ -201,12 +201,12 @@ func TestStatsNameThePhysicalGPU(t *testing.T) {
 				t.Fatal("no stats")
 			}
 			gpuIdx, _ := strconv.Atoi(d[2])
-			idx, uuid := ds.Stats.Attributes[statGPUIndex], ds.Stats.Attributes[statGPUUUID]
+			idx, uuid := ds.Stats.Attributes[contract.StatGPUIndex], ds.Stats.Attributes[contract.StatGPUUUID]
 			if idx == nil || idx.IntNumerator == nil || *idx.IntNumerator != int64(gpuIdx) {
-				t.Errorf("%s = %+v, want %d", statGPUIndex, idx, gpuIdx)
+				t.Errorf("%s = %+v, want %d", contract.StatGPUIndex, idx, gpuIdx)
 			}
 			if uuid == nil || uuid.String == nil || *uuid.String != n.gpuUUID(gpuIdx) {
-				t.Errorf("%s = %+v, want %s", statGPUUUID, uuid, n.gpuUUID(gpuIdx))
+				t.Errorf("%s = %+v, want %s", contract.StatGPUUUID, uuid, n.gpuUUID(gpuIdx))
 			}
 		})
 	}

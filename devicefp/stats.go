@@ -12,35 +12,6 @@ import (
 
 func schemaDefaults(cfg *Config) error { return schema.Decode(nil, cfg) }
 
-// Stat names as `nomad node status -stats` and `nomad alloc status -stats` show them.
-const (
-	statGPUUtil      = "GPU utilization"
-	statMemUtil      = "Memory utilization"
-	statMemUsed      = "Memory used"
-	statTemperature  = "Temperature"
-	statPower        = "Power"
-	statECCCorrected = "ECC errors corrected"
-	statECCUncorr    = "ECC errors uncorrected"
-	statSMClock      = "SM clock"
-	statMemClock     = "Memory clock"
-	statShareThreads = "MPS thread percentage"
-	statShareMemory  = "MPS memory limit"
-	statShareUsed    = "MPS memory used"
-	statShareUtil    = "MPS utilization"
-	// An MPS share's own "GPU utilization", "Memory used" are its task's;
-	// its physical GPU's figures, which every client of the GPU moves, go
-	// under these names instead. There is no per-share memory bandwidth
-	// figure: a share reports the GPU's only, as statPhysMemUtil.
-	statPhysGPUUtil = "Physical GPU utilization"
-	statPhysMemUtil = "Physical GPU memory utilization"
-	statPhysMemUsed = "Physical GPU memory used"
-	// The physical GPU a device is on, per device: Nomad's device groups
-	// gather several GPUs (whole GPUs by product, MIG instances by
-	// profile), so group attributes cannot say which one.
-	statGPUIndex = "GPU index"
-	statGPUUUID  = "GPU UUID"
-)
-
 // shareUsageMaxAge drops figures the driver stopped publishing (no task).
 const shareUsageMaxAge = time.Minute
 
@@ -150,9 +121,9 @@ func shareUtilization(u gpu.ShareUsage, id string) (float64, bool) {
 // addShareUsage adds the share's own.
 func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats {
 	attrs := map[string]*structs.StatValue{}
-	memUsedName, gpuUtilName, memUtilName, of := statMemUsed, statGPUUtil, statMemUtil, ""
+	memUsedName, gpuUtilName, memUtilName, of := contract.StatMemUsed, contract.StatGPUUtil, contract.StatMemUtil, ""
 	if s.typ == contract.SliceMPS {
-		memUsedName, gpuUtilName, memUtilName, of = statPhysMemUsed, statPhysGPUUtil, statPhysMemUtil, " (the physical GPU, all its MPS clients)"
+		memUsedName, gpuUtilName, memUtilName, of = contract.StatPhysMemUsed, contract.StatPhysGPUUtil, contract.StatPhysMemUtil, " (the physical GPU, all its MPS clients)"
 	}
 	used, total := int64(t.MemoryUsedMiB), int64(t.MemoryTotalMiB)
 	memUsed := &structs.StatValue{IntNumerator: &used, Unit: "MiB", Desc: "GPU memory used" + of}
@@ -174,28 +145,28 @@ func deviceStats(s *slice, t *gpu.Telemetry, now time.Time) *device.DeviceStats 
 			attrs[name] = &structs.StatValue{IntNumerator: &i, Unit: unit, Desc: desc}
 		}
 	}
-	intStat(statTemperature, t.TemperatureC, "C", "GPU temperature")
-	intStat(statSMClock, t.SMClockMHz, "MHz", "SM clock")
-	intStat(statMemClock, t.MemClockMHz, "MHz", "memory clock")
+	intStat(contract.StatTemperature, t.TemperatureC, "C", "GPU temperature")
+	intStat(contract.StatSMClock, t.SMClockMHz, "MHz", "SM clock")
+	intStat(contract.StatMemClock, t.MemClockMHz, "MHz", "memory clock")
 	if t.PowerMilliW != nil {
 		w := float64(*t.PowerMilliW) / 1000
-		attrs[statPower] = &structs.StatValue{FloatNumerator: &w, Unit: "W", Desc: "power draw"}
+		attrs[contract.StatPower] = &structs.StatValue{FloatNumerator: &w, Unit: "W", Desc: "power draw"}
 	}
-	for name, v := range map[string]*uint64{statECCCorrected: t.ECCCorrected, statECCUncorr: t.ECCUncorrected} {
+	for name, v := range map[string]*uint64{contract.StatECCCorrected: t.ECCCorrected, contract.StatECCUncorr: t.ECCUncorrected} {
 		if v != nil {
 			i := int64(*v)
 			attrs[name] = &structs.StatValue{IntNumerator: &i, Desc: "volatile ECC error count"}
 		}
 	}
 	index, uuid := int64(s.gpuIndex), s.gpuUUID
-	attrs[statGPUIndex] = &structs.StatValue{IntNumerator: &index, Desc: "NVML index of the physical GPU"}
-	attrs[statGPUUUID] = &structs.StatValue{String: &uuid, Desc: "UUID of the physical GPU"}
+	attrs[contract.StatGPUIndex] = &structs.StatValue{IntNumerator: &index, Desc: "NVML index of the physical GPU"}
+	attrs[contract.StatGPUUUID] = &structs.StatValue{String: &uuid, Desc: "UUID of the physical GPU"}
 	summary := memUsed
 	if s.typ == contract.SliceMPS {
 		th := int64(s.threadPercent)
 		lim := int64(s.memLimitMiB)
-		attrs[statShareThreads] = &structs.StatValue{IntNumerator: &th, Unit: "%", Desc: "SM share of this MPS share"}
-		attrs[statShareMemory] = &structs.StatValue{IntNumerator: &lim, Unit: "MiB", Desc: "pinned memory limit of this MPS share"}
+		attrs[contract.StatShareThreads] = &structs.StatValue{IntNumerator: &th, Unit: "%", Desc: "SM share of this MPS share"}
+		attrs[contract.StatShareMemory] = &structs.StatValue{IntNumerator: &lim, Unit: "MiB", Desc: "pinned memory limit of this MPS share"}
 	}
 	return &device.DeviceStats{
 		Summary:   summary,
@@ -214,15 +185,15 @@ func addShareUsage(ds *device.DeviceStats, s *slice, u gpu.ShareUsage) {
 	attrs := ds.Stats.Attributes
 	if pct, ok := shareUtilization(u, s.id); ok {
 		own := pct
-		attrs[statShareUtil] = &structs.StatValue{FloatNumerator: &pct, Unit: "%", Desc: "utilization of this share's SMs by its task"}
-		attrs[statGPUUtil] = &structs.StatValue{FloatNumerator: &own, Unit: "%", Desc: "utilization of this share's SMs by its task (the GPU's: " + statPhysGPUUtil + ")"}
+		attrs[contract.StatShareUtil] = &structs.StatValue{FloatNumerator: &pct, Unit: "%", Desc: "utilization of this share's SMs by its task"}
+		attrs[contract.StatGPUUtil] = &structs.StatValue{FloatNumerator: &own, Unit: "%", Desc: "utilization of this share's SMs by its task (the GPU's: " + contract.StatPhysGPUUtil + ")"}
 	}
 	mem := func(desc string) *structs.StatValue {
 		used, limit := int64(u.Shares[s.id]), int64(s.memLimitMiB)
 		return &structs.StatValue{IntNumerator: &used, IntDenominator: &limit, Unit: "MiB", Desc: desc}
 	}
 	v := mem("GPU memory used by this share's task, per share")
-	attrs[statShareUsed] = v
-	attrs[statMemUsed] = mem("GPU memory used by this share's task, of the share's limit (the GPU's: " + statPhysMemUsed + ")")
+	attrs[contract.StatShareUsed] = v
+	attrs[contract.StatMemUsed] = mem("GPU memory used by this share's task, of the share's limit (the GPU's: " + contract.StatPhysMemUsed + ")")
 	ds.Summary = v
 }

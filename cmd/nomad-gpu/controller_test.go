@@ -38,6 +38,10 @@ func TestControllerFlagErrors(t *testing.T) {
 		{[]string{"-move-budget-job-day", "0"}, "-move-budget-job-day: 0; allowed: 1 to 1000"},
 		{[]string{"-move-settle", "10ms"}, "-move-settle: 10ms; allowed: 1s to 1h"},
 		{[]string{"-move-pools", "training,*"}, `-move-pools: "*" is not a node pool name`},
+		{[]string{"-relief-high", "101"}, "-relief-high: 101; allowed: 0 (off) to 100"},
+		{[]string{"-relief-low", "80"}, "-relief-low: 80; allowed: 0 to below -relief-high (80)"},
+		{[]string{"-relief-window", "-1s"}, "-relief-window: -1s; allowed: 0s to 24h"},
+		{[]string{"-relief-interval", "100ms"}, "-relief-interval: 100ms; allowed: 1s to 10m"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {

@@ -19,10 +19,14 @@ type moveFlags struct {
 func (m *moveFlags) add(fs *flag.FlagSet) {
 	fs.BoolVar(&m.on, "moves", true, "move checkpointing batch work that opted in (job meta "+controller.MetaMovable+` = "true", or -move-pools) to free a node for a queued multi-GPU allocation`)
 	fs.StringVar(&m.pools, "move-pools", "", `node pools whose jobs are movable unless their meta says "false", comma-separated`)
-	fs.IntVar(&m.config.PerHour, "move-budget-hour", 4, "most consolidations (each moving what one node needs freed) in any hour")
+	fs.IntVar(&m.config.PerHour, "move-budget-hour", 4, "most rounds of moves in any hour: a consolidation (moving what one node needs freed), or a relief (one client off an overloaded MPS GPU)")
 	fs.IntVar(&m.config.PerJobPerDay, "move-budget-job-day", 3, "most moves of one job's allocations in any 24 hours")
 	fs.DurationVar(&m.config.Settle, "move-settle", 2*time.Minute, "how long a consolidation waits for the allocation it freed a node for to run before another is planned")
-	fs.DurationVar(&m.config.HoldMax, "move-hold", 30*time.Second, "the longest a node being freed stays ineligible while the allocations moved off it are placed elsewhere")
+	fs.DurationVar(&m.config.HoldMax, "move-hold", 30*time.Second, "the longest a node being freed stays ineligible while the allocations moved off it are placed elsewhere (relief: the longest a GPU is held for the servers to see it held, and again for the moved client to be placed)")
+	fs.Float64Var(&m.config.Relief.High, "relief-high", 80, "an MPS GPU above this utilisation, percent of its SMs (all its clients), for -relief-window is overloaded: a movable client moves off it; 0 turns relief off")
+	fs.Float64Var(&m.config.Relief.Low, "relief-low", 40, "an MPS GPU below this utilisation, percent, with free shares enough, shows a client of an overloaded GPU can move")
+	fs.DurationVar(&m.config.Relief.Window, "relief-window", 5*time.Minute, "how long an MPS GPU stays above -relief-high before a client moves off it")
+	fs.DurationVar(&m.config.Relief.Interval, "relief-interval", 15*time.Second, "how often the utilisation of MPS GPUs with clients is read (Nomad's node stats, one call per node)")
 }
 
 // moves checks the flags; nil when -moves=false.
@@ -40,6 +44,9 @@ func (m *moveFlags) moves() (*controller.MoveConfig, error) {
 	case m.config.HoldMax < time.Second || m.config.HoldMax > 10*time.Minute:
 		return nil, fmt.Errorf("-move-hold: %s; allowed: 1s to 10m", m.config.HoldMax)
 	}
+	if err := checkRelief(m.config.Relief); err != nil {
+		return nil, err
+	}
 	c := m.config
 	for _, p := range strings.Split(m.pools, ",") {
 		p = strings.TrimSpace(p)
@@ -52,4 +59,21 @@ func (m *moveFlags) moves() (*controller.MoveConfig, error) {
 		c.Pools = append(c.Pools, p)
 	}
 	return &c, nil
+}
+
+// checkRelief checks the relief flags; High 0 (off) checks nothing else.
+func checkRelief(r controller.ReliefConfig) error {
+	switch {
+	case r.High == 0:
+		return nil
+	case r.High < 0 || r.High > 100:
+		return fmt.Errorf("-relief-high: %v; allowed: 0 (off) to 100", r.High)
+	case r.Low < 0 || r.Low >= r.High:
+		return fmt.Errorf("-relief-low: %v; allowed: 0 to below -relief-high (%v)", r.Low, r.High)
+	case r.Window < 0 || r.Window > 24*time.Hour:
+		return fmt.Errorf("-relief-window: %s; allowed: 0s to 24h", r.Window)
+	case r.Interval < time.Second || r.Interval > 10*time.Minute:
+		return fmt.Errorf("-relief-interval: %s; allowed: 1s to 10m", r.Interval)
+	}
+	return nil
 }
