@@ -68,7 +68,10 @@ cluster every -tick (a blocking query on allocations) and runs its modules:
   the gpu driver are stopped so that Nomad places them elsewhere and they
   resume from their checkpoints; the node they free is held ineligible
   until they are placed (-move-hold), within -move-budget-hour and
-  -move-budget-job-day.
+  -move-budget-job-day. Relief: when an MPS GPU stays above -relief-high
+  for -relief-window while another of its pool is below -relief-low, its
+  busiest movable client moves, the GPU held meanwhile through node
+  metadata nomad_gpu.hold.<GPU-UUID>.
 
 Every priority change goes through the priority ledger, one Nomad variable
 per job at nomad-gpu/priority/<job> in the job's namespace: the job's own
@@ -85,7 +88,8 @@ the nomad CLI reads them; the flags override them. The token needs
 read-job and submit-job in the namespaces of the jobs it changes
 (alloc-lifecycle too with -moves), variable read/write on nomad-gpu/* in
 those namespaces and in -namespace, and node:write with -layouts or
--moves (node metadata, a held node's eligibility), else node:read.
+-moves (node metadata, a held node's eligibility, a held GPU), else
+node:read.
 
 Flags:
 `

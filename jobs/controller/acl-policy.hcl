@@ -13,8 +13,9 @@
 #
 # alloc-lifecycle is for moving checkpointed work: the controller stops
 # an allocation that opted in (job meta nomad_gpu_movable) so that Nomad
-# places it again, holding the node it frees ineligible meanwhile (node
-# write). Drop it with -moves=false.
+# places it again, holding the node it frees ineligible meanwhile, or the
+# overloaded MPS GPU it relieves (node metadata nomad_gpu.hold.<GPU-UUID>)
+# (node write). Drop it with -moves=false.
 namespace "*" {
   capabilities = ["read-job", "submit-job", "list-jobs", "alloc-lifecycle"]
 
