@@ -43,6 +43,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
@@ -206,25 +207,32 @@ func replayTask(work time.Duration, util float64, cli string) string {
 }
 
 // replayJob is the Nomad job of a trace job.
-// With a commitTimeout the task checkpoints; 0 leaves the block out. Its
+// With a commitTimeout the task checkpoints; 0 leaves the block out.
+// Movable opts the job in to the controller's moves (Features.Moves). Its
 // memory is 64 MiB: sim-load alone (the nomad-gpu binary) has a resident
 // set of about 23.5 MiB, and at 24 MiB a task could be killed for memory
 // when its shell forks to commit a checkpoint (suspected of the one
 // checkpointed preemption that lost work, session 31).
-func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration) string {
+func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration, movable bool) string {
 	script := replayTask(work, j.EffectiveUtil(), cli)
-	ck := ""
+	ck, meta := "", ""
 	if commitTimeout > 0 {
 		ck = fmt.Sprintf(`
         checkpoint {
           commit_timeout = %q
         }`, commitTimeout)
 	}
+	if movable {
+		meta = fmt.Sprintf(`
+  meta {
+    %s = "true"
+  }`, controller.MetaMovable)
+	}
 	return fmt.Sprintf(`
 job %q {
   type      = "batch"
   priority  = %d
-  node_pool = "gpu"
+  node_pool = "gpu"%s
   group "g" {
     restart {
       attempts = 0
@@ -253,7 +261,7 @@ job %q {
       }
     }
   }
-}`, j.ID, j.EffectivePriority(), script, ck, s.Device(), s.Count)
+}`, j.ID, j.EffectivePriority(), meta, script, ck, s.Device(), s.Count)
 }
 
 // layoutFor is the sim node layout a configuration's nodes have.
@@ -376,7 +384,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		if cfg.Checkpoints {
 			commit = s.Policy.CommitTimeout
 		}
-		regEval[j.ID] = registerJob(t, c, replayJob(j, sl, wall(j.Duration), cli, commit))
+		regEval[j.ID] = registerJob(t, c, replayJob(j, sl, wall(j.Duration), cli, commit, cfg.Moves))
 	}
 	res.Timeline = sampler.wait()
 	if layouts != nil {
@@ -395,7 +403,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if err != nil {
 		t.Fatalf("listing allocations: %v", err)
 	}
-	rc := recordCollector{c: c, t0: t0, horizon: t0.Add(wall(s.Horizon)), trace: trace, byID: map[string]*api.AllocationListStub{}}
+	rc := recordCollector{c: c, t0: t0, horizon: t0.Add(wall(s.Horizon)), trace: trace, byID: map[string]*api.AllocationListStub{}, moved: movedAllocs(t, c, cfg)}
 	byJob := map[string][]*api.AllocationListStub{}
 	for _, a := range stubs {
 		byJob[a.JobID] = append(byJob[a.JobID], a)
@@ -438,6 +446,23 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		t.Logf("%s: the controller's decisions: %s", cfg.Name, controllerDecisions(t, ctl))
 	}
 	return res, lat
+}
+
+// movedAllocs are the allocations the controller moved, from its move
+// history (controller.MovesVariable); none without Features.Moves.
+func movedAllocs(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config) map[string]bool {
+	out := map[string]bool{}
+	if !cfg.Moves {
+		return out
+	}
+	records, _, err := controller.LoadMoves(context.Background(), c.API(), "default")
+	if err != nil {
+		t.Fatalf("%s: reading the controller's moves: %v", cfg.Name, err)
+	}
+	for _, r := range records {
+		out[r.Alloc] = true
+	}
+	return out
 }
 
 // layoutsAsWritten fails the replay when a pool node does not follow
@@ -485,16 +510,23 @@ func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
 func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, s tracereplay.Setup) *controllerProc {
 	p := s.Policy
 	protect := cfg.Checkpoints && p.PreemptionCooldown > 0
-	if !protect && !cfg.Layouts {
+	if !protect && !cfg.Layouts && !cfg.Moves {
 		return nil
 	}
 	cooldown := time.Duration(0)
 	if protect {
 		cooldown = p.PreemptionCooldown
 	}
-	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", replayControllerTick.String(), "-layouts=" + strconv.FormatBool(cfg.Layouts)}
+	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", replayControllerTick.String(), "-layouts=" + strconv.FormatBool(cfg.Layouts),
+		"-moves=" + strconv.FormatBool(cfg.Moves)}
 	if cfg.Layouts {
 		args = append(args, "-layout-shares", "*="+strconv.Itoa(s.Cluster.Shares()), "-layout-min-interval", p.LayoutMinInterval.String())
+	}
+	if cfg.Moves {
+		// Relief is off: replay tasks' load is the trace's, not a
+		// platform rule's to move.
+		args = append(args, "-move-budget-hour", strconv.Itoa(p.MoveBudgetHour), "-move-budget-job-day", strconv.Itoa(p.MoveBudgetJobDay),
+			"-move-settle", p.MoveSettle.String(), "-move-hold", p.MoveHold.String(), "-relief-high", "0")
 	}
 	return startController(t, c, "controller", args...)
 }
@@ -684,12 +716,15 @@ type recordCollector struct {
 	horizon time.Time
 	trace   func(time.Duration) time.Duration
 	byID    map[string]*api.AllocationListStub
+	// moved are the allocations the controller moved (movedAllocs).
+	moved map[string]bool
 	// places are submission-to-placement latencies of jobs placed by
 	// their first evaluation, starts placement-to-running ones, preempts
 	// preemptor-placement-to-victim-stopped ones (wall clock).
 	places, starts, preempts []time.Duration
-	// Preemptions whose progress the task logs no longer tell: the node
-	// that ran the allocation was removed (scaled in) before they were read.
+	// preempted counts the preemptions and moves; unread those whose
+	// progress the task logs no longer tell: the node that ran the
+	// allocation was removed (scaled in) before they were read.
 	preempted, unread int
 	// untold are the task logs read around preemptions that tell no
 	// restore: those runs' progress is unknown.
@@ -738,19 +773,21 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 			if by := rc.byID[a.PreemptedByAllocation]; by != nil {
 				rc.preempts = append(rc.preempts, st.FinishedAt.Sub(time.Unix(0, by.CreateTime)))
 			}
+		case rc.moved[a.ID]:
+			run.End, run.Moved = rc.at(st.FinishedAt), true
 		default:
 			run.End = rc.at(st.FinishedAt)
 			if a.ClientStatus == api.AllocClientStatusComplete && !st.Failed {
 				rec.Done, rec.Finish = true, run.End
 			}
 		}
-		// The checkpoint record matters around preemptions only: read the
-		// preempted run's and its successor's.
-		prevPreempted := len(rec.Runs) > 0 && rec.Runs[len(rec.Runs)-1].Preempted
-		if run.Preempted || prevPreempted {
+		// The checkpoint record matters around preemptions and moves
+		// only: read the stopped run's and its successor's.
+		prevStopped := len(rec.Runs) > 0 && rec.Runs[len(rec.Runs)-1].Interrupted()
+		if run.Interrupted() || prevStopped {
 			rc.progress(a.ID, &run)
 		}
-		if run.Preempted {
+		if run.Interrupted() {
 			rc.preempted++
 		}
 		rec.Runs = append(rec.Runs, run)
@@ -761,7 +798,7 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 	logs, err := rc.c.TryAllocLogs(allocID, "t", "stdout")
 	if err != nil {
-		if run.Preempted {
+		if run.Interrupted() {
 			rc.unread++
 		}
 		return
@@ -772,7 +809,7 @@ func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 	}
 	_, stopped := logValue(logs, "stopped")
 	_, committed := logValue(logs, "committed")
-	if run.Preempted && !stopped && !committed {
+	if run.Interrupted() && !stopped && !committed {
 		rc.silent++
 	}
 }
@@ -848,13 +885,13 @@ func (rc *recordCollector) notes() []string {
 		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused and Nomad placed them again (reschedule: 1 attempt, 5 s delay)", rc.refused))
 	}
 	if rc.unread > 0 {
-		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions could not be read, their nodes removed (scaled in) first: those preemptions count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
+		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions and moves could not be read, their nodes removed (scaled in) first: those count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
 	}
 	if rc.oom > 0 {
 		notes = append(notes, fmt.Sprintf("%d tasks were killed for memory (the kernel's OOM killer)", rc.oom))
 	}
 	if rc.silent > 0 {
-		notes = append(notes, fmt.Sprintf("%d preempted runs logged neither a commit nor a stop: their tasks died without handling the stop, and their progress since their last checkpoint counts as lost", rc.silent))
+		notes = append(notes, fmt.Sprintf("%d preempted or moved runs logged neither a commit nor a stop: their tasks died without handling the stop, and their progress since their last checkpoint counts as lost", rc.silent))
 	}
 	if rc.untold > 0 {
 		notes = append(notes, fmt.Sprintf("%d runs around preemptions were stopped before their task logged its restore: the preemptions before and after each count no lost work, so lost work is a lower bound", rc.untold))

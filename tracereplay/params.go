@@ -19,8 +19,10 @@ type Params struct {
 	// extract, used when CSV is empty (empty too: the embedded copy).
 	CSV, Philly string
 	// Jobs is the sample size (0: as many as Load asks); Window, Start
-	// (empty: the busiest window) and Seed pick it.
-	Jobs int
+	// (empty: the busiest window, in arrivals of jobs asking for at least
+	// BusiestMinGPUs where that is above 1) and Seed pick it.
+	Jobs           int
+	BusiestMinGPUs int
 	// OfferedLoad is the offered load the sample is drawn to: the GPU time its
 	// jobs ask for within the horizon over the fixed cluster's.
 	OfferedLoad float64
@@ -81,6 +83,7 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.OfferedLoad, "load", 0.85, "offered load the sample is drawn to, with -jobs 0: GPU time asked within the horizon over the fixed cluster's (0: every job of the window; above 1: overloaded)")
 	fs.DurationVar(&p.Window, "window", 2*time.Hour, "trace window the sample is drawn from (0: the whole trace)")
 	fs.StringVar(&p.Start, "start", "", `window start, "2006-01-02 15:04:05" UTC (default: the busiest window)`)
+	fs.IntVar(&p.BusiestMinGPUs, "busiest-min-gpus", 0, "with no -start, the busiest window counts only the arrivals of jobs asking for at least this many GPUs (0: every job): a sample with multi-GPU work")
 	fs.Int64Var(&p.Seed, "seed", 1, "seed of the sample and of the derived priorities, fractions and utilisations")
 	fs.Float64Var(&p.FractionShare, "fraction-share", 0.3, "share of the Philly extract's 1-GPU jobs that ask for part of a GPU")
 	fs.Float64Var(&p.Compression, "compression", 25, "trace seconds per wall-clock second")
@@ -103,7 +106,7 @@ func (p *Params) Register(fs *flag.FlagSet) {
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "nomad-gpu", "nomad-gpu-fixed", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // ParseConfigs turns a comma-separated list of ConfigNames into
 // configurations, autoscaling with strategy where they autoscale.
@@ -125,10 +128,16 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		case "+autoscale":
 			f.Autoscale = strategy
 		case "nomad-gpu":
-			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Autoscale: strategy}
 		case "nomad-gpu-fixed":
 			// nomad-gpu at the baseline's node count: what it does with
 			// the nodes a platform team already has.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true}
+		case "nomad-gpu-no-moves":
+			// nomad-gpu without consolidation: what moving checkpointed
+			// work adds.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
+		case "nomad-gpu-fixed-no-moves":
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true}
 		case "stock-preemption":
 			f.Preemption, cfg.Reference = true, true
@@ -245,7 +254,7 @@ func (p Params) Load() (Setup, error) {
 		source = name
 		s.Attribution = PhillyAttribution
 	}
-	t, err := Select(jobs, epoch, Selection{Window: p.Window, Start: p.Start, Busiest: p.Start == "", Sample: p.Jobs, Seed: p.Seed}, source)
+	t, err := Select(jobs, epoch, Selection{Window: p.Window, Start: p.Start, Busiest: p.Start == "", BusiestMinGPUs: p.BusiestMinGPUs, Sample: p.Jobs, Seed: p.Seed}, source)
 	if err != nil {
 		return s, err
 	}

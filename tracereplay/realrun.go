@@ -67,7 +67,7 @@ func CommitToExit(r Result) (d time.Duration, ok bool) {
 	var gaps []time.Duration
 	for _, j := range r.Jobs {
 		for _, run := range j.Runs {
-			if run.Preempted && run.Checkpointed && run.ProgressKnown {
+			if run.Interrupted() && run.Checkpointed && run.ProgressKnown {
 				gaps = append(gaps, max(0, run.Reached-run.Saved))
 			}
 		}

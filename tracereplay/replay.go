@@ -84,6 +84,11 @@ func (j Job) Record(s Slice) JobRecord {
 		Requested: j.Requested(), Util: j.EffectiveUtil(), Priority: j.EffectivePriority()}
 }
 
+// Interrupted says the run was stopped for another's sake, by a
+// preemption or a move, for the job to run again: its job waits again,
+// and resumes from what it saved.
+func (r Run) Interrupted() bool { return r.Preempted || r.Moved }
+
 // Preemptions counts the job's runs stopped by a preemption.
 func (r JobRecord) Preemptions() int {
 	n := 0
@@ -135,6 +140,12 @@ type Features struct {
 	// stop (a preempted job resumes from it) and the driver's preemption
 	// cooldown.
 	Checkpoints bool
+	// Moves, with Checkpoints, is the controller's consolidation: when a
+	// queued job asks for more whole GPUs than any node has free, the
+	// fewest running jobs whose move frees a node are stopped (they
+	// resume from their checkpoints elsewhere) and the node is held for
+	// the queued job (controller.Mover; the jobs opt in with job meta).
+	Moves bool
 	// Autoscale names the strategy that scales the node pool between
 	// Cluster.MinNodes and MaxNodes: "gpu-queue" or "target-value"; ""
 	// keeps the node count fixed.
@@ -155,6 +166,9 @@ func (f Features) Validate() error {
 	}
 	if f.Checkpoints && !f.Preemption {
 		return fmt.Errorf("checkpoints: on without preemption; allowed: checkpoints only with preemption")
+	}
+	if f.Moves && !f.Checkpoints {
+		return fmt.Errorf("moves: on without checkpoints; allowed: moves only with checkpoints (a moved job resumes from its checkpoint)")
 	}
 	switch f.Autoscale {
 	case AutoscaleNone, AutoscaleGPUQueue, AutoscaleTargetValue:
@@ -562,8 +576,9 @@ type Run struct {
 	// there (Open).
 	Start, End time.Duration
 	Open       bool
-	// Preempted says it was stopped by a preemption.
-	Preempted bool
+	// Preempted says it was stopped by a preemption; Moved that the
+	// controller stopped it to move it (Features.Moves).
+	Preempted, Moved bool
 	// Node is the node it ran on, and Held the devices it held there.
 	Node string
 	Held []Hold
@@ -662,6 +677,13 @@ type Policy struct {
 	// (gpulayout.Bounds.MinInterval): a GPU changed less than this ago
 	// changes again only for a queue no other GPU can serve.
 	LayoutMinInterval time.Duration
+	// MoveBudgetHour and MoveBudgetJobDay are the controller's
+	// -move-budget-hour and -move-budget-job-day, wall clock like the
+	// rest: at compression 25, 100 consolidations an hour are 4 in an
+	// hour of trace, and 3 moves of a job a day bound it to 3 in a run.
+	// MoveSettle and MoveHold are its -move-settle and -move-hold.
+	MoveBudgetHour, MoveBudgetJobDay int
+	MoveSettle, MoveHold             time.Duration
 }
 
 // DefaultPolicy is what `make bench-trace` runs with.
@@ -681,6 +703,12 @@ func DefaultPolicy() Policy {
 		CommitTimeout:   10 * time.Second,
 		// The controller's default.
 		LayoutMinInterval: 5 * time.Minute,
+		MoveBudgetHour:    100,
+		MoveBudgetJobDay:  3,
+		// The controller's 2m settle and 30s hold are a real cluster's;
+		// in a replay's wall clock a placement takes well under a second.
+		MoveSettle: 5 * time.Second,
+		MoveHold:   10 * time.Second,
 	}
 }
 

@@ -95,8 +95,8 @@ func TestParseConfigs(t *testing.T) {
 		{Name: "+layouts", Features: Features{Layouts: true}},
 		{Name: "+preemption", Features: Features{Preemption: true, Checkpoints: true}},
 		{Name: "+autoscale", Features: Features{Autoscale: AutoscaleGPUQueue}},
-		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: AutoscaleGPUQueue}},
-		{Name: "nomad-gpu-fixed", Features: Features{Layouts: true, Preemption: true, Checkpoints: true}},
+		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Autoscale: AutoscaleGPUQueue}},
+		{Name: "nomad-gpu-fixed", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true}},
 		{Name: "stock-preemption", Features: Features{Preemption: true}, Reference: true},
 		{Name: "target-value", Features: Features{Autoscale: AutoscaleTargetValue}, Reference: true},
 		{Name: "fixed-like-autoscale", Reference: true, NodesLike: "+autoscale"},
@@ -138,6 +138,7 @@ func TestFeaturesValidate(t *testing.T) {
 		{"layouts with everything else", Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: AutoscaleGPUQueue}, ""},
 		{"slices and layouts", Features{Slices: true, Layouts: true}, "slices, layouts: both on"},
 		{"checkpoints alone", Features{Checkpoints: true}, "checkpoints: on without preemption"},
+		{"moves without checkpoints", Features{Preemption: true, Moves: true}, "moves: on without checkpoints"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

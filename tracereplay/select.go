@@ -13,10 +13,23 @@ import (
 // start is always an arrival (a window holding the most can be moved to
 // start at its first one); 0 when there are no jobs.
 func Busiest(jobs []Job, window time.Duration) (start time.Duration) {
+	return BusiestOf(jobs, window, 0)
+}
+
+// BusiestOf is Busiest counting only the arrivals of jobs asking for at
+// least minGPUs whole GPUs (0 or 1: every job): the window where the most
+// multi-GPU work arrives, what consolidation is for.
+func BusiestOf(jobs []Job, window time.Duration, minGPUs int) (start time.Duration) {
+	var counted []Job
+	for _, j := range jobs {
+		if j.GPUs >= minGPUs {
+			counted = append(counted, j)
+		}
+	}
 	best, end := -1, 0
-	for i, j := range jobs {
+	for i, j := range counted {
 		// end only moves forward, so the scan is linear.
-		for end < len(jobs) && jobs[end].Arrival < j.Arrival+window {
+		for end < len(counted) && counted[end].Arrival < j.Arrival+window {
 			end++
 		}
 		if n := end - i; n > best {
@@ -119,10 +132,12 @@ type Selection struct {
 	// Start is where the window starts: a time "2006-01-02 15:04:05",
 	// UTC, for a trace that has an epoch (the Philly extract), or a
 	// duration from the trace's zero ("90m", "26h"). Busiest picks the
-	// window holding the most arrivals instead. With neither, the window
-	// starts at the trace's zero; with Window 0 both are unused.
-	Start   string
-	Busiest bool
+	// window holding the most arrivals instead (of jobs asking for at
+	// least BusiestMinGPUs GPUs, where that is above 1). With neither, the
+	// window starts at the trace's zero; with Window 0 both are unused.
+	Start          string
+	Busiest        bool
+	BusiestMinGPUs int
 	// Sample is the number of jobs drawn from the window with Seed (see
 	// SampleJobs); 0 keeps them all.
 	Sample int
@@ -143,6 +158,10 @@ func Select(jobs []Job, epoch time.Time, s Selection, sourceName string) (Trace,
 		return Trace{}, fmt.Errorf("sample: %d; allowed: 0 (all jobs) or more", s.Sample)
 	case s.Start != "" && s.Busiest:
 		return Trace{}, fmt.Errorf("start, busiest: %q and busiest both given; allowed: one of them", s.Start)
+	case s.BusiestMinGPUs < 0:
+		return Trace{}, fmt.Errorf("busiest-min-gpus: %d; allowed: 0 or more", s.BusiestMinGPUs)
+	case s.BusiestMinGPUs > 1 && !s.Busiest:
+		return Trace{}, fmt.Errorf("busiest-min-gpus: %d with a start; allowed: only for the busiest window (no start)", s.BusiestMinGPUs)
 	case s.Start != "" && s.Window == 0:
 		return Trace{}, fmt.Errorf("start: %q with window 0 (the whole trace); allowed: a start only with a window", s.Start)
 	}
@@ -161,6 +180,9 @@ func Select(jobs []Job, epoch time.Time, s Selection, sourceName string) (Trace,
 	} else {
 		var start time.Duration
 		switch {
+		case s.Busiest && s.BusiestMinGPUs > 1:
+			start = BusiestOf(jobs, s.Window, s.BusiestMinGPUs)
+			what = fmt.Sprintf("busiest (in arrivals of jobs asking for %d+ GPUs) ", s.BusiestMinGPUs)
 		case s.Busiest:
 			start = Busiest(jobs, s.Window)
 			what = "busiest "

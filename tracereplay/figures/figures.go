@@ -26,17 +26,21 @@
 //     (FGD's own model: any free GPU takes any request); the figure with
 //     each GPU's layout as it stood is reported too (FragAsLaid).
 //   - Wait: from the job's actual submission to its first start, plus
-//     every re-wait, from a preemption's stop to the next start; censored
+//     every re-wait, from a preemption's or move's stop to the next start; censored
 //     at the horizon for jobs still waiting (Unstarted, or a re-wait
 //     unfinished).
 //   - JCT: finish − submission, over the jobs finished in every
 //     configuration compared (Options.Common).
+//   - Moves: runs the controller stopped to move them (consolidation,
+//     Features.Moves); their re-waits and lost work count as a
+//     preemption's. Moving GPU-hours: each moved run's GPU-equivalents ×
+//     the time from its stop to its next start.
 //   - Preemptions: runs stopped by a preemption. Preempting placements:
 //     allocations placed by the horizon whose placement preempted at
 //     least one allocation (counted only where the engine recorded them,
 //     PreemptingPlacementsKnown). Preemptions well above preempting
 //     placements are preempted jobs preempting in turn: a storm.
-//   - Lost work: per preemption followed by a resume, the progress the
+//   - Lost work: per preemption or move followed by a resume, the progress the
 //     job had saved (its committed checkpoint; all it had reached without
 //     one) minus the progress its next run restored, × the GPU-equivalents
 //     it held. The work done between a checkpoint's commit and the task's
@@ -127,6 +131,12 @@ type Figures struct {
 	JCT         Dist
 	Done, Jobs  int
 	Preemptions int
+	// Moves are the runs the controller stopped to move them
+	// (consolidation); MoveGPUHours what they cost: the GPU-equivalents
+	// each held × the time from its stop to its next start (censored at
+	// the horizon), as the controller's move_gpu_seconds counts it.
+	Moves        int
+	MoveGPUHours float64
 	// PreemptingPlacements is valid where PreemptingPlacementsKnown
 	// (Result.PlacementsRecorded).
 	PreemptingPlacements      int
@@ -153,7 +163,10 @@ type Figures struct {
 const (
 	KindFraction = "fraction"
 	KindOneGPU   = "1 GPU"
-	KindMultiGPU = "2+ GPUs"
+	KindFewGPUs  = "2–3 GPUs"
+	// KindManyGPUs is what consolidation (moving checkpointed work to
+	// free a node) is for: the asks that fragmentation keeps waiting.
+	KindManyGPUs = "4+ GPUs"
 )
 
 // RequestKind is what the job asked for, as WaitByKind groups it.
@@ -163,8 +176,10 @@ func RequestKind(r tracereplay.JobRecord) string {
 		return KindFraction
 	case r.Requested < 2:
 		return KindOneGPU
+	case r.Requested < 4:
+		return KindFewGPUs
 	}
-	return KindMultiGPU
+	return KindManyGPUs
 }
 
 // Compute summarises r.
@@ -266,7 +281,7 @@ func jobWaits(r tracereplay.Result) []jobWait {
 		}
 		w.whole = w.first
 		for i, run := range j.Runs {
-			if !run.Preempted || run.End >= h {
+			if !run.Interrupted() || run.End >= h {
 				continue
 			}
 			next := h
@@ -293,10 +308,19 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 		}
 		f.PreemptingPlacements += j.PreemptingPlacements
 		for i, run := range j.Runs {
-			if !run.Preempted {
+			if !run.Interrupted() {
 				continue
 			}
-			f.Preemptions++
+			if run.Moved {
+				f.Moves++
+				next := r.Horizon
+				if i+1 < len(j.Runs) {
+					next = min(j.Runs[i+1].Start, r.Horizon)
+				}
+				f.MoveGPUHours += max(0, next-run.End).Hours() * j.Slice.GPUs
+			} else {
+				f.Preemptions++
+			}
 			if run.Checkpointed && run.StopGap > 0 {
 				gaps = append(gaps, run.StopGap)
 			}

@@ -140,8 +140,8 @@ func TestWaitsAndLostWork(t *testing.T) {
 			if f.FirstWait.Mean != 20*time.Minute || f.Wait.Mean != 50*time.Minute || f.ReWaits != 1 || !near(f.ReWaitHours, 0.5) {
 				t.Errorf("waits: first %s, whole %s, %d re-waits of %v h; want 20m, 50m, 1 of 0.5 h", f.FirstWait.Mean, f.Wait.Mean, f.ReWaits, f.ReWaitHours)
 			}
-			if f.WaitByTier[80].Mean != 50*time.Minute || f.WaitByKind[KindMultiGPU].N != 1 {
-				t.Errorf("by tier %+v, by kind %+v; want tier 80 and kind %q holding it", f.WaitByTier, f.WaitByKind, KindMultiGPU)
+			if f.WaitByTier[80].Mean != 50*time.Minute || f.WaitByKind[KindFewGPUs].N != 1 {
+				t.Errorf("by tier %+v, by kind %+v; want tier 80 and kind %q holding it", f.WaitByTier, f.WaitByKind, KindFewGPUs)
 			}
 			if f.Preemptions != 1 || !near(f.LostGPUHours, c.lost) || !near(f.StopGapGPUHours, c.stopGap) || f.StopGapP50 != c.stopGapP50Wall {
 				t.Errorf("preemptions %d, lost %v, stop gap %v GPU-h (p50 %s); want 1, %v, %v (%s)",
@@ -310,5 +310,36 @@ func TestFGDLayoutsFollowTheQueue(t *testing.T) {
 		if !near(p.FGD, 2) {
 			t.Errorf("without layouts: %+v, want FGD 2 throughout", p)
 		}
+	}
+}
+
+func TestRequestKind(t *testing.T) {
+	for _, c := range []struct {
+		requested float64
+		want      string
+	}{{0.25, KindFraction}, {1, KindOneGPU}, {2, KindFewGPUs}, {3, KindFewGPUs}, {4, KindManyGPUs}, {6, KindManyGPUs}} {
+		if got := RequestKind(tracereplay.JobRecord{Requested: c.requested}); got != c.want {
+			t.Errorf("%v GPUs: %q, want %q", c.requested, got, c.want)
+		}
+	}
+}
+
+// A move is a stop like a preemption for the job's waits and lost work,
+// counted apart, with its cost: the GPUs it held until it ran again.
+func TestMoves(t *testing.T) {
+	m := time.Minute
+	job := tracereplay.JobRecord{ID: "j", Submitted: 0, Requested: 2, Slice: tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2},
+		Done: true, Finish: 60 * m, Runs: []tracereplay.Run{
+			{Start: 5 * m, End: 20 * m, Moved: true, Checkpointed: true, ProgressKnown: true, Saved: 14 * m, Reached: 15 * m},
+			{Start: 23 * m, End: 60 * m, ProgressKnown: true, Restored: 14 * m},
+		}}
+	r := tracereplay.Result{Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 8}, Horizon: 2 * time.Hour,
+		Timeline: []tracereplay.Sample{{GPUs: 8, Nodes: 1}}, Jobs: []tracereplay.JobRecord{job}}
+	f := Compute(r, Options{})
+	if f.Moves != 1 || f.Preemptions != 0 || !near(f.MoveGPUHours, 2*3.0/60) {
+		t.Errorf("moves %d, preemptions %d, moving %v GPU-h; want 1, 0, %v", f.Moves, f.Preemptions, f.MoveGPUHours, 2*3.0/60)
+	}
+	if f.Wait.Mean != 8*m || f.ReWaits != 1 || f.LostGPUHours != 0 {
+		t.Errorf("wait %s (%d re-waits), lost %v GPU-h; want 8m (1), 0", f.Wait.Mean, f.ReWaits, f.LostGPUHours)
 	}
 }

@@ -81,6 +81,7 @@ type job struct {
 	qi       int32 // position in the sub-queue's heap
 	mps      []int16
 	mig      int32 // slot held, MIG GPU × len(profiles) + profile index
+	moves    int   // times moved (Features.Moves)
 }
 
 type node struct {
@@ -98,6 +99,9 @@ type node struct {
 	changed        []time.Duration
 	mig            []bool // held, per MIG slot
 	migUsed        []int  // instances held, per MIG GPU
+	// ineligible: the move module holds it (moves.go); nothing is placed
+	// on it.
+	ineligible bool
 }
 
 type eventKind uint8
@@ -114,6 +118,7 @@ const (
 	evScale
 	evSample
 	evLayout
+	evHoldEnd
 )
 
 // class orders an instant's events: every state change first, then (after
@@ -278,6 +283,7 @@ type sim struct {
 	// hysteresis in trace time, and the changes applied.
 	layoutDelay, layoutMinInterval time.Duration
 	layoutChanges                  []tracereplay.LayoutChange
+	moves                          moveState
 	// Scratch space for preemption.
 	cand, chosen, best []int32
 	// nodeBest are one node's victims; binOrder its device groups' order.
@@ -286,7 +292,7 @@ type sim struct {
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
-	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1}
+	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1, moves: moveState{held: -1, forJob: -1}}
 	s.merge.s = s
 	s.rng = rand.New(rand.NewPCG(uint64(o.Seed), 0x6e6f6d6164)) //nolint:gosec // a model's placement draw, not a secret
 	c := o.Compression
@@ -305,6 +311,10 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		// Wall-clock like the preemption cooldown: the controller's
 		// -layout-min-interval and the apply sequence's latency.
 		s.layoutDelay, s.layoutMinInterval = scale(o.Latencies.LayoutOr()), scale(o.Policy.LayoutMinInterval)
+	}
+
+	if s.f.Moves {
+		s.moves.settle, s.moves.holdMax, s.moves.window = scale(o.Policy.MoveSettle), scale(o.Policy.MoveHold), scale(time.Hour)
 	}
 
 	s.buildGroups()
@@ -550,6 +560,10 @@ func (s *sim) handle(e event) {
 		s.push(s.now+s.evalEvery, evScale, 0, 0)
 	case evLayout:
 		s.applyLayout(e.id, int(e.epoch))
+	case evHoldEnd:
+		if s.moves.held == e.id && s.moves.heldEpoch == e.epoch {
+			s.endHold()
+		}
 	case evSample:
 		s.sample()
 		if next, ok := s.nextSample(e.epoch + 1); ok {
@@ -732,6 +746,7 @@ func (s *sim) place(id int32, nid int32, delay time.Duration) {
 	s.pending++
 	j.epoch++
 	s.push(s.now+delay, evRun, id, j.epoch)
+	s.placedMoved()
 }
 
 // release frees a placed job's devices; the caller sets its state.
@@ -825,6 +840,9 @@ func (s *sim) schedule() {
 				// withdraw GPUs, placing nothing, so no pass follows).
 				s.planLayouts()
 			}
+			if s.f.Moves && s.waiting > 0 && s.consolidate() {
+				continue // the moved jobs wait again: place them elsewhere
+			}
 			return
 		}
 		heap.Init(&s.merge)
@@ -887,7 +905,7 @@ func (s *sim) pickNode(g, k int) int32 {
 		r := i + s.rng.IntN(len(s.scan)-i)
 		s.scan[i], s.scan[r] = s.scan[r], s.scan[i]
 		nid := s.scan[i]
-		if !s.fits(nid, g, k) {
+		if s.nodes[nid].ineligible || !s.fits(nid, g, k) {
 			continue
 		}
 		if first < 0 {
@@ -960,7 +978,7 @@ func (s *sim) tryPreempt(id int32) bool {
 		s.scan[i], s.scan[r] = s.scan[r], s.scan[i]
 		nid := s.scan[i]
 		n := &s.nodes[nid]
-		if !s.nodeVictims(n, g, k, lim) {
+		if n.ineligible || !s.nodeVictims(n, g, k, lim) {
 			continue
 		}
 		options++
@@ -1116,13 +1134,17 @@ func (s *sim) exempt(v *job) bool {
 	return s.minRuntime > 0 && (v.state != jobRunning || s.now-v.since < s.minRuntime)
 }
 
-// evict stops a preempted job: its devices are free for the preemptor at
-// once; its task runs on and stops Latencies.Preempt later. With
-// Checkpoints its checkpoint commits Latencies.CommitExit before that
-// exit (the task checkpoints on its stop signal, then exits), and the job
-// keeps what it saved; the work after the commit is thrown away. Without
-// (stock Nomad) it starts again from scratch.
-func (s *sim) evict(id int32) {
+// evict stops a preempted job (stopRun).
+func (s *sim) evict(id int32) { s.stopRun(id, false) }
+
+// stopRun stops a placed job, preempted or (moved) moved by the
+// controller: its devices are free at once; its task runs on and stops
+// Latencies.Preempt later. With Checkpoints its checkpoint commits
+// Latencies.CommitExit before that exit (the task checkpoints on its stop
+// signal, then exits), and the job keeps what it saved; the work after the
+// commit is thrown away. Without (stock Nomad) it starts again from
+// scratch.
+func (s *sim) stopRun(id int32, moved bool) {
 	j := &s.jobs[id]
 	running := j.state == jobRunning
 	s.release(id)
@@ -1136,7 +1158,8 @@ func (s *sim) evict(id int32) {
 	}
 	done := j.dur - j.remaining
 	run := s.lastRun(id)
-	run.End, run.Preempted = s.now+s.preemptDelay, true
+	run.End = s.now + s.preemptDelay
+	run.Preempted, run.Moved = !moved, moved
 	run.Reached = min(j.dur, done+s.preemptDelay)
 	if s.f.Checkpoints {
 		saved := max(done, run.Reached-s.commitExit)

@@ -76,6 +76,8 @@ var rows = []row{
 	countRow("preemptions", func(f Figures) int { return f.Preemptions }),
 	{name: "preempting placements", kind: count, get: func(f Figures) float64 { return float64(f.PreemptingPlacements) },
 		known: func(f Figures) bool { return f.PreemptingPlacementsKnown }},
+	countRow("moves", func(f Figures) int { return f.Moves }),
+	{name: "moving GPU-hours", kind: hours, get: func(f Figures) float64 { return f.MoveGPUHours }},
 	{name: "lost GPU-hours", kind: hours, get: func(f Figures) float64 { return f.LostGPUHours }},
 	{name: "commit-to-exit GPU-hours", kind: hours, get: func(f Figures) float64 { return f.StopGapGPUHours }, check: true},
 	{name: "commit-to-exit p50 (wall clock)", kind: wall, get: func(f Figures) float64 { return f.StopGapP50.Seconds() }, check: true},

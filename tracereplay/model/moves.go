@@ -1,0 +1,189 @@
+package model
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/consolidate"
+)
+
+// Moving checkpointed work (Features.Moves). The model plans with the
+// controller's own search, consolidate.Search, on the model's state, as it
+// plans layouts with gpulayout.Plan; what is the model's is when the
+// controller looks (once a scheduler pass leaves work waiting) and the
+// timing of what follows, which mirrors controller.Mover: the freed node
+// is held (no placement lands on it) while the moved jobs wait again,
+// until every one of them is placed elsewhere or MoveHold passes; one
+// consolidation at a time, the next once the job it was for runs or
+// MoveSettle passes; at most MoveBudgetHour in any (wall-clock) hour and
+// MoveBudgetJobDay moves of one job.
+
+// moveState is the move module's state in the model.
+type moveState struct {
+	// held is the node held, -1 for none; heldEpoch invalidates an
+	// earlier hold's end event; moved are the jobs moved off it.
+	held      int32
+	heldEpoch uint32
+	moved     []int32
+	// forJob is the queued job the last consolidation was for, -1 once it
+	// runs or the settle time passed; forSince when it was made.
+	forJob   int32
+	forSince time.Duration
+	// rounds are when consolidations were made.
+	rounds []time.Duration
+	// Trace-time figures: Policy.MoveSettle, MoveHold and an hour of
+	// wall clock (the budget's window).
+	settle, holdMax, window time.Duration
+}
+
+// consolidate is one round of the controller's move module, once a
+// scheduler pass left work waiting: for the first waiting job (broker
+// order) asking for more whole GPUs than any node has free, it stops the
+// fewest movable running jobs whose move frees a node for it, and holds
+// the node; true when it moved something (another pass places the moved
+// jobs).
+func (s *sim) consolidate() bool {
+	m := &s.moves
+	if m.held >= 0 {
+		return false
+	}
+	if m.forJob >= 0 {
+		if f := &s.jobs[m.forJob]; f.state == jobWaiting && s.now-m.forSince < m.settle {
+			return false
+		}
+		m.forJob = -1
+	}
+	recent := 0
+	for _, t := range m.rounds {
+		if s.now-t < m.window {
+			recent++
+		}
+	}
+	if recent >= s.o.Policy.MoveBudgetHour {
+		return false
+	}
+	asks := s.wholeGPUAsks()
+	if len(asks) == 0 {
+		return false
+	}
+	nodes, allocs := s.moveCandidates()
+	for _, id := range asks {
+		p, ok := consolidate.Search(nodes, allocs, consolidate.Ask{Job: strconv.Itoa(int(id)), Count: s.jobs[id].k})
+		if ok {
+			s.startMoves(p, id)
+			return true
+		}
+	}
+	return false
+}
+
+// wholeGPUAsks are the waiting jobs, the first of each shape in the
+// broker's order, that ask for 2 or more whole GPUs a node can hold (one
+// GPU fits any free one: nothing to consolidate for).
+func (s *sim) wholeGPUAsks() []int32 {
+	var out []int32
+	for i := range s.sqs {
+		q := &s.sqs[i]
+		if q.g == wholeGroup && q.k >= 2 && q.k <= s.groups[wholeGroup].perNode && q.Len() > 0 {
+			out = append(out, q.ids[0])
+		}
+	}
+	slices.SortFunc(out, func(a, b int32) int {
+		if s.before(a, b) {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// moveCandidates are the schedulable nodes with their free whole GPUs and
+// the running jobs holding whole GPUs on them, each judged movable as the
+// controller does: running, no raise in force (protection, a minimum
+// runtime), its own move budget not spent.
+func (s *sim) moveCandidates() ([]consolidate.Node, []consolidate.Alloc) {
+	var nodes []consolidate.Node
+	var allocs []consolidate.Alloc
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		if n.ineligible {
+			continue
+		}
+		name := nodeName(nid)
+		nodes = append(nodes, consolidate.Node{ID: name, Name: name, Free: n.free[wholeGroup]})
+		for _, id := range n.allocs {
+			j := &s.jobs[id]
+			if j.g != wholeGroup {
+				continue
+			}
+			movable := j.state == jobRunning && j.prio == j.base && !s.exempt(j) && j.moves < s.o.Policy.MoveBudgetJobDay
+			allocs = append(allocs, consolidate.Alloc{ID: strconv.Itoa(int(id)), Job: s.recs[id].ID, Node: name, GPUs: j.k, Movable: movable})
+		}
+	}
+	return nodes, allocs
+}
+
+// startMoves holds the plan's node and stops its jobs, which wait again.
+func (s *sim) startMoves(p consolidate.Plan, forJob int32) {
+	m := &s.moves
+	nid := s.nodeByName(p.Node.ID)
+	s.nodes[nid].ineligible = true
+	m.held, m.moved = nid, m.moved[:0]
+	m.heldEpoch++
+	m.forJob, m.forSince = forJob, s.now
+	m.rounds = append(m.rounds, s.now)
+	for _, mv := range p.Moves {
+		id, err := strconv.Atoi(mv.Alloc.ID)
+		if err != nil {
+			panic("model: the search returned an allocation it was not given: " + mv.Alloc.ID)
+		}
+		s.stopRun(int32(id), true)
+		s.jobs[id].moves++
+		s.jobs[id].evalAt = s.now
+		s.enqueue(int32(id))
+		m.moved = append(m.moved, int32(id))
+	}
+	s.push(s.now+m.holdMax, evHoldEnd, nid, m.heldEpoch)
+	s.capVer[wholeGroup]++
+	s.dirty = true
+}
+
+// placedMoved ends the hold once every moved job is placed (pickNode
+// keeps them off the held node).
+func (s *sim) placedMoved() {
+	m := &s.moves
+	if m.held < 0 {
+		return
+	}
+	for _, id := range m.moved {
+		if s.jobs[id].state == jobWaiting {
+			return
+		}
+	}
+	s.endHold()
+}
+
+// endHold makes the held node placeable again.
+func (s *sim) endHold() {
+	m := &s.moves
+	if m.held < 0 {
+		return
+	}
+	s.nodes[m.held].ineligible = false
+	m.held = -1
+	for g := range s.capVer {
+		s.capVer[g]++
+	}
+	s.dirty = true
+}
+
+// nodeByName is the node a consolidate.Node names.
+func (s *sim) nodeByName(name string) int32 {
+	for _, nid := range s.ready {
+		if nodeName(nid) == name {
+			return nid
+		}
+	}
+	panic("model: the search returned a node it was not given: " + name)
+}
