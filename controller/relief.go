@@ -125,12 +125,37 @@ func planRelief(gpus []mpsGPU, cfg ReliefConfig, now time.Time) (reliefPlan, boo
 }
 
 // mpsGPUs are the MPS GPUs of the view's schedulable nodes, with the
-// utilisations last read and each client judged movable (movableWhy).
+// utilisations last read and, on the overloaded ones, each client judged
+// movable (movableWhy).
 func (m *Mover) mpsGPUs(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs) []mpsGPU {
+	gpus, healthy := mpsInventory(v.Snap)
+	for i := range gpus {
+		if ld := m.loads[gpus[i].UUID]; ld != nil {
+			gpus[i].Util, gpus[i].OverSince = ld.util, ld.overSince
+		}
+	}
+	addMPSClients(gpus, healthy, v.Snap, m.shareLoad)
 	budget := m.cfg.PerHour - m.consolidations(now.Add(-time.Hour))
-	byUUID := map[string]*mpsGPU{}
-	var order []string
-	for _, n := range v.Snap.Nodes {
+	for i := range gpus {
+		if !m.cfg.Relief.overloaded(gpus[i], now) {
+			continue // the only clients a plan may move are judged (a spec read each) here alone
+		}
+		for k := range gpus[i].Clients {
+			c := &gpus[i].Clients[k]
+			c.Alloc.Why = m.movableWhy(ctx, now, v, l, specs, c.stub, budget)
+			c.Alloc.Movable = c.Alloc.Why == ""
+		}
+	}
+	return gpus
+}
+
+// mpsInventory is the MPS GPUs of the snapshot's schedulable nodes, in
+// the nodes' order, with their shares and healthy ones; healthy says, by
+// share ID, which shares are.
+func mpsInventory(snap *nomadview.Snapshot) ([]mpsGPU, map[string]bool) {
+	var gpus []mpsGPU
+	index, healthy := map[string]int{}, map[string]bool{}
+	for _, n := range snap.Nodes {
 		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil {
 			continue
 		}
@@ -143,60 +168,60 @@ func (m *Mover) mpsGPUs(ctx context.Context, now time.Time, v View, l *Ledger, s
 				if !ok {
 					continue
 				}
-				g := byUUID[uuid]
-				if g == nil {
-					g = &mpsGPU{UUID: uuid, Node: n.ID, NodeName: n.Name, Pool: n.NodePool}
-					if ld := m.loads[uuid]; ld != nil {
-						g.Util, g.OverSince = ld.util, ld.overSince
-					}
-					byUUID[uuid] = g
-					order = append(order, uuid)
+				i, seen := index[uuid]
+				if !seen {
+					i = len(gpus)
+					index[uuid] = i
+					gpus = append(gpus, mpsGPU{UUID: uuid, Node: n.ID, NodeName: n.Name, Pool: n.NodePool})
 				}
+				g := &gpus[i]
 				g.Shares++
-				if !in.Healthy {
-					g.Unplaceable = true
-				} else {
+				healthy[in.ID] = in.Healthy
+				if in.Healthy {
 					g.Free++
+				} else {
+					g.Unplaceable = true
 				}
 			}
 		}
 	}
-	for node, hs := range v.Snap.HeldSlices() {
+	return gpus, healthy
+}
+
+// addMPSClients adds the allocations holding shares of each GPU, with
+// their load (shareLoad, by share ID), and takes their healthy shares off
+// the GPU's free ones.
+func addMPSClients(gpus []mpsGPU, healthy map[string]bool, snap *nomadview.Snapshot, shareLoad map[string]float64) {
+	index := map[string]int{}
+	for i, g := range gpus {
+		index[g.UUID] = i
+	}
+	for node, hs := range snap.HeldSlices() {
 		for _, h := range hs {
 			if h.Device.Type != contract.SliceMPS {
 				continue
 			}
 			for _, id := range h.IDs {
 				uuid, _, _ := contract.ParseShareID(id)
-				g := byUUID[uuid]
-				if g == nil || g.Node != node {
+				i, ok := index[uuid]
+				if !ok || gpus[i].Node != node {
 					continue
 				}
-				g.Free = max(0, g.Free-1)
-				i := slices.IndexFunc(g.Clients, func(c mpsClient) bool { return c.Alloc.ID == h.Alloc.ID })
-				if i < 0 {
+				g := &gpus[i]
+				if healthy[id] {
+					g.Free--
+				}
+				k := slices.IndexFunc(g.Clients, func(c mpsClient) bool { return c.Alloc.ID == h.Alloc.ID })
+				if k < 0 {
 					ca := consolidate.Alloc{ID: h.Alloc.ID, Namespace: h.Alloc.Namespace, Job: h.Alloc.JobID, Node: node}
 					g.Clients = append(g.Clients, mpsClient{Alloc: ca, stub: h.Alloc})
-					i = len(g.Clients) - 1
+					k = len(g.Clients) - 1
 				}
-				g.Clients[i].Alloc.GPUs++
-				g.Clients[i].Load += m.shareLoad[id]
+				g.Clients[k].Alloc.GPUs++
+				g.Clients[k].Load += shareLoad[id]
 			}
 		}
 	}
-	out := make([]mpsGPU, 0, len(order))
-	for _, uuid := range order {
-		g := byUUID[uuid]
-		if m.cfg.Relief.overloaded(*g, now) { // the only clients a plan may move: judged (a spec read each) here alone
-			for i := range g.Clients {
-				c := &g.Clients[i]
-				c.Alloc.Why = m.movableWhy(ctx, now, v, l, specs, c.stub, budget)
-				c.Alloc.Movable = c.Alloc.Why == ""
-			}
-		}
-		out = append(out, *g)
-	}
-	return out
 }
 
 // overloaded: the GPU has been above High for Window.

@@ -141,8 +141,8 @@ func TestMoverRelieve(t *testing.T) {
 	later := now.Add(time.Minute)
 	m.observe(later, map[string]float64{"GPU-n1-0": 90, "GPU-n1-1": 0}, loads)
 	p, ok := m.Relieve(ctx, later, ViewOf(s), l, specsOf(specs))
-	if !ok || p.Client.Alloc.ID != "alloc-relief-1" || p.To.UUID != "GPU-n1-1" || p.From.Shares != 4 {
-		t.Fatalf("plan %v (%v), want alloc-relief-1 (the busiest) off GPU-n1-0, room on GPU-n1-1", p, ok)
+	if !ok || p.Client.Alloc.ID != "alloc-relief-1" || p.To.UUID != "GPU-n1-1" || p.From.Shares != 4 || p.From.Free != 1 || p.To.Free != 4 {
+		t.Fatalf("plan %v (%v), want alloc-relief-1 (the busiest) off GPU-n1-0 (1 share free of 4), room on GPU-n1-1 (4 free)", p, ok)
 	}
 	if r := reliefReason(p, cfg.Relief); !strings.Contains(r, "moved alloc alloc-re") || !strings.Contains(r, "at 90% (above 80% for 1m0s)") {
 		t.Errorf("reason %q", r)
