@@ -76,14 +76,20 @@ func NewLayouts(b gpulayout.Bounds, history map[string]LayoutChange, log hclog.L
 }
 
 // Step plans one round on a snapshot and returns the GPUs to relay; the
-// caller writes them and Records each write that succeeded.
-func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot) []gpulayout.Decision {
+// caller writes them and Records each write that succeeded. The GPUs of
+// node reserved (the move module freed it for a queued multi-GPU
+// allocation, Mover.Reserved; "" for none) are left as they are: relaid
+// for the fractional queue, a freed whole GPU would undo the move.
+func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot, reserved string) []gpulayout.Decision {
 	in := gpulayout.Input{Bounds: l.Bounds, Now: now}
 	var cancels []gpulayout.Decision
 	for _, g := range snap.GPULayouts() {
 		pg, ok := l.plannerGPU(now, g)
 		if !ok {
 			continue
+		}
+		if reserved != "" && pg.Node == reserved {
+			pg.Pinned = true
 		}
 		if d, stuck := cancelStuck(pg, g); stuck {
 			cancels = append(cancels, d)
@@ -97,6 +103,24 @@ func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot) []gpulayout.Deci
 	in.Queue = layoutQueue(snap)
 	in.Mix = layoutMix(snap, in.Queue)
 	return append(cancels, gpulayout.Plan(in)...)
+}
+
+// Relaying is the nodes with a GPU whose layout is changing: asked by
+// this leader and not yet applied, or published as desired and not
+// current. Their free whole GPUs are in flux, so the move module frees
+// none of them. Nil on a nil Layouts (layouts off).
+func (l *Layouts) Relaying(snap *nomadview.Snapshot) map[string]bool {
+	if l == nil {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, g := range snap.GPULayouts() {
+		a, asked := l.asked[LayoutKey(g.Node.ID, g.UUID)]
+		if asked && a.layout != g.Current || g.Desired != "" && g.Desired != g.Current || g.State == contract.LayoutDraining {
+			out[g.Node.ID] = true
+		}
+	}
+	return out
 }
 
 // cancelStuck asks a GPU back to its current layout when allocations took
@@ -283,7 +307,7 @@ func (c *Controller) relayout(ctx context.Context, now time.Time, snap *nomadvie
 		return
 	}
 	byNode := map[string][]gpulayout.Decision{}
-	for _, d := range c.layouts.Step(now, snap) {
+	for _, d := range c.layouts.Step(now, snap, c.mover.Reserved()) {
 		byNode[d.Node] = append(byNode[d.Node], d)
 	}
 	for _, node := range slices.Sorted(maps.Keys(byNode)) {

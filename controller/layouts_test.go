@@ -73,34 +73,36 @@ func TestLayoutsStep(t *testing.T) {
 		snap  func() *nomadview.Snapshot
 		want  []string // "GPU → layout"
 		layer func(l *Layouts, now time.Time)
+		// reserved is the node the move module freed (Mover.Reserved).
+		reserved string
 	}{
 		{"MPS asks and no shared GPU: one GPU becomes shares", func() *nomadview.Snapshot {
 			s := emptySnapshot(layoutNode("n1", wholes...))
 			queuedJob(s, "infer", "nvidia/mps", 6)
 			return s
-		}, []string{"GPU-n1-0 → mps:8"}, nil},
+		}, []string{"GPU-n1-0 → mps:8"}, nil, ""},
 		{"whole asks while a shared GPU idles: it is whole again", func() *nomadview.Snapshot {
 			s := emptySnapshot(layoutNode("n1", "mps:8", "whole", "whole", "whole"))
 			queuedJob(s, "train", "nvidia/gpu", 4)
 			return s
-		}, []string{"GPU-n1-0 → whole"}, nil},
+		}, []string{"GPU-n1-0 → whole"}, nil, ""},
 		{"nothing queued: nothing changes", func() *nomadview.Snapshot {
 			return emptySnapshot(layoutNode("n1", "mps:8", "whole"))
-		}, nil, nil},
+		}, nil, nil, ""},
 		{"a node that takes no work is left alone", func() *nomadview.Snapshot {
 			n := layoutNode("n1", wholes...)
 			n.SchedulingEligibility = api.NodeSchedulingIneligible
 			s := emptySnapshot(n)
 			queuedJob(s, "infer", "nvidia/mps", 6)
 			return s
-		}, nil, nil},
+		}, nil, nil, ""},
 		{"a layout asked and not yet echoed counts as desired", func() *nomadview.Snapshot {
 			s := emptySnapshot(layoutNode("n1", wholes...))
 			queuedJob(s, "infer", "nvidia/mps", 6)
 			return s
 		}, nil, func(l *Layouts, now time.Time) {
 			l.asked[LayoutKey("n1", "GPU-n1-1")] = asked{layout: "mps:8", at: now.Add(-10 * time.Second)}
-		}},
+		}, ""},
 		{"a GPU taken before it was relaid is asked back, and another serves the queue", func() *nomadview.Snapshot {
 			n := layoutNode("n1", wholes...)
 			attrs := n.NodeResources.Devices[0].Attributes
@@ -112,14 +114,19 @@ func TestLayoutsStep(t *testing.T) {
 					{Vendor: contract.Vendor, Type: contract.SliceGPU, Name: "H100", DeviceIDs: []string{"GPU-n1-0"}}}}}}}}
 			queuedJob(s, "infer", "nvidia/mps", 6)
 			return s
-		}, []string{"GPU-n1-0 → whole", "GPU-n1-1 → mps:8"}, nil},
+		}, []string{"GPU-n1-0 → whole", "GPU-n1-1 → mps:8"}, nil, ""},
 		{"an ask not echoed after askTrust no longer counts", func() *nomadview.Snapshot {
 			s := emptySnapshot(layoutNode("n1", wholes...))
 			queuedJob(s, "infer", "nvidia/mps", 6)
 			return s
 		}, []string{"GPU-n1-0 → mps:8"}, func(l *Layouts, now time.Time) {
 			l.asked[LayoutKey("n1", "GPU-n1-1")] = asked{layout: "mps:8", at: now.Add(-2 * askTrust)}
-		}},
+		}, ""},
+		{"a node freed for a queued multi-GPU job is left alone", func() *nomadview.Snapshot {
+			s := emptySnapshot(layoutNode("n1", wholes...), layoutNode("n2", wholes...))
+			queuedJob(s, "infer", "nvidia/mps", 6)
+			return s
+		}, []string{"GPU-n2-0 → mps:8"}, nil, "n1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,7 +136,7 @@ func TestLayoutsStep(t *testing.T) {
 				tt.layer(l, now)
 			}
 			var got []string
-			for _, d := range l.Step(now, tt.snap()) {
+			for _, d := range l.Step(now, tt.snap(), tt.reserved) {
 				got = append(got, d.UUID+" → "+d.To.String())
 			}
 			if strings.Join(got, "; ") != strings.Join(tt.want, "; ") {
@@ -147,7 +154,7 @@ func TestLayoutsRecord(t *testing.T) {
 	l := NewLayouts(gpulayout.Bounds{MinInterval: time.Hour}, nil, hclog.NewNullLogger(), NewMetrics())
 	s := emptySnapshot(layoutNode("n1", "whole", "whole"))
 	queuedJob(s, "infer", "nvidia/mps", 2)
-	ds := l.Step(now, s)
+	ds := l.Step(now, s, "")
 	if len(ds) != 1 {
 		t.Fatalf("decisions %v", ds)
 	}
@@ -157,7 +164,7 @@ func TestLayoutsRecord(t *testing.T) {
 	}
 	applied := emptySnapshot(layoutNode("n1", "mps:8", "whole"))
 	applied.Nodes[0].NodeResources.Devices[0].Attributes[contract.AttrLayoutDesired].StringVal = ptrTo("mps:8")
-	if got := l.Step(now.Add(20*time.Second), applied); len(got) != 0 {
+	if got := l.Step(now.Add(20*time.Second), applied, ""); len(got) != 0 {
 		t.Errorf("decisions on an idle cluster: %v", got)
 	}
 	if _, still := l.asked[LayoutKey(ds[0].Node, ds[0].UUID)]; still {
@@ -191,7 +198,7 @@ func TestLayoutsKeyGPUsByNode(t *testing.T) {
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {Devices: []*api.AllocatedDeviceResource{
 			{Vendor: contract.Vendor, Type: contract.SliceGPU, Name: "H100", DeviceIDs: []string{"GPU-same-0"}}}}}}}}
 	var got []string
-	for _, d := range l.Step(now, s) {
+	for _, d := range l.Step(now, s, "") {
 		got = append(got, d.Node+" "+d.UUID+" → "+d.To.String())
 	}
 	if want := []string{"n2 GPU-same-0 → whole"}; strings.Join(got, "; ") != strings.Join(want, "; ") {

@@ -97,10 +97,11 @@ type MoveRecord struct {
 	Resumed time.Time `json:"resumed,omitzero"`
 }
 
-// pendingMove is a consolidation under way: the queued group it is for
-// and when it began.
+// pendingMove is a consolidation under way: the queued group it is for,
+// the node freed for it, and when it began.
 type pendingMove struct {
 	ask   consolidate.Ask
+	node  string
 	since time.Time
 }
 
@@ -136,8 +137,10 @@ func (m *Mover) History() []MoveRecord { return slices.Clone(m.history) }
 
 // Step plans one consolidation on a view: the first queued group, by
 // priority then age, that some node can be freed for. It returns false
-// while one is under way or nothing can be freed.
-func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs) (consolidate.Plan, bool) {
+// while one is under way or nothing can be freed. Nodes in relaying
+// (Layouts.Relaying: a GPU's layout changing) are neither freed nor
+// given moved work: their free whole GPUs are in flux.
+func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs, relaying map[string]bool) (consolidate.Plan, bool) {
 	m.trim(now)
 	queued := wholeGPUAsks(v.Snap)
 	for ask := range m.told {
@@ -154,7 +157,7 @@ func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, spec
 		key := q.pool + "\x00" + strings.Join(q.datacenters, ",") + "\x00" + q.device.String()
 		nodes, ok := nodesByPool[key]
 		if !ok {
-			nodes = freeWholeGPUs(v.Snap, q)
+			nodes = freeWholeGPUs(v.Snap, q, relaying)
 			nodesByPool[key] = nodes
 		}
 		if allocs == nil {
@@ -169,7 +172,7 @@ func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, spec
 			m.explain(q.ask, p.String()+": "+why)
 			continue
 		}
-		m.pending = &pendingMove{ask: q.ask, since: now}
+		m.pending = &pendingMove{ask: q.ask, node: p.Node.ID, since: now}
 		return p, true
 	}
 	return consolidate.Plan{}, false
@@ -190,6 +193,16 @@ func (m *Mover) settled(now time.Time, queued []queuedAsk) bool {
 	}
 	m.pending = nil
 	return false
+}
+
+// Reserved is the node a consolidation under way freed, until the queued
+// allocation it is for runs (or Settle passes): "" for none, or on a nil
+// Mover (moves off). Other modules leave its free GPUs alone.
+func (m *Mover) Reserved() string {
+	if m == nil || m.pending == nil {
+		return ""
+	}
+	return m.pending.node
 }
 
 // Record notes a move made: the budget counts it.
@@ -368,13 +381,14 @@ func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
 // ask's device fits, every one of them (a node with a GPU model the ask
 // does not name is left out: moving work off it may free the wrong
 // model), and their free ones: healthy, held by no pending or running
-// allocation. (A job's other constraints are not read: a node they
-// exclude may be freed in vain, which the budget bounds.)
-func freeWholeGPUs(snap *nomadview.Snapshot, q queuedAsk) []consolidate.Node {
+// allocation. Nodes in skip are left out. (A job's other constraints are
+// not read: a node they exclude may be freed in vain, which the budget
+// bounds.)
+func freeWholeGPUs(snap *nomadview.Snapshot, q queuedAsk, skip map[string]bool) []consolidate.Node {
 	held := snap.HeldIDs()
 	var out []consolidate.Node
 	for _, n := range snap.Nodes {
-		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || q.pool != "all" && n.NodePool != q.pool ||
+		if n == nil || skip[n.ID] || !nomadview.Schedulable(n) || n.NodeResources == nil || q.pool != "all" && n.NodePool != q.pool ||
 			!slices.ContainsFunc(q.datacenters, func(p string) bool { return nomadview.DatacenterMatch(p, n.Datacenter) }) {
 			continue
 		}

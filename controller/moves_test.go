@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -152,7 +153,7 @@ func TestMoverStep(t *testing.T) {
 			if c.setup != nil {
 				c.setup(s, specs, l, m)
 			}
-			p, ok := m.Step(context.Background(), now, ViewOf(s), l, specsOf(specs))
+			p, ok := m.Step(context.Background(), now, ViewOf(s), l, specsOf(specs), nil)
 			var moved []string
 			for _, mv := range p.Moves {
 				moved = append(moved, mv.Alloc.ID)
@@ -174,7 +175,7 @@ func TestMoverPendingAndResumed(t *testing.T) {
 	cfg.PerHour = 10
 	m := NewMover(cfg, nil, hclog.NewNullLogger())
 	l := NewLedger(nil)
-	p, ok := m.Step(context.Background(), now, ViewOf(s), l, specsOf(specs))
+	p, ok := m.Step(context.Background(), now, ViewOf(s), l, specsOf(specs), nil)
 	if !ok {
 		t.Fatal("no plan")
 	}
@@ -184,10 +185,10 @@ func TestMoverPendingAndResumed(t *testing.T) {
 	if got := m.History()[0].Reason; !strings.HasPrefix(got, "moved alloc alloc-tr (train-n1-0, 1 GPU) n1 → n2 to free 4 GPUs on n1 for hpc") {
 		t.Errorf("reason = %q", got)
 	}
-	if _, ok := m.Step(context.Background(), now.Add(30*time.Second), ViewOf(s), l, specsOf(specs)); ok {
+	if _, ok := m.Step(context.Background(), now.Add(30*time.Second), ViewOf(s), l, specsOf(specs), nil); ok {
 		t.Error("a second plan while the first settles")
 	}
-	if _, ok := m.Step(context.Background(), now.Add(2*time.Minute), ViewOf(s), l, specsOf(specs)); !ok {
+	if _, ok := m.Step(context.Background(), now.Add(2*time.Minute), ViewOf(s), l, specsOf(specs), nil); !ok {
 		t.Error("no plan once Settle passed with the ask still waiting")
 	}
 	var cost float64
@@ -208,7 +209,7 @@ func TestMoverHold(t *testing.T) {
 	cfg := moveBudget
 	cfg.PerHour = 10
 	m := NewMover(cfg, nil, hclog.NewNullLogger())
-	p, ok := m.Step(context.Background(), now, ViewOf(s), NewLedger(nil), specsOf(specs))
+	p, ok := m.Step(context.Background(), now, ViewOf(s), NewLedger(nil), specsOf(specs), nil)
 	if !ok {
 		t.Fatal("no plan")
 	}
@@ -216,7 +217,7 @@ func TestMoverHold(t *testing.T) {
 	if h.Node != "n1" || len(h.Moved) != 2 || m.Held() == nil {
 		t.Fatalf("hold %+v", h)
 	}
-	if _, ok := m.Step(context.Background(), now.Add(time.Second), ViewOf(s), NewLedger(nil), specsOf(specs)); ok {
+	if _, ok := m.Step(context.Background(), now.Add(time.Second), ViewOf(s), NewLedger(nil), specsOf(specs), nil); ok {
 		t.Error("a plan while a node is held")
 	}
 	replacement := func(job, node string) *api.AllocationListStub {
@@ -242,5 +243,35 @@ func TestMoverHold(t *testing.T) {
 	m.Released()
 	if m.Held() != nil {
 		t.Error("hold kept after Released")
+	}
+}
+
+// A node whose GPU layout is changing is neither freed nor given moved
+// work: its free whole GPUs are in flux.
+func TestMoverSkipsRelayingNodes(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	s, specs := moveCluster(map[string]string{MetaMovable: "true"})
+	m := NewMover(moveBudget, nil, hclog.NewNullLogger())
+	p, ok := m.Step(context.Background(), now, ViewOf(s), NewLedger(nil), specsOf(specs), nil)
+	if !ok {
+		t.Fatal("no plan")
+	}
+	m = NewMover(moveBudget, nil, hclog.NewNullLogger())
+	if q, ok := m.Step(context.Background(), now, ViewOf(s), NewLedger(nil), specsOf(specs), map[string]bool{p.Node.ID: true}); ok {
+		t.Errorf("planned %s with %s relaying", q, p.Node.Name)
+	}
+}
+
+func TestLayoutsRelaying(t *testing.T) {
+	n1, n2, n3 := layoutNode("n1", "whole", "whole"), layoutNode("n2", "whole", "whole"), layoutNode("n3", "whole", "whole")
+	n2.NodeResources.Devices[1].Attributes[contract.AttrLayoutDesired].StringVal = ptrTo("mps:8")
+	s := emptySnapshot(n1, n2, n3)
+	l := NewLayouts(gpulayout.Bounds{}, nil, hclog.NewNullLogger(), NewMetrics())
+	l.asked[LayoutKey("n3", "GPU-n3-0")] = asked{layout: "mps:8", at: time.Unix(1000, 0)}
+	if got := l.Relaying(s); len(got) != 2 || !got["n2"] || !got["n3"] {
+		t.Errorf("relaying %v, want n2 (desired ≠ current) and n3 (asked, not applied)", got)
+	}
+	if (*Layouts)(nil).Relaying(s) != nil {
+		t.Error("layouts off: relaying something")
 	}
 }

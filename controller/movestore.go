@@ -130,7 +130,7 @@ func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger 
 		c.holdGPU(ctx, now, rp)
 		changed = true
 	}
-	if p, ok := c.mover.Step(ctx, now, view, ledger, c.specs.get(c.api, view)); ok {
+	if p, ok := c.mover.Step(ctx, now, view, ledger, c.specs.get(c.api, view), c.layouts.Relaying(view.Snap)); ok {
 		c.log.Info("decision", "kind", "consolidate", "reason", p.String())
 		h := c.mover.Holding(now, p)
 		if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History(), &h); err != nil {
