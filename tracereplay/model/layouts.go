@@ -121,8 +121,15 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 		Now: planEpoch.Add(s.now),
 	}
 	var refs []planRef
+	reserved := s.reservedNode()
 	for _, nid := range s.ready {
+		if s.nodes[nid].ineligible {
+			continue // held by the move module: the controller's planner skips nodes that take no work
+		}
 		for gpu, g := range s.planGPUs(nid) {
+			// A node freed for a queued multi-GPU job is left as it is
+			// (controller.Mover.Reserved).
+			g.Pinned = nid == reserved
 			g.UUID = strconv.Itoa(len(refs))
 			refs = append(refs, planRef{nid, gpu})
 			in.GPUs = append(in.GPUs, g)

@@ -27,8 +27,10 @@ type moveState struct {
 	heldEpoch uint32
 	moved     []int32
 	// forJob is the queued job the last consolidation was for, -1 once it
-	// runs or the settle time passed; forSince when it was made.
+	// runs or the settle time passed; forNode the node freed for it;
+	// forSince when it was made.
 	forJob   int32
+	forNode  int32
 	forSince time.Duration
 	// rounds are when consolidations were made.
 	rounds []time.Duration
@@ -107,8 +109,8 @@ func (s *sim) moveCandidates() ([]consolidate.Node, []consolidate.Alloc) {
 	var allocs []consolidate.Alloc
 	for _, nid := range s.ready {
 		n := &s.nodes[nid]
-		if n.ineligible {
-			continue
+		if n.ineligible || slices.Contains(n.moving, true) {
+			continue // held, or a GPU being relaid: its free GPUs are in flux (controller.Layouts.Relaying)
 		}
 		name := nodeName(nid)
 		nodes = append(nodes, consolidate.Node{ID: name, Name: name, Free: n.free[wholeGroup]})
@@ -131,7 +133,7 @@ func (s *sim) startMoves(p consolidate.Plan, forJob int32) {
 	s.nodes[nid].ineligible = true
 	m.held, m.moved = nid, m.moved[:0]
 	m.heldEpoch++
-	m.forJob, m.forSince = forJob, s.now
+	m.forJob, m.forNode, m.forSince = forJob, nid, s.now
 	m.rounds = append(m.rounds, s.now)
 	for _, mv := range p.Moves {
 		id, err := strconv.Atoi(mv.Alloc.ID)
@@ -176,6 +178,17 @@ func (s *sim) endHold() {
 		s.capVer[g]++
 	}
 	s.dirty = true
+}
+
+// reservedNode is the node the last consolidation freed while the job it
+// was for still waits within the settle time, -1 for none: the layout
+// planner leaves it alone (controller.Mover.Reserved).
+func (s *sim) reservedNode() int32 {
+	m := &s.moves
+	if m.forJob < 0 || s.jobs[m.forJob].state != jobWaiting || s.now-m.forSince >= m.settle {
+		return -1
+	}
+	return m.forNode
 }
 
 // nodeByName is the node a consolidate.Node names.
