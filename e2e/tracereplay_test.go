@@ -732,8 +732,10 @@ type recordCollector struct {
 	failed bool
 	// refused are allocations whose Reserve a relayout refused (placed on
 	// a GPU being relaid out before the servers saw it so): Nomad places
-	// them again, as the jobs' reschedule policy says.
-	refused int
+	// them again, as the jobs' reschedule policy says; refusedJobs their
+	// jobs.
+	refused     int
+	refusedJobs []string
 	// oom are the tasks the kernel killed for memory; silent are the
 	// preempted runs whose log tells neither a commit nor a stop (the
 	// task died without handling its stop: its progress since its last
@@ -853,6 +855,9 @@ func (rc *recordCollector) failedAlloc(t *testing.T, job, id string) {
 	info, _, err := rc.c.API().Allocations().Info(id, nil)
 	if err == nil && refusedByRelayout(info) {
 		rc.refused++
+		if !slices.Contains(rc.refusedJobs, job) {
+			rc.refusedJobs = append(rc.refusedJobs, job)
+		}
 		return
 	}
 	if rc.failed {
@@ -882,7 +887,7 @@ func refusedByRelayout(a *api.Allocation) bool {
 func (rc *recordCollector) notes() []string {
 	var notes []string
 	if rc.refused > 0 {
-		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused and Nomad placed them again (reschedule: 1 attempt, 5 s delay)", rc.refused))
+		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused and Nomad placed them again (reschedule: 1 attempt, 5 s delay; a job refused twice is not placed again): jobs %s", rc.refused, strings.Join(rc.refusedJobs, ", ")))
 	}
 	if rc.unread > 0 {
 		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions and moves could not be read, their nodes removed (scaled in) first: those count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))

@@ -89,6 +89,7 @@ func Write(dir string, run Run) error {
 		writeLatencies(&b, run.Model, run.Latencies)
 		modelFigs, realFigs := run.compute(run.Model), run.compute(run.Real)
 		writeTable(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
+		writeWaitBreakdown(&b, run.Model, modelFigs)
 		writeCalibration(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 	}
 
