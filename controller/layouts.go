@@ -107,8 +107,9 @@ func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot, reserved string)
 
 // Relaying is the nodes with a GPU whose layout is changing: asked by
 // this leader and not yet applied, or published as desired and not
-// current. Their free whole GPUs are in flux, so the move module frees
-// none of them. Nil on a nil Layouts (layouts off).
+// current (a GPU in error, which keeps its layout, is not changing).
+// Their free whole GPUs are in flux, so the move module frees none of
+// them. Nil on a nil Layouts (layouts off).
 func (l *Layouts) Relaying(snap *nomadview.Snapshot) map[string]bool {
 	if l == nil {
 		return nil
@@ -116,7 +117,8 @@ func (l *Layouts) Relaying(snap *nomadview.Snapshot) map[string]bool {
 	out := map[string]bool{}
 	for _, g := range snap.GPULayouts() {
 		a, asked := l.asked[LayoutKey(g.Node.ID, g.UUID)]
-		if asked && a.layout != g.Current || g.Desired != "" && g.Desired != g.Current || g.State == contract.LayoutDraining {
+		pending := g.Desired != "" && g.Desired != g.Current && g.State != contract.LayoutError
+		if asked && a.layout != g.Current || pending || g.State == contract.LayoutDraining {
 			out[g.Node.ID] = true
 		}
 	}

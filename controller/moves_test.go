@@ -265,6 +265,9 @@ func TestMoverSkipsRelayingNodes(t *testing.T) {
 func TestLayoutsRelaying(t *testing.T) {
 	n1, n2, n3 := layoutNode("n1", "whole", "whole"), layoutNode("n2", "whole", "whole"), layoutNode("n3", "whole", "whole")
 	n2.NodeResources.Devices[1].Attributes[contract.AttrLayoutDesired].StringVal = ptrTo("mps:8")
+	// A GPU in error keeps its layout: its node is not relaying.
+	n1.NodeResources.Devices[0].Attributes[contract.AttrLayoutDesired].StringVal = ptrTo("mps:99")
+	n1.NodeResources.Devices[0].Attributes[contract.AttrLayoutState].StringVal = ptrTo(string(contract.LayoutError))
 	s := emptySnapshot(n1, n2, n3)
 	l := NewLayouts(gpulayout.Bounds{}, nil, hclog.NewNullLogger(), NewMetrics())
 	l.asked[LayoutKey("n3", "GPU-n3-0")] = asked{layout: "mps:8", at: time.Unix(1000, 0)}
