@@ -87,6 +87,17 @@ func ParseLayoutState(s string) (LayoutState, bool) {
 	return "", false
 }
 
+// What the device plugin's Reserve errors say when a placement lands on
+// an instance a relayout took away: the GPU is draining for a relayout
+// (the servers placed on it before they saw it unhealthy), or the
+// instance is gone since. Nomad fails the allocation with the error in
+// its task events; the controller reads them there and places the
+// allocation again (docs/controller.md, GPU layouts that follow the queue).
+const (
+	ReserveRefusedRelayout = "is being relaid out"
+	ReserveRefusedGone     = "no longer exists on this node"
+)
+
 // AttrSharesInUse is the attribute of an MPS group (one GPU's shares)
 // counting the shares that allocations hold: a jobspec's device affinity
 // on it fills one GPU's shares before opening the next. Its "unique."

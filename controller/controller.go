@@ -58,6 +58,9 @@ type Controller struct {
 	resize   *Resizer   // nil: off
 	layouts  *Layouts   // nil: off; made when the replica leads
 	mover    *Mover     // nil: off; made when the replica leads
+	// replaced are the allocations a relayout refused that the leader
+	// asked Nomad to place again (replaceRefused), while listed.
+	replaced map[string]bool
 	specs    specCache
 	log      hclog.Logger
 	metrics  *Metrics
@@ -177,6 +180,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 		c.registerResize(ctx, jr)
 	}
 	c.relayout(ctx, now, view.Snap)
+	c.replaceRefused(ctx, now, view.Snap)
 	c.move(ctx, now, view, ledger)
 	for _, k := range ledger.Keys() {
 		if err := c.apply(ctx, now, view, ledger, k); err != nil && ctx.Err() == nil {

@@ -498,7 +498,7 @@ func (lm *layoutManager) admit(ids []string, m *model, track bool) (time.Time, e
 			continue // reserve says it no longer exists
 		}
 		if st := lm.gpus[s.gpuUUID]; st != nil && st.state == contract.LayoutDraining {
-			return time.Time{}, fmt.Errorf("device %s: GPU %s is being relaid out %s; Nomad will place the allocation again", id, s.gpuUUID, arrow(st.from, st.target))
+			return time.Time{}, fmt.Errorf("device %s: GPU %s %s %s; Nomad will place the allocation again", id, s.gpuUUID, contract.ReserveRefusedRelayout, arrow(st.from, st.target))
 		}
 	}
 	now := time.Now()

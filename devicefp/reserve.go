@@ -52,7 +52,7 @@ func (m *model) reserve(ids []string, mpsPipeRoot string) (*device.Reservation, 
 	for _, id := range ids {
 		s, ok := m.byID[id]
 		if !ok {
-			return nil, fmt.Errorf("device %s no longer exists on this node: no GPU, MIG instance or MPS share has this ID now (it was removed, ignored or relaid out since the allocation was placed)", id)
+			return nil, fmt.Errorf("device %s %s: no GPU, MIG instance or MPS share has this ID now (it was removed, ignored or relaid out since the allocation was placed)", id, contract.ReserveRefusedGone)
 		}
 		if !seen[id] {
 			seen[id] = true

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
@@ -377,8 +378,10 @@ func TestLayoutsMIGGeometry(t *testing.T) {
 	t.Logf("layout changes seen: %s", strings.Join(record.check(t), "; "))
 }
 
-// racerJob is a service job asking for one whole GPU, placed again 5 s
-// (Nomad's least delay) after a failed allocation, without limit.
+// racerJob is a service job asking for one whole GPU, placed again by
+// Nomad an hour after a failed allocation: within the test only the
+// controller's forced reschedule of a placement a relayout refused
+// places it again.
 const racerJob = `
 job "racer" {
   group "g" {
@@ -387,7 +390,7 @@ job "racer" {
       mode     = "fail"
     }
     reschedule {
-      delay          = "5s"
+      delay          = "1h"
       delay_function = "constant"
       unlimited      = true
     }
@@ -440,7 +443,8 @@ func settleAlloc(t *testing.T, c *cluster.Cluster, id string, timeout time.Durat
 // TestLayoutsPinAndRace: an operator's `nomad node meta apply` pin is
 // applied and left alone by the controller, though work waits that the
 // GPU's old layout would serve; a placement racing the relayout gets a
-// clean Reserve error, and runs once the pin is gone.
+// clean Reserve error, is placed again by the controller, and runs once
+// the pin is gone.
 func TestLayoutsPinAndRace(t *testing.T) {
 	// GPU 0 is the node's only whole GPU: the others are in MIG mode.
 	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{1, 2, 3, 4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "3s")
@@ -471,7 +475,7 @@ func TestLayoutsPinAndRace(t *testing.T) {
 	}
 	// The plugin's refusal while it drains, or, where the switch came
 	// first, the plugin's or Nomad's of an instance gone: each names it.
-	if !refusedByRelayout(first) || !strings.Contains(cluster.AllocSummary(first), gpu0) {
+	if !controller.RefusedByRelayout(first.TaskStates) || !strings.Contains(cluster.AllocSummary(first), gpu0) {
 		t.Errorf("the racing allocation failed without a Reserve error naming GPU 0:\n%s", cluster.AllocSummary(first))
 	}
 
@@ -486,11 +490,15 @@ func TestLayoutsPinAndRace(t *testing.T) {
 		t.Errorf("the controller relaid GPUs %v while the only candidate was pinned", got)
 	}
 
-	// Unpinned: GPU 0 is whole again and the racer runs.
+	// Unpinned: GPU 0 is whole again and the racer runs: placed again by
+	// the controller's forced reschedule, as Nomad's own is an hour away.
 	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{pinKey: nil}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitRunning(t, c, []string{"racer"}, 90*time.Second)
+	if got := ctl.metricByLabel(t, contract.MetricControllerDecisions, contract.LabelKind)["replaced"]; got != 1 {
+		t.Errorf("the controller placed the refused allocation again %v times, want 1", got)
+	}
 	t.Logf("layout changes seen: %s", strings.Join(record.check(t), "; "))
 }
 

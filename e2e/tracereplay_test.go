@@ -853,7 +853,7 @@ func readProgress(logs string, run *tracereplay.Run, trace func(time.Duration) t
 // nothing.
 func (rc *recordCollector) failedAlloc(t *testing.T, job, id string) {
 	info, _, err := rc.c.API().Allocations().Info(id, nil)
-	if err == nil && refusedByRelayout(info) {
+	if err == nil && controller.RefusedByRelayout(info.TaskStates) {
 		rc.refused++
 		if !slices.Contains(rc.refusedJobs, job) {
 			rc.refusedJobs = append(rc.refusedJobs, job)
@@ -869,25 +869,10 @@ func (rc *recordCollector) failedAlloc(t *testing.T, job, id string) {
 	}
 }
 
-// refusedByRelayout says the allocation failed because its devices'
-// Reserve was refused for a relayout: the device plugin's refusal while
-// the GPU drains, or Nomad's of an instance gone since the placement.
-func refusedByRelayout(a *api.Allocation) bool {
-	for _, ts := range a.TaskStates {
-		for _, e := range ts.Events {
-			msg := e.DisplayMessage + " " + e.Message
-			if strings.Contains(msg, "is being relaid out") || strings.Contains(msg, "no longer exists on this node") || strings.Contains(msg, "unknown device") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func (rc *recordCollector) notes() []string {
 	var notes []string
 	if rc.refused > 0 {
-		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused and Nomad placed them again (reschedule: 1 attempt, 5 s delay; a job refused twice is not placed again): jobs %s", rc.refused, strings.Join(rc.refusedJobs, ", ")))
+		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused, and the controller asked Nomad to place them again at once (a forced reschedule): jobs %s", rc.refused, strings.Join(rc.refusedJobs, ", ")))
 	}
 	if rc.unread > 0 {
 		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions and moves could not be read, their nodes removed (scaled in) first: those count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))

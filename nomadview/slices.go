@@ -83,6 +83,31 @@ func holdsDevices(a *api.AllocationListStub) bool {
 	return a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
 }
 
+// StillOffered says whether a's node, as the servers last listed it,
+// offers one of the devices a was given as a healthy instance: an
+// allocation that failed for its devices would likely be placed on it
+// again.
+func (s *Snapshot) StillOffered(a *api.AllocationListStub) bool {
+	n := s.Node(a.NodeID)
+	if n == nil || n.NodeResources == nil {
+		return false
+	}
+	given := map[string]bool{}
+	for _, h := range allocDevices(a) {
+		for _, id := range h.IDs {
+			given[id] = true
+		}
+	}
+	for _, d := range n.NodeResources.Devices {
+		for _, in := range d.Instances {
+			if in != nil && in.Healthy && given[in.ID] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // FreeSlices counts the free GPU instances of a node pool: healthy, on a
 // schedulable node, held by no pending or running allocation.
 type FreeSlices struct {
