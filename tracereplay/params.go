@@ -1,6 +1,7 @@
 package tracereplay
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -185,6 +186,9 @@ type Setup struct {
 	PriceReserved, PriceOnDemand float64
 }
 
+// ErrNoJobs is Load's error for a selection that holds no job.
+var ErrNoJobs = errors.New("jobs: the selection holds no job")
+
 // Load reads and samples the trace and checks every setting, naming the
 // flag of one that is wrong.
 func (p Params) Load() (Setup, error) {
@@ -273,7 +277,7 @@ func (p Params) Load() (Setup, error) {
 		t.Source += fmt.Sprintf(", %d drawn with seed %d to an offered load of %.2f (target %.2f) of %d nodes", len(t.Jobs), p.Seed, offered/capacity, p.OfferedLoad, s.Cluster.Nodes)
 	}
 	if len(t.Jobs) == 0 {
-		return s, fmt.Errorf("jobs: the selection holds no job")
+		return s, ErrNoJobs
 	}
 	t.Jobs, s.Notes = s.Cluster.ClipJobs(t.Jobs)
 	s.Trace = t

@@ -476,7 +476,15 @@ type Result struct {
 	// written before they existed did not).
 	LayoutChanges   []LayoutChange `json:",omitempty"`
 	LayoutsRecorded bool           `json:",omitempty"`
+	// MoveLooks counts, in the model with moves, the consolidation rounds
+	// that had a waiting multi-GPU job to free a node for, and of them
+	// those where the free whole GPUs of the nodes it may use added up to its
+	// ask: the only rounds a move can serve (the rest wait for capacity).
+	MoveLooks MoveLooks `json:",omitzero"`
 }
+
+// MoveLooks are Result.MoveLooks.
+type MoveLooks struct{ Looks, WithRoom int }
 
 // LayoutChange is one GPU's layout changed: the device plugin applied a
 // layout the controller asked for.

@@ -35,6 +35,11 @@ this model, is 'make bench-trace' (docs/trace-replay.md).
 -convert writes the selected jobs as a replay CSV instead, for editing or
 for another tool.
 
+-sweep models every window of the trace, one every -sweep of trace
+time, each sampled as one window is, and writes one report pooling them
+(` + sweepFile + `): a figure's difference between configurations on a
+single window can be that window's chance.
+
 -real reads the record a real run ('make bench-trace') left beside its
 report (real-run.json.gz), runs the model on it again with the latencies
 it measured, and rewrites the report to -out: the sample comes from the
@@ -55,6 +60,7 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "bench-trace", "directory the report and plots are written to")
 	convert := fs.String("convert", "", `write the selected jobs to this replay CSV ("-": stdout) and exit`)
 	real := fs.String("real", "", "a real run's record ("+tracereplay.RealRunFile+"): model it again and rewrite its report to -out")
+	sweep := fs.Duration("sweep", 0, "model a window of -window every this much trace time, from the trace's start to its end, and pool their figures into "+sweepFile+" in -out (0: one window)")
 	// The model runs in trace time; its -compression only scales its
 	// wall-clock latencies and policy times. 1 models a cluster in real
 	// time; a real run's compression models that run.
@@ -72,6 +78,13 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	if *real != "" {
 		return remodel(*real, *out, stdout, stderr)
+	}
+	if *sweep != 0 {
+		if err := checkSweep(*sweep, p, *convert); err != nil {
+			fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
+			return 2
+		}
+		return runSweep(p, *sweep, *out, stdout, stderr)
 	}
 	setup, err := p.Load()
 	if err != nil {
@@ -98,22 +111,10 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	}
 
 	started := time.Now()
-	var results []tracereplay.Result
-	for _, cfg := range setup.Configs {
-		cfg, err := tracereplay.Resolve(cfg, results)
-		if err != nil {
-			fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
-			return 1
-		}
-		r, err := model.Run(setup.Trace, model.Options{
-			Cluster: setup.Cluster, Config: cfg, Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
-			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
-		})
-		if err != nil {
-			fmt.Fprintf(stderr, "nomad-gpu bench-trace: %s: %v\n", cfg.Name, err)
-			return 1
-		}
-		results = append(results, r)
+	results, err := modelConfigs(setup)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
+		return 1
 	}
 	err = report.Write(*out, report.Run{
 		Title: "Trace replay (model): " + filepath.Base(p.TracePath()), Trace: setup.Trace, Seed: setup.Seed,
@@ -127,6 +128,26 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s: %d jobs × %d configs on %d–%d nodes in %s; report: %s\n", setup.Trace.Source, len(setup.Trace.Jobs),
 		len(setup.Configs), setup.Cluster.MinNodes, setup.Cluster.MaxNodes, time.Since(started).Round(time.Millisecond), filepath.Join(*out, "report.md"))
 	return 0
+}
+
+// modelConfigs runs the model once per configuration of setup.
+func modelConfigs(setup tracereplay.Setup) ([]tracereplay.Result, error) {
+	var results []tracereplay.Result
+	for _, cfg := range setup.Configs {
+		cfg, err := tracereplay.Resolve(cfg, results)
+		if err != nil {
+			return nil, err
+		}
+		r, err := model.Run(setup.Trace, model.Options{
+			Cluster: setup.Cluster, Config: cfg, Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
+			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+		}
+		results = append(results, r)
+	}
+	return results, nil
 }
 
 // remodel rewrites a real run's report from its record.

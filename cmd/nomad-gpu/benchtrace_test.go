@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,12 +15,20 @@ b,60,1200,2,,80
 c,120,300,1,0.25,50
 `
 
-func TestBenchTrace(t *testing.T) {
-	dir := t.TempDir()
-	trace := filepath.Join(dir, "trace.csv")
+// benchTraceFile writes benchTraceCSV into a new directory, returned
+// with the file's path.
+func benchTraceFile(t *testing.T) (dir, trace string) {
+	t.Helper()
+	dir = t.TempDir()
+	trace = filepath.Join(dir, "trace.csv")
 	if err := os.WriteFile(trace, []byte(benchTraceCSV), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir, trace
+}
+
+func TestBenchTrace(t *testing.T) {
+	dir, trace := benchTraceFile(t)
 	out := filepath.Join(dir, "report")
 	var stdout, stderr bytes.Buffer
 	if rc := run([]string{"bench-trace", "-trace", trace, "-window", "0", "-nodes", "1", "-min-nodes", "1", "-max-nodes", "2", "-out", out}, &stdout, &stderr); rc != 0 {
@@ -51,6 +60,40 @@ func TestBenchTrace(t *testing.T) {
 		stderr.Reset()
 		if rc := run(append([]string{"bench-trace"}, strings.Fields(args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), want) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", args, rc, stderr.String(), want)
+		}
+	}
+}
+
+// A sweep of the small trace: windows of 2m every 1m from 0 to its last
+// arrival (120 s) hold a, a–b–c and b–c: three windows, none empty.
+func TestBenchTraceSweep(t *testing.T) {
+	dir, trace := benchTraceFile(t)
+	out := filepath.Join(dir, "sweep")
+	base := []string{"bench-trace", "-trace", trace, "-window", "2m", "-nodes", "1", "-min-nodes", "1", "-max-nodes", "2", "-configs", "baseline,nomad-gpu-fixed"}
+	var stdout, stderr bytes.Buffer
+	if rc := run(append(base, "-sweep", "1m", "-out", out), &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	report, err := os.ReadFile(filepath.Join(out, sweepFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"3 windows modelled, 0 holding no job skipped", "| figure | baseline | nomad-gpu-fixed |", "wait mean, every job of every window"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("%s lacks %q:\n%s", sweepFile, want, report)
+		}
+	}
+
+	for _, tc := range []struct{ args, want string }{
+		{"-sweep -1h", "sweep: -1h0m0s; allowed: 0 (one window) or a positive step"},
+		{"-sweep 1h -window 0", "sweep: 1h0m0s with window 0s"},
+		{"-sweep 1h -start 10m", "sweep, start: both given"},
+		{"-sweep 1h -busiest-min-gpus 4", "sweep, busiest-min-gpus: both given"},
+		{"-sweep 1h -convert x.csv", "sweep, convert: both given"},
+	} {
+		stderr.Reset()
+		if rc := run(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.args, rc, stderr.String(), tc.want)
 		}
 	}
 }

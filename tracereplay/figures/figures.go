@@ -137,6 +137,8 @@ type Figures struct {
 	// the horizon), as the controller's move_gpu_seconds counts it.
 	Moves        int
 	MoveGPUHours float64
+	// MoveLooks are the model's consolidation rounds (Result.MoveLooks).
+	MoveLooks tracereplay.MoveLooks
 	// PreemptingPlacements is valid where PreemptingPlacementsKnown
 	// (Result.PlacementsRecorded).
 	PreemptingPlacements      int
@@ -189,6 +191,7 @@ func Compute(r tracereplay.Result, o Options) Figures {
 	capacity := tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.GPUs })
 	f.CapacityGPUHours = capacity / 3600
 	f.NodeHours = r.NodeHours()
+	f.MoveLooks = r.MoveLooks
 	for _, s := range r.Timeline {
 		if s.At <= h {
 			f.PeakNodes = max(f.PeakNodes, s.Nodes)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/consolidate"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
 // Moving checkpointed work (Features.Moves). The model plans with the
@@ -37,6 +38,8 @@ type moveState struct {
 	// Trace-time figures: Policy.MoveSettle, MoveHold and an hour of
 	// wall clock (the budget's window).
 	settle, holdMax, window time.Duration
+	// looks are Result.MoveLooks.
+	looks tracereplay.MoveLooks
 }
 
 // consolidate is one round of the controller's move module, once a
@@ -70,6 +73,14 @@ func (s *sim) consolidate() bool {
 		return false
 	}
 	nodes, allocs := s.moveCandidates()
+	m.looks.Looks++
+	free := 0
+	for _, n := range nodes {
+		free += n.Free
+	}
+	if free >= s.jobs[asks[0]].k {
+		m.looks.WithRoom++
+	}
 	for _, id := range asks {
 		p, ok := consolidate.Search(nodes, allocs, consolidate.Ask{Job: strconv.Itoa(int(id)), Count: s.jobs[id].k})
 		if ok {

@@ -79,6 +79,31 @@ func TestConsolidation(t *testing.T) {
 			if fmt.Sprint(starts) != fmt.Sprint(tt.starts) || len(rounds) != tt.rounds {
 				t.Errorf("4-GPU jobs started at %v after %d consolidations, want %v after %d", starts, len(rounds), tt.starts, tt.rounds)
 			}
+			// Each consolidation was a round with room in the cluster.
+			if l := r.MoveLooks; l.WithRoom < tt.rounds || l.Looks < l.WithRoom || (!tt.moves && l.Looks != 0) {
+				t.Errorf("move looks %+v for %d consolidations", l, tt.rounds)
+			}
 		})
+	}
+}
+
+// A 4-GPU job that waits for capacity, every GPU held by long 1-GPU
+// jobs: consolidation looks and finds no room, and moves nothing.
+func TestConsolidationWithoutRoom(t *testing.T) {
+	var jobs []tracereplay.Job
+	for i := range 8 {
+		jobs = append(jobs, wjob(fmt.Sprintf("l%d", i), 0, 1000*sec, 1))
+	}
+	jobs = append(jobs, wjob("big", 150*sec, 200*sec, 4))
+	r := mustRun(t, jobs, consolidating(2, true, 100))
+	if l := r.MoveLooks; l.Looks == 0 || l.WithRoom != 0 {
+		t.Errorf("move looks %+v; want some, none with room", l)
+	}
+	for _, j := range r.Jobs {
+		for _, run := range j.Runs {
+			if run.Moved {
+				t.Errorf("%s moved with no room for the 4-GPU job", j.ID)
+			}
+		}
 	}
 }

@@ -212,6 +212,7 @@ func (s *sim) result() tracereplay.Result {
 		PlacementsRecorded: true,
 		LayoutChanges:      s.layoutChanges,
 		LayoutsRecorded:    s.f.Layouts,
+		MoveLooks:          s.moves.looks,
 		Timeline:           s.timeline,
 		Notes:              notes,
 	}
