@@ -107,7 +107,8 @@ func (c *Controller) replaceRefused(ctx context.Context, now time.Time, snap *no
 	}
 	for k, allocs := range refusedToReplace(now, snap, c.replaced) {
 		opts := api.EvalOptions{ForceReschedule: true}
-		if _, _, err := c.api.Jobs().EvaluateWithOpts(k.ID, opts, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx)); err != nil {
+		_, _, err := c.api.Jobs().EvaluateWithOpts(k.ID, opts, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx))
+		if code := nomadview.StatusCode(err); err != nil && (code < 400 || code >= 500) {
 			if ctx.Err() == nil {
 				c.log.Warn("allocations a relayout refused were not placed again; trying on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)
 			}
@@ -117,6 +118,10 @@ func (c *Controller) replaceRefused(ctx context.Context, now time.Time, snap *no
 		for _, a := range allocs {
 			c.replaced[a.ID] = true
 			what = append(what, fmt.Sprintf("alloc %s (%s) on %s", short(a.ID), a.Name, a.NodeName))
+		}
+		if err != nil { // refused for good (no permission in the namespace, the job gone): asked once
+			c.log.Warn("allocations a relayout refused were not placed again: Nomad refused the forced reschedule", "namespace", k.Namespace, "job", k.ID, "allocs", strings.Join(what, ", "), "error", err)
+			continue
 		}
 		c.decided(Decision{"replaced", k, strings.Join(what, ", ") + ": Reserve refused for a relayout; asked Nomad to place it again (a forced reschedule; a task group whose reschedule policy is off stays failed)"})
 	}

@@ -112,8 +112,9 @@ func TestRefusedWaitsForTheServers(t *testing.T) {
 }
 
 // replaceRefused forces one reschedule per job with refused allocations,
-// in the job's namespace, and asks again after a failed call; an
-// allocation out of the read model's window is forgotten.
+// in the job's namespace, and asks again after a failed call, not after a
+// refusal for good; an allocation out of the read model's window is
+// forgotten.
 func TestReplaceRefusedAsksOnce(t *testing.T) {
 	var mu sync.Mutex
 	var evals []string
@@ -128,6 +129,11 @@ func TestReplaceRefusedAsksOnce(t *testing.T) {
 		if fail {
 			fail = false
 			http.Error(w, "rpc error: no leader", http.StatusInternalServerError)
+			return
+		}
+		if strings.Contains(r.URL.Path, "/job/secret/") {
+			evals = append(evals, "denied")
+			http.Error(w, "Permission denied", http.StatusForbidden)
 			return
 		}
 		var req api.JobEvaluateRequest
@@ -151,6 +157,14 @@ func TestReplaceRefusedAsksOnce(t *testing.T) {
 	}
 	if want := []string{"default/a"}; !slices.Equal(evals, want) {
 		t.Fatalf("evaluations %v, want %v (one failed call, then one for both allocations)", evals, want)
+	}
+	// A refusal for good (403) is asked once, not every tick.
+	denied := cluster{jobs: map[string]int{"a": 50, "secret": 50}, allocs: []*api.AllocationListStub{refused("x", "a", drainingMsg), refused("s", "secret", drainingMsg)}}.view()
+	for range 3 {
+		c.replaceRefused(context.Background(), time.Now(), denied.Snap)
+	}
+	if want := []string{"default/a", "denied"}; !slices.Equal(evals, want) {
+		t.Fatalf("evaluations %v, want %v (a forbidden one asked once)", evals, want)
 	}
 	c.replaceRefused(context.Background(), time.Now(), cluster{jobs: map[string]int{"a": 50}}.view().Snap)
 	if len(c.replaced) != 0 {
