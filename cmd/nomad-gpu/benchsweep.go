@@ -16,7 +16,7 @@ import (
 const sweepFile = "sweep.md"
 
 // checkSweep refuses the flags a sweep cannot honour, naming them.
-func checkSweep(step time.Duration, p tracereplay.Params, convert string) error {
+func checkSweep(step time.Duration, p tracereplay.Params, convert, real string) error {
 	switch {
 	case step < 0:
 		return fmt.Errorf("sweep: %s; allowed: 0 (one window) or a positive step such as 12h", step)
@@ -28,6 +28,8 @@ func checkSweep(step time.Duration, p tracereplay.Params, convert string) error 
 		return fmt.Errorf("sweep, busiest-min-gpus: both given; allowed: one of them (a sweep models every window, not the busiest)")
 	case convert != "":
 		return fmt.Errorf("sweep, convert: both given; allowed: one of them")
+	case real != "":
+		return fmt.Errorf("sweep, real: both given; allowed: one of them (a real run is one window)")
 	}
 	return nil
 }
@@ -73,8 +75,12 @@ func runSweep(p tracereplay.Params, step time.Duration, out string, stdout, stde
 		fmt.Fprintf(stderr, "nomad-gpu bench-trace: sweep: no window of %s holds a job\n", p.Window)
 		return 1
 	}
-	what := fmt.Sprintf("A window of %s every %s of %s (%s of trace), each sampled as one window is (seed %d, load %.2f of %d nodes), modelled in %s.",
-		p.Window, step, filepath.Base(p.TracePath()), span.Round(time.Hour), p.Seed, p.OfferedLoad, p.Nodes, time.Since(started).Round(time.Second))
+	sample := fmt.Sprintf("load %.2f of %d nodes", p.OfferedLoad, p.Nodes)
+	if p.Jobs > 0 {
+		sample = fmt.Sprintf("%d jobs", p.Jobs)
+	}
+	what := fmt.Sprintf("A window of %s every %s of %s (%s of trace), each sampled as one window is (seed %d, %s), modelled in %s.",
+		p.Window, step, filepath.Base(p.TracePath()), span.Round(time.Hour), p.Seed, sample, time.Since(started).Round(time.Second))
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
 		return 1

@@ -76,15 +76,15 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nomad-gpu bench-trace: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if *real != "" {
-		return remodel(*real, *out, stdout, stderr)
-	}
 	if *sweep != 0 {
-		if err := checkSweep(*sweep, p, *convert); err != nil {
+		if err := checkSweep(*sweep, p, *convert, *real); err != nil {
 			fmt.Fprintf(stderr, "nomad-gpu bench-trace: %v\n", err)
 			return 2
 		}
 		return runSweep(p, *sweep, *out, stdout, stderr)
+	}
+	if *real != "" {
+		return remodel(*real, *out, stdout, stderr)
 	}
 	setup, err := p.Load()
 	if err != nil {

@@ -90,6 +90,7 @@ func TestBenchTraceSweep(t *testing.T) {
 		{"-sweep 1h -start 10m", "sweep, start: both given"},
 		{"-sweep 1h -busiest-min-gpus 4", "sweep, busiest-min-gpus: both given"},
 		{"-sweep 1h -convert x.csv", "sweep, convert: both given"},
+		{"-sweep 1h -real x.json.gz", "sweep, real: both given"},
 	} {
 		stderr.Reset()
 		if rc := run(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
