@@ -69,16 +69,16 @@ func NewSweep(configs []string) *Sweep {
 	return s
 }
 
-// Add takes one window's results, one per configuration in order, as the
-// report computes them.
+// Add takes one window's results, one per configuration in order, with
+// the figures computed as the report computes them.
 func (s *Sweep) Add(trace tracereplay.Trace, rs []tracereplay.Result) error {
 	if len(rs) != len(s.Configs) {
 		return fmt.Errorf("sweep: %d results for %d configurations", len(rs), len(s.Configs))
 	}
-	common := figures.CommonDone(rs)
 	fs := make([]figures.Figures, len(rs))
 	for i, r := range rs {
-		fs[i] = figures.Compute(r, figures.Options{Mix: figures.MixOf(trace.Jobs, r.Cluster, r.Config.Features), Common: common})
+		// No JCT is pooled, so no common set of jobs is needed.
+		fs[i] = figures.Compute(r, figures.Options{Mix: figures.MixOf(trace.Jobs, r.Cluster, r.Config.Features)})
 	}
 	s.add(fs)
 	return nil
