@@ -54,6 +54,14 @@ const (
 	AttrLayoutPinned      = "pinned"       // bool: desired is an operator's pin (MetaPinPrefix)
 	AttrLayoutState       = "state"        // one of the LayoutState values
 	AttrLayoutError       = "error"        // string: why state is error; LayoutNone otherwise
+	// AttrLayoutFault says why the GPU itself has failed (an XID the
+	// plugin's health policy counts, or NVML unable to read it);
+	// LayoutNone while it is healthy. A failed GPU is no capacity: the
+	// controller never relays it nor counts it free, and its plugin
+	// keeps its layout until it recovers. A relayout's drain or the
+	// controller's hold also make a GPU's instances unhealthy, but are
+	// no fault.
+	AttrLayoutFault = "fault"
 )
 
 // LayoutNone is the value of a layout group's string attribute that has

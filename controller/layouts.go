@@ -207,6 +207,7 @@ func (l *Layouts) plannerGPU(now time.Time, g nomadview.GPULayout) (gpulayout.GP
 	pg := gpulayout.GPU{
 		Node: g.Node.ID, NodeName: g.Node.Name, Pool: g.Node.NodePool, UUID: g.UUID, Index: g.Index,
 		MIGMode: g.MIGMode, Current: current, Desired: desired, Pinned: g.Pinned, Held: g.Held,
+		Unhealthy: g.Unhealthy, Fault: g.Fault,
 	}
 	for _, p := range g.Profiles {
 		pg.Profiles = append(pg.Profiles, gpulayout.Profile{Name: p.Name, Slices: p.Slices, Max: p.Max})
@@ -254,21 +255,12 @@ func layoutQueue(snap *nomadview.Snapshot) []gpulayout.Ask {
 				continue
 			}
 			out = append(out, gpulayout.Ask{
-				Kind: askKind(a.Device), Count: a.Count, Allocs: q.Count, Priority: q.Priority,
+				Kind: nomadview.SliceKind(a.Device), Count: a.Count, Allocs: q.Count, Priority: q.Priority,
 				Pool: q.Pool, Job: q.Namespace + "/" + q.JobID + "/" + q.Group,
 			})
 		}
 	}
 	return out
-}
-
-// askKind is a device request or group as the planner names kinds:
-// "gpu", "mps", "mig/<profile>".
-func askKind(d nomadview.DeviceSpec) string {
-	if d.Type == contract.SliceMIG {
-		return d.Type + "/" + d.Name
-	}
-	return d.Type
 }
 
 // layoutMix is the workload's mix of request shapes, what fragmentation
@@ -284,7 +276,7 @@ func layoutMix(snap *nomadview.Snapshot, queue []gpulayout.Ask) []fgd.Shape {
 	for _, hs := range snap.HeldSlices() {
 		for _, h := range hs {
 			if nomadview.IsGPUAsk(h.Device) {
-				n[shape{askKind(h.Device), len(h.IDs)}]++
+				n[shape{nomadview.SliceKind(h.Device), len(h.IDs)}]++
 				total++
 			}
 		}

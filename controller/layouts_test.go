@@ -49,6 +49,23 @@ func layoutNode(id string, layouts ...string) *api.NodeListStub {
 	return n
 }
 
+// failedGPU marks a GPU of n failed, as its plugin and the servers show
+// it after an XID: the layout group's fault, its instances unhealthy.
+func failedGPU(n *api.NodeListStub, uuid string) *api.NodeListStub {
+	xid := "XID 79 (GPU has fallen off the bus)"
+	for _, d := range n.NodeResources.Devices {
+		if d.Type == contract.SliceLayout && d.Name == uuid {
+			d.Attributes[contract.AttrLayoutFault] = &api.Attribute{StringVal: &xid}
+		}
+		for _, in := range d.Instances {
+			if in.ID == uuid || strings.HasPrefix(in.ID, uuid+"-") {
+				in.Healthy = false
+			}
+		}
+	}
+	return n
+}
+
 // queuedJob is a blocked job of n allocations asking for one device each.
 func queuedJob(s *nomadview.Snapshot, id, device string, n int) {
 	one := uint64(1)
@@ -86,6 +103,17 @@ func TestLayoutsStep(t *testing.T) {
 			queuedJob(s, "train", "nvidia/gpu", 4)
 			return s
 		}, []string{"GPU-n1-0 → whole"}, nil, ""},
+		{"a failed GPU is never relaid: another becomes shares", func() *nomadview.Snapshot {
+			s := emptySnapshot(failedGPU(layoutNode("n1", "whole", "whole"), "GPU-n1-0"))
+			queuedJob(s, "infer", "nvidia/mps", 6)
+			return s
+		}, []string{"GPU-n1-1 → mps:8"}, nil, ""},
+		{"a failed whole GPU is no room for a 2-GPU ask: an idle shared GPU is whole again", func() *nomadview.Snapshot {
+			s := emptySnapshot(failedGPU(layoutNode("n1", "whole", "whole", "mps:8"), "GPU-n1-0"))
+			queuedJob(s, "train", "nvidia/gpu", 1)
+			s.Specs[JobKey{Namespace: "default", ID: "train"}].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptrTo(uint64(2))
+			return s
+		}, []string{"GPU-n1-2 → whole"}, nil, ""},
 		{"nothing queued: nothing changes", func() *nomadview.Snapshot {
 			return emptySnapshot(layoutNode("n1", "mps:8", "whole"))
 		}, nil, nil, ""},

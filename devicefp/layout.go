@@ -234,6 +234,7 @@ func (lm *layoutManager) plans(snap *gpu.Snapshot, cfg *Config, meta map[string]
 	applied := maps.Clone(lm.applied)
 	lm.mu.Unlock()
 	ignored := ignoredRefs(cfg)
+	faults := lm.p.faults()
 	var out []gpuPlan
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]
@@ -251,6 +252,9 @@ func (lm *layoutManager) plans(snap *gpu.Snapshot, cfg *Config, meta map[string]
 			if pl.err == nil {
 				pl.err = fits(pl.want, g)
 			}
+		}
+		if f := gpuFault(faults, g); f != "" && pl.err == nil && !pl.want.Equal(pl.cur) {
+			pl.err = fmt.Errorf("GPU %d has failed (%s); it keeps its layout %s until it recovers", g.Index, f, pl.cur)
 		}
 		pl.text = pl.want.String()
 		if pl.want.IsZero() {

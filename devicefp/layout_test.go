@@ -79,14 +79,17 @@ func TestLayoutGroups(t *testing.T) {
 		sharesInUse: map[string]int{"GPU-a": 3},
 		publish:     true,
 	}
-	m := buildModel(layoutFixture(3, 2), cfg, nil, lay)
+	// GPU-a has failed; GPU-c's instances are unhealthy for its drain,
+	// which is no fault.
+	xid := "XID 79 (GPU has fallen off the bus) at 2026-12-06T10:00:00Z"
+	m := buildModel(layoutFixture(3, 2), cfg, map[string]string{"GPU-a": xid}, lay)
 	checkWire(t, m.groups)
 	want := map[string]map[string]string{
 		"GPU-a": {"index": "0", "pci_bus_id": "0000:01:00.0", "product": "NVIDIA H100 80GB HBM3", "mig_mode": "false", "mig_profiles": "none",
-			"layout": "mps:4", "desired": "none", "pinned": "false", "state": "ready", "error": "none"},
-		"GPU-b": {"index": "1", "mig_mode": "false", "layout": "whole", "desired": "mps:99", "state": "error", "error": `"mps:99": the share count must be 2 to 48`},
+			"layout": "mps:4", "desired": "none", "pinned": "false", "state": "ready", "error": "none", "fault": xid},
+		"GPU-b": {"index": "1", "mig_mode": "false", "layout": "whole", "desired": "mps:99", "state": "error", "error": `"mps:99": the share count must be 2 to 48`, "fault": "none"},
 		"GPU-c": {"index": "2", "mig_mode": "true", "mig_profiles": "1g.10gb:1x7,2g.20gb:2x3,3g.40gb:3x2,7g.80gb:7x1",
-			"layout": "mig:1g.10gb,3g.40gb", "desired": "mig:7g.80gb", "state": "draining", "error": "none"},
+			"layout": "mig:1g.10gb,3g.40gb", "desired": "mig:7g.80gb", "state": "draining", "error": "none", "fault": "none"},
 	}
 	seen := 0
 	for _, g := range m.groups {
@@ -96,8 +99,8 @@ func TestLayoutGroups(t *testing.T) {
 			if len(g.Devices) != 0 || g.Vendor != contract.Vendor {
 				t.Errorf("layout group %s: vendor %q, %d devices", g.Name, g.Vendor, len(g.Devices))
 			}
-			if len(g.Attributes) != 10 {
-				t.Errorf("layout group %s has %d attributes, want 10", g.Name, len(g.Attributes))
+			if len(g.Attributes) != 11 {
+				t.Errorf("layout group %s has %d attributes, want 11", g.Name, len(g.Attributes))
 			}
 			for k, v := range want[g.Name] {
 				if got := g.Attributes[k].Text(); got != v {
@@ -419,6 +422,36 @@ func TestLayoutPinBeatsLayout(t *testing.T) {
 	if g := group(n.last(), contract.SliceMPS, "GPU-a"); g == nil || len(g.Devices) != 2 {
 		t.Fatalf("mps group %+v", g)
 	}
+}
+
+// A failed GPU keeps its layout whatever is asked, the controller's or an
+// operator's pin, until it recovers (here: the verdict is cleared, as a
+// plugin restart on a repaired node does); the other GPUs follow theirs.
+func TestLayoutFailedGPUKeepsItsLayout(t *testing.T) {
+	n := newLayoutNode(t, &fakeInv{snap: layoutFixture(2)}, nil)
+	n.waitAttrs(t, "GPU-a", "layout", "whole", "state", "ready", "fault", "none")
+	xid := "XID 79 (GPU has fallen off the bus) at 2026-12-06T10:00:00Z"
+	n.p.mu.Lock()
+	n.p.unhealthy["GPU-a"] = xid
+	n.p.mu.Unlock()
+	n.p.wakeFingerprint()
+	n.waitAttrs(t, "GPU-a", "fault", xid, "state", "ready")
+
+	for _, key := range []string{contract.MetaLayoutPrefix, contract.MetaPinPrefix} {
+		n.agent.setMeta(key+"GPU-a", "mps:8", key+"GPU-b", "mps:4")
+		n.waitAttrs(t, "GPU-b", "layout", "mps:4", "state", "ready")
+		n.waitAttrs(t, "GPU-a", "layout", "whole", "state", "error", "fault", xid)
+		if want := "GPU 0 has failed (" + xid + "); it keeps its layout whole until it recovers"; n.attr("GPU-a", "error") != want {
+			t.Fatalf("%s: error %q, want %q", key, n.attr("GPU-a", "error"), want)
+		}
+		n.agent.setMeta(key+"GPU-b", "whole")
+		n.waitAttrs(t, "GPU-b", "layout", "whole", "state", "ready")
+	}
+
+	n.p.mu.Lock()
+	delete(n.p.unhealthy, "GPU-a")
+	n.p.mu.Unlock()
+	n.waitAttrs(t, "GPU-a", "layout", "mps:8", "state", "ready", "fault", "none")
 }
 
 func TestLayoutInvalidDesired(t *testing.T) {

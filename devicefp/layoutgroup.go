@@ -104,6 +104,7 @@ func (b *modelBuilder) addLayoutGroup(g *gpu.GPU, cur gpulayout.Layout) {
 			contract.AttrLayoutPinned:      structs.NewBool(st.pinned),
 			contract.AttrLayoutState:       structs.NewString(string(st.state)),
 			contract.AttrLayoutError:       structs.NewString(orNone(st.err)),
+			contract.AttrLayoutFault:       structs.NewString(orNone(gpuFault(b.unhealthy, g))),
 		},
 	}
 }

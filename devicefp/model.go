@@ -120,13 +120,10 @@ func (b *modelBuilder) isIgnored(index int, uuid string, mig bool) bool {
 }
 
 // gpuReason is why a GPU and all its slices are unhealthy, "" if they are
-// not: a health verdict first, else an NVML error reading the GPU, else a
-// relayout about to take its instances away, else the controller's hold.
+// not: its fault first, else a relayout about to take its instances
+// away, else the controller's hold.
 func (b *modelBuilder) gpuReason(g *gpu.GPU) string {
-	reason := b.unhealthy[g.UUID]
-	if g.Err != nil && reason == "" {
-		reason = "NVML: " + g.Err.Error()
-	}
+	reason := gpuFault(b.unhealthy, g)
 	if reason == "" {
 		reason = b.lay.status[g.UUID].drain
 	}
@@ -134,6 +131,21 @@ func (b *modelBuilder) gpuReason(g *gpu.GPU) string {
 		reason = b.lay.holds[g.UUID]
 	}
 	return reason
+}
+
+// gpuFault is why g itself has failed, "" if it has not: a health
+// verdict (unhealthy maps a GPU UUID to an XID's reason), else an NVML
+// error reading it. Unlike a drain or a hold it is no capacity at all:
+// published as the layout group's fault, and no relayout is applied to
+// the GPU while it lasts.
+func gpuFault(unhealthy map[string]string, g *gpu.GPU) string {
+	if r := unhealthy[g.UUID]; r != "" {
+		return r
+	}
+	if g.Err != nil {
+		return "NVML: " + g.Err.Error()
+	}
+	return ""
 }
 
 // commonAttrs are the attributes every group of a GPU carries.

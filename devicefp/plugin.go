@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -353,6 +354,13 @@ func (p *Plugin) refresh(enumerate bool) *model {
 	m := buildModel(snap, cfg, p.unhealthy, lay)
 	p.current = m
 	return m
+}
+
+// faults is a copy of the health verdicts: GPU- or MIG- UUID → reason.
+func (p *Plugin) faults() map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.unhealthy)
 }
 
 func (p *Plugin) snapshot() *gpu.Snapshot {

@@ -45,6 +45,13 @@ type GPU struct {
 	// Held are the instances allocations hold, by kind ("gpu", "mps",
 	// "mig/<profile>").
 	Held []string
+	// Unhealthy are the instances that take no placement (a relayout's
+	// drain, a hold), by kind as Held: not free, and the GPU keeps its
+	// layout while they last.
+	Unhealthy []string
+	// Fault is why the GPU itself has failed, "" while healthy. A failed
+	// GPU is no capacity: the planner neither places on it nor relays it.
+	Fault string
 	// Changed is when the planner last changed its desired layout; zero:
 	// never.
 	Changed time.Time
@@ -136,9 +143,9 @@ func (d Decision) String() string {
 // allocation takes free instances it fits, the fullest first, as Nomad's
 // binpacking would; one that fits none has a free GPU relaid for it, the
 // one that leaves the least fragmentation for the mix. A GPU held, pinned,
-// never to be relaid, or whose last layout is not yet applied, keeps its
-// layout; one changed less than MinInterval ago only serves an ask that
-// no other GPU can.
+// never to be relaid, with an unhealthy instance, or whose last layout is
+// not yet applied, keeps its layout; one changed less than MinInterval
+// ago only serves an ask that no other GPU can; a failed one is left out.
 func Plan(in Input) []Decision {
 	p := newPlanner(in)
 	asks := slices.Clone(in.Queue)
@@ -171,13 +178,18 @@ type gpuState struct {
 	GPU
 	layout Layout
 	free   map[string]int
-	// fixed: held, pinned, never relaid or not yet applied.
+	// fixed: held, pinned, never relaid or not yet applied. (A GPU with
+	// an unhealthy instance is never relayable either: the instance is
+	// not free.)
 	fixed bool
 }
 
 func newPlanner(in Input) *planner {
 	p := &planner{in: in}
 	for i := range in.GPUs {
+		if in.GPUs[i].Fault != "" {
+			continue
+		}
 		g := &gpuState{GPU: in.GPUs[i], layout: in.GPUs[i].Current}
 		moving := !g.Desired.IsZero() && !g.Desired.Equal(g.Current)
 		if !g.Desired.IsZero() {
@@ -185,7 +197,7 @@ func newPlanner(in Input) *planner {
 		}
 		g.free = count(g.layout.Instances())
 		if !moving {
-			for _, h := range g.Held {
+			for _, h := range slices.Concat(g.Held, g.Unhealthy) {
 				g.free[h]--
 			}
 		}

@@ -2,6 +2,7 @@ package gpulayout
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,16 @@ func node(name string, n int, layout Layout) []GPU {
 func held(gs []GPU) []GPU {
 	for i := range gs {
 		gs[i].Held = gs[i].Current.Instances()
+	}
+	return gs
+}
+
+// failed marks the GPUs at indexes failed. Their instances are left
+// healthy, as the servers may still show them: the fault alone rules
+// the GPU out.
+func failed(gs []GPU, indexes ...int) []GPU {
+	for _, i := range indexes {
+		gs[i].Fault = "XID 79 (GPU has fallen off the bus)"
 	}
 	return gs
 }
@@ -107,6 +118,34 @@ func TestPlan(t *testing.T) {
 				g[1].Desired, g[1].Pinned = WholeGPU, true
 				return g
 			}(), queue: mpsAsks(1)},
+		{name: "a failed GPU is never relaid: another serves the shares",
+			gpus:  failed(node("n1", 2, WholeGPU), 0),
+			queue: mpsAsks(1), want: []string{"n1 1: whole → mps:8"}},
+		{name: "a failed GPU's shares are no room: another GPU is relaid",
+			gpus:  join(failed(node("n1", 1, Shared(8)), 0), node("n2", 1, WholeGPU)),
+			queue: mpsAsks(1), want: []string{"n2 0: whole → mps:8"}},
+		{name: "a failed whole GPU does not count toward a 2-GPU ask: an idle shared GPU beside it is whole again",
+			gpus: func() []GPU {
+				g := join(failed(node("n1", 2, WholeGPU), 0), node("n1", 2, Shared(8)))
+				for i := range g {
+					g[i].Index, g[i].UUID = i, fmt.Sprintf("GPU-n1-%d", i)
+				}
+				return g
+			}(), queue: []Ask{{Kind: "gpu", Count: 2, Allocs: 1, Job: "big"}},
+			want: []string{"n1 2: mps:8 → whole"}},
+		{name: "a GPU held by the controller (its shares unhealthy) is no room and keeps its layout",
+			gpus: func() []GPU {
+				g := node("n1", 1, Shared(8))
+				g[0].Held = []string{"mps"}
+				g[0].Unhealthy = slices.Repeat([]string{"mps"}, 7)
+				return join(g, node("n2", 1, WholeGPU))
+			}(), queue: mpsAsks(1), want: []string{"n2 0: whole → mps:8"}},
+		{name: "a MIG GPU with a failed instance keeps its geometry",
+			gpus: func() []GPU {
+				g := migGPU("m1", 0, Geometry("1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"))
+				g.Unhealthy = []string{"mig/1g.10gb"}
+				return []GPU{g}
+			}(), queue: []Ask{{Kind: "mig/3g.40gb", Count: 1, Allocs: 1}}},
 		{name: "hysteresis: a GPU changed a minute ago is not used while another serves",
 			gpus: func() []GPU {
 				g := node("n1", 2, WholeGPU)

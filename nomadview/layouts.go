@@ -31,9 +31,16 @@ type GPULayout struct {
 	Pinned bool
 	State  contract.LayoutState
 	Error  string
+	// Fault is why the GPU itself has failed (contract.AttrLayoutFault),
+	// "" while it is healthy: a failed GPU is no capacity.
+	Fault string
 	// Held are the GPU's instances that pending or running allocations
 	// hold, by kind: "gpu", "mps", "mig/<profile>".
 	Held []string
+	// Unhealthy are the GPU's instances no allocation holds that the
+	// servers see unhealthy (a fault, a relayout's drain, the
+	// controller's hold), by kind as Held: none can be placed on.
+	Unhealthy []string
 }
 
 // GPULayouts lists every GPU of every node that publishes layout groups,
@@ -51,14 +58,22 @@ func (s *Snapshot) GPULayouts() []GPULayout {
 			continue
 		}
 		owner := instanceOwners(n, gpus)
+		isHeld := map[string]bool{}
 		for _, h := range held[n.ID] {
-			kind := h.Device.Type
-			if kind == contract.SliceMIG {
-				kind += "/" + h.Device.Name
-			}
 			for _, id := range h.IDs {
+				isHeld[id] = true
 				if i, ok := owner[id]; ok {
-					gpus[i].Held = append(gpus[i].Held, kind)
+					gpus[i].Held = append(gpus[i].Held, SliceKind(h.Device))
+				}
+			}
+		}
+		for _, d := range n.NodeResources.Devices {
+			if d == nil || d.Vendor != contract.Vendor {
+				continue
+			}
+			for _, in := range d.Instances {
+				if i, ok := owner[instanceID(in)]; ok && !in.Healthy && !isHeld[in.ID] {
+					gpus[i].Unhealthy = append(gpus[i].Unhealthy, SliceKind(DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name}))
 				}
 			}
 		}
@@ -100,8 +115,26 @@ func readLayout(n *api.NodeListStub, d *api.NodeDeviceResource) (GPULayout, bool
 		Profiles: profiles, Current: current, Desired: noneIsEmpty(AttrString(a, contract.AttrLayoutDesired)),
 		Pinned: AttrBool(a, contract.AttrLayoutPinned), State: state,
 		Error: noneIsEmpty(AttrString(a, contract.AttrLayoutError)),
+		Fault: noneIsEmpty(AttrString(a, contract.AttrLayoutFault)),
 	}
 	return g, true
+}
+
+// SliceKind is a device request or group as the layout planner names
+// kinds: "gpu", "mps", "mig/<profile>".
+func SliceKind(d DeviceSpec) string {
+	if d.Type == contract.SliceMIG {
+		return d.Type + "/" + d.Name
+	}
+	return d.Type
+}
+
+// instanceID is in's ID, "" for none.
+func instanceID(in *api.NodeDevice) string {
+	if in == nil {
+		return ""
+	}
+	return in.ID
 }
 
 func noneIsEmpty(s string) string {
