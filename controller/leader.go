@@ -130,6 +130,7 @@ func (l *Leader) hold(ctx context.Context, acquired time.Time, lead func(ctx con
 			if err != nil && ctx.Err() == nil {
 				l.Logger.Error("leading stopped", "error", err)
 			}
+			stop() // ends a renewal in flight before the release
 			l.release()
 			return
 		case <-tick.C:
