@@ -104,3 +104,85 @@ func TestApplyReloadsAfterAConflict(t *testing.T) {
 		t.Errorf("the job is at %d after the next tick, want 90 (the stored raise)", p)
 	}
 }
+
+// A leader that dies while it raises or restores a job's priority leaves
+// the ledger saying what it was writing; the next leader, loading the
+// ledger, tells that write from a change by hand, so the raised priority
+// never becomes the job's own: the job is restored to its own once the
+// raise is over, whether the dead leader's write landed or not.
+func TestNextLeaderRestoresTheOwnPriorityAfterALeaderDiedWriting(t *testing.T) {
+	const own, raised = 30, 90
+	k := JobKey{Namespace: "default", ID: "low"}
+	raiseAt, restoreAt := t0.Add(time.Second), t0.Add(2*time.Minute)
+	tests := []struct {
+		name string
+		// dies is when the first leader dies: at its raise or at its
+		// restore, with the write lost or landed but unanswered.
+		dies  time.Time
+		fault registerFault
+		// nomad is the job's priority in Nomad that it leaves.
+		nomad int
+	}{
+		{"died before its restore landed", restoreAt, registerLost, raised},
+		{"died after its restore landed, before it heard", restoreAt, registerUnanswered, own},
+		{"died before its raise landed", raiseAt, registerLost, own},
+		{"died after its raise landed, before it heard", raiseAt, registerUnanswered, raised},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, first := lowJobController(t)
+			ctx := context.Background()
+			view := func() View {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				stub := *f.jobs["low"]
+				return ViewOf(&nomadview.Snapshot{Jobs: map[JobKey]*api.JobListStub{k: &stub}})
+			}
+			priority := func() int {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				return f.jobs["low"].Priority
+			}
+			// The first leader protects the job for a minute, then
+			// dies at its write at tt.dies.
+			ledger := NewLedger(nil)
+			ledger.Edit(k, own).Begin(Raise{Key: "preemption/v1", Priority: raised, Since: t0, Until: t0.Add(time.Minute)})
+			for _, at := range []time.Time{raiseAt, restoreAt} {
+				if at == tt.dies {
+					f.mu.Lock()
+					f.registerFault = tt.fault
+					f.mu.Unlock()
+				}
+				first.now = func() time.Time { return at }
+				first.step(ctx, view(), ledger)
+				if at == tt.dies {
+					break
+				}
+			}
+			f.mu.Lock()
+			f.registerFault = registerOK
+			f.mu.Unlock()
+			if p := priority(); p != tt.nomad {
+				t.Fatalf("the first leader left the job at %d, want %d", p, tt.nomad)
+			}
+
+			// The next leader loads the ledger and runs on.
+			next := New(first.api, first.cfg, hclog.NewNullLogger(), NewMetrics())
+			stored, err := next.store.Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ledger = NewLedger(stored)
+			for _, at := range []time.Time{tt.dies.Add(time.Second), restoreAt.Add(time.Second), restoreAt.Add(2 * time.Second)} {
+				next.now = func() time.Time { return at }
+				next.step(ctx, view(), ledger)
+				if st := ledger.Stored(k); st != nil && st.Own != own {
+					t.Fatalf("at %s the ledger takes %d for the job's own priority, want %d", at.Sub(t0), st.Own, own)
+				}
+			}
+			if p := priority(); p != own {
+				t.Errorf("the job is at %d once the raise is over, want its own %d", p, own)
+			}
+		})
+	}
+}

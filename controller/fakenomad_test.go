@@ -35,7 +35,24 @@ type fakeNomad struct {
 	changes int
 	calls   map[string]int
 	bytes   int64
+
+	// registerFault fails the job registrations, to play a leader that
+	// dies while it makes one.
+	registerFault registerFault
 }
+
+// registerFault is how the fake fails a job registration.
+type registerFault int
+
+const (
+	registerOK registerFault = iota
+	// registerLost: the registration never lands (the leader died
+	// before it was made).
+	registerLost
+	// registerUnanswered: it lands, but no answer comes back (the
+	// leader died before it heard).
+	registerUnanswered
+)
 
 // cachedBody is a list's JSON at the index it was made at: lists are
 // encoded once per change, as the fake's cost is not what is measured.
@@ -231,10 +248,17 @@ func (f *fakeNomad) registerJob(w http.ResponseWriter, r *http.Request) {
 	case req.EnforceIndex && req.JobModifyIndex != j.JobModifyIndex:
 		http.Error(w, "Enforcing job modify index: conflicting index", http.StatusBadRequest)
 		return
+	case f.registerFault == registerLost:
+		http.Error(w, "the registration was lost", http.StatusInternalServerError)
+		return
 	}
 	f.jobIdx++
 	j.Priority, j.JobModifyIndex, j.ModifyIndex = *req.Job.Priority, f.jobIdx, f.jobIdx
 	f.moved()
+	if f.registerFault == registerUnanswered {
+		http.Error(w, "the answer was lost", http.StatusInternalServerError)
+		return
+	}
 	writeJSON(w, f.jobIdx, &api.JobRegisterResponse{EvalID: fmt.Sprintf("eval-%d", f.jobIdx), JobModifyIndex: f.jobIdx})
 }
 

@@ -117,6 +117,12 @@ func (l *Leader) hold(ctx context.Context, acquired time.Time, lead func(ctx con
 	renewed := acquired
 	tick := time.NewTicker(l.TTL / 3)
 	defer tick.Stop()
+	// A renewal runs beside this loop, so that one that hangs (whatever
+	// its context says) cannot hold off the deadline: only the deadline
+	// keeps this replica from acting once Nomad may pass the lock on.
+	// answer is the renewal in flight's, nil when none is.
+	var answer chan error
+	var sent time.Time
 	for {
 		deadline := time.Until(renewed.Add(l.TTL - l.Margin))
 		select {
@@ -124,15 +130,24 @@ func (l *Leader) hold(ctx context.Context, acquired time.Time, lead func(ctx con
 			if err != nil && ctx.Err() == nil {
 				l.Logger.Error("leading stopped", "error", err)
 			}
+			stop() // ends a renewal in flight before the release
 			l.release()
 			return
 		case <-tick.C:
+			if answer != nil {
+				continue // the last renewal has not answered: one at a time
+			}
 			// The lock is Nomad's from the moment it took the renewal,
 			// which is after this one: the deadline counts from here.
-			sent := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, l.TTL/3)
-			err := l.Lease.Renew(rctx)
-			cancel()
+			sent, answer = time.Now(), make(chan error, 1)
+			go func(answer chan<- error) {
+				rctx, cancel := context.WithTimeout(work, l.TTL/3)
+				defer cancel()
+				answer <- l.Lease.Renew(rctx)
+			}(answer)
+			continue
+		case err := <-answer:
+			answer = nil
 			if err == nil {
 				renewed = sent
 				continue

@@ -3,8 +3,10 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -77,5 +79,107 @@ func TestLeaderStopsWhenRenewalFails(t *testing.T) {
 	}
 	if !lease.released.Load() {
 		t.Error("the lock was not released")
+	}
+}
+
+// hangingLease takes the lock at once; its renewals after ok hang until
+// unblock is closed (honouring their context or not), then fail.
+type hangingLease struct {
+	ok        int
+	honourCtx bool
+	unblock   chan struct{}
+
+	mu       sync.Mutex
+	renewals int
+	// lastGood is when the last good renewal (or the acquisition) was
+	// asked for: the lock is Nomad's to pass on from then on.
+	lastGood time.Time
+	released bool
+}
+
+func (f *hangingLease) Acquire(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastGood = time.Now()
+	return nil
+}
+
+func (f *hangingLease) Renew(ctx context.Context) error {
+	f.mu.Lock()
+	f.renewals++
+	if f.renewals <= f.ok {
+		f.lastGood = time.Now()
+		f.mu.Unlock()
+		return nil
+	}
+	f.mu.Unlock()
+	if f.honourCtx {
+		select {
+		case <-f.unblock:
+		case <-ctx.Done():
+		}
+	} else {
+		<-f.unblock
+	}
+	return errors.New("lock lost")
+}
+
+func (f *hangingLease) Release(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = true
+	return nil
+}
+
+// A renewal that hangs is no renewal: the leader stops its work once the
+// last good renewal is TTL−Margin old, as it does when one fails, and
+// does not wait for the stuck call to answer, or it would act on after
+// Nomad passed the lock to another replica. The bubble's clock is fake:
+// the test takes no wall time and the times it compares are exact.
+func TestLeaderStopsWhileARenewalHangs(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		honourCtx bool
+	}{
+		{"the renewal ignores its context", false},
+		{"the renewal ends with its context", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const ttl, margin = 3 * time.Second, time.Second
+				lease := &hangingLease{ok: 2, honourCtx: tc.honourCtx, unblock: make(chan struct{})}
+				l := &Leader{Lease: lease, TTL: ttl, Margin: margin, Retry: time.Hour, Logger: hclog.NewNullLogger()}
+				ctx, cancel := context.WithCancel(context.Background())
+				stoppedAt := make(chan time.Time, 1)
+				ran := make(chan struct{})
+				go func() {
+					defer close(ran)
+					l.Run(ctx, func(work context.Context) error {
+						<-work.Done()
+						stoppedAt <- time.Now()
+						return nil
+					})
+				}()
+				select {
+				case at := <-stoppedAt:
+					lease.mu.Lock()
+					limit := lease.lastGood.Add(ttl - margin)
+					lease.mu.Unlock()
+					if at.After(limit) {
+						t.Errorf("the work stopped %s after the last good renewal, want at most TTL−Margin (%s)", at.Sub(limit.Add(margin-ttl)), ttl-margin)
+					}
+				case <-time.After(10 * ttl):
+					t.Errorf("the work went on for %s after the last good renewal while a renewal hung", 10*ttl)
+				}
+				close(lease.unblock)
+				cancel()
+				<-ran
+				lease.mu.Lock()
+				defer lease.mu.Unlock()
+				if !lease.released {
+					t.Error("the lock was not released")
+				}
+			})
+		})
 	}
 }

@@ -193,3 +193,45 @@ func TestMoverRelieve(t *testing.T) {
 		t.Errorf("a share of 4 is %v GPU-equivalents, want 0.25", got)
 	}
 }
+
+// Free shares on a node that takes no new work are no room: Nomad would
+// not place the moved client there, so relief would stop it for nothing
+// (or put it straight back on the busy GPU).
+func TestReliefNeverCountsUnschedulableNodesAsRoom(t *testing.T) {
+	tests := []struct {
+		name string
+		node func(n *api.NodeListStub)
+		to   string // "" for no plan
+	}{
+		{"ready and eligible: room", func(*api.NodeListStub) {}, "GPU-n2-0"},
+		{"draining", func(n *api.NodeListStub) { n.Drain = true }, ""},
+		{"ineligible", func(n *api.NodeListStub) { n.SchedulingEligibility = api.NodeSchedulingIneligible }, ""},
+		{"down", func(n *api.NodeListStub) { n.Status = api.NodeStatusDown }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Unix(10_000, 0)
+			s, specs := mpsCluster()
+			// n1's busy GPU alone; the only idle MPS GPU is n2's.
+			s.Nodes[0] = layoutNode("n1", "mps:4")
+			n2 := layoutNode("n2", "mps:4")
+			tt.node(n2)
+			s.Nodes = append(s.Nodes, n2)
+			cfg := moveBudget
+			cfg.Relief = reliefCfg
+			m := NewMover(cfg, nil, hclog.NewNullLogger())
+			loads := map[string]float64{contract.ShareID("GPU-n1-0", 0): 25, contract.ShareID("GPU-n1-0", 1): 40, contract.ShareID("GPU-n1-0", 2): 25}
+			util := map[string]float64{"GPU-n1-0": 90, "GPU-n2-0": 0}
+			m.observe(now, util, loads)
+			later := now.Add(reliefCfg.Window)
+			m.observe(later, util, loads)
+			p, ok := m.Relieve(context.Background(), later, ViewOf(s), NewLedger(nil), specsOf(specs))
+			switch {
+			case tt.to == "" && ok:
+				t.Fatalf("planned %s: room on a node that takes no work", p)
+			case tt.to != "" && (!ok || p.To.UUID != tt.to):
+				t.Fatalf("plan %v (%v), want room shown on %s", p, ok, tt.to)
+			}
+		})
+	}
+}

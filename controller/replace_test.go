@@ -3,11 +3,14 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,5 +172,97 @@ func TestReplaceRefusedAsksOnce(t *testing.T) {
 	c.replaceRefused(context.Background(), time.Now(), cluster{jobs: map[string]int{"a": 50}}.view().Snap)
 	if len(c.replaced) != 0 {
 		t.Errorf("an allocation no longer listed is still remembered: %v", c.replaced)
+	}
+}
+
+// A forced reschedule that never reached Nomad (the connection closed
+// under it, the server unreachable) is no answer from Nomad: it is asked
+// again on the next tick, not given up like a refusal for good.
+func TestReplaceRefusedAsksAgainAfterANetworkFailure(t *testing.T) {
+	cases := []struct {
+		name string
+		// client is a client of srv whose first evaluate call fails on
+		// the network.
+		client func(t *testing.T, srv *httptest.Server, first *atomic.Bool) *api.Client
+		// drop: the server drops the connection of its first request.
+		drop bool
+	}{
+		{name: "the connection closed without an answer", drop: true,
+			client: func(t *testing.T, srv *httptest.Server, _ *atomic.Bool) *api.Client {
+				cl, err := api.NewClient(&api.Config{Address: srv.URL, HttpClient: srv.Client()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cl
+			}},
+		{name: "the server unreachable",
+			client: func(t *testing.T, srv *httptest.Server, first *atomic.Bool) *api.Client {
+				// A socket nobody listens on: the dial fails for real,
+				// on no port another process could hold.
+				nowhere := filepath.Join(t.TempDir(), "nowhere.sock")
+				tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					var d net.Dialer
+					if first.Swap(false) {
+						return d.DialContext(ctx, "unix", nowhere)
+					}
+					return d.DialContext(ctx, network, srv.Listener.Addr().String())
+				}}
+				t.Cleanup(tr.CloseIdleConnections)
+				cl, err := api.NewClient(&api.Config{Address: srv.URL, HttpClient: &http.Client{Transport: tr}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cl
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var evals []string
+			var first atomic.Bool
+			first.Store(true)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				if tc.drop && first.Swap(false) {
+					conn, _, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = conn.Close()
+					return
+				}
+				var req api.JobEvaluateRequest
+				if err := json.NewDecoder(r.Body).Decode(&req); err != nil || !req.EvalOptions.ForceReschedule {
+					http.Error(w, "not a forced reschedule", http.StatusBadRequest)
+					return
+				}
+				evals = append(evals, r.URL.Query().Get("namespace")+"/"+req.JobID)
+				_, _ = w.Write([]byte(`{"EvalID":"e1"}`))
+			}))
+			defer srv.Close()
+			c := newController(tc.client(t, srv, &first), Config{}, hclog.NewNullLogger(), NewMetrics(), true)
+			view := cluster{jobs: map[string]int{"a": 50}, allocs: []*api.AllocationListStub{refused("x", "a", drainingMsg)}}.view()
+
+			c.replaceRefused(context.Background(), time.Now(), view.Snap)
+			mu.Lock()
+			failed := !first.Load() && len(evals) == 0
+			mu.Unlock()
+			if !failed {
+				t.Fatalf("the first call did not fail on the network (evaluations %v)", evals)
+			}
+			if c.replaced["x"] {
+				t.Fatal("an allocation whose forced reschedule never reached Nomad is marked asked")
+			}
+			for range 2 {
+				c.replaceRefused(context.Background(), time.Now(), view.Snap)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []string{"default/a"}; !slices.Equal(evals, want) {
+				t.Errorf("evaluations %v, want %v (asked again on the next tick, then once only)", evals, want)
+			}
+		})
 	}
 }

@@ -259,3 +259,42 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// Instances the round has just given to a higher-priority allocation are
+// spoken for: a lower-priority ask that fits nowhere must not have their
+// GPU relaid from under it, or the higher-priority allocation would be
+// planned onto instances that no longer exist.
+func TestPlanNeverRelaysInstancesGivenThisRound(t *testing.T) {
+	tests := []struct {
+		name  string
+		gpus  []GPU
+		queue []Ask
+		want  []string // "node GPU: from → to"
+	}{
+		{name: "the only whole GPU went to an urgent whole ask: the MPS ask waits",
+			gpus:  node("n1", 1, WholeGPU),
+			queue: []Ask{{Kind: "mps", Count: 1, Allocs: 1, Priority: 30, Job: "infer"}, {Kind: "gpu", Count: 1, Allocs: 1, Priority: 80, Job: "urgent"}}},
+		{name: "one share of a shared GPU went to an urgent MPS ask: the whole ask waits",
+			gpus:  node("n1", 1, Shared(8)),
+			queue: []Ask{{Kind: "gpu", Count: 1, Allocs: 1, Priority: 30, Job: "train"}, {Kind: "mps", Count: 1, Allocs: 1, Priority: 80, Job: "urgent"}}},
+		{name: "the whole ask has the shared GPU nothing took relaid",
+			gpus:  node("n1", 2, Shared(8)),
+			queue: []Ask{{Kind: "gpu", Count: 1, Allocs: 1, Priority: 30, Job: "train"}, {Kind: "mps", Count: 1, Allocs: 1, Priority: 80, Job: "urgent"}},
+			want:  []string{"n1 1: mps:8 → whole"}},
+		{name: "one MIG instance went to an urgent ask: another profile waits",
+			gpus: []GPU{migGPU("m1", 0, Geometry("3g.40gb", "3g.40gb"))},
+			queue: []Ask{{Kind: "mig/1g.10gb", Count: 1, Allocs: 1, Priority: 30, Job: "small"},
+				{Kind: "mig/3g.40gb", Count: 1, Allocs: 1, Priority: 80, Job: "urgent"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var lines []string
+			for _, d := range Plan(Input{GPUs: tt.gpus, Queue: tt.queue, Now: t0}) {
+				lines = append(lines, fmt.Sprintf("%s %d: %s → %s", d.NodeName, d.Index, d.From, d.To))
+			}
+			if strings.Join(lines, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("decisions:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}

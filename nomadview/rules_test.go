@@ -211,10 +211,54 @@ func TestDatacenterMatch(t *testing.T) {
 		{"dc1", "dc1", true}, {"dc1", "dc10", false}, {"*", "x", true}, {"dc*", "dc1", true},
 		{"dc*", "eu1", false}, {"eu-*-1", "eu-west-1", true}, {"eu-*-1", "eu-west-2", false},
 		{"*a", "ba", true}, {"a*b*c", "abc", true}, {"a*b*c", "acb", false}, {"a*a", "a", false},
+		// A middle part that recurs later must be matched at its first
+		// place, leaving the rest for the parts after it.
+		{"*b*b", "xbyb", true}, {"*b*b", "xb", false}, {"a*b*b", "abb", true}, {"dc-*-*-1", "dc-a-b-1", true},
 	}
 	for _, c := range cases {
 		if got := DatacenterMatch(c.p, c.s); got != c.want {
 			t.Errorf("DatacenterMatch(%q, %q) = %v", c.p, c.s, got)
 		}
+	}
+}
+
+// A blocked evaluation outlives the queue it recorded: once a summary at
+// least as new as it says a group has nothing queued, the group must not
+// be listed at all, not listed with a count of 0, or the APM, `top` and
+// the controller would each see a queue that no longer exists.
+func TestQueuedGroupsLeavesOutGroupsWithNothingQueued(t *testing.T) {
+	tests := []struct {
+		name   string
+		queued map[string]int
+		want   []string
+	}{
+		{"the only group has nothing queued", map[string]int{"g": 0}, nil},
+		{"one group of two has nothing queued", map[string]int{"g": 0, "h": 2}, []string{"h"}},
+		{"both groups queued", map[string]int{"g": 1, "h": 2}, []string{"g", "h"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			job := gpuJob("j", "gpu", "nvidia/gpu")
+			h := *job.TaskGroups[0]
+			h.Name = ptr("h")
+			job.TaskGroups = append(job.TaskGroups, &h)
+			e := blocked("e", "j", 10, 2)
+			for tg := range tc.queued {
+				e.FailedTGAllocs[tg] = &api.AllocationMetric{CoalescedFailures: 2}
+			}
+			s := &Snapshot{Blocked: []*api.Evaluation{e},
+				Specs: map[JobKey]*api.Job{{"default", "j"}: job},
+				Jobs:  map[JobKey]*api.JobListStub{{"default", "j"}: listed("j", 20, tc.queued)}}
+			var got []string
+			for _, q := range s.QueuedGroups() {
+				got = append(got, q.Group)
+				if q.Count < 1 {
+					t.Errorf("group %s listed with count %d", q.Group, q.Count)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("queued groups %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
