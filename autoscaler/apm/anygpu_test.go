@@ -274,17 +274,23 @@ func TestSnapshotOfLayouts(t *testing.T) {
 				Attributes: map[string]*api.Attribute{contract.AttrMPSShares: {IntVal: ptrTo(int64(4))}},
 				Instances:  []*api.NodeDevice{{ID: "GPU-a-mps-0", Healthy: true}}},
 			layout("GPU-b", "mig:", "draining"),
+			layout("GPU-c", "mig:", "ready"),
 		}}}
+	node.NodeResources.Devices[0].Attributes[contract.AttrLayoutFault] = str("none")
+	node.NodeResources.Devices[3].Attributes[contract.AttrLayoutFault] = str("XID 79 (GPU has fallen off the bus)")
 	s := SnapshotOf(&nomadview.Snapshot{Nodes: []*api.NodeListStub{node}}, false)
 	n := s.Nodes[0]
 	if len(n.Devices) != 1 || n.Devices[0].Type != "mps" || n.Devices[0].Shares != 4 {
 		t.Errorf("devices %+v, want the MPS group alone with 4 shares", n.Devices)
 	}
-	want := []LayoutGPU{{UUID: "GPU-a", Current: "mps:4", State: contract.LayoutReady}, {UUID: "GPU-b", Current: "mig:", State: contract.LayoutDraining}}
+	want := []LayoutGPU{{UUID: "GPU-a", Current: "mps:4", State: contract.LayoutReady}, {UUID: "GPU-b", Current: "mig:", State: contract.LayoutDraining},
+		{UUID: "GPU-c", Current: "mig:", State: contract.LayoutReady, Fault: "XID 79 (GPU has fallen off the bus)"}}
 	if fmt.Sprint(n.Layouts) != fmt.Sprint(want) {
 		t.Errorf("layouts %+v, want %+v", n.Layouts, want)
 	}
-	if !n.Layouts[1].Relaying() || n.Layouts[0].Relaying() {
-		t.Errorf("relaying: %v %v", n.Layouts[0].Relaying(), n.Layouts[1].Relaying())
+	// A failed GPU in MIG mode with no instance is not being laid out:
+	// it is no capacity.
+	if !n.Layouts[1].Relaying() || n.Layouts[0].Relaying() || n.Layouts[2].Relaying() {
+		t.Errorf("relaying: %v %v %v", n.Layouts[0].Relaying(), n.Layouts[1].Relaying(), n.Layouts[2].Relaying())
 	}
 }

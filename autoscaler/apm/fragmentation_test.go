@@ -217,6 +217,15 @@ func relayableCases() []struct {
 		// 2/4, mps×1 2/4.
 		{"a partly held MPS GPU is stranded for whole requests", x(1, contract.LayoutReady, false), work,
 			GPUFigure{3, 1 + held(1), 1 + held(3), 0.5 * held(3)}},
+		// x-1 has failed (its instance unhealthy, its layout group's
+		// fault): capacity is x-0 (held) and GPU-X, which serves every
+		// request as shares or whole: 0.
+		{"a failed GPU is no capacity, and not relayable", func() []Node {
+			n := x(0, contract.LayoutReady, false)
+			n[0].Devices[0].Instances[1].Healthy = false
+			n[0].Layouts[1].Fault = "XID 79 (GPU has fallen off the bus)"
+			return n
+		}(), work, GPUFigure{2, 1, 1, 0}},
 		// Draining: its plugin is relaying it, as laid meanwhile.
 		{"a GPU being relaid is as laid", x(0, contract.LayoutDraining, false), work,
 			GPUFigure{3, 1, 2, 2.0/3*1 + 1.0/3*1}},

@@ -88,12 +88,17 @@ func deviceGroupOf(d *api.NodeDeviceResource) DeviceGroup {
 }
 
 // layoutOf is a GPU's layout group: its UUID, its current layout and
-// state (each "" when the attribute is missing), and whether it is
-// pinned.
+// state (each "" when the attribute is missing), whether it is pinned,
+// and its fault.
 func layoutOf(d *api.NodeDeviceResource) LayoutGPU {
 	a := d.Attributes
+	fault := nomadview.AttrString(a, contract.AttrLayoutFault)
+	if fault == contract.LayoutNone {
+		fault = ""
+	}
 	return LayoutGPU{UUID: d.Name, Current: nomadview.AttrString(a, contract.AttrLayoutCurrent),
-		State: contract.LayoutState(nomadview.AttrString(a, contract.AttrLayoutState)), Pinned: nomadview.AttrBool(a, contract.AttrLayoutPinned)}
+		State: contract.LayoutState(nomadview.AttrString(a, contract.AttrLayoutState)), Pinned: nomadview.AttrBool(a, contract.AttrLayoutPinned),
+		Fault: fault}
 }
 
 // blockedWork is a queued group as the queue figures count it.

@@ -84,22 +84,26 @@ type LayoutGPU struct {
 	State   contract.LayoutState
 	// Pinned: an operator set the layout; the controller leaves it.
 	Pinned bool
+	// Fault is why the GPU itself has failed, "" while healthy: a failed
+	// GPU is no capacity of any kind.
+	Fault string
 }
 
 // Relayable reports whether the controller may give the GPU another
-// layout once nothing holds it: its layout follows the queue (not
-// pinned, ready) and it is whole or MPS shares (a GPU in MIG mode only
-// ever changes geometry).
+// layout once nothing holds it: it has not failed, its layout follows
+// the queue (not pinned, ready) and it is whole or MPS shares (a GPU in
+// MIG mode only ever changes geometry).
 func (l LayoutGPU) Relayable() bool {
-	return !l.Pinned && l.State == contract.LayoutReady && (l.Current == "whole" || strings.HasPrefix(l.Current, "mps:"))
+	return l.Fault == "" && !l.Pinned && l.State == contract.LayoutReady && (l.Current == "whole" || strings.HasPrefix(l.Current, "mps:"))
 }
 
 // Relaying reports whether the GPU is free but offers no instance: its
 // plugin is switching it to another layout (draining: no allocation
 // holds it, its instances are unhealthy), or it is in MIG mode with no
-// instance ("mig:"). The controller lays it out for the queue.
+// instance ("mig:"). The controller lays it out for the queue, unless it
+// has failed.
 func (l LayoutGPU) Relaying() bool {
-	return l.State == contract.LayoutDraining || l.State != contract.LayoutError && l.Current == "mig:"
+	return l.Fault == "" && (l.State == contract.LayoutDraining || l.State != contract.LayoutError && l.Current == "mig:")
 }
 
 // DeviceGroup is one vendor/type/name group of a node's devices.
