@@ -17,6 +17,9 @@ type kind int
 const (
 	// percent is a share, 0–1, printed in %.
 	percent kind = iota
+	// ratio is a multiple, printed as 1.25×; its error is in points, as
+	// a share's (0.1× is 10 points).
+	ratio
 	// count is a number of things (jobs, preemptions, layout changes).
 	count
 	// duration is seconds of trace time.
@@ -47,12 +50,16 @@ type row struct {
 	get  func(Figures) float64
 	// of, when set, is what the figure is out of ("290 / 300").
 	of func(Figures) int
-	// check marks a cross-check (telemetry, a machine latency): shown,
-	// left out of the model's calibration error.
+	// check marks a figure shown but left out of the model's calibration
+	// error: a cross-check (telemetry, a machine latency), or the fluid
+	// reference's (the same pool in both engines, and its packing loss a
+	// ratio of the wait mean, compared already).
 	check bool
 	// known, when set, says whether the result recorded the figure at
-	// all: one it did not is printed as such and never compared.
-	known func(Figures) bool
+	// all: one it did not is printed as unknown (default "not
+	// recorded") and never compared.
+	known   func(Figures) bool
+	unknown string
 }
 
 // recorded says whether f has the figure (see row.known).
@@ -109,11 +116,18 @@ var rows = []row{
 	countRow("peak nodes", func(f Figures) int { return f.PeakNodes }),
 	{name: "cost", kind: amount, get: func(f Figures) float64 { return f.Cost }},
 	{name: "cost per useful GPU-hour", kind: amount, get: func(f Figures) float64 { return f.CostPerUsefulGPUHour }},
+	{name: "wait mean, fluid pool", kind: duration, get: func(f Figures) float64 { return f.FluidWait.Mean.Seconds() }, check: true,
+		known: func(f Figures) bool { return f.FluidWait.N > 0 }, unknown: "not run"},
+	{name: "packing loss (wait mean ÷ fluid pool's)", kind: ratio, get: func(f Figures) float64 { return f.PackingLoss }, check: true,
+		known: func(f Figures) bool { return f.PackingLossKnown }, unknown: "–"},
 }
 
 // cell prints a figure.
 func (rw row) cell(f Figures) string {
 	if !rw.recorded(f) {
+		if rw.unknown != "" {
+			return rw.unknown
+		}
 		return "not recorded"
 	}
 	s := value(rw.kind, rw.get(f))
@@ -135,6 +149,8 @@ func value(k kind, v float64) string {
 	switch k {
 	case percent:
 		return fmt.Sprintf("%.1f %%", 100*v)
+	case ratio:
+		return fmt.Sprintf("%.2f×", v)
 	case duration:
 		return Human(seconds(v))
 	case wall:
@@ -160,7 +176,7 @@ func value(k kind, v float64) string {
 func calibrationError(k kind, m, r float64) float64 {
 	d := math.Abs(m - r)
 	switch k {
-	case percent:
+	case percent, ratio:
 		return d
 	case count:
 		return d / max(math.Abs(r), countFloor)
@@ -173,9 +189,9 @@ func calibrationError(k kind, m, r float64) float64 {
 }
 
 // errorText prints calibration error e of a figure of kind k: in points
-// for shares, in % for the rest.
+// for shares and ratios, in % for the rest.
 func errorText(k kind, e float64) string {
-	if k == percent {
+	if k == percent || k == ratio {
 		return fmt.Sprintf("%.1f pp", 100*e)
 	}
 	return percentText(e)

@@ -15,6 +15,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 )
 
 const h = time.Hour
@@ -419,6 +420,66 @@ func TestLayoutChangeRows(t *testing.T) {
 			}
 			if got := toWhole.cell(f); got != tt.whole {
 				t.Errorf("to whole = %q, want %q", got, tt.whole)
+			}
+		})
+	}
+}
+
+// Packing loss is a configuration's wait mean over the fluid pool's, the
+// pool run on the report's own sample and cluster. Two nodes of one GPU,
+// four 10-minute jobs at 0: two half-GPU jobs and two 1-GPU jobs. Nomad
+// gives each half-GPU job a whole GPU, so both 1-GPU jobs wait 10 minutes
+// (mean 5m); the pool fits both halves in one GPU, and one 1-GPU job
+// waits (mean 2m 30s): 2.00×.
+func TestPackingLoss(t *testing.T) {
+	const m = time.Minute
+	tr := tracereplay.Trace{Source: "four jobs", Jobs: []tracereplay.Job{
+		{ID: "a", Duration: 10 * m, GPUs: 1, Fraction: 0.5},
+		{ID: "b", Duration: 10 * m, GPUs: 1, Fraction: 0.5},
+		{ID: "c", Duration: 10 * m, GPUs: 1, Fraction: 1},
+		{ID: "d", Duration: 10 * m, GPUs: 1, Fraction: 1},
+	}}
+	cl := tracereplay.Cluster{Nodes: 2, MinNodes: 2, MaxNodes: 2, GPUsPerNode: 1}
+	for _, tc := range []struct {
+		name       string
+		cluster    tracereplay.Cluster
+		fluid      string
+		loss, cell string
+	}{
+		{"two nodes", cl, "2m 30s", "2.00×", "| packing loss (wait mean ÷ fluid pool's) | 2.00× |"},
+		// No fixed node: no pool to compare with.
+		{"no fixed node", tracereplay.Cluster{MaxNodes: 2, GPUsPerNode: 1}, "not run", "–", "| packing loss (wait mean ÷ fluid pool's) | – |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := model.Run(tr, model.Options{Cluster: cl, Config: tracereplay.Config{Name: "baseline"}, Horizon: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Cluster = tc.cluster
+			run, err := Run{Trace: tr, Model: []tracereplay.Result{r}}.withFluid()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := run.compute(run.Model)[0]
+			if f.Wait.Mean != 5*m {
+				t.Fatalf("model wait mean %s, want 5m", f.Wait.Mean)
+			}
+			if got := rowNamed(t, "wait mean, fluid pool").cell(f); got != tc.fluid {
+				t.Errorf("fluid pool's wait mean %q, want %q", got, tc.fluid)
+			}
+			if got := rowNamed(t, "packing loss (wait mean ÷ fluid pool's)").cell(f); got != tc.loss {
+				t.Errorf("packing loss %q, want %q", got, tc.loss)
+			}
+			dir := t.TempDir()
+			if err := Write(dir, Run{Trace: tr, Model: []tracereplay.Result{r}}); err != nil {
+				t.Fatal(err)
+			}
+			md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(md), tc.cell) {
+				t.Errorf("report.md lacks %q", tc.cell)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 )
 
 // Run is one `make bench-trace` run: the trace, and what each engine
@@ -40,6 +41,32 @@ type Run struct {
 	// Latencies are the model's, per Model result, where calibrated from
 	// a real run.
 	Latencies []tracereplay.Latencies
+
+	// fluid is the fluid pool's figures on the run's sample (Write sets
+	// it; withFluid).
+	fluid *Figures
+}
+
+// withFluid runs the fluid reference (model.Fluid) on the run's sample,
+// with the cluster, horizon and compression of its first result, for
+// the packing loss of every configuration of either engine. A cluster
+// with no fixed nodes has no pool to compare with: none is run.
+func (run Run) withFluid() (Run, error) {
+	rs := run.Real
+	if len(rs) == 0 {
+		rs = run.Model
+	}
+	r0 := rs[0]
+	if r0.Cluster.Nodes == 0 {
+		return run, nil
+	}
+	fl, err := model.Fluid(run.Trace, model.Options{Cluster: r0.Cluster, Compression: r0.Compression, Horizon: r0.Horizon, Seed: run.Seed})
+	if err != nil {
+		return run, fmt.Errorf("fluid reference: %w", err)
+	}
+	f := figures.Compute(fl, figures.Options{})
+	run.fluid = &f
+	return run, nil
 }
 
 // compute is the figures of an engine's results: each against the
@@ -52,6 +79,9 @@ func (run Run) compute(rs []tracereplay.Result) []Figures {
 		out[i] = figures.Compute(r, figures.Options{
 			Mix: figures.MixOf(run.Trace.Jobs, r.Cluster, r.Config.Features), Common: common, Prices: run.Prices,
 		})
+		if run.fluid != nil {
+			out[i].SetFluid(*run.fluid)
+		}
 	}
 	return out
 }
@@ -62,6 +92,10 @@ func Write(dir string, run Run) error {
 		return errors.New("report: the run has no results")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	run, err := run.withFluid()
+	if err != nil {
 		return err
 	}
 	var b strings.Builder
@@ -127,6 +161,7 @@ const definitions = `How each figure is computed (package tracereplay/figures; a
 - Moves: runs the controller stopped to move them, to free a node for a queued job asking for more whole GPUs than any node has free (consolidation); their re-waits and lost work count as a preemption's. Moving GPU-hours: each moved run's GPUs × the time from its stop to its next start.
 - Lost GPU-hours: per preemption or move, the progress saved by the checkpoint (all progress without one) minus the progress the next run restored, × GPUs held. Commit-to-exit GPU-hours is the work done between a checkpoint's commit and the task's exit: a latency of the machine × compression, shown apart.
 - Layout changes: the GPU layout changes applied, to MPS shares and to whole, with layouts that follow the queue; under them fragmentation takes each node's GPUs as they were at the time.
+- The fluid pool is the model's reference for packing (the same for both engines): one pool of the cluster's GPU-equivalents (its fixed nodes' GPUs; an autoscaled configuration has more at times), where a job takes exactly what it asks for (a 0.25-GPU job 0.25) and runs the instant it is placed, never preempted, the jobs taken in the model's scheduling order (priority, then arrival) with backfill. Packing loss is a configuration's wait mean over the fluid pool's: what node boundaries, whole GPUs and shares, device kinds and latencies add, the order being the same. Both rows are left out of the calibration.
 - Cost: the fixed nodes (an autoscaled pool's minimum) at %g per node-hour for the whole horizon, node-hours above it at %g (on demand).
 
 `
@@ -363,7 +398,7 @@ const overThreshold = 0.25
 
 func writeCalibration(b *strings.Builder, model []tracereplay.Result, fs []Figures, real []*Figures) {
 	b.WriteString("### Calibration\n\n")
-	b.WriteString("Mean calibration error per configuration (a point of a share counts as 1 %; cross-check rows left out), the worst figure, and every figure over 25 %:\n\n")
+	b.WriteString("Mean calibration error per configuration (a point of a share counts as 1 %; cross-checks and the fluid pool's rows left out), the worst figure, and every figure over 25 %:\n\n")
 	for i, m := range model {
 		if real[i] == nil {
 			fmt.Fprintf(b, "- %s: no real run to compare with.\n", m.Config.Name)
