@@ -484,3 +484,44 @@ func TestPackingLoss(t *testing.T) {
 		})
 	}
 }
+
+// The report's JCT rows compare every configuration of a table over the
+// same jobs: those every configuration of that engine finished.
+func TestReportJCTOverCommonJobs(t *testing.T) {
+	cl := tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 1}
+	result := func(name string, finish map[string]time.Duration) tracereplay.Result {
+		r := tracereplay.Result{Engine: "model", Config: tracereplay.Config{Name: name}, Cluster: cl, Horizon: 10 * h}
+		for _, id := range []string{"a", "b", "c"} {
+			j := tracereplay.JobRecord{ID: id, Requested: 1}
+			if at, ok := finish[id]; ok {
+				j.Done, j.Finish = true, at
+			}
+			r.Jobs = append(r.Jobs, j)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		rs    []tracereplay.Result
+		means []string // "JCT mean (common jobs)" per configuration
+	}{
+		{"the second finished fewer", []tracereplay.Result{
+			result("x", map[string]time.Duration{"a": h, "b": 2 * h, "c": 9 * h}),
+			result("y", map[string]time.Duration{"a": 3 * h, "b": 4 * h}),
+		}, []string{"1h 30m", "3h 30m"}},
+		{"the first finished fewer", []tracereplay.Result{
+			result("x", map[string]time.Duration{"b": 2 * h}),
+			result("y", map[string]time.Duration{"a": h, "b": 4 * h, "c": 5 * h}),
+		}, []string{"2h 00m", "4h 00m"}},
+	} {
+		run := Run{Model: tc.rs}
+		fs := run.compute(run.Model)
+		var got []string
+		for _, f := range fs {
+			got = append(got, rowNamed(t, "JCT mean (common jobs)").cell(f))
+		}
+		if !slices.Equal(got, tc.means) {
+			t.Errorf("%s: JCT means %v, want %v", tc.name, got, tc.means)
+		}
+	}
+}
