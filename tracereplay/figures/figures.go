@@ -57,7 +57,8 @@
 //     latency, the model's scheduling order and backfill) on the same
 //     sample and horizon: what node boundaries, device granularity and
 //     latencies add to the wait, the order being the same. An
-//     autoscaled configuration has more GPUs than the pool at times.
+//     autoscaled configuration, or one given more nodes, has more GPUs
+//     than the pool at times.
 //   - Cost: the fixed part of the cluster (a fixed configuration's nodes,
 //     an autoscaled one's minimum) at the reserved price for the whole
 //     horizon, every node-hour above it at the on-demand price.

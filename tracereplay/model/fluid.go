@@ -28,9 +28,9 @@ const fluidUnit = 1e6
 //
 //   - One pool of every GPU of the cluster, Cluster.Nodes ×
 //     GPUsPerNode GPU-equivalents (the fixed cluster's: an autoscaled
-//     configuration has more at times). A job takes exactly the
-//     GPU-equivalents it asks for (Job.Requested: a 0.25-GPU job takes
-//     0.25) out of the pool, wherever they are.
+//     configuration, or one given more nodes, has more at times). A job
+//     takes exactly the GPU-equivalents it asks for (Job.Requested: a
+//     0.25-GPU job takes 0.25) out of the pool, wherever they are.
 //   - No latency: a job placed runs at once; no node boots, nothing is
 //     relaid. Nothing is preempted or moved, so a job runs once, for its
 //     duration.
