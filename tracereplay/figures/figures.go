@@ -52,6 +52,13 @@
 //     from the timeline's samples (Sample.Layouts) and its holds from the
 //     runs; capacity and allocation count physical GPUs and are the same
 //     under any layout.
+//   - Packing loss: the mean wait over the fluid pool's (model.Fluid: one
+//     pool of the cluster's GPU-equivalents, exact fractions, no
+//     latency, the model's scheduling order and backfill) on the same
+//     sample and horizon: what node boundaries, device granularity and
+//     latencies add to the wait, the order being the same. An
+//     autoscaled configuration, or one given more nodes, has more GPUs
+//     than the pool at times.
 //   - Cost: the fixed part of the cluster (a fixed configuration's nodes,
 //     an autoscaled one's minimum) at the reserved price for the whole
 //     horizon, every node-hour above it at the on-demand price.
@@ -159,6 +166,21 @@ type Figures struct {
 	// Cost is at Options.Prices; CostPerUsefulGPUHour divides it by the
 	// useful GPU-hours.
 	Cost, CostPerUsefulGPUHour float64
+	// FluidWait is the fluid pool's wait on the same sample, and
+	// PackingLoss this wait's mean over it (SetFluid); valid where
+	// PackingLossKnown: the pool was run and waited at all.
+	FluidWait        Dist
+	PackingLoss      float64
+	PackingLossKnown bool
+}
+
+// SetFluid sets the packing loss of f against the fluid pool's figures.
+func (f *Figures) SetFluid(fluid Figures) {
+	f.FluidWait = fluid.Wait
+	f.PackingLoss, f.PackingLossKnown = 0, fluid.Wait.Mean > 0
+	if f.PackingLossKnown {
+		f.PackingLoss = f.Wait.Mean.Seconds() / fluid.Wait.Mean.Seconds()
+	}
 }
 
 // Request kinds of WaitByKind.

@@ -207,22 +207,100 @@ func TestCensoredWaits(t *testing.T) {
 	}
 }
 
-// JCT compares the jobs finished in every configuration.
+// JCT compares the jobs finished in every configuration: a job one
+// configuration did not finish is in no configuration's JCT, whichever
+// configuration comes first.
 func TestJCTOverCommonSet(t *testing.T) {
 	done := func(id string, finish time.Duration) tracereplay.JobRecord {
 		return tracereplay.JobRecord{ID: id, Done: true, Finish: finish}
 	}
-	fast := tracereplay.Result{Horizon: 5 * h, Jobs: []tracereplay.JobRecord{done("a", h), done("b", 2*h)}}
-	slow := tracereplay.Result{Horizon: 5 * h, Jobs: []tracereplay.JobRecord{done("a", 3*h), {ID: "b"}}}
-	common := CommonDone([]tracereplay.Result{fast, slow})
-	if len(common) != 1 || !common["a"] {
-		t.Fatalf("common = %v, want a", common)
+	running := func(id string) tracereplay.JobRecord { return tracereplay.JobRecord{ID: id} }
+	result := func(jobs ...tracereplay.JobRecord) tracereplay.Result {
+		return tracereplay.Result{Horizon: 5 * h, Jobs: jobs}
 	}
-	if f := Compute(fast, Options{Common: common}); f.JCT.Mean != h || f.JCT.N != 1 || f.Done != 2 {
-		t.Errorf("fast: JCT %s over %d, done %d; want 1h over 1, done 2", f.JCT.Mean, f.JCT.N, f.Done)
+	for _, tc := range []struct {
+		name   string
+		rs     []tracereplay.Result
+		common []string
+		// per result: JCT mean and count, done
+		means []time.Duration
+		ns    []int
+		dones []int
+	}{
+		{
+			name:   "the second did not finish b",
+			rs:     []tracereplay.Result{result(done("a", h), done("b", 2*h)), result(done("a", 3*h), running("b"))},
+			common: []string{"a"}, means: []time.Duration{h, 3 * h}, ns: []int{1, 1}, dones: []int{2, 1},
+		},
+		{
+			name:   "the first did not finish b",
+			rs:     []tracereplay.Result{result(done("a", h), running("b")), result(done("a", 3*h), done("b", 2*h))},
+			common: []string{"a"}, means: []time.Duration{h, 3 * h}, ns: []int{1, 1}, dones: []int{1, 2},
+		},
+		{
+			name: "only the third did not finish a",
+			rs: []tracereplay.Result{result(done("a", h), done("b", 2*h)), result(done("a", 2*h), done("b", 4*h)),
+				result(running("a"), done("b", 3*h))},
+			common: []string{"b"}, means: []time.Duration{2 * h, 4 * h, 3 * h}, ns: []int{1, 1, 1}, dones: []int{2, 2, 1},
+		},
+		{
+			name:   "one configuration: its finished jobs",
+			rs:     []tracereplay.Result{result(done("a", h), done("b", 3*h), running("c"))},
+			common: []string{"a", "b"}, means: []time.Duration{2 * h}, ns: []int{2}, dones: []int{2},
+		},
+		{
+			name:   "none finished everywhere",
+			rs:     []tracereplay.Result{result(done("a", h), running("b")), result(running("a"), done("b", h))},
+			common: []string{}, means: []time.Duration{0, 0}, ns: []int{0, 0}, dones: []int{1, 1},
+		},
+	} {
+		common := CommonDone(tc.rs)
+		got := []string{}
+		for id := range common {
+			if common[id] {
+				got = append(got, id)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.common) {
+			t.Errorf("%s: common %v, want %v", tc.name, got, tc.common)
+		}
+		for i, r := range tc.rs {
+			f := Compute(r, Options{Common: common})
+			if f.JCT.Mean != tc.means[i] || f.JCT.N != tc.ns[i] || f.Done != tc.dones[i] {
+				t.Errorf("%s: result %d: JCT %s over %d, done %d; want %s over %d, done %d", tc.name, i, f.JCT.Mean, f.JCT.N, f.Done, tc.means[i], tc.ns[i], tc.dones[i])
+			}
+		}
 	}
-	if f := Compute(slow, Options{Common: common}); f.JCT.Mean != 3*h {
-		t.Errorf("slow: JCT %s, want 3h", f.JCT.Mean)
+}
+
+// Cost per useful GPU-hour divides the cost by the GPU-hours the jobs
+// asked for, not those they held: a 0.25-GPU job holding a whole GPU
+// makes 0.25 useful GPU-hours an hour.
+func TestCostPerUsefulGPUHour(t *testing.T) {
+	p := Prices{Reserved: 10, OnDemand: 30}
+	cl := tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 8}
+	for _, c := range []struct {
+		name      string
+		requested float64
+		slice     tracereplay.Slice
+		want      float64 // cost 10 × 10 h = 100, over the useful GPU-hours
+	}{
+		{"a 0.25-GPU job on a whole GPU for 4h: 1 useful GPU-hour, 4 held", 0.25, tracereplay.Slice{Kind: "gpu", Count: 1, GPUs: 1}, 100},
+		{"a 0.2-GPU job on 2 of 8 MPS shares for 4h: 0.8 useful, 1 held", 0.2, tracereplay.Slice{Kind: "mps", Count: 2, GPUs: 0.25}, 125},
+		{"2 whole GPUs for 4h: 8 useful, 8 held", 2, tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2}, 12.5},
+		{"nothing useful: 0", 0, tracereplay.Slice{Kind: "gpu", Count: 1, GPUs: 1}, 0},
+	} {
+		r := tracereplay.Result{
+			Config: tracereplay.Config{Name: "baseline"}, Cluster: cl, Horizon: 10 * h,
+			Timeline: []tracereplay.Sample{{Nodes: 1, GPUs: 8}},
+			Jobs: []tracereplay.JobRecord{{ID: "a", Requested: c.requested, Slice: c.slice, Done: true, Finish: 4 * h,
+				Runs: []tracereplay.Run{{Start: 0, End: 4 * h}}}},
+		}
+		f := Compute(r, Options{Prices: p})
+		if !near(f.Cost, 100) || !near(f.CostPerUsefulGPUHour, c.want) {
+			t.Errorf("%s: cost %v, per useful GPU-hour %v; want 100, %v", c.name, f.Cost, f.CostPerUsefulGPUHour, c.want)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 )
 
 const h = time.Hour
@@ -49,6 +50,70 @@ func rowNamed(t *testing.T, name string) row {
 	return rows[i]
 }
 
+// The calibration rule, per kind of figure: shares by their difference
+// in points; counts relative to max(real, 10); durations to max(real,
+// 60 s); GPU-hours, node-hours and cost to max(real, 1). A real 0 is
+// compared like any other value, and so is a model 0.
+func TestCalibrationError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		k    kind
+		m, r float64
+		want float64
+	}{
+		{"share: points", percent, 0.612, 0.581, 0.031},
+		{"share: points, not relative, near 0", percent, 0.002, 0.001, 0.001},
+		{"share: real 0", percent, 0.05, 0, 0.05},
+		{"share: model 0", percent, 0, 0.05, 0.05},
+		{"count above its floor: relative", count, 21, 20, 0.05},
+		{"count below its floor: over 10", count, 2, 1, 0.1},
+		{"count: real 0", count, 3, 0, 0.3},
+		{"count: model 0", count, 0, 4, 0.4},
+		{"count: both 0", count, 0, 0, 0},
+		{"duration above its floor: relative", duration, 845, 755, 90.0 / 755},
+		{"duration below its floor: over 60 s", duration, 46, 21, 25.0 / 60},
+		{"duration: real 0", duration, 45, 0, 0.75},
+		{"duration: model 0", duration, 0, 120, 1},
+		{"wall clock is a duration", wall, 0.2, 0.1, 0.1 / 60},
+		{"amount above its floor: relative", amount, 30, 40, 0.25},
+		{"amount below its floor: over 1", amount, 0.2, 0.06, 0.14},
+		{"amount: real 0", amount, 1.2, 0, 1.2},
+		{"amount: model 0", amount, 0, 0.06, 0.06},
+	} {
+		if got := calibrationError(tc.k, tc.m, tc.r); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: calibrationError(%v, %v) = %v, want %v", tc.name, tc.m, tc.r, got, tc.want)
+		}
+	}
+}
+
+// Each figure is of the kind the rule needs, so that the rule above is
+// the one applied to it.
+func TestRowKinds(t *testing.T) {
+	for _, tc := range []struct {
+		row  string
+		want kind
+	}{
+		{"GPU useful allocation", percent},
+		{"fragmentation (FGD) of capacity", percent},
+		{"wait mean", duration},
+		{"JCT mean (common jobs)", duration},
+		{"unstarted", count},
+		{"done / jobs", count},
+		{"layout changes to whole", count},
+		{"peak nodes", count},
+		{"re-wait hours", amount},
+		{"lost GPU-hours", amount},
+		{"moving GPU-hours", amount},
+		{"node-hours", amount},
+		{"cost", amount},
+		{"cost per useful GPU-hour", amount},
+	} {
+		if got := rowNamed(t, tc.row).kind; got != tc.want {
+			t.Errorf("%s: kind %d, want %d", tc.row, got, tc.want)
+		}
+	}
+}
+
 func TestCalibrationCells(t *testing.T) {
 	for _, tc := range []struct {
 		row  string
@@ -56,13 +121,12 @@ func TestCalibrationCells(t *testing.T) {
 		want string
 	}{
 		{"GPU allocated", Figures{AllocUtil: 0.612}, Figures{AllocUtil: 0.581}, "61.2 % (±3.1 pp)"},
-		// Ratios stay in points even against 0.
 		{"fragmentation (FGD) of capacity", Figures{FragCapacity: 0.05}, Figures{}, "5.0 % (±5.0 pp)"},
 		{"wait p95", Figures{Wait: figures.Dist{P95: 14*time.Minute + 5*time.Second}}, Figures{Wait: figures.Dist{P95: 755 * time.Second}}, "14m 05s (±12 %)"},
-		{"wait mean", Figures{Wait: figures.Dist{Mean: 45 * time.Second}}, Figures{}, "45s (±45s)"},
+		{"wait mean", Figures{Wait: figures.Dist{Mean: 45 * time.Second}}, Figures{}, "45s (±75 %)"},
 		{"preemptions", Figures{Preemptions: 21}, Figures{Preemptions: 20}, "21 (±5.0 %)"},
-		{"unstarted", Figures{Unstarted: 3}, Figures{}, "3 (±3)"},
-		{"lost GPU-hours", Figures{LostGPUHours: 1.2}, Figures{}, "1.20 (±1.20)"},
+		{"unstarted", Figures{Unstarted: 3}, Figures{}, "3 (±30 %)"},
+		{"lost GPU-hours", Figures{LostGPUHours: 1.2}, Figures{}, "1.20 (±120 %)"},
 		{"node-hours", Figures{NodeHours: 30}, Figures{NodeHours: 40}, "30.0 (±25 %)"},
 		{"done / jobs", Figures{Done: 270, Jobs: 300}, Figures{Done: 300, Jobs: 300}, "270 / 300 (±10 %)"},
 		{"preempting placements", Figures{PreemptingPlacements: 30, PreemptingPlacementsKnown: true}, Figures{PreemptingPlacements: 25, PreemptingPlacementsKnown: true}, "30 (±20 %)"},
@@ -75,16 +139,57 @@ func TestCalibrationCells(t *testing.T) {
 	}
 }
 
+// The mean is over every figure both engines recorded, real zeros
+// included; cross-checks and figures a record lacks are left out.
 func TestCalibrationMean(t *testing.T) {
-	r := Figures{AllocUtil: 0.5, Wait: figures.Dist{Mean: 10 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, TelemetryAlloc: 0.5, PreemptingPlacements: 3}
-	m := Figures{AllocUtil: 0.6, Wait: figures.Dist{Mean: 15 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, Preemptions: 7, TelemetryAlloc: 0.9,
-		PreemptingPlacements: 7, PreemptingPlacementsKnown: true}
-	// Figures with real 0 (preemptions among them), cross-checks
-	// (telemetry) and figures the real run did not record (preempting
-	// placements) are left out: 20 %, 50 %, 0, 0.
-	mean, n, worst, worstErr := calibration(m, r)
-	if n != 4 || math.Abs(mean-0.175) > 1e-9 || worst != "wait mean" || math.Abs(worstErr-0.5) > 1e-9 {
-		t.Errorf("calibration = %v over %d, worst %q %v; want 0.175 over 4, worst wait mean 0.5", mean, n, worst, worstErr)
+	for _, tc := range []struct {
+		name      string
+		m, r      Figures
+		sum       float64 // of the errors
+		worst     string
+		overNames []string
+	}{
+		{
+			name:  "every figure equal",
+			m:     Figures{AllocUtil: 0.5, Done: 10, Jobs: 10, NodeHours: 4},
+			r:     Figures{AllocUtil: 0.5, Done: 10, Jobs: 10, NodeHours: 4},
+			worst: "GPU allocated",
+		},
+		{
+			// 10 pp, 50 % (wait mean), 70 % (7 preemptions against 0),
+			// the rest 0; telemetry (a cross-check) and preempting
+			// placements (not recorded by the real run) left out.
+			name: "real zeros count",
+			m: Figures{AllocUtil: 0.6, Wait: figures.Dist{Mean: 15 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, Preemptions: 7, TelemetryAlloc: 0.9,
+				PreemptingPlacements: 7, PreemptingPlacementsKnown: true},
+			r:   Figures{AllocUtil: 0.5, Wait: figures.Dist{Mean: 10 * time.Minute}, Done: 100, Jobs: 100, NodeHours: 10, TelemetryAlloc: 0.5, PreemptingPlacements: 3},
+			sum: 0.1 + 0.5 + 0.7, worst: "preemptions", overNames: []string{"wait mean", "preemptions"},
+		},
+		{
+			// The model's 0 against a real 0.06 GPU-hours: 6 %, not 100 %.
+			name: "model zero",
+			m:    Figures{},
+			r:    Figures{LostGPUHours: 0.06},
+			sum:  0.06, worst: "lost GPU-hours",
+		},
+	} {
+		c := calibration(tc.m, tc.r)
+		n := 0 // every figure both recorded, zeros included
+		for _, rw := range rows {
+			if !rw.check && rw.recorded(tc.m) && rw.recorded(tc.r) {
+				n++
+			}
+		}
+		var over []string
+		for _, e := range c.errs {
+			if e.err > overThreshold {
+				over = append(over, e.name)
+			}
+		}
+		if len(c.errs) != n || math.Abs(c.mean()-tc.sum/float64(n)) > 1e-9 || c.worst().name != tc.worst || !slices.Equal(over, tc.overNames) {
+			t.Errorf("%s: mean %v over %d, worst %q, over 25 %% %v; want %v over %d, worst %q, over %v",
+				tc.name, c.mean(), len(c.errs), c.worst().name, over, tc.sum/float64(n), n, tc.worst, tc.overNames)
+		}
 	}
 }
 
@@ -317,5 +422,106 @@ func TestLayoutChangeRows(t *testing.T) {
 				t.Errorf("to whole = %q, want %q", got, tt.whole)
 			}
 		})
+	}
+}
+
+// Packing loss is a configuration's wait mean over the fluid pool's, the
+// pool run on the report's own sample and cluster. Two nodes of one GPU,
+// four 10-minute jobs at 0: two half-GPU jobs and two 1-GPU jobs. Nomad
+// gives each half-GPU job a whole GPU, so both 1-GPU jobs wait 10 minutes
+// (mean 5m); the pool fits both halves in one GPU, and one 1-GPU job
+// waits (mean 2m 30s): 2.00×.
+func TestPackingLoss(t *testing.T) {
+	const m = time.Minute
+	tr := tracereplay.Trace{Source: "four jobs", Jobs: []tracereplay.Job{
+		{ID: "a", Duration: 10 * m, GPUs: 1, Fraction: 0.5},
+		{ID: "b", Duration: 10 * m, GPUs: 1, Fraction: 0.5},
+		{ID: "c", Duration: 10 * m, GPUs: 1, Fraction: 1},
+		{ID: "d", Duration: 10 * m, GPUs: 1, Fraction: 1},
+	}}
+	cl := tracereplay.Cluster{Nodes: 2, MinNodes: 2, MaxNodes: 2, GPUsPerNode: 1}
+	for _, tc := range []struct {
+		name       string
+		cluster    tracereplay.Cluster
+		fluid      string
+		loss, cell string
+	}{
+		{"two nodes", cl, "2m 30s", "2.00×", "| packing loss (wait mean ÷ fluid pool's) | 2.00× |"},
+		// No fixed node: no pool to compare with.
+		{"no fixed node", tracereplay.Cluster{MaxNodes: 2, GPUsPerNode: 1}, "not run", "–", "| packing loss (wait mean ÷ fluid pool's) | – |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := model.Run(tr, model.Options{Cluster: cl, Config: tracereplay.Config{Name: "baseline"}, Horizon: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Cluster = tc.cluster
+			run, err := Run{Trace: tr, Model: []tracereplay.Result{r}}.withFluid()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := run.compute(run.Model)[0]
+			if f.Wait.Mean != 5*m {
+				t.Fatalf("model wait mean %s, want 5m", f.Wait.Mean)
+			}
+			if got := rowNamed(t, "wait mean, fluid pool").cell(f); got != tc.fluid {
+				t.Errorf("fluid pool's wait mean %q, want %q", got, tc.fluid)
+			}
+			if got := rowNamed(t, "packing loss (wait mean ÷ fluid pool's)").cell(f); got != tc.loss {
+				t.Errorf("packing loss %q, want %q", got, tc.loss)
+			}
+			dir := t.TempDir()
+			if err := Write(dir, Run{Trace: tr, Model: []tracereplay.Result{r}}); err != nil {
+				t.Fatal(err)
+			}
+			md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(md), tc.cell) {
+				t.Errorf("report.md lacks %q", tc.cell)
+			}
+		})
+	}
+}
+
+// The report's JCT rows compare every configuration of a table over the
+// same jobs: those every configuration of that engine finished.
+func TestReportJCTOverCommonJobs(t *testing.T) {
+	cl := tracereplay.Cluster{Nodes: 1, MinNodes: 1, MaxNodes: 1, GPUsPerNode: 1}
+	result := func(name string, finish map[string]time.Duration) tracereplay.Result {
+		r := tracereplay.Result{Engine: "model", Config: tracereplay.Config{Name: name}, Cluster: cl, Horizon: 10 * h}
+		for _, id := range []string{"a", "b", "c"} {
+			j := tracereplay.JobRecord{ID: id, Requested: 1}
+			if at, ok := finish[id]; ok {
+				j.Done, j.Finish = true, at
+			}
+			r.Jobs = append(r.Jobs, j)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		rs    []tracereplay.Result
+		means []string // "JCT mean (common jobs)" per configuration
+	}{
+		{"the second finished fewer", []tracereplay.Result{
+			result("x", map[string]time.Duration{"a": h, "b": 2 * h, "c": 9 * h}),
+			result("y", map[string]time.Duration{"a": 3 * h, "b": 4 * h}),
+		}, []string{"1h 30m", "3h 30m"}},
+		{"the first finished fewer", []tracereplay.Result{
+			result("x", map[string]time.Duration{"b": 2 * h}),
+			result("y", map[string]time.Duration{"a": h, "b": 4 * h, "c": 5 * h}),
+		}, []string{"2h 00m", "4h 00m"}},
+	} {
+		run := Run{Model: tc.rs}
+		fs := run.compute(run.Model)
+		var got []string
+		for _, f := range fs {
+			got = append(got, rowNamed(t, "JCT mean (common jobs)").cell(f))
+		}
+		if !slices.Equal(got, tc.means) {
+			t.Errorf("%s: JCT means %v, want %v", tc.name, got, tc.means)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
+	"github.com/nomad-gpu/nomad-gpu/tracereplay/model"
 )
 
 // Run is one `make bench-trace` run: the trace, and what each engine
@@ -40,6 +41,32 @@ type Run struct {
 	// Latencies are the model's, per Model result, where calibrated from
 	// a real run.
 	Latencies []tracereplay.Latencies
+
+	// fluid is the fluid pool's figures on the run's sample (Write sets
+	// it; withFluid).
+	fluid *Figures
+}
+
+// withFluid runs the fluid reference (model.Fluid) on the run's sample,
+// with the cluster, horizon and compression of its first result, for
+// the packing loss of every configuration of either engine. A cluster
+// with no fixed nodes has no pool to compare with: none is run.
+func (run Run) withFluid() (Run, error) {
+	rs := run.Real
+	if len(rs) == 0 {
+		rs = run.Model
+	}
+	r0 := rs[0]
+	if r0.Cluster.Nodes == 0 {
+		return run, nil
+	}
+	fl, err := model.Fluid(run.Trace, model.Options{Cluster: r0.Cluster, Compression: r0.Compression, Horizon: r0.Horizon, Seed: run.Seed})
+	if err != nil {
+		return run, fmt.Errorf("fluid reference: %w", err)
+	}
+	f := figures.Compute(fl, figures.Options{})
+	run.fluid = &f
+	return run, nil
 }
 
 // compute is the figures of an engine's results: each against the
@@ -52,6 +79,9 @@ func (run Run) compute(rs []tracereplay.Result) []Figures {
 		out[i] = figures.Compute(r, figures.Options{
 			Mix: figures.MixOf(run.Trace.Jobs, r.Cluster, r.Config.Features), Common: common, Prices: run.Prices,
 		})
+		if run.fluid != nil {
+			out[i].SetFluid(*run.fluid)
+		}
 	}
 	return out
 }
@@ -62,6 +92,10 @@ func Write(dir string, run Run) error {
 		return errors.New("report: the run has no results")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	run, err := run.withFluid()
+	if err != nil {
 		return err
 	}
 	var b strings.Builder
@@ -85,7 +119,7 @@ func Write(dir string, run Run) error {
 
 	if len(run.Real) > 0 && len(run.Model) > 0 {
 		b.WriteString("## Model\n\n")
-		b.WriteString("Each cell is the model's figure with its calibration error against the real run of the same configuration: percentage points for ratios, the relative error |model − real| / real for the rest (the absolute difference where the real figure is 0).\n\n")
+		b.WriteString(calibrationNote)
 		writeLatencies(&b, run.Model, run.Latencies)
 		modelFigs, realFigs := run.compute(run.Model), run.compute(run.Real)
 		writeTable(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
@@ -127,6 +161,7 @@ const definitions = `How each figure is computed (package tracereplay/figures; a
 - Moves: runs the controller stopped to move them, to free a node for a queued job asking for more whole GPUs than any node has free (consolidation); their re-waits and lost work count as a preemption's. Moving GPU-hours: each moved run's GPUs × the time from its stop to its next start.
 - Lost GPU-hours: per preemption or move, the progress saved by the checkpoint (all progress without one) minus the progress the next run restored, × GPUs held. Commit-to-exit GPU-hours is the work done between a checkpoint's commit and the task's exit: a latency of the machine × compression, shown apart.
 - Layout changes: the GPU layout changes applied, to MPS shares and to whole, with layouts that follow the queue; under them fragmentation takes each node's GPUs as they were at the time.
+- The fluid pool is the model's reference for packing (the same for both engines): one pool of the cluster's GPU-equivalents (the -nodes GPUs; an autoscaled configuration, or one given more nodes, has more GPUs than it at times, so its ratio is not packing alone), where a job takes exactly what it asks for (a 0.25-GPU job 0.25) and runs the instant it is placed, never preempted, the jobs taken in the model's scheduling order (priority, then arrival) with backfill. Packing loss is a configuration's wait mean over the fluid pool's: what node boundaries, whole GPUs and shares, device kinds and latencies add, the order being the same. Both rows are left out of the calibration.
 - Cost: the fixed nodes (an autoscaled pool's minimum) at %g per node-hour for the whole horizon, node-hours above it at %g (on demand).
 
 `
@@ -352,46 +387,85 @@ func writeTable(b *strings.Builder, rs []tracereplay.Result, fs []Figures, real 
 	b.WriteString("\n")
 }
 
+// calibrationNote says how the model's errors are counted, once per
+// report.
+const calibrationNote = "Each cell is the model's figure with its calibration error against the real run of the same configuration. " +
+	"Shares (%) by their difference, in percentage points; counts as |model − real| / max(real, 10); durations as |model − real| / max(real, 60 s); " +
+	"GPU-hours, node-hours (re-wait hours among them) and cost as |model − real| / max(real, 1). Figures whose real value is 0 count too.\n\n"
+
+// overThreshold is the error above which a figure is listed apart.
+const overThreshold = 0.25
+
 func writeCalibration(b *strings.Builder, model []tracereplay.Result, fs []Figures, real []*Figures) {
 	b.WriteString("### Calibration\n\n")
-	b.WriteString("Mean relative error |model − real| / real over the figures whose real value is not 0 (cross-check rows left out), per configuration:\n\n")
+	b.WriteString("Mean calibration error per configuration (a point of a share counts as 1 %; cross-checks and the fluid pool's rows left out), the worst figure, and every figure over 25 %:\n\n")
 	for i, m := range model {
 		if real[i] == nil {
 			fmt.Fprintf(b, "- %s: no real run to compare with.\n", m.Config.Name)
 			continue
 		}
-		mean, n, worst, worstErr := calibration(fs[i], *real[i])
-		if n == 0 {
-			fmt.Fprintf(b, "- %s: every real figure is 0; see the absolute differences above.\n", m.Config.Name)
+		c := calibration(fs[i], *real[i])
+		if len(c.errs) == 0 {
+			fmt.Fprintf(b, "- %s: no figure recorded by both engines.\n", m.Config.Name)
 			continue
 		}
-		fmt.Fprintf(b, "- %s: %s over %d figures; worst %s (%s).\n", m.Config.Name, percent(mean), n, worst, percent(worstErr))
+		worst := c.worst()
+		fmt.Fprintf(b, "- %s: %s over %d figures; worst %s (%s)", m.Config.Name, percentText(c.mean()), len(c.errs), worst.name, percentText(worst.err))
+		var over []string
+		for _, e := range c.errs {
+			if e.err > overThreshold {
+				over = append(over, fmt.Sprintf("%s %s", e.name, percentText(e.err)))
+			}
+		}
+		if len(over) > 0 {
+			fmt.Fprintf(b, "; over 25 %%: %s", strings.Join(over, ", "))
+		}
+		b.WriteString(".\n")
 	}
 	b.WriteString("\n")
 }
 
-// calibration is the mean relative error of model figures m against real
-// figures r over the n figures where r is not 0, and the worst of them.
-func calibration(m, r Figures) (mean float64, n int, worst string, worstErr float64) {
+// figureError is one figure's calibration error.
+type figureError struct {
+	name string
+	err  float64
+}
+
+// calibrationOf is the calibration errors of one configuration's
+// figures, in row order.
+type calibrationOf struct{ errs []figureError }
+
+func (c calibrationOf) mean() float64 {
 	var sum float64
+	for _, e := range c.errs {
+		sum += e.err
+	}
+	return sum / float64(len(c.errs))
+}
+
+// worst is the figure with the largest error, the first of equals.
+func (c calibrationOf) worst() figureError {
+	w := c.errs[0]
+	for _, e := range c.errs[1:] {
+		if e.err > w.err {
+			w = e
+		}
+	}
+	return w
+}
+
+// calibration is the calibration error of model figures m against real
+// figures r, per figure both recorded (cross-checks left out: they are
+// not the figures the report is read for).
+func calibration(m, r Figures) calibrationOf {
+	var c calibrationOf
 	for _, rw := range rows {
 		if rw.check || !rw.recorded(m) || !rw.recorded(r) {
 			continue
 		}
-		e, ok := relativeError(rw.get(m), rw.get(r))
-		if !ok {
-			continue
-		}
-		sum += e
-		n++
-		if worst == "" || e > worstErr {
-			worst, worstErr = rw.name, e
-		}
+		c.errs = append(c.errs, figureError{rw.name, calibrationError(rw.kind, rw.get(m), rw.get(r))})
 	}
-	if n > 0 {
-		mean = sum / float64(n)
-	}
-	return mean, n, worst, worstErr
+	return c
 }
 
 func writeNotes(b *strings.Builder, run Run) {
