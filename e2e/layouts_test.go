@@ -15,9 +15,12 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // layoutNodeHCL is the device plugin's config for a node that follows
@@ -510,4 +513,80 @@ func drainLogged(log, gpu string) bool {
 		}
 	}
 	return false
+}
+
+// TestLayoutsFailedGPU: an XID fails GPU 0, the GPU the planner relays
+// first among equals, and then fractional work waits. The planner never
+// relays the failed GPU: the job runs on shares of another GPU within
+// the relayout time; the failed GPU keeps its layout even when an
+// operator pins it; and the APM's capacity leaves it out.
+func TestLayoutsFailedGPU(t *testing.T) {
+	c, node, n := startLayoutCluster(t, nodeLayout{}, "2s")
+	record := recordOwnership(t, c, n.ID)
+	failed := gpuByIndex(t, n, 0)
+	if err := gpu.OpenControl(node.control).InjectXID(failed, 79); err != nil {
+		t.Fatal(err)
+	}
+	n = c.WaitForNode(t, "client-1", func(n *api.Node) bool {
+		return strings.Contains(attrText(layoutGroups(n)[failed], contract.AttrLayoutFault), "XID 79")
+	}, time.Minute)
+	if got := gpuCapacity(t, c); got != 7 {
+		t.Errorf("APM capacity %v GPUs with GPU 0 failed, want 7", got)
+	}
+
+	ctl := startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+	start := time.Now()
+	c.RunJob(t, gpuJob("frac", "nvidia/mps", 1, ""))
+	stub := waitRunning(t, c, []string{"frac"}, 30*time.Second)["frac"]
+	t.Logf("the fractional job runs %.1f s after it was queued", time.Since(start).Seconds())
+	a, _, err := c.API().Allocations().Info(stub.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range a.AllocatedResources.Tasks {
+		for _, d := range tr.Devices {
+			if d.Name == failed { // an MPS group is named by its GPU
+				t.Errorf("the fractional job holds shares of the failed GPU %s", failed)
+			}
+		}
+	}
+
+	// An operator's pin does not relay it either: the plugin says why.
+	pin := "mps:4"
+	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{contract.MetaPinPrefix + failed: &pin}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	n = c.WaitForNode(t, "client-1", func(n *api.Node) bool {
+		g := layoutGroups(n)[failed]
+		return attrText(g, contract.AttrLayoutState) == string(contract.LayoutError) && strings.Contains(attrText(g, contract.AttrLayoutError), "has failed")
+	}, time.Minute)
+	if got := currentLayouts(n)[failed]; got != "whole" {
+		t.Errorf("the failed GPU is %s after a pin, want whole", got)
+	}
+	if got := gpuCapacity(t, c); got != 7 {
+		t.Errorf("APM capacity %v GPUs with GPU 0 failed and another shared, want 7", got)
+	}
+	for _, ch := range record.check(t) {
+		if strings.Contains(ch, failed) {
+			t.Errorf("the failed GPU was relaid: %s", ch)
+		}
+	}
+	if got := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); got["mps"] != 1 {
+		t.Errorf("layout changes by kind %v; want one to mps", got)
+	}
+}
+
+// gpuCapacity is the APM's GPU capacity, in GPU-equivalents, of the
+// cluster's nodes as the servers list them.
+func gpuCapacity(t *testing.T, c *cluster.Cluster) float64 {
+	t.Helper()
+	stubs, _, err := c.API().Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range apm.GPUFigures(apm.SnapshotOf(&nomadview.Snapshot{Nodes: stubs}, false)) {
+		total += f.Capacity
+	}
+	return total
 }
