@@ -418,8 +418,10 @@ func freeWholeGPUs(snap *nomadview.Snapshot, q queuedAsk, skip map[string]bool) 
 func (m *Mover) movable(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs) []consolidate.Alloc {
 	budget := m.cfg.PerHour - m.consolidations(now.Add(-time.Hour))
 	var out []consolidate.Alloc
+	unhealthy := v.Snap.UnhealthyIDs()
 	for node, hs := range v.Snap.HeldSlices() {
 		gpus := map[*api.AllocationListStub]int{}
+		failed := map[*api.AllocationListStub]string{}
 		var order []*api.AllocationListStub
 		for _, h := range hs {
 			if h.Device.Type != contract.SliceGPU {
@@ -429,10 +431,19 @@ func (m *Mover) movable(ctx context.Context, now time.Time, v View, l *Ledger, s
 				order = append(order, h.Alloc)
 			}
 			gpus[h.Alloc] += len(h.IDs)
+			for _, id := range h.IDs {
+				if unhealthy[node][id] {
+					failed[h.Alloc] = id
+				}
+			}
 		}
 		for _, a := range order {
 			ca := consolidate.Alloc{ID: a.ID, Namespace: a.Namespace, Job: a.JobID, Node: node, GPUs: gpus[a]}
 			ca.Why = m.movableWhy(ctx, now, v, l, specs, a, budget)
+			if id := failed[a]; id != "" && ca.Why == "" {
+				// Its move would count a GPU no placement can use as freed.
+				ca.Why = fmt.Sprintf("it holds GPU %s, which has failed", id)
+			}
 			ca.Movable = ca.Why == ""
 			out = append(out, ca)
 		}

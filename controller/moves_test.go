@@ -141,6 +141,15 @@ func TestMoverStep(t *testing.T) {
 				s.Specs[JobKey{Namespace: "default", ID: "hpc"}].TaskGroups[0].Tasks[0].Resources.Devices[0].Name = "nvidia/gpu/H100"
 			},
 			want: []string{"alloc-train-n1-0", "alloc-train-n1-1"}},
+		{name: "a failed free GPU is no room: n1 cannot be freed, nor take n2's two, nothing moves", meta: optedIn, cfg: moveBudget,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
+				failedGPU(s.Nodes[0], "GPU-n1-3")
+			}},
+		{name: "an allocation on a failed GPU is not moved: its move frees no usable GPU", meta: optedIn, cfg: moveBudget,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
+				failedGPU(s.Nodes[0], "GPU-n1-0")
+			},
+			want: []string{"alloc-train-n2-0", "alloc-train-n2-1"}},
 		{name: "a node with 4 free: Nomad places it, nothing moves", meta: optedIn, cfg: moveBudget,
 			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
 				s.Nodes = append(s.Nodes, layoutNode("n3", "whole", "whole", "whole", "whole"))

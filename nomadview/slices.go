@@ -78,6 +78,28 @@ func (s *Snapshot) HeldIDs() map[string]map[string]bool {
 	return out
 }
 
+// UnhealthyIDs maps node ID → the device instance IDs the servers see
+// unhealthy on it (a failed GPU, a relayout's drain, a hold), by node as
+// HeldIDs.
+func (s *Snapshot) UnhealthyIDs() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, n := range s.Nodes {
+		if n == nil || n.NodeResources == nil {
+			continue
+		}
+		m := map[string]bool{}
+		for _, d := range n.NodeResources.Devices {
+			for _, in := range d.Instances {
+				if in != nil && !in.Healthy {
+					m[in.ID] = true
+				}
+			}
+		}
+		out[n.ID] = m
+	}
+	return out
+}
+
 // holdsDevices reports whether an allocation holds its devices now.
 func holdsDevices(a *api.AllocationListStub) bool {
 	return a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
