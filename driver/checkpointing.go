@@ -36,8 +36,19 @@ const (
 	EnvResumeCount = "NOMAD_GPU_RESUME_COUNT"
 )
 
-// commitPoll is how often the driver looks for a task's commit marker.
-const commitPoll = 200 * time.Millisecond
+// How often the driver looks for a task's commit marker. inotify tells it
+// the moment the marker is created (checkpoint.Markers), so looking is the
+// fallback: often where inotify does not watch the staging directory (no
+// inotify, its instances or watches used up), more often while a stop
+// waits for the commit, since the task works for nothing until its
+// kill_signal, and seldom where inotify watches, for a change that does not
+// pass through this node's kernel (a network filesystem written from
+// elsewhere).
+const (
+	commitPoll        = 200 * time.Millisecond
+	commitPollStop    = 10 * time.Millisecond
+	commitPollWatched = 2 * time.Second
+)
 
 // checkpointKey names a task's checkpoints across its allocations: the
 // replacement of a preempted or drained allocation has the same key.
@@ -67,11 +78,15 @@ type checkpointer struct {
 	triggerKnown <-chan struct{}
 	commits      int           // commits in this run
 	changed      chan struct{} // closed and replaced at each commit
+	// stopping has a value when a stop begins, to have watch look for the
+	// marker at the stop's pace.
+	stopping chan struct{}
 }
 
 func newCheckpointer(d *Driver, t *task, cfg CheckpointConfig, store *checkpoint.Store, run *checkpoint.Run) *checkpointer {
 	sig, _ := parseSignal(cfg.Signal) // validated with the task config
-	return &checkpointer{d: d, t: t, cfg: cfg, store: store, run: run, sig: sig, trigger: "task", changed: make(chan struct{})}
+	return &checkpointer{d: d, t: t, cfg: cfg, store: store, run: run, sig: sig, trigger: "task",
+		changed: make(chan struct{}), stopping: make(chan struct{}, 1)}
 }
 
 // record is what the journal keeps of the run; nil for no checkpointer.
@@ -129,9 +144,13 @@ func (c *checkpointer) env() map[string]string {
 
 // watch commits every checkpoint the task marks complete, asks for one
 // every interval, and makes a last commit when the task has exited (it may
-// commit and exit at once when stopped).
-func (c *checkpointer) watch(ctx context.Context) {
-	poll := time.NewTicker(commitPoll)
+// commit and exit at once when stopped). markers, nil where the plugin has
+// no inotify, tells it when the marker appears.
+func (c *checkpointer) watch(ctx context.Context, markers *checkpoint.Markers) {
+	w := markers.Watch(c.run)
+	defer w.Close()
+	every := c.pollEvery(w)
+	poll := time.NewTicker(every)
 	defer poll.Stop()
 	var interval <-chan time.Time
 	if c.cfg.Interval > 0 {
@@ -139,15 +158,21 @@ func (c *checkpointer) watch(ctx context.Context) {
 		defer t.Stop()
 		interval = t.C
 	}
+	c.check(w) // a marker made before the watch began
 	for {
+		var look bool
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.t.done:
 			c.commitIfMarked()
 			return
+		case <-w.C():
+			look = true
 		case <-poll.C:
-			c.commitIfMarked()
+			look = true
+		case <-c.stopping:
+			look = true
 		case <-interval:
 			c.mu.Lock()
 			stopping := c.triggerKnown != nil
@@ -159,6 +184,48 @@ func (c *checkpointer) watch(ctx context.Context) {
 				c.request("interval", c.cfg.CommitTimeout)
 			}
 		}
+		// A plugin that is going away commits nothing more: the plugin
+		// that recovers the task does (in tests both share one process).
+		if look && ctx.Err() == nil {
+			c.check(w)
+		}
+		if e := c.pollEvery(w); e != every {
+			every = e
+			poll.Reset(every)
+		}
+	}
+}
+
+// pollEvery is how often watch looks for the marker: see commitPoll.
+func (c *checkpointer) pollEvery(w *checkpoint.MarkerWatch) time.Duration {
+	if w.Armed() {
+		return commitPollWatched
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.triggerKnown != nil {
+		return commitPollStop
+	}
+	return commitPoll
+}
+
+// check commits the checkpoint if the task marked it. A commit leaves a
+// fresh staging directory at the same path, which w then watches; the
+// task may have marked its next checkpoint before that, so check looks
+// again.
+func (c *checkpointer) check(w *checkpoint.MarkerWatch) {
+	for {
+		c.mu.Lock()
+		before := c.commits
+		c.mu.Unlock()
+		c.commitIfMarked()
+		c.mu.Lock()
+		committed := c.commits > before
+		c.mu.Unlock()
+		if !committed {
+			return
+		}
+		w.Rearm()
 	}
 }
 
@@ -248,6 +315,10 @@ func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemptio
 	c.mu.Lock()
 	c.triggerKnown, c.trigger = known, trigger
 	c.mu.Unlock()
+	select {
+	case c.stopping <- struct{}{}:
+	default:
+	}
 	go func() {
 		r := <-reason
 		c.mu.Lock()
