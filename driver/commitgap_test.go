@@ -1,15 +1,19 @@
 package driver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
+	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -94,4 +98,111 @@ func BenchmarkCommitToStopGap(b *testing.B) {
 	b.ReportMetric(pct(0.50), "gap-p50-ms")
 	b.ReportMetric(pct(0.95), "gap-p95-ms")
 	b.ReportMetric(float64(len(gaps)), "stops")
+}
+
+// A stop's wait for the task's checkpoint is part of its kill_timeout, not
+// added to it: the grace left to the kill_signal is the kill_timeout less
+// everything before it. The task takes at least commitDelay to commit, or
+// never does, so the grace has a bound known in advance, and no clock is
+// read against a limit.
+func TestCheckpointWaitCountsAgainstKillTimeout(t *testing.T) {
+	const (
+		killTimeout = 3 * time.Second
+		commitDelay = time.Second
+	)
+	cases := []struct {
+		name          string
+		commitTimeout time.Duration
+		onSignal      string // the checkpoint signal's trap
+		maxGrace      time.Duration
+		wantEvent     string
+		// byTrap: it exits 0 from its kill_signal trap. With no grace left
+		// it is killed, or may just manage the trap first.
+		byTrap bool
+	}{
+		{"commits after a while", 2 * time.Second,
+			`sleep 1; echo 1 > "$NOMAD_GPU_CHECKPOINT_DIR/state"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"`,
+			killTimeout - commitDelay, "checkpoint committed: generation 1", true},
+		{"never commits", time.Hour, `:`,
+			0, "checkpoint not committed within 3s", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			d := e.plugin()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			evs, _ := d.TaskEvents(ctx)
+
+			graces := make(chan time.Duration, 1)
+			saved := killTree
+			t.Cleanup(func() { killTree = saved })
+			killTree = func(h *supervisor.Handle, ctx context.Context, grace time.Duration, sig syscall.Signal) error {
+				graces <- grace
+				return saved(h, ctx, grace, sig)
+			}
+
+			cfg := e.checkpointTask(withCheckpoint(func(c *CheckpointConfig) { c.CommitTimeout = tc.commitTimeout }))
+			cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", `trap '` + tc.onSignal + `' USR1; trap 'exit 0' INT; : > "$NOMAD_TASK_DIR/ready"; while :; do sleep 0.02; done`}
+			if _, _, err := d.StartTask(cfg); err != nil {
+				t.Fatal(err)
+			}
+			defer destroyTask(t, d, cfg.ID)
+			eventually(t, "task ready", func() bool { _, err := os.Stat(filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "ready")); return err == nil })
+
+			stopTask(t, d, cfg.ID, killTimeout, "SIGINT")
+			if res := wait(t, d, cfg.ID, 20*time.Second); tc.byTrap && (res.ExitCode != 0 || res.Signal != 0) {
+				t.Errorf("exit %+v: want 0, from its kill_signal trap", res)
+			}
+			if grace := <-graces; grace > tc.maxGrace {
+				t.Errorf("kill_signal given %s before the kill, kill_timeout %s: the checkpoint's wait (at least %s) was added to the kill_timeout",
+					grace, killTimeout, killTimeout-tc.maxGrace)
+			}
+			var msgs []string
+			for len(evs) > 0 {
+				msgs = append(msgs, (<-evs).Message)
+			}
+			if all := strings.Join(msgs, "\n"); !strings.Contains(all, tc.wantEvent) {
+				t.Errorf("events:\n%s\nwant %q", all, tc.wantEvent)
+			}
+		})
+	}
+}
+
+// Where the driver has no inotify it looks for the marker, and a stop
+// still commits the task's checkpoint before its kill_signal.
+func TestCheckpointStopWithoutInotify(t *testing.T) {
+	saved := newMarkers
+	t.Cleanup(func() { newMarkers = saved })
+	newMarkers = func() (*checkpoint.Markers, error) { return nil, syscall.ENOSYS }
+
+	e := newEnv(t)
+	d := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
+	cfg := e.checkpointTask(defaultCheckpoint())
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	progress := filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "progress")
+	eventually(t, "progress", func() bool { b, _ := os.ReadFile(progress); return len(b) > 0 && string(b) != "1\n" })
+	stopTask(t, d, cfg.ID, 10*time.Second, "SIGINT")
+	if res := wait(t, d, cfg.ID, 20*time.Second); res.ExitCode != 0 || res.Signal != 0 {
+		t.Errorf("exit %+v: want 0, from its kill_signal trap", res)
+	}
+	committed := readInt(t, filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "committed"))
+	destroyTask(t, d, cfg.ID)
+	var msgs []string
+	for len(evs) > 0 {
+		msgs = append(msgs, (<-evs).Message)
+	}
+	// Committed before the kill_signal, not found only when the task had
+	// exited after its stop gave up waiting.
+	if all := strings.Join(msgs, "\n"); !strings.Contains(all, "checkpoint committed: generation 1") || strings.Contains(all, "not committed") {
+		t.Errorf("events:\n%s\nwant generation 1 committed within the stop's wait", all)
+	}
+	if got, want := e.startRestored(t, d, defaultCheckpoint()), restoredLine(committed, 1); got != want {
+		t.Errorf("next run %q, want %q", got, want)
+	}
 }

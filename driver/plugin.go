@@ -281,10 +281,10 @@ func (d *Driver) runtime() (*runtimeState, error) {
 		// Works, at about 18 MiB resident per task instead of 4.5 MiB.
 		d.logger.Warn("no "+SupervisorBinary+" installed (looked in "+SupervisorDir+" and beside the driver, and supervisor_binary is unset); the driver binary supervises tasks itself, using more memory per task", "supervisor", sup)
 	}
-	markers, err := checkpoint.NewMarkers()
+	markers, err := newMarkers()
 	if err != nil {
 		markers = nil
-		d.logger.Warn("no inotify: the driver looks for checkpoint commit markers every "+commitPoll.String()+", so a stop waits that much longer for a commit", "error", err)
+		d.logger.Warn("no inotify: the driver looks for checkpoint commit markers every "+commitPoll.String()+" ("+commitPollStop.String()+" while a stop waits), so a stopping task works on a little longer after its commit", "error", err)
 	} else {
 		go func() { <-d.ctx.Done(); markers.Close() }()
 	}
@@ -398,6 +398,10 @@ func cgroupName(cfg *drivers.TaskConfig) string {
 // capsDir holds the MIG capability device nodes (/dev/nvidia-caps/nvidia-capN)
 // that gate access to a GPU and compute instance; a variable for tests.
 var capsDir = "/dev/nvidia-caps"
+
+// newMarkers opens the inotify instance that sees tasks' commit markers; a
+// variable for tests, which play a node without inotify.
+var newMarkers = checkpoint.NewMarkers
 
 // waitTimeout bounds operations that must not hang an RPC.
 const waitTimeout = 30 * time.Second
