@@ -20,12 +20,13 @@ import (
 // gapScript checkpoints when asked and notes, with bash's microsecond
 // clock, when it is about to create its commit marker and when its
 // kill_signal reaches it: the time in between is work the task does for
-// nothing, since the stop throws it away. It waits in the `wait` builtin,
-// which a trapped signal interrupts at once (a foreground sleep would hold
-// the trap back until it ends).
+// nothing, since the stop throws it away. Both go into one file from the
+// kill_signal's trap, so nothing is written between the two. It waits in
+// the `wait` builtin, which a trapped signal interrupts at once (a
+// foreground sleep would hold the trap back until it ends).
 const gapScript = `
-trap 'echo x > "$NOMAD_GPU_CHECKPOINT_DIR/state"; t=$EPOCHREALTIME; echo $t > "$NOMAD_TASK_DIR/committing"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"' USR1
-trap 'echo $EPOCHREALTIME > "$NOMAD_TASK_DIR/stopped"; exit 0' INT
+trap 'echo x > "$NOMAD_GPU_CHECKPOINT_DIR/state"; t=$EPOCHREALTIME; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"' USR1
+trap 'echo "$t $EPOCHREALTIME" > "$NOMAD_TASK_DIR/gap"; exit 0' INT
 : > "$NOMAD_TASK_DIR/ready"
 while :; do sleep 5 & wait $!; done
 `
@@ -36,23 +37,40 @@ func (e *env) gapTask(i int) *drivers.TaskConfig {
 	cfg.DriverConfig.(*TaskConfig).Command = "/bin/bash"
 	cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", gapScript}
 	cfg.JobID = fmt.Sprintf("gap%d", i)
+	// An ordinary process's CPU weight, not the tests' usual 100: on a
+	// busy machine a starved task would time its own scheduling.
+	cfg.Resources.CPUShares = 1024
 	return cfg
 }
 
-// readEpoch reads a time bash wrote as $EPOCHREALTIME (seconds.micros).
-func readEpoch(tb testing.TB, path string) time.Time {
+// epoch is a time bash wrote as $EPOCHREALTIME (seconds.micros).
+func epoch(s string) (time.Time, bool) {
+	sec, frac, ok := strings.Cut(s, ".")
+	n, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(frac, 10, 64)
+	if !ok || err1 != nil || err2 != nil || len(frac) != 6 {
+		return time.Time{}, false
+	}
+	return time.Unix(n, us*1000), true
+}
+
+// readGap reads what gapScript noted: from its commit to its kill_signal.
+func readGap(tb testing.TB, path string) time.Duration {
 	tb.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sec, frac, ok := strings.Cut(strings.TrimSpace(string(b)), ".")
-	s, err1 := strconv.ParseInt(sec, 10, 64)
-	us, err2 := strconv.ParseInt(frac, 10, 64)
-	if !ok || err1 != nil || err2 != nil || len(frac) != 6 {
-		tb.Fatalf("%s: %q is no $EPOCHREALTIME", path, b)
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		tb.Fatalf("%s: %q: want the commit's time and the kill_signal's", path, b)
 	}
-	return time.Unix(s, us*1000)
+	committed, ok1 := epoch(f[0])
+	stopped, ok2 := epoch(f[1])
+	if !ok1 || !ok2 {
+		tb.Fatalf("%s: %q is no pair of $EPOCHREALTIME", path, b)
+	}
+	return stopped.Sub(committed)
 }
 
 // BenchmarkCommitToStopGap stops checkpointing tasks one at a time and
@@ -86,8 +104,7 @@ func BenchmarkCommitToStopGap(b *testing.B) {
 		for _, cfg := range cfgs {
 			stopTask(b, d, cfg.ID, 10*time.Second, "SIGINT")
 			wait(b, d, cfg.ID, 20*time.Second)
-			dir := cfg.Env["NOMAD_TASK_DIR"]
-			gaps = append(gaps, readEpoch(b, filepath.Join(dir, "stopped")).Sub(readEpoch(b, filepath.Join(dir, "committing"))))
+			gaps = append(gaps, readGap(b, filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "gap")))
 			destroyTask(b, d, cfg.ID)
 		}
 	}
