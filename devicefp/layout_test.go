@@ -231,6 +231,7 @@ func (a *fakeAgent) setAllocs(allocs ...map[string]any) {
 // layoutNode is a plugin following layouts on a fake inventory and agent,
 // with every fingerprint it sent.
 type layoutNode struct {
+	t     *testing.T
 	p     *Plugin
 	inv   Inventory
 	agent *fakeAgent
@@ -249,7 +250,7 @@ func layoutConfig(t *testing.T, agent *fakeAgent, stateFile string) *Config {
 
 func startLayoutNode(t *testing.T, inv Inventory, agent *fakeAgent, cfg *Config) *layoutNode {
 	t.Helper()
-	n := &layoutNode{p: NewWithOpener(nil, func(gpu.Config, hclog.Logger) (Inventory, error) { return inv, nil }), inv: inv, agent: agent, cfg: cfg}
+	n := &layoutNode{t: t, p: NewWithOpener(nil, func(gpu.Config, hclog.Logger) (Inventory, error) { return inv, nil }), inv: inv, agent: agent, cfg: cfg}
 	if err := n.p.SetConfig(cfg, &base.AgentConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,12 +16,13 @@ import (
 
 // counterScript counts, resumes from its newest checkpoint, and on the
 // checkpoint signal writes its count and commits; it records what it
-// restored and its count so far in its task dir.
+// restored, its count so far and what it commits in its task dir (the
+// last before it commits: the driver may stop it the moment it does).
 const counterScript = `
 n=0
 if [ -n "$NOMAD_GPU_RESTORE_DIR" ]; then n=$(cat "$NOMAD_GPU_RESTORE_DIR/count"); fi
 echo "restored=$n resumes=$NOMAD_GPU_RESUME_COUNT" > "$NOMAD_TASK_DIR/restored"
-checkpoint() { echo $n > "$NOMAD_GPU_CHECKPOINT_DIR/count"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo $n > "$NOMAD_TASK_DIR/committed"; }
+checkpoint() { echo $n > "$NOMAD_GPU_CHECKPOINT_DIR/count"; echo $n > "$NOMAD_TASK_DIR/committed"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; }
 trap 'checkpoint' USR1
 trap 'exit 0' INT TERM
 while :; do n=$((n+1)); echo $n > "$NOMAD_TASK_DIR/progress"; sleep 0.02; done

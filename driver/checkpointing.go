@@ -36,8 +36,19 @@ const (
 	EnvResumeCount = "NOMAD_GPU_RESUME_COUNT"
 )
 
-// commitPoll is how often the driver looks for a task's commit marker.
-const commitPoll = 200 * time.Millisecond
+// How often the driver looks for a task's commit marker. inotify tells it
+// the moment the marker is created (checkpoint.Markers), so looking is the
+// fallback: often where inotify does not watch the staging directory (no
+// inotify, its instances or watches used up), more often while a stop
+// waits for the commit, since the task works for nothing until its
+// kill_signal, and seldom where inotify watches, for a change that does not
+// pass through this node's kernel (a network filesystem written from
+// elsewhere).
+const (
+	commitPoll        = 200 * time.Millisecond
+	commitPollStop    = 10 * time.Millisecond
+	commitPollWatched = 2 * time.Second
+)
 
 // checkpointKey names a task's checkpoints across its allocations: the
 // replacement of a preempted or drained allocation has the same key.
@@ -60,18 +71,29 @@ type checkpointer struct {
 	run   *checkpoint.Run
 	sig   syscall.Signal
 
+	// committing, held (a value in it) for each commit, makes commits one
+	// at a time; a channel, so that a stop waits for one in a bounded way.
+	committing chan struct{}
+
 	mu      sync.Mutex
 	trigger string // why the next commit is made
 	// triggerKnown, once a stop has begun, is closed when the stop's
 	// reason is known: the commit waits for it, to record it.
 	triggerKnown <-chan struct{}
-	commits      int           // commits in this run
-	changed      chan struct{} // closed and replaced at each commit
+	commits      int // commits in this run
+	// takes counts the checkpoints taken for a commit (frozen, so the task
+	// can no longer change them); taken is closed and replaced at each.
+	takes int
+	taken chan struct{}
+	// stopping has a value when a stop begins, to have watch look for the
+	// marker at the stop's pace.
+	stopping chan struct{}
 }
 
 func newCheckpointer(d *Driver, t *task, cfg CheckpointConfig, store *checkpoint.Store, run *checkpoint.Run) *checkpointer {
 	sig, _ := parseSignal(cfg.Signal) // validated with the task config
-	return &checkpointer{d: d, t: t, cfg: cfg, store: store, run: run, sig: sig, trigger: "task", changed: make(chan struct{})}
+	return &checkpointer{d: d, t: t, cfg: cfg, store: store, run: run, sig: sig, trigger: "task",
+		committing: make(chan struct{}, 1), taken: make(chan struct{}), stopping: make(chan struct{}, 1)}
 }
 
 // record is what the journal keeps of the run; nil for no checkpointer.
@@ -129,9 +151,13 @@ func (c *checkpointer) env() map[string]string {
 
 // watch commits every checkpoint the task marks complete, asks for one
 // every interval, and makes a last commit when the task has exited (it may
-// commit and exit at once when stopped).
-func (c *checkpointer) watch(ctx context.Context) {
-	poll := time.NewTicker(commitPoll)
+// commit and exit at once when stopped). markers, nil where the plugin has
+// no inotify, tells it when the marker appears.
+func (c *checkpointer) watch(ctx context.Context, markers *checkpoint.Markers) {
+	w := markers.Watch(c.run)
+	defer w.Close()
+	every := c.pollEvery(w)
+	poll := time.NewTicker(every)
 	defer poll.Stop()
 	var interval <-chan time.Time
 	if c.cfg.Interval > 0 {
@@ -139,15 +165,21 @@ func (c *checkpointer) watch(ctx context.Context) {
 		defer t.Stop()
 		interval = t.C
 	}
+	c.check(w) // a marker made before the watch began
 	for {
+		var look bool
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.t.done:
 			c.commitIfMarked()
 			return
+		case <-w.C():
+			look = true
 		case <-poll.C:
-			c.commitIfMarked()
+			look = true
+		case <-c.stopping:
+			look = true
 		case <-interval:
 			c.mu.Lock()
 			stopping := c.triggerKnown != nil
@@ -159,6 +191,48 @@ func (c *checkpointer) watch(ctx context.Context) {
 				c.request("interval", c.cfg.CommitTimeout)
 			}
 		}
+		// A plugin that is going away commits nothing more: the plugin
+		// that recovers the task does (in tests both share one process).
+		if look && ctx.Err() == nil {
+			c.check(w)
+		}
+		if e := c.pollEvery(w); e != every {
+			every = e
+			poll.Reset(every)
+		}
+	}
+}
+
+// pollEvery is how often watch looks for the marker: see commitPoll.
+func (c *checkpointer) pollEvery(w *checkpoint.MarkerWatch) time.Duration {
+	if w.Armed() {
+		return commitPollWatched
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.triggerKnown != nil {
+		return commitPollStop
+	}
+	return commitPoll
+}
+
+// check commits the checkpoint if the task marked it. A commit leaves a
+// fresh staging directory at the same path, which w then watches; the
+// task may have marked its next checkpoint before that, so check looks
+// again.
+func (c *checkpointer) check(w *checkpoint.MarkerWatch) {
+	for {
+		c.mu.Lock()
+		before := c.commits
+		c.mu.Unlock()
+		c.commitIfMarked()
+		c.mu.Lock()
+		committed := c.commits > before
+		c.mu.Unlock()
+		if !committed {
+			return
+		}
+		w.Rearm()
 	}
 }
 
@@ -199,25 +273,42 @@ func harmlessByDefault(sig syscall.Signal) bool {
 	return false
 }
 
+// commitIfMarked commits the checkpoint if the task has marked it.
 func (c *checkpointer) commitIfMarked() {
 	if !c.run.CommitRequested() {
 		return
 	}
-	c.mu.Lock()
-	known := c.triggerKnown
-	c.mu.Unlock()
-	if known != nil {
-		<-known // bounded by stopReasonTimeout
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.committing <- struct{}{}
+	defer func() { <-c.committing }()
+	c.commitLocked()
+}
+
+// commitLocked is commitIfMarked with committing held.
+func (c *checkpointer) commitLocked() {
 	if !c.run.CommitRequested() { // committed meanwhile
 		return
 	}
+	c.mu.Lock()
+	known, trigger := c.triggerKnown, c.trigger
+	c.mu.Unlock()
 	start := time.Now()
-	g, err := c.store.Commit(c.run, c.trigger, c.cfg.Keep)
+	var waited time.Duration
+	g, err := c.store.CommitWith(c.run, c.cfg.Keep, checkpoint.CommitHooks{
+		Taken: c.tookOne,
+		Trigger: func() string {
+			if known != nil {
+				w := time.Now()
+				<-known // bounded by stopReasonTimeout
+				waited = time.Since(w)
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			trigger = c.trigger
+			return trigger
+		},
+	})
 	if g == nil {
-		c.d.emit(c.t, "checkpoint commit failed: "+err.Error(), map[string]string{"checkpoint": "failed", "trigger": c.trigger})
+		c.d.emit(c.t, "checkpoint commit failed: "+err.Error(), map[string]string{"checkpoint": "failed", "trigger": trigger})
 		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 		return
 	}
@@ -225,29 +316,58 @@ func (c *checkpointer) commitIfMarked() {
 		// Committed and restorable; only the tidying after it failed.
 		c.d.logger.Warn("checkpoint committed with errors", "task", c.t.id, "error", err)
 	}
-	took := time.Since(start)
-	c.d.emit(c.t, fmt.Sprintf("checkpoint committed: generation %d, %s in %d files, in %s (%s)", g.Seq, byteSize(g.Bytes), g.Files, took.Round(time.Millisecond), c.trigger),
+	// What the commit took, less the wait for the stop's reason (the
+	// Nomad API's, not the store's).
+	took := time.Since(start) - waited
+	c.d.emit(c.t, fmt.Sprintf("checkpoint committed: generation %d, %s in %d files, in %s (%s)", g.Seq, byteSize(g.Bytes), g.Files, took.Round(time.Millisecond), trigger),
 		map[string]string{"checkpoint": "committed", "generation": strconv.Itoa(g.Seq), "bytes": strconv.FormatInt(g.Bytes, 10),
-			"duration_ms": strconv.FormatInt(took.Milliseconds(), 10), "trigger": c.trigger})
+			"duration_ms": strconv.FormatInt(took.Milliseconds(), 10), "trigger": trigger})
 	c.d.metrics.checkpointCommitted(c.t, took, g.Bytes)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.commits++
 	if c.triggerKnown == nil {
 		c.trigger = "task"
 	}
-	close(c.changed)
-	c.changed = make(chan struct{})
 }
 
-// beforeStop asks the task for a checkpoint and waits until it commits or
-// exits, for the commit timeout but never past the stop's own timeout; the
-// stop then goes on as without checkpoints. It returns what is left of the
-// stop's timeout.
-func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemption.Reason) time.Duration {
+// tookOne is told by the store that a checkpoint is taken for a commit.
+func (c *checkpointer) tookOne() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.takes++
+	close(c.taken)
+	c.taken = make(chan struct{})
+}
+
+// settle waits for a commit under way, until ctx ends, and makes the
+// commit of a checkpoint the task marked on its way out.
+func (c *checkpointer) settle(ctx context.Context) {
+	select {
+	case c.committing <- struct{}{}:
+		defer func() { <-c.committing }()
+		c.commitLocked()
+	case <-ctx.Done():
+		c.d.logger.Warn("checkpoint: the stop ends with a commit still under way", "task", c.t.id)
+	}
+}
+
+// beforeStop asks the task for a checkpoint and waits until the driver
+// has taken it for a commit (frozen: nothing the task does changes it any
+// more) or the task exits, for the commit timeout but never past the
+// stop's own timeout, counted from start: the commit is part of the stop,
+// not added to it. The stop then goes on as without checkpoints while the
+// driver makes the checkpoint durable; it does not wait for the disk.
+func (c *checkpointer) beforeStop(start time.Time, timeout time.Duration, reason <-chan preemption.Reason) {
 	const trigger = "stop"
 	known := make(chan struct{})
 	c.mu.Lock()
 	c.triggerKnown, c.trigger = known, trigger
 	c.mu.Unlock()
+	select {
+	case c.stopping <- struct{}{}:
+	default:
+	}
 	go func() {
 		r := <-reason
 		c.mu.Lock()
@@ -267,32 +387,31 @@ func (c *checkpointer) beforeStop(timeout time.Duration, reason <-chan preemptio
 		allowed = timeout
 	}
 	c.mu.Lock()
-	before, changed := c.commits, c.changed
+	before, taken := c.takes, c.taken
 	c.mu.Unlock()
-	start := time.Now()
 	if !c.request(trigger, allowed) {
-		return timeout
+		return
 	}
-	deadline := time.NewTimer(allowed)
+	deadline := time.NewTimer(time.Until(start.Add(allowed)))
 	defer deadline.Stop()
 	for {
 		select {
-		case <-changed:
+		case <-taken:
 			c.mu.Lock()
-			done := c.commits > before
-			changed = c.changed
+			done := c.takes > before
+			taken = c.taken
 			c.mu.Unlock()
 			if done {
-				return max(timeout-time.Since(start), 0)
+				return
 			}
 		case <-c.t.done:
 			c.commitIfMarked()
-			return 0
+			return
 		case <-deadline.C:
 			c.d.emit(c.t, fmt.Sprintf("checkpoint not committed within %s; stopping the task", allowed),
 				map[string]string{"checkpoint": "failed", "trigger": trigger})
 			c.d.metrics.checkpointFailed(c.t, contract.CheckpointTimeout)
-			return max(timeout-time.Since(start), 0)
+			return
 		}
 	}
 }

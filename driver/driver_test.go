@@ -34,13 +34,13 @@ func TestMain(m *testing.M) {
 }
 
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	control string
 	cfg     *Config
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "driver tests need root (users, cgroups)")
@@ -143,7 +143,7 @@ func (e *env) allocDir(alloc string, tasks ...string) string {
 	return root
 }
 
-func wait(t *testing.T, d *Driver, id string, within time.Duration) *drivers.ExitResult {
+func wait(t testing.TB, d *Driver, id string, within time.Duration) *drivers.ExitResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/gpuwatch"
+	"github.com/nomad-gpu/nomad-gpu/driver/supervisor"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 	"github.com/nomad-gpu/nomad-gpu/wire/schema"
 )
@@ -132,6 +133,10 @@ func parseSignal(name string) (syscall.Signal, error) {
 	return 0, fmt.Errorf("unknown signal %q; use a name such as SIGTERM, SIGINT or SIGUSR1", name)
 }
 
+// killTree ends a stop; a variable for tests, which see the grace a stop
+// leaves the task's kill_signal.
+var killTree = (*supervisor.Handle).KillTree
+
 func (d *Driver) StopTask(id string, timeout time.Duration, signal string) error {
 	t := d.store.get(id)
 	if t == nil || t.exited() {
@@ -146,17 +151,28 @@ func (d *Driver) StopTask(id string, timeout time.Duration, signal string) error
 			sig = s
 		}
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+waitTimeout)
 	defer cancel()
+	checkpointed := false
 	if rt := d.rt.Load(); rt != nil && (t.ckpt != nil || d.metrics.exp.Enabled()) {
 		reason := d.stopReason(rt, t)
 		if t.ckpt != nil && !t.exited() {
-			timeout = t.ckpt.beforeStop(timeout, reason)
+			t.ckpt.beforeStop(start, timeout, reason)
+			checkpointed = true
 		} else {
 			go func() { d.countPreempted(t, <-reason) }()
 		}
 	}
-	return t.proc.KillTree(ctx, timeout, sig)
+	// The whole stop, the wait for a checkpoint included, has the task's
+	// kill_timeout: what the checkpoint took is not added to it.
+	err := killTree(t.proc, ctx, max(timeout-time.Since(start), 0), sig)
+	if checkpointed {
+		// The checkpoint taken before the kill is made durable while the
+		// task stops; the stop is over when it is (or has failed).
+		t.ckpt.settle(ctx)
+	}
+	return err
 }
 
 func (d *Driver) DestroyTask(id string, force bool) error {

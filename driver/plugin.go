@@ -96,6 +96,9 @@ type runtimeState struct {
 	watch *gpuwatch.Watchdog
 	caps  *migcaps.Registry
 	ckpt  *checkpoint.Store
+	// markers tells when tasks mark checkpoints complete; nil without
+	// inotify, where the driver only looks for the markers.
+	markers *checkpoint.Markers
 	// nomad reads why allocations stop, and which allocation a
 	// replacement takes over from; it writes nothing.
 	nomad *preemption.Client
@@ -278,7 +281,14 @@ func (d *Driver) runtime() (*runtimeState, error) {
 		// Works, at about 18 MiB resident per task instead of 4.5 MiB.
 		d.logger.Warn("no "+SupervisorBinary+" installed (looked in "+SupervisorDir+" and beside the driver, and supervisor_binary is unset); the driver binary supervises tasks itself, using more memory per task", "supervisor", sup)
 	}
-	rt := &runtimeState{mps: m, caps: caps, ckpt: store, nomad: nomad}
+	markers, err := newMarkers()
+	if err != nil {
+		markers = nil
+		d.logger.Warn("no inotify: the driver looks for checkpoint commit markers every "+commitPoll.String()+" ("+commitPollStop.String()+" while a stop waits), so a stopping task works on a little longer after its commit", "error", err)
+	} else {
+		go func() { <-d.ctx.Done(); markers.Close() }()
+	}
+	rt := &runtimeState{mps: m, caps: caps, ckpt: store, markers: markers, nomad: nomad}
 	rt.watch = gpuwatch.New(inventorySource{d}, cfg.WatchdogInterval, d.logger.Named("watchdog"), d.onViolation)
 	d.reconcile(rt)
 	go m.Run(d.ctx, func(gpuUUID, msg string) {
@@ -388,6 +398,10 @@ func cgroupName(cfg *drivers.TaskConfig) string {
 // capsDir holds the MIG capability device nodes (/dev/nvidia-caps/nvidia-capN)
 // that gate access to a GPU and compute instance; a variable for tests.
 var capsDir = "/dev/nvidia-caps"
+
+// newMarkers opens the inotify instance that sees tasks' commit markers; a
+// variable for tests, which play a node without inotify.
+var newMarkers = checkpoint.NewMarkers
 
 // waitTimeout bounds operations that must not hang an RPC.
 const waitTimeout = 30 * time.Second

@@ -322,7 +322,7 @@ func (d *Driver) track(rt *runtimeState, t *task) {
 	d.metrics.started(t)
 	d.watchTask(rt, t)
 	if t.ckpt != nil {
-		go t.ckpt.watch(d.ctx)
+		go t.ckpt.watch(d.ctx, rt.markers)
 	}
 	go d.waitExit(rt, t)
 }

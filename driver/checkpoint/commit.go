@@ -45,6 +45,26 @@ func (r *Run) CommitRequested() bool {
 // committed and only what follows the commit (sealing it, the fresh
 // staging directory, pruning) failed; the next Prepare finishes sealing.
 func (s *Store) Commit(r *Run, trigger string, keep int) (*Generation, error) {
+	return s.CommitWith(r, keep, CommitHooks{Trigger: func() string { return trigger }})
+}
+
+// CommitHooks are what CommitWith tells its caller, and asks of it, on the
+// way.
+type CommitHooks struct {
+	// Taken, if set, is called once the checkpoint is frozen and its
+	// marker removed: nothing the task does from then on changes what is
+	// committed, so a stop waiting for the commit may go on while the
+	// checkpoint is checked and made durable. The commit may still fail
+	// or be refused after it.
+	Taken func()
+	// Trigger says why the checkpoint was taken. It is called after
+	// Taken, when the trigger is recorded, so a caller still learning it
+	// (a stop's reason comes from the Nomad API) holds up nothing before.
+	Trigger func() string
+}
+
+// CommitWith is Commit, with hooks.
+func (s *Store) CommitWith(r *Run, keep int, h CommitHooks) (*Generation, error) {
 	if r == nil || r.store != s {
 		return nil, errors.New("checkpoint: the run was not prepared by this store")
 	}
@@ -100,6 +120,9 @@ func (s *Store) Commit(r *Run, trigger string, keep int) (*Generation, error) {
 		return nil, fmt.Errorf("checkpoint: removing %s: %w", CommitMarker, err)
 	}
 	s.at("marker-removed")
+	if h.Taken != nil {
+		h.Taken()
+	}
 	m, err := collect(top, r.uid, s.at)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %s not committed: %w", r.Staging, err)
@@ -108,8 +131,10 @@ func (s *Store) Commit(r *Run, trigger string, keep int) (*Generation, error) {
 	if m.Seq, err = nextSeq(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
+	if h.Trigger != nil {
+		m.Trigger = h.Trigger()
+	}
 	m.CommittedAt = time.Now().UTC().Round(0)
-	m.Trigger = trigger
 	gdir := filepath.Join(dir, genName(m.Seq))
 	mpath = gdir + manifestSuffix
 	if err := writeManifest(mpath, m); err != nil {

@@ -49,7 +49,9 @@
 //  1. Freeze: the staging directory becomes root's, 0700, so the task can
 //     no longer change what is read. Left: a root-owned staging
 //     directory, discarded like any other staging directory.
-//  2. Remove COMMIT. Left: the same.
+//  2. Remove COMMIT. Left: the same. From here on nothing the task does
+//     changes what is committed: CommitWith tells its caller so (Taken),
+//     and a stop need not wait for the steps after to stop the task.
 //  3. Walk the staging directory: refuse what is not a regular file or
 //     directory of the task's uid, hash every file, fsync every file and
 //     then every directory below its contents. Nothing is changed yet, so
