@@ -176,8 +176,11 @@ func cpuTimes(t testing.TB) (busy, total uint64) {
 // often its sleep is killed. (Before, a request in the first milliseconds
 // killed the task before it logged restored=, and every later one killed
 // its sleep, so that it ended as if done right after its commit and never
-// logged stopped=: no commit-to-exit gap was ever measured.) It is
-// quoted into the jobspec's HCL: no "${" or "%{" in it.
+// logged stopped=: no commit-to-exit gap was ever measured.) The driver
+// stops the task as soon as it sees the commit marker, which may be before
+// the line after it runs: the stop's trap logs the commit marked (m) that
+// ck had no time to log. It is quoted into the jobspec's HCL: no "${" or
+// "%{" in it.
 const replayScript = `trap 'asked=1' USR1
 done=0
 if [ -n "$NOMAD_GPU_RESTORE_DIR" ] && [ -f "$NOMAD_GPU_RESTORE_DIR/done" ]; then read -r done < "$NOMAD_GPU_RESTORE_DIR/done"; fi
@@ -185,9 +188,9 @@ echo "restored=$done"
 now() { t=; while [ -z "$t" ]; do t=$(date +%s%3N); done; }
 now; start=$t
 sofar() { now; d=$((done + t - start)); }
-ck() { sofar; echo $d > "$NOMAD_GPU_CHECKPOINT_DIR/done"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$d"; }
+ck() { sofar; echo $d > "$NOMAD_GPU_CHECKPOINT_DIR/done"; m=$d; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$m"; m=; }
 trap ck USR1
-trap 'sofar; echo "stopped=$d"; exit 0' INT TERM
+trap 'sofar; [ -z "$m" ] || echo "committed=$m"; echo "stopped=$d"; exit 0' INT TERM
 [ -z "$asked" ] || ck
 left=$((WORK - done))
 if [ $left -gt 0 ]; then
@@ -421,6 +424,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		res.Jobs = append(res.Jobs, rec)
 	}
 	res.Notes = append(res.Notes, rc.notes()...)
+	res.Incomplete = rc.incomplete
 	res.Distortion.StartP50, res.Distortion.StartP95, res.Distortion.StartP99 = quantileOf(rc.starts, 0.5), quantileOf(rc.starts, 0.95), quantileOf(rc.starts, 0.99)
 	res.Distortion.PreemptP50 = median(rc.preempts)
 	if d := median(rc.places) + median(rc.starts); d > 0 {
@@ -741,6 +745,8 @@ type recordCollector struct {
 	// task died without handling its stop: its progress since its last
 	// checkpoint is counted lost).
 	oom, silent int
+	// incomplete is the silent runs' evidence.
+	incomplete []tracereplay.IncompleteRecord
 }
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
@@ -787,7 +793,7 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 		// only: read the stopped run's and its successor's.
 		prevStopped := len(rec.Runs) > 0 && rec.Runs[len(rec.Runs)-1].Interrupted()
 		if run.Interrupted() || prevStopped {
-			rc.progress(a.ID, &run)
+			rc.progress(rec.ID, a.ID, &run)
 		}
 		if run.Interrupted() {
 			rc.preempted++
@@ -797,7 +803,7 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 }
 
 // progress reads the run's checkpoint record from its task's log.
-func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
+func (rc *recordCollector) progress(job, allocID string, run *tracereplay.Run) {
 	logs, err := rc.c.TryAllocLogs(allocID, "t", "stdout")
 	if err != nil {
 		if run.Interrupted() {
@@ -813,7 +819,35 @@ func (rc *recordCollector) progress(allocID string, run *tracereplay.Run) {
 	_, committed := logValue(logs, "committed")
 	if run.Interrupted() && !stopped && !committed {
 		rc.silent++
+		rc.incomplete = append(rc.incomplete, incompleteEvidence(rc.c, job, allocID, run.Node, logs))
 	}
+}
+
+// incompleteEvidence is an incomplete record's: the task's log and
+// events, and the lines of its node's agent log naming the allocation
+// (none when its node is gone).
+func incompleteEvidence(c *cluster.Cluster, job, allocID, node, logs string) tracereplay.IncompleteRecord {
+	rec := tracereplay.IncompleteRecord{Job: job, Alloc: allocID, Node: node, TaskLog: logs}
+	if a, _, err := c.API().Allocations().Info(allocID, nil); err == nil && a.TaskStates["t"] != nil {
+		var events []string
+		for _, e := range a.TaskStates["t"].Events {
+			events = append(events, fmt.Sprintf("%s %s: %s", time.Unix(0, e.Time).UTC().Format("15:04:05.000"), e.Type, e.DisplayMessage))
+		}
+		rec.Events = strings.Join(events, "\n")
+	}
+	for _, agent := range c.Clients() {
+		if agent.Name() != node {
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(agent.CurrentLog(), "\n") {
+			if strings.Contains(l, allocID) {
+				lines = append(lines, l)
+			}
+		}
+		rec.AgentLog = strings.Join(lines, "\n")
+	}
+	return rec
 }
 
 // readProgress fills the run's progress from its task's log: restored=,
@@ -881,7 +915,7 @@ func (rc *recordCollector) notes() []string {
 		notes = append(notes, fmt.Sprintf("%d tasks were killed for memory (the kernel's OOM killer)", rc.oom))
 	}
 	if rc.silent > 0 {
-		notes = append(notes, fmt.Sprintf("%d preempted or moved runs logged neither a commit nor a stop: their tasks died without handling the stop, and their progress since their last checkpoint counts as lost", rc.silent))
+		notes = append(notes, fmt.Sprintf("%d preempted or moved runs logged neither a commit nor a stop: their tasks died without handling the stop, and their progress since their last checkpoint counts as lost (evidence in %s)", rc.silent, report.IncompleteFile))
 	}
 	if rc.untold > 0 {
 		notes = append(notes, fmt.Sprintf("%d runs around preemptions were stopped before their task logged its restore: the preemptions before and after each count no lost work, so lost work is a lower bound", rc.untold))

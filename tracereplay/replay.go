@@ -481,6 +481,19 @@ type Result struct {
 	// those where the free whole GPUs of the nodes it may use added up to its
 	// ask: the only rounds a move can serve (the rest wait for capacity).
 	MoveLooks MoveLooks `json:",omitzero"`
+	// Incomplete is the evidence a real run kept of each interrupted run
+	// whose task's log tells neither a commit nor a stop, so that its
+	// cause can be named.
+	Incomplete []IncompleteRecord `json:",omitempty"`
+}
+
+// IncompleteRecord is one interrupted run whose task's log tells neither
+// a commit nor a stop: its task's log and events, and the lines of its
+// node's agent log (the agent's, the driver's and the supervisor's) that
+// name its allocation.
+type IncompleteRecord struct {
+	Job, Alloc, Node          string
+	TaskLog, Events, AgentLog string
 }
 
 // MoveLooks are Result.MoveLooks.

@@ -388,6 +388,46 @@ func TestWriteEdges(t *testing.T) {
 	}
 }
 
+// A real run's incomplete records get a file of their evidence; a run
+// without any gets none.
+func TestWriteIncomplete(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		incomplete []tracereplay.IncompleteRecord
+		want       []string // in the file; nil: no file
+	}{
+		{name: "none"},
+		{name: "one", incomplete: []tracereplay.IncompleteRecord{{Job: "philly-1", Alloc: "a1b2", Node: "gpu-2",
+			TaskLog: "restored=2881\n", Events: "13:00:01.000 Killing: Sent interrupt", AgentLog: "[INFO] client: alloc a1b2 killed"}},
+			want: []string{"## real: job philly-1, allocation a1b2 on gpu-2", "restored=2881", "Sent interrupt", "alloc a1b2 killed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := sampleRun(true)
+			run.Real[0].Config.Name = "real"
+			run.Real[0].Incomplete = tc.incomplete
+			dir := t.TempDir()
+			if err := Write(dir, run); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, IncompleteFile))
+			if tc.want == nil {
+				if err == nil {
+					t.Errorf("%s written with no incomplete record", IncompleteFile)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(b), w) {
+					t.Errorf("%s lacks %q:\n%s", IncompleteFile, w, b)
+				}
+			}
+		})
+	}
+}
+
 // Layout changes are counted per direction; a configuration with layouts
 // whose engine did not record them says so, one without changes none.
 func TestLayoutChangeRows(t *testing.T) {

@@ -149,7 +149,32 @@ func Write(dir string, run Run) error {
 		}
 	}
 	writeNotes(&b, run)
+	if err := writeIncomplete(dir, run.Real); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
+}
+
+// IncompleteFile is where Write puts the real runs' incomplete records.
+const IncompleteFile = "incomplete-records.md"
+
+// writeIncomplete writes dir/IncompleteFile with each incomplete record's
+// evidence, when a real result has any.
+func writeIncomplete(dir string, real []tracereplay.Result) error {
+	var b strings.Builder
+	for _, r := range real {
+		for _, in := range r.Incomplete {
+			fmt.Fprintf(&b, "## %s: job %s, allocation %s on %s\n\n", r.Config.Name, in.Job, in.Alloc, in.Node)
+			for _, part := range []struct{ name, text string }{{"Task log", in.TaskLog}, {"Task events", in.Events}, {"Agent log lines", in.AgentLog}} {
+				fmt.Fprintf(&b, "%s:\n\n```\n%s\n```\n\n", part.name, strings.TrimSpace(part.text))
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	head := "# Incomplete records\n\nInterrupted runs whose task logged neither a commit nor a stop, with the evidence the real run kept.\n\n"
+	return os.WriteFile(filepath.Join(dir, IncompleteFile), []byte(head+b.String()), 0o644)
 }
 
 const definitions = `How each figure is computed (package tracereplay/figures; all times trace time, over [0, horizon]):
