@@ -1,0 +1,379 @@
+package nomadview
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// The allocations are the one list that changes all the time: listed
+// with their resources and task states at every change, 10,000 of them
+// cost Nomad's servers a gigabyte a minute. So the Allocs watch lists
+// them once and then follows Nomad's event stream (topic Allocation),
+// which carries each changed allocation whole but for its job, applying
+// each to its own copy of the list; the Finished watch lists again only
+// when the stream saw a terminal allocation change. Where the stream is
+// refused (the event broker off, a token that may not read every
+// namespace the watcher reads) both go back to blocking lists for a
+// while.
+
+const (
+	// streamIdle is how long a stream may stay silent: Nomad sends a
+	// heartbeat every 30s.
+	streamIdle = 75 * time.Second
+	// streamRetry is how long the watches list instead once Nomad
+	// refused the stream.
+	streamRetry = 5 * time.Minute
+	// streamStable is how long a stream must have lasted for the next
+	// one to start without backing off.
+	streamStable = time.Minute
+)
+
+// errStreamRefused is a stream that ended before its first frame.
+var errStreamRefused = errors.New("event stream refused")
+
+// allocFeed is what the Allocs watch tells the Finished watch: whether it
+// follows the stream, and a count that moves whenever the stream saw a
+// terminal allocation change or began or stopped being followed.
+//
+// Locks: mu guards all of it.
+type allocFeed struct {
+	mu        sync.Mutex
+	following bool
+	seq       uint64
+	wake      chan struct{} // closed and replaced when seq moves
+}
+
+func newAllocFeed() *allocFeed { return &allocFeed{wake: make(chan struct{})} }
+
+// moved sets following and moves the count.
+func (f *allocFeed) moved(following bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.following = following
+	f.seq++
+	close(f.wake)
+	f.wake = make(chan struct{})
+}
+
+func (f *allocFeed) state() (following bool, seq uint64, wake <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.following, f.seq, f.wake
+}
+
+// runAllocs keeps the Allocs watch fresh: a list, then the event stream
+// from the list's index until it ends or Resync passes, then again; a
+// refused stream makes it list by blocking queries for streamRetry.
+func (w *Watcher) runAllocs(l *lister) {
+	var listUntil time.Time
+	backoff := time.Second
+	for {
+		if time.Now().Before(listUntil) {
+			if _, alive := l.once(); !alive {
+				return
+			}
+			continue
+		}
+		l.index = 0
+		listed, alive := l.once()
+		if !alive {
+			return
+		}
+		if !listed {
+			continue
+		}
+		stub, _, _, _ := l.wt.state()
+		start := time.Now()
+		err := w.follow(l, stub.([]*api.AllocationListStub), l.index)
+		switch {
+		case w.ctx.Err() != nil:
+			return
+		case errors.Is(err, errStreamRefused):
+			w.cfg.Log.Warn("nomad event stream refused; listing allocations instead", "error", err, "retry_in", streamRetry)
+			listUntil = time.Now().Add(streamRetry)
+		case err != nil:
+			if time.Since(start) > streamStable {
+				backoff = time.Second
+			}
+			w.cfg.Log.Warn("nomad event stream ended; listing allocations again", "error", err, "retry_in", backoff)
+			if !sleepCtx(w.ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}
+}
+
+// runFinished keeps the Finished watch fresh: while the allocations
+// follow the stream it lists when the stream saw a terminal allocation
+// change, else by blocking queries.
+func (w *Watcher) runFinished(l *lister) {
+	var seen uint64
+	for {
+		following, seq, wake := w.feed.state()
+		switch {
+		case !following:
+		case seq == seen && !l.first:
+			select {
+			case <-wake:
+				continue
+			case <-w.ctx.Done():
+				return
+			}
+		default:
+			l.index = 0
+		}
+		listed, alive := l.once()
+		if !alive {
+			return
+		}
+		if listed && following {
+			seen = seq
+		}
+	}
+}
+
+// streamFrame is one line of the event stream: a heartbeat ({}) or the
+// events of one raft index. Only the Allocation topic is asked for.
+type streamFrame struct {
+	Index  uint64
+	Events []struct {
+		Topic   string
+		Payload struct{ Allocation *api.Allocation }
+	}
+	err error
+}
+
+// follow applies the event stream from index to listed, publishing the
+// result at most once per MinRefresh, until the stream fails, Resync
+// passes (nil) or the Watcher closes.
+func (w *Watcher) follow(l *lister, listed []*api.AllocationListStub, index uint64) error {
+	ctx, cancel := context.WithCancel(w.ctx)
+	frames, done, err := w.subscribe(ctx, index)
+	defer func() { cancel(); <-done }()
+	if err != nil {
+		return err
+	}
+	st := newAllocState(listed)
+	w.feed.moved(true)
+	defer w.feed.moved(false)
+	idle, resync := time.NewTimer(streamIdle), time.NewTimer(w.cfg.Resync)
+	defer idle.Stop()
+	defer resync.Stop()
+	pub := time.NewTimer(0)
+	<-pub.C
+	var lastPub time.Time
+	framed, pending := false, false
+	for {
+		select {
+		case f := <-frames:
+			switch {
+			case f.err != nil && !framed:
+				return fmt.Errorf("%w: %v", errStreamRefused, f.err)
+			case f.err != nil:
+				return f.err
+			}
+			framed = true
+			idle.Reset(streamIdle)
+			changed, finished, err := w.applyFrame(ctx, st, f)
+			if err != nil {
+				return err
+			}
+			if finished {
+				w.feed.moved(true)
+			}
+			if changed && !pending {
+				pending = true
+				pub.Reset(w.cfg.MinRefresh - time.Since(lastPub))
+			}
+		case <-pub.C:
+			pending, lastPub = false, time.Now()
+			l.publish(st.list(), true)
+		case <-idle.C:
+			return fmt.Errorf("no event stream frame for %s", streamIdle)
+		case <-resync.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// subscribe opens the event stream of allocations from index and decodes
+// its frames into the channel until ctx ends or the stream fails (a
+// frame with err, the last); done closes when the decoding stops.
+func (w *Watcher) subscribe(ctx context.Context, index uint64) (<-chan streamFrame, <-chan struct{}, error) {
+	done := make(chan struct{})
+	q := &api.QueryOptions{Namespace: w.cfg.Namespace, Params: map[string]string{
+		"index": strconv.FormatUint(index, 10), "topic": string(api.TopicAllocation) + ":*"}}
+	w.cfg.OnCall(EndpointEvents)
+	body, err := w.cl.Raw().Response("/v1/event/stream", q.WithContext(ctx))
+	if err != nil {
+		close(done)
+		return nil, done, fmt.Errorf("%w: %v", errStreamRefused, err)
+	}
+	frames := make(chan streamFrame)
+	go func() {
+		defer close(done)
+		defer body.Close()
+		dec := json.NewDecoder(body)
+		for {
+			var f streamFrame
+			if err := dec.Decode(&f); err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF // the stream never ends by itself
+				}
+				f = streamFrame{err: err}
+			}
+			select {
+			case frames <- f:
+			case <-ctx.Done():
+				return
+			}
+			if f.err != nil {
+				return
+			}
+		}
+	}()
+	return frames, done, nil
+}
+
+// applyFrame applies a frame's allocations to st. It reads by ID an
+// allocation new to st whose job's type st does not know (the stream
+// leaves the job out).
+func (w *Watcher) applyFrame(ctx context.Context, st *allocState, f streamFrame) (changed, finished bool, err error) {
+	for _, e := range f.Events {
+		a := e.Payload.Allocation
+		if e.Topic != string(api.TopicAllocation) || a == nil {
+			continue
+		}
+		if live(a.ClientStatus) && st.allocs[a.ID] == nil && st.jobTypes[jobOf(a)] == "" {
+			if a, err = w.readAlloc(ctx, a.ID); err != nil {
+				return changed, finished, err
+			}
+			if a == nil {
+				continue // gone already
+			}
+		}
+		c, fin := st.apply(a)
+		changed, finished = changed || c, finished || fin
+	}
+	return changed, finished, nil
+}
+
+// readAlloc reads an allocation with its job; nil when it is gone.
+func (w *Watcher) readAlloc(ctx context.Context, id string) (*api.Allocation, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
+	defer cancel()
+	w.cfg.OnCall(EndpointAlloc)
+	a, _, err := w.cl.Allocations().Info(id, (&api.QueryOptions{Namespace: w.cfg.Namespace}).WithContext(ctx))
+	switch {
+	case IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("allocation %s: %w", id, err)
+	}
+	return a, nil
+}
+
+func live(clientStatus string) bool {
+	return clientStatus == api.AllocClientStatusPending || clientStatus == api.AllocClientStatusRunning
+}
+
+func terminal(clientStatus string) bool {
+	switch clientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+func jobOf(a *api.Allocation) JobKey { return JobKey{Namespace: a.Namespace, ID: a.JobID} }
+
+// allocState is the Allocs watch's copy of the pending and running
+// allocations while it follows the stream; it belongs to that goroutine.
+// Its stubs are never changed once in it: an event replaces them.
+type allocState struct {
+	allocs   map[string]*api.AllocationListStub
+	jobTypes map[JobKey]string // the type of each job with allocations in allocs
+	jobRefs  map[JobKey]int    // how many
+}
+
+func newAllocState(listed []*api.AllocationListStub) *allocState {
+	st := &allocState{allocs: make(map[string]*api.AllocationListStub, len(listed)),
+		jobTypes: map[JobKey]string{}, jobRefs: map[JobKey]int{}}
+	for _, a := range listed {
+		if a != nil {
+			st.put(a)
+		}
+	}
+	return st
+}
+
+func (st *allocState) put(a *api.AllocationListStub) {
+	k := JobKey{Namespace: a.Namespace, ID: a.JobID}
+	if old := st.allocs[a.ID]; old != nil {
+		st.drop(old)
+	}
+	st.allocs[a.ID] = a
+	st.jobRefs[k]++
+	if a.JobType != "" {
+		st.jobTypes[k] = a.JobType
+	}
+}
+
+func (st *allocState) drop(a *api.AllocationListStub) {
+	k := JobKey{Namespace: a.Namespace, ID: a.JobID}
+	delete(st.allocs, a.ID)
+	if st.jobRefs[k]--; st.jobRefs[k] <= 0 {
+		delete(st.jobRefs, k)
+		delete(st.jobTypes, k)
+	}
+}
+
+// apply takes one allocation as the stream (or a read) carries it: a
+// pending or running one replaces its stub, any other leaves the list.
+// It ignores an allocation older than the stub it holds. finished says
+// it was terminal.
+func (st *allocState) apply(a *api.Allocation) (changed, finished bool) {
+	old := st.allocs[a.ID]
+	if old != nil && a.ModifyIndex < old.ModifyIndex {
+		return false, false
+	}
+	finished = terminal(a.ClientStatus)
+	if !live(a.ClientStatus) {
+		if old != nil {
+			st.drop(old)
+		}
+		return old != nil, finished
+	}
+	s := a.Stub()
+	s.AllocatedResources, s.JobVersion = a.AllocatedResources, 0
+	if s.JobType == "" {
+		s.JobType = st.jobTypes[jobOf(a)]
+	}
+	st.put(s)
+	return true, finished
+}
+
+// list is the allocations as Nomad lists them: by create index, then ID.
+func (st *allocState) list() []*api.AllocationListStub {
+	out := make([]*api.AllocationListStub, 0, len(st.allocs))
+	for _, a := range st.allocs {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b *api.AllocationListStub) int {
+		return cmp.Or(cmp.Compare(a.CreateIndex, b.CreateIndex), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
