@@ -16,8 +16,9 @@ import (
 // fakeNomad is a Nomad HTTP API as the controller uses it: the allocation
 // and job lists it watches (blocking queries on their table's index, as
 // Nomad's), job reads and registrations, and variables (the leader lock
-// and the priority ledger). It counts every request and the bytes of
-// every response, by endpoint.
+// and the priority ledger), the event stream of allocations and reads of
+// one allocation. It counts every request and the bytes of every
+// response, by endpoint.
 type fakeNomad struct {
 	mu       sync.Mutex
 	wake     chan struct{} // closed and replaced when an index moves
@@ -31,10 +32,13 @@ type fakeNomad struct {
 	vars     map[string]*api.Variable
 	bodies   map[string]cachedBody // list → its body at an index
 	starting []*api.AllocationListStub
+	frames   []eventFrame // the event stream's buffer, oldest first
 
 	changes int
 	calls   map[string]int
 	bytes   int64
+	bytesBy map[string]int64 // by endpoint
+	first   map[string]int64 // the bytes of each endpoint's first answer
 
 	// registerFault fails the job registrations, to play a leader that
 	// dies while it makes one.
@@ -64,7 +68,7 @@ type cachedBody struct {
 func newFakeNomad() *fakeNomad {
 	return &fakeNomad{wake: make(chan struct{}), allocIdx: 1, jobIdx: 1, varIdx: 1,
 		jobs: map[string]*api.JobListStub{}, vars: map[string]*api.Variable{},
-		bodies: map[string]cachedBody{}, calls: map[string]int{}}
+		bodies: map[string]cachedBody{}, calls: map[string]int{}, bytesBy: map[string]int64{}, first: map[string]int64{}}
 }
 
 // moved wakes the blocking queries; the caller holds mu.
@@ -79,6 +83,10 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p == "/v1/allocations" && r.Method == http.MethodGet:
 		f.serveAllocs(cw, r)
+	case isEventStream(r):
+		f.serveEvents(cw, r)
+	case strings.HasPrefix(p, "/v1/allocation/") && r.Method == http.MethodGet:
+		f.readAlloc(cw, strings.TrimPrefix(p, "/v1/allocation/"))
 	case p == "/v1/jobs" && r.Method == http.MethodGet:
 		f.serveList(cw, r, "jobs", &f.jobIdx, f.jobStubs)
 	case p == "/v1/jobs":
@@ -93,8 +101,13 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(cw, "the fake does not serve "+r.Method+" "+p, http.StatusNotFound)
 	}
 	f.mu.Lock()
-	f.calls[endpointOf(r)]++
+	e := endpointOf(r)
+	if f.calls[e] == 0 {
+		f.first[e] = cw.n
+	}
+	f.calls[e]++
 	f.bytes += cw.n
+	f.bytesBy[e] += cw.n
 	f.mu.Unlock()
 }
 
@@ -108,6 +121,8 @@ func endpointOf(r *http.Request) string {
 		return "GET /v1/allocations (live)"
 	case strings.HasPrefix(p, "/v1/job/"):
 		return r.Method + " /v1/job/:id"
+	case strings.HasPrefix(p, "/v1/allocation/"):
+		return r.Method + " /v1/allocation/:id"
 	case strings.HasPrefix(p, "/v1/var/"+LedgerPrefix):
 		return r.Method + " /v1/var/ (ledger)"
 	case strings.HasPrefix(p, "/v1/var/"):
@@ -130,6 +145,9 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 	w.n += int64(n)
 	return n, err
 }
+
+// Unwrap lets http.ResponseController flush the stream.
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // The watcher's filters, the only ones the fake answers.
 const (
