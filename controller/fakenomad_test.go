@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +118,8 @@ func endpointOf(r *http.Request) string {
 	switch {
 	case p == "/v1/allocations" && q.Get("reverse") == "true":
 		return "GET /v1/allocations (finished)"
+	case p == "/v1/allocations" && q.Has("per_page"):
+		return "GET /v1/allocations (live page)"
 	case p == "/v1/allocations":
 		return "GET /v1/allocations (live)"
 	case strings.HasPrefix(p, "/v1/job/"):
@@ -158,13 +161,36 @@ const (
 func (f *fakeNomad) serveAllocs(w http.ResponseWriter, r *http.Request) {
 	switch q := r.URL.Query(); q.Get("filter") {
 	case liveFilter:
-		f.serveList(w, r, "live", &f.allocIdx, func() any { return f.live })
+		if q.Get("per_page") == "" {
+			f.serveList(w, r, "live", &f.allocIdx, func() any { return f.live })
+			return
+		}
+		n, _ := strconv.Atoi(q.Get("per_page"))
+		f.serveList(w, r, "live page", &f.allocIdx, func() any { return page(f.live, n, q) })
 	case finishedFilter:
 		n, _ := strconv.Atoi(q.Get("per_page"))
 		f.serveList(w, r, "finished", &f.allocIdx, func() any { return newestFirst(f.finished, n) })
 	default:
 		http.Error(w, fmt.Sprintf("the fake does not filter by %q", q.Get("filter")), http.StatusBadRequest)
 	}
+}
+
+// page is the first n allocations as Nomad lists them, with their
+// resources only when asked for and their task states unless asked not
+// to. (The fake lists in its own order, not Nomad's create index's.)
+func page(as []*api.AllocationListStub, n int, q url.Values) []*api.AllocationListStub {
+	out := make([]*api.AllocationListStub, 0, min(n, len(as)))
+	for _, a := range as[:min(n, len(as))] {
+		c := *a
+		if q.Get("resources") != "true" {
+			c.AllocatedResources = nil
+		}
+		if q.Get("task_states") == "false" {
+			c.TaskStates = nil
+		}
+		out = append(out, &c)
+	}
+	return out
 }
 
 func newestFirst(as []*api.AllocationListStub, n int) []*api.AllocationListStub {

@@ -20,7 +20,8 @@ import (
 // cost Nomad's servers a gigabyte a minute. So the Allocs watch lists
 // them once and then follows Nomad's event stream (topic Allocation),
 // which carries each changed allocation whole but for its job, applying
-// each to its own copy of the list; the Finished watch lists again only
+// each to its own copy of the list (the stream is opened first, so no
+// change falls between the two); the Finished watch lists again only
 // when the stream saw a terminal allocation change. Where the stream is
 // refused (the event broker off, a token that may not read every
 // namespace the watcher reads) both go back to blocking lists for a
@@ -71,9 +72,9 @@ func (f *allocFeed) state() (following bool, seq uint64, wake <-chan struct{}) {
 	return f.following, f.seq, f.wake
 }
 
-// runAllocs keeps the Allocs watch fresh: a list, then the event stream
-// from the list's index until it ends or Resync passes, then again; a
-// refused stream makes it list by blocking queries for streamRetry.
+// runAllocs keeps the Allocs watch fresh by the event stream
+// (streamAllocs) until it ends or Resync passes, then again; a refused
+// stream makes it list by blocking queries for streamRetry.
 func (w *Watcher) runAllocs(l *lister) {
 	var listUntil time.Time
 	backoff := time.Second
@@ -84,17 +85,8 @@ func (w *Watcher) runAllocs(l *lister) {
 			}
 			continue
 		}
-		l.index = 0
-		listed, alive := l.once()
-		if !alive {
-			return
-		}
-		if !listed {
-			continue
-		}
-		stub, _, _, _ := l.wt.state()
 		start := time.Now()
-		err := w.follow(l, stub.([]*api.AllocationListStub), l.index)
+		err := w.streamAllocs(l)
 		switch {
 		case w.ctx.Err() != nil:
 			return
@@ -112,6 +104,56 @@ func (w *Watcher) runAllocs(l *lister) {
 			backoff = min(2*backoff, 30*time.Second)
 		}
 	}
+}
+
+// streamAllocs opens the event stream at the allocations' index before
+// it lists them, so that no change falls between the list and the
+// stream, then follows the stream from the list's index.
+func (w *Watcher) streamAllocs(l *lister) error {
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	from, err := w.allocIndex(ctx)
+	if err != nil {
+		return err
+	}
+	frames, done, err := w.subscribe(ctx, from)
+	defer func() { cancel(); <-done }()
+	if err != nil {
+		return err
+	}
+	select { // Nomad's first frame, a heartbeat, says it subscribed
+	case f := <-frames:
+		if f.err != nil {
+			return fmt.Errorf("%w: %v", errStreamRefused, f.err)
+		}
+	case <-time.After(streamIdle):
+		return fmt.Errorf("%w: no first frame in %s", errStreamRefused, streamIdle)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	l.index = 0
+	listed, alive := l.once()
+	switch {
+	case !alive:
+		return ctx.Err()
+	case !listed:
+		return fmt.Errorf("list %s failed", Allocs)
+	}
+	data, _, _, _ := l.wt.state()
+	stubs, _ := data.([]*api.AllocationListStub)
+	return w.follow(ctx, l, frames, newAllocState(stubs), l.index)
+}
+
+// allocIndex is the allocations table's index, read by a list of one.
+func (w *Watcher) allocIndex(ctx context.Context) (uint64, error) {
+	q := (&api.QueryOptions{Namespace: w.cfg.Namespace, PerPage: 1, Filter: allocFilter,
+		Params: map[string]string{"task_states": "false"}}).WithContext(ctx)
+	w.cfg.OnCall(EndpointAllocs)
+	_, meta, err := w.cl.Allocations().List(q)
+	if err != nil {
+		return 0, fmt.Errorf("allocations index: %w", err)
+	}
+	return lastIndex(meta), nil
 }
 
 // runFinished keeps the Finished watch fresh: while the allocations
@@ -154,37 +196,28 @@ type streamFrame struct {
 	err error
 }
 
-// follow applies the event stream from index to listed, publishing the
-// result at most once per MinRefresh, until the stream fails, Resync
-// passes (nil) or the Watcher closes.
-func (w *Watcher) follow(l *lister, listed []*api.AllocationListStub, index uint64) error {
-	ctx, cancel := context.WithCancel(w.ctx)
-	frames, done, err := w.subscribe(ctx, index)
-	defer func() { cancel(); <-done }()
-	if err != nil {
-		return err
-	}
-	st := newAllocState(listed)
+// follow applies the stream's frames after index (the list's) to st,
+// publishing the result at most once per MinRefresh, until the stream
+// fails, Resync passes (nil) or ctx ends.
+func (w *Watcher) follow(ctx context.Context, l *lister, frames <-chan streamFrame, st *allocState, index uint64) error {
 	w.feed.moved(true)
 	defer w.feed.moved(false)
-	idle, resync := time.NewTimer(streamIdle), time.NewTimer(w.cfg.Resync)
+	idle, resync, pub := time.NewTimer(streamIdle), time.NewTimer(w.cfg.Resync), time.NewTimer(time.Hour)
 	defer idle.Stop()
 	defer resync.Stop()
-	pub := time.NewTimer(0)
-	<-pub.C
+	pub.Stop()
 	var lastPub time.Time
-	framed, pending := false, false
+	pending := false
 	for {
 		select {
 		case f := <-frames:
-			switch {
-			case f.err != nil && !framed:
-				return fmt.Errorf("%w: %v", errStreamRefused, f.err)
-			case f.err != nil:
+			if f.err != nil {
 				return f.err
 			}
-			framed = true
 			idle.Reset(streamIdle)
+			if f.Index <= index {
+				continue // in the list already
+			}
 			changed, finished, err := w.applyFrame(ctx, st, f)
 			if err != nil {
 				return err
@@ -209,9 +242,10 @@ func (w *Watcher) follow(l *lister, listed []*api.AllocationListStub, index uint
 	}
 }
 
-// subscribe opens the event stream of allocations from index and decodes
-// its frames into the channel until ctx ends or the stream fails (a
-// frame with err, the last); done closes when the decoding stops.
+// subscribe opens the event stream of allocations from index (Nomad
+// starts at the first frame at or after it that it still holds) and
+// decodes its frames into the channel until ctx ends or the stream fails
+// (a frame with err, the last); done closes when the decoding stops.
 func (w *Watcher) subscribe(ctx context.Context, index uint64) (<-chan streamFrame, <-chan struct{}, error) {
 	done := make(chan struct{})
 	q := &api.QueryOptions{Namespace: w.cfg.Namespace, Params: map[string]string{
@@ -220,9 +254,13 @@ func (w *Watcher) subscribe(ctx context.Context, index uint64) (<-chan streamFra
 	body, err := w.cl.Raw().Response("/v1/event/stream", q.WithContext(ctx))
 	if err != nil {
 		close(done)
-		return nil, done, fmt.Errorf("%w: %v", errStreamRefused, err)
+		if StatusCode(err) != 0 { // Nomad answered, with no stream
+			err = fmt.Errorf("%w: %v", errStreamRefused, err)
+		}
+		return nil, done, err
 	}
-	frames := make(chan streamFrame)
+	// Frames wait here while the allocations are listed.
+	frames := make(chan streamFrame, 4096)
 	go func() {
 		defer close(done)
 		defer body.Close()

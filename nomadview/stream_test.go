@@ -79,6 +79,7 @@ type streamNomad struct {
 	wake     chan struct{}
 	refuse   bool
 	calls    map[string]int
+	onList   func() // called, once, before the first full list of the live allocations
 }
 
 func newStreamNomad() *streamNomad {
@@ -117,11 +118,18 @@ func (f *streamNomad) count(path string) int {
 }
 
 func (f *streamNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
 	q := r.URL.Query()
+	if on := f.onList; on != nil && q.Get("filter") == allocFilter && q.Get("per_page") == "" {
+		f.onList = nil
+		on()
+	}
+	f.mu.Lock()
 	key := r.URL.Path
 	if key == "/v1/allocations" {
 		key += "?" + q.Get("filter")
+		if pp := q.Get("per_page"); pp != "" && q.Get("filter") == allocFilter {
+			key += "&per_page=" + pp
+		}
 	}
 	f.calls[key]++
 	var v any
@@ -245,6 +253,9 @@ func TestAllocationsFollowTheEventStream(t *testing.T) {
 	if n := f.count("/v1/allocations?" + allocFilter); n != 1 {
 		t.Errorf("allocations listed %d times, want once", n)
 	}
+	if n := f.count("/v1/allocations?" + allocFilter + "&per_page=1"); n != 1 {
+		t.Errorf("allocations' index read %d times, want once, before the stream", n)
+	}
 }
 
 // TestRefusedStreamListsInstead: a stream that ends before its first
@@ -265,5 +276,40 @@ func TestRefusedStreamListsInstead(t *testing.T) {
 	waitFor(t, ctx, w, "the listed allocation", func(s *Snapshot) bool { return len(s.Allocs) == 1 })
 	if n := f.count("/v1/event/stream"); n != 1 {
 		t.Errorf("stream asked %d times, want once (then lists for a while)", n)
+	}
+}
+
+// TestNoChangeFallsBetweenTheListAndTheStream: the stream is open before
+// the list, so a change made while the list is read comes by the stream;
+// one the list already holds is not applied again.
+func TestNoChangeFallsBetweenTheListAndTheStream(t *testing.T) {
+	f := newStreamNomad()
+	a := &api.AllocationListStub{ID: "a", Namespace: "default", JobID: "train", JobType: "batch", ClientStatus: "running", CreateIndex: 5, ModifyIndex: 5}
+	f.live = []*api.AllocationListStub{a}
+	f.onList = func() {
+		f.push(streamed("b", "train", "pending", 11, 11)) // then b went, by no event of ours
+		f.mu.Lock()
+		f.index++
+		f.mu.Unlock()
+		go func() {
+			for f.count("/v1/allocations?"+allocFilter) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			f.push(streamed("c", "train", "pending", 13, 13)) // made while listing
+		}()
+	}
+	w := streamWatcher(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := w.Sync(ctx, Allocs); err != nil {
+		t.Fatal(err)
+	}
+	s := waitFor(t, ctx, w, "allocation c", func(s *Snapshot) bool { return len(s.Allocs) > 1 })
+	var ids []string
+	for _, x := range s.Allocs {
+		ids = append(ids, x.ID)
+	}
+	if fmt.Sprint(ids) != "[a c]" {
+		t.Errorf("allocations %v, want [a c]: b's event is older than the list", ids)
 	}
 }
