@@ -96,8 +96,7 @@ func (l *lister) once() (listed, alive bool) {
 		return false, false
 	}
 	if err != nil {
-		wt.fail(err)
-		wt.answer.Do(func() { close(wt.answered) })
+		l.fail(err)
 		w.cfg.Log.Warn("nomad list failed; retrying", "list", wt.list.String(), "error", err, "retry_in", l.backoff)
 		alive = sleepCtx(w.ctx, l.backoff)
 		l.backoff = min(2*l.backoff, 30*time.Second)
@@ -110,6 +109,12 @@ func (l *lister) once() (listed, alive bool) {
 	l.publish(data, l.first || idx != l.index)
 	l.index = max(idx, 1) // an index of 0 would not block
 	return true, sleepCtx(w.ctx, l.minRefresh-time.Since(start))
+}
+
+// fail records a failed list: Health reports it, Answer returns it.
+func (l *lister) fail(err error) {
+	l.wt.fail(err)
+	l.wt.answer.Do(func() { close(l.wt.answered) })
 }
 
 // publish records a good list (or the stream's state of it), and when it

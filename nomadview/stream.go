@@ -31,6 +31,9 @@ const (
 	// streamIdle is how long a stream may stay silent: Nomad sends a
 	// heartbeat every 30s.
 	streamIdle = 75 * time.Second
+	// streamFirst is how long Nomad may take to send its first frame, a
+	// heartbeat it sends as soon as it subscribed; the list waits for it.
+	streamFirst = 15 * time.Second
 	// streamRetry is how long the watches list instead once Nomad
 	// refused the stream.
 	streamRetry = 5 * time.Minute
@@ -114,11 +117,15 @@ func (w *Watcher) streamAllocs(l *lister) error {
 	defer cancel()
 	from, err := w.allocIndex(ctx)
 	if err != nil {
+		l.fail(err)
 		return err
 	}
 	frames, done, err := w.subscribe(ctx, from)
 	defer func() { cancel(); <-done }()
 	if err != nil {
+		if !errors.Is(err, errStreamRefused) {
+			l.fail(err) // Nomad unreachable
+		}
 		return err
 	}
 	select { // Nomad's first frame, a heartbeat, says it subscribed
@@ -126,8 +133,8 @@ func (w *Watcher) streamAllocs(l *lister) error {
 		if f.err != nil {
 			return fmt.Errorf("%w: %v", errStreamRefused, f.err)
 		}
-	case <-time.After(streamIdle):
-		return fmt.Errorf("%w: no first frame in %s", errStreamRefused, streamIdle)
+	case <-time.After(streamFirst):
+		return fmt.Errorf("%w: no first frame in %s", errStreamRefused, streamFirst)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

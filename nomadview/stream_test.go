@@ -313,3 +313,17 @@ func TestNoChangeFallsBetweenTheListAndTheStream(t *testing.T) {
 		t.Errorf("allocations %v, want [a c]: b's event is older than the list", ids)
 	}
 }
+
+// TestAnswerReportsAFailingAllocationsIndex: before the stream opens, a
+// Nomad that fails is the allocations list's failure, which Answer
+// reports (top does not wait it out).
+func TestAnswerReportsAFailingAllocationsIndex(t *testing.T) {
+	f := &fakeNomad{calls: map[string]int{}, fail: true}
+	w := startWatcher(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := w.Answer(ctx, Allocs)
+	if err == nil || !strings.Contains(err.Error(), "list allocations") || !strings.Contains(err.Error(), "500") {
+		t.Errorf("error %v, want the allocations' failure", err)
+	}
+}
