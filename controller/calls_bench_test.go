@@ -152,7 +152,7 @@ func (f *fakeNomad) change(now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.changes++
-	f.allocIdx++
+	f.allocIdx = f.next()
 	switch {
 	case f.changes%benchPreemptEvery == 0:
 		f.preempt(now)

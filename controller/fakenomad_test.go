@@ -23,9 +23,10 @@ import (
 type fakeNomad struct {
 	mu       sync.Mutex
 	wake     chan struct{} // closed and replaced when an index moves
+	raft     uint64        // the last raft index, which the allocations' and jobs' are drawn from
 	allocIdx uint64        // the allocations table's index
 	jobIdx   uint64        // the jobs table's
-	varIdx   uint64        // the variables table's
+	varIdx   uint64        // the variables table's, counted apart (they are not streamed)
 
 	live     []*api.AllocationListStub // pending and running
 	finished []*api.AllocationListStub // newest last
@@ -67,9 +68,15 @@ type cachedBody struct {
 }
 
 func newFakeNomad() *fakeNomad {
-	return &fakeNomad{wake: make(chan struct{}), allocIdx: 1, jobIdx: 1, varIdx: 1,
+	return &fakeNomad{wake: make(chan struct{}), raft: 1, allocIdx: 1, jobIdx: 1, varIdx: 1,
 		jobs: map[string]*api.JobListStub{}, vars: map[string]*api.Variable{},
 		bodies: map[string]cachedBody{}, calls: map[string]int{}, bytesBy: map[string]int64{}, first: map[string]int64{}}
+}
+
+// next is the next raft index; the caller holds mu.
+func (f *fakeNomad) next() uint64 {
+	f.raft++
+	return f.raft
 }
 
 // moved wakes the blocking queries; the caller holds mu.
@@ -270,8 +277,14 @@ func (f *fakeNomad) readJob(w http.ResponseWriter, id string) {
 		http.Error(w, "job not found", http.StatusNotFound)
 		return
 	}
-	writeJSON(w, f.jobIdx, &api.Job{ID: &j.ID, Name: &j.Name, Namespace: &j.Namespace, Type: &j.Type,
-		Priority: &j.Priority, JobModifyIndex: &j.JobModifyIndex})
+	writeJSON(w, f.jobIdx, fullJob(j))
+}
+
+// fullJob is the job a stub lists, as the fake holds it.
+func fullJob(j *api.JobListStub) *api.Job {
+	var version uint64
+	return &api.Job{ID: &j.ID, Name: &j.Name, Namespace: &j.Namespace, Type: &j.Type,
+		Priority: &j.Priority, Version: &version, JobModifyIndex: &j.JobModifyIndex}
 }
 
 // registerJob takes a registration that changes a job's priority only, as
@@ -296,8 +309,9 @@ func (f *fakeNomad) registerJob(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the registration was lost", http.StatusInternalServerError)
 		return
 	}
-	f.jobIdx++
+	f.jobIdx = f.next()
 	j.Priority, j.JobModifyIndex, j.ModifyIndex = *req.Job.Priority, f.jobIdx, f.jobIdx
+	f.publishedJob(j)
 	f.moved()
 	if f.registerFault == registerUnanswered {
 		http.Error(w, "the answer was lost", http.StatusInternalServerError)

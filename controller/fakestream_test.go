@@ -5,15 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
 
-// The fake's event stream, as Nomad's /v1/event/stream serves the topic
-// Allocation: newline-delimited JSON frames, a heartbeat ({}) first and
-// every 30s, then one frame per raft index with its allocation events,
-// each allocation whole but for its job. Like Nomad's broker it keeps the
+// The fake's event stream, as Nomad's /v1/event/stream serves the topics
+// Allocation and Job: newline-delimited JSON frames, a heartbeat ({})
+// first and every 30s, then one frame per raft index with its events,
+// each allocation whole but for its job, each registered job whole. Like Nomad's broker it keeps the
 // last fakeEventBuffer frames (Nomad's event_buffer_size defaults to 100)
 // and starts a subscription at the first frame at or after ?index=, or at
 // its oldest one when the index is older.
@@ -23,9 +24,10 @@ const (
 	fakeHeartbeatEvery = 30 * time.Second
 )
 
-// eventFrame is one raft index's frame, encoded once.
+// eventFrame is one raft index's frame of one topic, encoded once.
 type eventFrame struct {
 	index uint64
+	topic string
 	line  []byte
 }
 
@@ -37,7 +39,10 @@ type streamEvent struct {
 	Namespace  string
 	FilterKeys []string
 	Index      uint64
-	Payload    struct{ Allocation *api.Allocation }
+	Payload    struct {
+		Allocation *api.Allocation `json:",omitempty"`
+		Job        *api.Job        `json:",omitempty"`
+	}
 }
 
 // published records the frame of allocations changed at the current
@@ -53,8 +58,24 @@ func (f *fakeNomad) published(typ string, allocs ...*api.AllocationListStub) {
 		e.Payload.Allocation = fullAlloc(a)
 		frame.Events = append(frame.Events, e)
 	}
+	f.buffer(f.allocIdx, "Allocation", frame)
+}
+
+// publishedJob records the frame of a job registered at the current jobs
+// index, the job whole; the caller holds mu.
+func (f *fakeNomad) publishedJob(j *api.JobListStub) {
+	e := streamEvent{Topic: "Job", Type: "JobRegistered", Key: j.ID, Namespace: j.Namespace, Index: f.jobIdx}
+	e.Payload.Job = fullJob(j)
+	f.buffer(f.jobIdx, "Job", struct {
+		Index  uint64
+		Events []streamEvent
+	}{Index: f.jobIdx, Events: []streamEvent{e}})
+}
+
+// buffer keeps a frame, dropping the oldest past fakeEventBuffer.
+func (f *fakeNomad) buffer(index uint64, topic string, frame any) {
 	line, _ := json.Marshal(frame)
-	f.frames = append(f.frames, eventFrame{index: f.allocIdx, line: line})
+	f.frames = append(f.frames, eventFrame{index: index, topic: topic, line: line})
 	if len(f.frames) > fakeEventBuffer {
 		f.frames = f.frames[len(f.frames)-fakeEventBuffer:]
 	}
@@ -82,9 +103,14 @@ func fullAlloc(s *api.AllocationListStub) *api.Allocation {
 // serveEvents streams the frames from ?index= until the client goes.
 func (f *fakeNomad) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if t := q["topic"]; len(t) != 1 || t[0] != "Allocation:*" {
-		http.Error(w, fmt.Sprintf("the fake streams the topic Allocation:* only, not %q", t), http.StatusBadRequest)
-		return
+	topics := map[string]bool{}
+	for _, t := range q["topic"] {
+		name, key, _ := strings.Cut(t, ":")
+		if (name != "Allocation" && name != "Job") || key != "*" {
+			http.Error(w, fmt.Sprintf("the fake streams the topics Allocation:* and Job:* only, not %q", t), http.StatusBadRequest)
+			return
+		}
+		topics[name] = true
 	}
 	next, _ := strconv.ParseUint(q.Get("index"), 10, 64)
 	w.Header().Set("Content-Type", "application/json")
@@ -103,7 +129,10 @@ func (f *fakeNomad) serveEvents(w http.ResponseWriter, r *http.Request) {
 		var lines [][]byte
 		for _, fr := range f.frames {
 			if fr.index >= next {
-				lines, next = append(lines, fr.line), fr.index+1
+				next = fr.index + 1
+				if topics[fr.topic] {
+					lines = append(lines, fr.line)
+				}
 			}
 		}
 		wake := f.wake
@@ -134,11 +163,9 @@ func (f *fakeNomad) readAlloc(w http.ResponseWriter, id string) {
 			if s.ID != id {
 				continue
 			}
-			a, j := fullAlloc(s), f.jobs[s.JobID]
-			if j != nil {
-				var version uint64
-				a.Job = &api.Job{ID: &j.ID, Name: &j.Name, Namespace: &j.Namespace, Type: &j.Type,
-					Priority: &j.Priority, Version: &version, JobModifyIndex: &j.JobModifyIndex}
+			a := fullAlloc(s)
+			if j := f.jobs[s.JobID]; j != nil {
+				a.Job = fullJob(j)
 			}
 			writeJSON(w, f.allocIdx, a)
 			return

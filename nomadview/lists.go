@@ -20,7 +20,7 @@ const (
 	EndpointPools    = "node_pools"           // GET /v1/node/pools (blocking)
 	EndpointFinished = "finished_allocations" // GET /v1/allocations?reverse=true&per_page=N&filter=... (blocking)
 	EndpointJob      = "job"                  // GET /v1/job/:id, once per job modify index of a blocked job
-	EndpointEvents   = "event_stream"         // GET /v1/event/stream?topic=Allocation:*&index=N (streaming)
+	EndpointEvents   = "event_stream"         // GET /v1/event/stream?topic=Allocation:*&topic=Job:*&index=N (streaming)
 	EndpointAlloc    = "allocation"           // GET /v1/allocation/:id, a new allocation of a job the watch has none of
 )
 

@@ -18,8 +18,9 @@ import (
 // The allocations are the one list that changes all the time: listed
 // with their resources and task states at every change, 10,000 of them
 // cost Nomad's servers a gigabyte a minute. So the Allocs watch lists
-// them once and then follows Nomad's event stream (topic Allocation),
-// which carries each changed allocation whole but for its job, applying
+// them once and then follows Nomad's event stream (topics Allocation and
+// Job), which carries each changed allocation whole but for its job, and
+// each purged job (whose allocations go with no event of theirs), applying
 // each to its own copy of the list (the stream is opened first, so no
 // change falls between the two); the Finished watch lists again only
 // when the stream saw a terminal allocation change. Where the stream is
@@ -193,15 +194,24 @@ func (w *Watcher) runFinished(l *lister) {
 }
 
 // streamFrame is one line of the event stream: a heartbeat ({}) or the
-// events of one raft index. Only the Allocation topic is asked for.
+// events of one raft index, of the topics Allocation and Job. A job's
+// events are read for one thing: a purge, which deletes the job's
+// allocations with no event of theirs.
 type streamFrame struct {
 	Index  uint64
 	Events []struct {
 		Topic   string
-		Payload struct{ Allocation *api.Allocation }
+		Payload struct {
+			Allocation *api.Allocation
+			Job        *struct{ ID, Namespace string }
+			Deleted    bool
+		}
 	}
 	err error
 }
+
+// streamTopics are the stream's topics, as query parameters.
+const streamTopics = "topic=Allocation:*&topic=Job:*"
 
 // follow applies the stream's frames after index (the list's) to st,
 // publishing the result at most once per MinRefresh, until the stream
@@ -255,10 +265,9 @@ func (w *Watcher) follow(ctx context.Context, l *lister, frames <-chan streamFra
 // (a frame with err, the last); done closes when the decoding stops.
 func (w *Watcher) subscribe(ctx context.Context, index uint64) (<-chan streamFrame, <-chan struct{}, error) {
 	done := make(chan struct{})
-	q := &api.QueryOptions{Namespace: w.cfg.Namespace, Params: map[string]string{
-		"index": strconv.FormatUint(index, 10), "topic": string(api.TopicAllocation) + ":*"}}
+	q := &api.QueryOptions{Namespace: w.cfg.Namespace, Params: map[string]string{"index": strconv.FormatUint(index, 10)}}
 	w.cfg.OnCall(EndpointEvents)
-	body, err := w.cl.Raw().Response("/v1/event/stream", q.WithContext(ctx))
+	body, err := w.cl.Raw().Response("/v1/event/stream?"+streamTopics, q.WithContext(ctx))
 	if err != nil {
 		close(done)
 		if StatusCode(err) != 0 { // Nomad answered, with no stream
@@ -298,6 +307,13 @@ func (w *Watcher) subscribe(ctx context.Context, index uint64) (<-chan streamFra
 // leaves the job out).
 func (w *Watcher) applyFrame(ctx context.Context, st *allocState, f streamFrame) (changed, finished bool, err error) {
 	for _, e := range f.Events {
+		if j := e.Payload.Job; e.Topic == string(api.TopicJob) && j != nil && e.Payload.Deleted {
+			if st.dropJob(JobKey{Namespace: j.Namespace, ID: j.ID}) {
+				changed = true
+			}
+			finished = true // its finished allocations went too
+			continue
+		}
 		a := e.Payload.Allocation
 		if e.Topic != string(api.TopicAllocation) || a == nil {
 			continue
@@ -384,6 +400,20 @@ func (st *allocState) drop(a *api.AllocationListStub) {
 		delete(st.jobRefs, k)
 		delete(st.jobTypes, k)
 	}
+}
+
+// dropJob removes the allocations of a purged job; it says whether it
+// held any.
+func (st *allocState) dropJob(k JobKey) bool {
+	if st.jobRefs[k] == 0 {
+		return false
+	}
+	for _, a := range st.allocs {
+		if a.Namespace == k.Namespace && a.JobID == k.ID {
+			st.drop(a)
+		}
+	}
+	return true
 }
 
 // apply takes one allocation as the stream (or a read) carries it: a

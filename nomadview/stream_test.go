@@ -86,23 +86,45 @@ func newStreamNomad() *streamNomad {
 	return &streamNomad{index: 10, byID: map[string]*api.Allocation{}, wake: make(chan struct{}), calls: map[string]int{}}
 }
 
+type fakeEvent struct {
+	Topic   string
+	Index   uint64
+	Payload struct {
+		Allocation *api.Allocation `json:",omitempty"`
+		Job        *api.Job        `json:",omitempty"`
+		Deleted    bool            `json:",omitempty"`
+	}
+}
+
 // push adds a frame of allocation events at the next index.
 func (f *streamNomad) push(allocs ...*api.Allocation) {
+	var events []fakeEvent
+	for _, a := range allocs {
+		e := fakeEvent{Topic: "Allocation"}
+		e.Payload.Allocation = a
+		events = append(events, e)
+	}
+	f.pushEvents(events...)
+}
+
+// purge deletes a job and its allocations, as Nomad does: the job's
+// event says so, its allocations have none.
+func (f *streamNomad) purge(job string) {
+	e := fakeEvent{Topic: "Job"}
+	e.Payload.Job, e.Payload.Deleted = &api.Job{ID: &job, Namespace: new("default"), Type: new("batch")}, true
+	f.pushEvents(e)
+}
+
+func (f *streamNomad) pushEvents(events ...fakeEvent) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index++
-	type event struct {
-		Topic   string
-		Index   uint64
-		Payload struct{ Allocation *api.Allocation }
-	}
 	fr := struct {
 		Index  uint64
-		Events []event
+		Events []fakeEvent
 	}{Index: f.index}
-	for _, a := range allocs {
-		e := event{Topic: "Allocation", Index: f.index}
-		e.Payload.Allocation = a
+	for _, e := range events {
+		e.Index = f.index
 		fr.Events = append(fr.Events, e)
 	}
 	b, _ := json.Marshal(fr)
@@ -151,8 +173,8 @@ func (f *streamNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *streamNomad) stream(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("topic") != "Allocation:*" {
-		http.Error(w, "bad topic", http.StatusBadRequest)
+	if t := r.URL.Query()["topic"]; fmt.Sprint(t) != "[Allocation:* Job:*]" {
+		http.Error(w, fmt.Sprintf("bad topics %q", t), http.StatusBadRequest)
 		return
 	}
 	from, _ := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
@@ -212,7 +234,8 @@ func waitFor(t *testing.T, ctx context.Context, w *Watcher, what string, ok func
 
 // TestAllocationsFollowTheEventStream: listed once, the allocations then
 // change by the stream's events; a new job's allocation is read by ID for
-// its job's type, and a finished one lists the finished allocations again.
+// its job's type, a finished one lists the finished allocations again,
+// and a purged job's go.
 func TestAllocationsFollowTheEventStream(t *testing.T) {
 	f := newStreamNomad()
 	f.live = []*api.AllocationListStub{{ID: "a", Namespace: "default", JobID: "train", JobType: "batch", ClientStatus: "running", CreateIndex: 5, ModifyIndex: 5}}
@@ -250,6 +273,15 @@ func TestAllocationsFollowTheEventStream(t *testing.T) {
 	f.mu.Unlock()
 	f.push(done)
 	waitFor(t, ctx, w, "a finished, listed again", func(s *Snapshot) bool { return len(s.Allocs) == 2 && len(s.Finished) == 1 })
+
+	f.mu.Lock()
+	f.finished = nil
+	f.mu.Unlock()
+	f.purge("train")
+	s = waitFor(t, ctx, w, "train purged", func(s *Snapshot) bool { return len(s.Allocs) == 1 && len(s.Finished) == 0 })
+	if s.Allocs[0].ID != "c" {
+		t.Errorf("allocation %s left, want serve's c", s.Allocs[0].ID)
+	}
 	if n := f.count("/v1/allocations?" + allocFilter); n != 1 {
 		t.Errorf("allocations listed %d times, want once", n)
 	}
