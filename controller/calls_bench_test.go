@@ -7,7 +7,10 @@ package controller
 // does, with its default flags (-tick 1s, -lock-ttl 30s), against
 // fakeNomad for benchPeriod of wall time; every request the fake answers
 // counts, the leader lock's and the writes too. Bytes are the JSON bodies,
-// uncompressed (Nomad gzips them when asked).
+// uncompressed (Nomad gzips them when asked), the event stream's lines
+// included. MB/min counts them all; first-MB is the part of it that the
+// first answer of each endpoint makes (the leader's first lists, which a
+// 20s run weighs three times per minute), and later-MB/min the rest.
 //
 //	go test -run '^$' -bench LeaderNomadCalls ./controller/
 
@@ -36,33 +39,37 @@ const (
 )
 
 func BenchmarkLeaderNomadCalls(b *testing.B) {
-	calls := map[string]int{}
-	var bytes int64
+	calls, bytesBy := map[string]int{}, map[string]int64{}
+	var bytes, first int64
 	var elapsed time.Duration
 	for i := 0; i < b.N; i++ {
 		f := newFakeNomad()
 		f.populate(benchAllocs, benchAllocsPerJob)
-		c, n, d := runLeader(b, f, benchPeriod)
-		for k, v := range c {
+		d := runLeader(b, f, benchPeriod)
+		for k, v := range f.calls {
 			calls[k] += v
+			bytesBy[k] += f.bytesBy[k]
+			first += f.first[k]
 		}
-		bytes, elapsed = bytes+n, elapsed+d
+		bytes, elapsed = bytes+f.bytes, elapsed+d
 	}
 	perMin := func(x float64) float64 { return x / elapsed.Minutes() }
 	total := 0
 	for _, k := range slices.Sorted(maps.Keys(calls)) {
 		total += calls[k]
-		b.Logf("%-34s %6.1f calls/min", k, perMin(float64(calls[k])))
+		b.Logf("%-34s %6.1f calls/min %8.3f MB/min", k, perMin(float64(calls[k])), perMin(float64(bytesBy[k]))/1e6)
 	}
 	b.ReportMetric(perMin(float64(total)), "calls/min")
 	b.ReportMetric(perMin(float64(bytes))/1e6, "MB/min")
+	b.ReportMetric(float64(first)/1e6/float64(b.N), "first-MB")
+	b.ReportMetric(perMin(float64(bytes-first))/1e6, "later-MB/min")
 	b.ReportMetric(0, "ns/op")
 }
 
 // runLeader runs a controller replica with the command's defaults against
 // f, changing f every benchChangeEvery, for period; it fails unless the
-// replica led and protected jobs.
-func runLeader(b *testing.B, f *fakeNomad, period time.Duration) (calls map[string]int, bytes int64, elapsed time.Duration) {
+// replica led and protected jobs. The counts are f's.
+func runLeader(b *testing.B, f *fakeNomad, period time.Duration) (elapsed time.Duration) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	cl, err := api.NewClient(&api.Config{Address: srv.URL})
@@ -84,7 +91,7 @@ func runLeader(b *testing.B, f *fakeNomad, period time.Duration) (calls map[stri
 	if f.calls["PUT /v1/jobs"] == 0 {
 		b.Fatalf("the controller raised no job in %s (%d preemptions): calls %v", period, f.changes/benchPreemptEvery, f.calls)
 	}
-	return f.calls, f.bytes, elapsed
+	return elapsed
 }
 
 // churn changes the cluster every every until ctx ends.
@@ -145,7 +152,7 @@ func (f *fakeNomad) change(now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.changes++
-	f.allocIdx++
+	f.allocIdx = f.next()
 	switch {
 	case f.changes%benchPreemptEvery == 0:
 		f.preempt(now)
@@ -154,9 +161,11 @@ func (f *fakeNomad) change(now time.Time) {
 		f.starting = f.starting[1:]
 		a.ClientStatus, a.ModifyIndex, a.ModifyTime = api.AllocClientStatusRunning, f.allocIdx, now.UnixNano()
 		a.TaskStates["t"].State, a.TaskStates["t"].StartedAt = "running", now
+		f.published("AllocationUpdated", a)
 	default:
 		a := f.live[(f.changes*7919)%len(f.live)]
 		a.ModifyIndex, a.ModifyTime = f.allocIdx, now.UnixNano()
+		f.published("AllocationUpdated", a)
 	}
 	f.moved()
 }
@@ -189,6 +198,7 @@ func (f *fakeNomad) preempt(now time.Time) {
 		rep.TaskStates["t"].State = "pending"
 		f.live[idx] = rep
 		f.starting = append(f.starting, rep)
+		f.published("PlanResult", &gone, rep)
 		return
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,14 +17,16 @@ import (
 // fakeNomad is a Nomad HTTP API as the controller uses it: the allocation
 // and job lists it watches (blocking queries on their table's index, as
 // Nomad's), job reads and registrations, and variables (the leader lock
-// and the priority ledger). It counts every request and the bytes of
-// every response, by endpoint.
+// and the priority ledger), the event stream of allocations and reads of
+// one allocation. It counts every request and the bytes of every
+// response, by endpoint.
 type fakeNomad struct {
 	mu       sync.Mutex
 	wake     chan struct{} // closed and replaced when an index moves
+	raft     uint64        // the last raft index, which the allocations' and jobs' are drawn from
 	allocIdx uint64        // the allocations table's index
 	jobIdx   uint64        // the jobs table's
-	varIdx   uint64        // the variables table's
+	varIdx   uint64        // the variables table's, counted apart (they are not streamed)
 
 	live     []*api.AllocationListStub // pending and running
 	finished []*api.AllocationListStub // newest last
@@ -31,10 +34,13 @@ type fakeNomad struct {
 	vars     map[string]*api.Variable
 	bodies   map[string]cachedBody // list → its body at an index
 	starting []*api.AllocationListStub
+	frames   []eventFrame // the event stream's buffer, oldest first
 
 	changes int
 	calls   map[string]int
 	bytes   int64
+	bytesBy map[string]int64 // by endpoint
+	first   map[string]int64 // the bytes of each endpoint's first answer
 
 	// registerFault fails the job registrations, to play a leader that
 	// dies while it makes one.
@@ -62,9 +68,15 @@ type cachedBody struct {
 }
 
 func newFakeNomad() *fakeNomad {
-	return &fakeNomad{wake: make(chan struct{}), allocIdx: 1, jobIdx: 1, varIdx: 1,
+	return &fakeNomad{wake: make(chan struct{}), raft: 1, allocIdx: 1, jobIdx: 1, varIdx: 1,
 		jobs: map[string]*api.JobListStub{}, vars: map[string]*api.Variable{},
-		bodies: map[string]cachedBody{}, calls: map[string]int{}}
+		bodies: map[string]cachedBody{}, calls: map[string]int{}, bytesBy: map[string]int64{}, first: map[string]int64{}}
+}
+
+// next is the next raft index; the caller holds mu.
+func (f *fakeNomad) next() uint64 {
+	f.raft++
+	return f.raft
 }
 
 // moved wakes the blocking queries; the caller holds mu.
@@ -79,6 +91,10 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p == "/v1/allocations" && r.Method == http.MethodGet:
 		f.serveAllocs(cw, r)
+	case isEventStream(r):
+		f.serveEvents(cw, r)
+	case strings.HasPrefix(p, "/v1/allocation/") && r.Method == http.MethodGet:
+		f.readAlloc(cw, strings.TrimPrefix(p, "/v1/allocation/"))
 	case p == "/v1/jobs" && r.Method == http.MethodGet:
 		f.serveList(cw, r, "jobs", &f.jobIdx, f.jobStubs)
 	case p == "/v1/jobs":
@@ -93,8 +109,13 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(cw, "the fake does not serve "+r.Method+" "+p, http.StatusNotFound)
 	}
 	f.mu.Lock()
-	f.calls[endpointOf(r)]++
+	e := endpointOf(r)
+	if f.calls[e] == 0 {
+		f.first[e] = cw.n
+	}
+	f.calls[e]++
 	f.bytes += cw.n
+	f.bytesBy[e] += cw.n
 	f.mu.Unlock()
 }
 
@@ -104,10 +125,14 @@ func endpointOf(r *http.Request) string {
 	switch {
 	case p == "/v1/allocations" && q.Get("reverse") == "true":
 		return "GET /v1/allocations (finished)"
+	case p == "/v1/allocations" && q.Has("per_page"):
+		return "GET /v1/allocations (live page)"
 	case p == "/v1/allocations":
 		return "GET /v1/allocations (live)"
 	case strings.HasPrefix(p, "/v1/job/"):
 		return r.Method + " /v1/job/:id"
+	case strings.HasPrefix(p, "/v1/allocation/"):
+		return r.Method + " /v1/allocation/:id"
 	case strings.HasPrefix(p, "/v1/var/"+LedgerPrefix):
 		return r.Method + " /v1/var/ (ledger)"
 	case strings.HasPrefix(p, "/v1/var/"):
@@ -131,6 +156,9 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// Unwrap lets http.ResponseController flush the stream.
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // The watcher's filters, the only ones the fake answers.
 const (
 	liveFilter     = `ClientStatus == "pending" or ClientStatus == "running"`
@@ -140,13 +168,36 @@ const (
 func (f *fakeNomad) serveAllocs(w http.ResponseWriter, r *http.Request) {
 	switch q := r.URL.Query(); q.Get("filter") {
 	case liveFilter:
-		f.serveList(w, r, "live", &f.allocIdx, func() any { return f.live })
+		if q.Get("per_page") == "" {
+			f.serveList(w, r, "live", &f.allocIdx, func() any { return f.live })
+			return
+		}
+		n, _ := strconv.Atoi(q.Get("per_page"))
+		f.serveList(w, r, "live page", &f.allocIdx, func() any { return page(f.live, n, q) })
 	case finishedFilter:
 		n, _ := strconv.Atoi(q.Get("per_page"))
 		f.serveList(w, r, "finished", &f.allocIdx, func() any { return newestFirst(f.finished, n) })
 	default:
 		http.Error(w, fmt.Sprintf("the fake does not filter by %q", q.Get("filter")), http.StatusBadRequest)
 	}
+}
+
+// page is the first n allocations as Nomad lists them, with their
+// resources only when asked for and their task states unless asked not
+// to. (The fake lists in its own order, not Nomad's create index's.)
+func page(as []*api.AllocationListStub, n int, q url.Values) []*api.AllocationListStub {
+	out := make([]*api.AllocationListStub, 0, min(n, len(as)))
+	for _, a := range as[:min(n, len(as))] {
+		c := *a
+		if q.Get("resources") != "true" {
+			c.AllocatedResources = nil
+		}
+		if q.Get("task_states") == "false" {
+			c.TaskStates = nil
+		}
+		out = append(out, &c)
+	}
+	return out
 }
 
 func newestFirst(as []*api.AllocationListStub, n int) []*api.AllocationListStub {
@@ -226,8 +277,14 @@ func (f *fakeNomad) readJob(w http.ResponseWriter, id string) {
 		http.Error(w, "job not found", http.StatusNotFound)
 		return
 	}
-	writeJSON(w, f.jobIdx, &api.Job{ID: &j.ID, Name: &j.Name, Namespace: &j.Namespace, Type: &j.Type,
-		Priority: &j.Priority, JobModifyIndex: &j.JobModifyIndex})
+	writeJSON(w, f.jobIdx, fullJob(j))
+}
+
+// fullJob is the job a stub lists, as the fake holds it.
+func fullJob(j *api.JobListStub) *api.Job {
+	var version uint64
+	return &api.Job{ID: &j.ID, Name: &j.Name, Namespace: &j.Namespace, Type: &j.Type,
+		Priority: &j.Priority, Version: &version, JobModifyIndex: &j.JobModifyIndex}
 }
 
 // registerJob takes a registration that changes a job's priority only, as
@@ -252,8 +309,9 @@ func (f *fakeNomad) registerJob(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the registration was lost", http.StatusInternalServerError)
 		return
 	}
-	f.jobIdx++
+	f.jobIdx = f.next()
 	j.Priority, j.JobModifyIndex, j.ModifyIndex = *req.Job.Priority, f.jobIdx, f.jobIdx
+	f.publishedJob(j)
 	f.moved()
 	if f.registerFault == registerUnanswered {
 		http.Error(w, "the answer was lost", http.StatusInternalServerError)

@@ -5,9 +5,10 @@
 // It exists because each of them used to read Nomad on its own and apply
 // its own rules, and they disagreed: `top` showed a queue the autoscaler
 // called empty. Here the cluster is read once, by blocking-query watches
-// on nodes, node pools, allocations, blocked evaluations and jobs (Watcher),
-// into an immutable Snapshot, and the rules about it are written once, as
-// methods of the snapshot:
+// on nodes, node pools, blocked evaluations and jobs, and by Nomad's event
+// stream for the allocations, which change too often to list each time
+// (Watcher, stream.go), into an immutable Snapshot, and the rules about it
+// are written once, as methods of the snapshot:
 //
 //   - QueuedGroups and PendingAllocs: the GPU work that waits (one rule for
 //     a job summary against a blocked evaluation, see queuedCount);

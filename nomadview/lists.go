@@ -20,6 +20,8 @@ const (
 	EndpointPools    = "node_pools"           // GET /v1/node/pools (blocking)
 	EndpointFinished = "finished_allocations" // GET /v1/allocations?reverse=true&per_page=N&filter=... (blocking)
 	EndpointJob      = "job"                  // GET /v1/job/:id, once per job modify index of a blocked job
+	EndpointEvents   = "event_stream"         // GET /v1/event/stream?topic=Allocation:*&topic=Job:*&index=N (streaming)
+	EndpointAlloc    = "allocation"           // GET /v1/allocation/:id, a new allocation of a job the watch has none of
 )
 
 // watch is one list kept fresh by blocking queries in its own goroutine.
@@ -43,52 +45,90 @@ func (w *watch) state() (data any, version uint64, failingSince time.Time, lastE
 	return w.data, w.version, w.failingSince, w.lastErr
 }
 
-// run keeps one watch fresh: a blocking list on the last index, at most
-// one list per MinRefresh, backing off (1s doubling to 30s) on errors,
-// keeping the last good list while failing.
+// run keeps one watch fresh: the allocations by the event stream where
+// Nomad serves it (follow), the finished allocations when the stream saw
+// one finish (runFinished), the others by blocking lists (lister.once).
 func (w *Watcher) run(wt *watch) {
 	defer w.wg.Done()
-	var index uint64
-	first := true
-	backoff := time.Second
-	minRefresh := w.cfg.MinRefresh
-	if wt.list == Finished {
-		minRefresh = w.cfg.FinishedRefresh
-	}
-	for w.ctx.Err() == nil {
-		start := time.Now()
-		data, idx, err := w.fetch(wt.list, index)
-		if w.ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			wt.fail(err)
-			wt.answer.Do(func() { close(wt.answered) })
-			w.cfg.Log.Warn("nomad list failed; retrying", "list", wt.list.String(), "error", err, "retry_in", backoff)
-			if !sleepCtx(w.ctx, backoff) {
+	l := w.newLister(wt)
+	switch {
+	case wt.list == Allocs && !w.cfg.NoEventStream:
+		w.runAllocs(l)
+	case wt.list == Finished && !w.cfg.NoEventStream:
+		w.runFinished(l)
+	default:
+		for {
+			if _, alive := l.once(); !alive {
 				return
 			}
-			backoff = min(2*backoff, 30*time.Second)
-			continue
 		}
-		backoff = time.Second
-		if idx < index {
-			index = 0 // the index went backwards (snapshot restore): start over
-		}
-		changed := first || idx != index
-		wt.succeed(data, changed)
-		if first {
-			wt.answer.Do(func() { close(wt.answered) })
-			close(wt.ready)
-			first = false
-		}
-		if changed {
-			w.notify()
-		}
-		index = max(idx, 1) // an index of 0 would not block
-		if !sleepCtx(w.ctx, minRefresh-time.Since(start)) {
-			return
-		}
+	}
+}
+
+// lister lists one watch's list; it belongs to the watch's goroutine.
+type lister struct {
+	w          *Watcher
+	wt         *watch
+	index      uint64 // the index a blocking list waits past; 0 lists at once
+	first      bool
+	backoff    time.Duration
+	minRefresh time.Duration
+}
+
+func (w *Watcher) newLister(wt *watch) *lister {
+	l := &lister{w: w, wt: wt, first: true, backoff: time.Second, minRefresh: w.cfg.MinRefresh}
+	if wt.list == Finished {
+		l.minRefresh = w.cfg.FinishedRefresh
+	}
+	return l
+}
+
+// once lists once, a blocking list on the last index, and publishes the
+// list when its index moved; after an error it backs off (1s doubling to
+// 30s), keeping the last good list. It then waits out MinRefresh. It
+// reports whether the list succeeded, and alive false once the Watcher
+// closes.
+func (l *lister) once() (listed, alive bool) {
+	w, wt := l.w, l.wt
+	start := time.Now()
+	data, idx, err := w.fetch(wt.list, l.index)
+	if w.ctx.Err() != nil {
+		return false, false
+	}
+	if err != nil {
+		l.fail(err)
+		w.cfg.Log.Warn("nomad list failed; retrying", "list", wt.list.String(), "error", err, "retry_in", l.backoff)
+		alive = sleepCtx(w.ctx, l.backoff)
+		l.backoff = min(2*l.backoff, 30*time.Second)
+		return false, alive
+	}
+	l.backoff = time.Second
+	if idx < l.index {
+		l.index = 0 // the index went backwards (snapshot restore): start over
+	}
+	l.publish(data, l.first || idx != l.index)
+	l.index = max(idx, 1) // an index of 0 would not block
+	return true, sleepCtx(w.ctx, l.minRefresh-time.Since(start))
+}
+
+// fail records a failed list: Health reports it, Answer returns it.
+func (l *lister) fail(err error) {
+	l.wt.fail(err)
+	l.wt.answer.Do(func() { close(l.wt.answered) })
+}
+
+// publish records a good list (or the stream's state of it), and when it
+// changed makes it the watch's data and tells the subscribers.
+func (l *lister) publish(data any, changed bool) {
+	wt := l.wt
+	wt.succeed(data, changed)
+	if l.first {
+		wt.answer.Do(func() { close(wt.answered) })
+		close(wt.ready)
+		l.first = false
+	}
+	if changed {
+		l.w.notify()
 	}
 }
 
@@ -175,6 +215,13 @@ func (w *Watcher) fetchAllocs(index uint64, filter, endpoint string) ([]*api.All
 	}
 	w.cfg.OnCall(endpoint)
 	allocs, meta, err := w.cl.Allocations().List(q)
+	if endpoint == EndpointAllocs {
+		for _, a := range allocs {
+			if a != nil {
+				a.JobVersion = 0 // the event stream does not carry it
+			}
+		}
+	}
 	return allocs, lastIndex(meta), err
 }
 

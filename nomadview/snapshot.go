@@ -23,8 +23,9 @@ type Snapshot struct {
 	// Allocs are the allocations whose client status is pending or
 	// running, listed with resources: the ones holding devices. Each
 	// carries DesiredStatus, DesiredDescription, PreemptedByAllocation,
-	// PreemptedAllocations, ClientStatus and TaskStates (with start
-	// times).
+	// PreemptedAllocations, ClientStatus, TaskStates (with start
+	// times) and JobType, but no JobVersion (zero: the event stream that
+	// keeps them does not carry it).
 	Allocs []*api.AllocationListStub
 	// Finished are terminal allocations that hold devices and finished
 	// within the watcher's FinishedWindow, newest first (nil when not

@@ -16,7 +16,7 @@ type List int
 // The lists, each kept by blocking queries in its own goroutine.
 const (
 	Nodes    List = iota // GET /v1/nodes?resources=true
-	Allocs               // GET /v1/allocations?resources=true, pending and running
+	Allocs               // GET /v1/allocations?resources=true, pending and running, then /v1/event/stream
 	Blocked              // GET /v1/evaluations?status=blocked, with the jobs' specs
 	Jobs                 // GET /v1/jobs?meta=true, with summaries
 	Pools                // GET /v1/node/pools
@@ -49,8 +49,16 @@ type Config struct {
 	// have finished (default 1h).
 	FinishedMax    int
 	FinishedWindow time.Duration
-	// CallTimeout bounds a job read (default 30s).
+	// CallTimeout bounds a job or allocation read (default 30s).
 	CallTimeout time.Duration
+	// NoEventStream keeps the allocations by blocking lists, as for a
+	// Nomad whose event broker is off; by default they follow the event
+	// stream between lists.
+	NoEventStream bool
+	// Resync is how long the allocations follow the event stream before
+	// they are listed again (default 10m): it bounds what a missed event
+	// or a namespace made since costs.
+	Resync time.Duration
 	// Log logs failing lists (default: none).
 	Log hclog.Logger
 	// OnCall, when set, is called with the endpoint of each Nomad call,
@@ -78,6 +86,9 @@ func (c Config) withDefaults() Config {
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 30 * time.Second
 	}
+	if c.Resync <= 0 {
+		c.Resync = 10 * time.Minute
+	}
 	if c.Log == nil {
 		c.Log = hclog.NewNullLogger()
 	}
@@ -93,7 +104,8 @@ func (c Config) withDefaults() Config {
 //
 // Locks: startMu orders starts before Close's wait; each watch's mu guards
 // its own state; snapMu guards the last snapshot and the subscribers;
-// specs (the blocked jobs' specs) belong to the Blocked watch's goroutine.
+// specs (the blocked jobs' specs) belong to the Blocked watch's goroutine;
+// feed has its own lock.
 type Watcher struct {
 	cl  *api.Client
 	cfg Config
@@ -106,6 +118,7 @@ type Watcher struct {
 
 	watches [numLists]*watch
 	specs   map[JobKey]*api.Job
+	feed    *allocFeed
 
 	snapMu   sync.Mutex
 	snap     *Snapshot
@@ -117,7 +130,7 @@ type Watcher struct {
 func NewWatcher(cl *api.Client, cfg Config) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watcher{cl: cl, cfg: cfg.withDefaults(), ctx: ctx, cancel: cancel,
-		specs: map[JobKey]*api.Job{}, subs: map[chan *Snapshot]struct{}{}}
+		specs: map[JobKey]*api.Job{}, subs: map[chan *Snapshot]struct{}{}, feed: newAllocFeed()}
 	for k := range w.watches {
 		w.watches[k] = &watch{list: List(k), ready: make(chan struct{}), answered: make(chan struct{})}
 	}

@@ -4,6 +4,11 @@
 # variables under nomad-gpu/. Give it the namespaces of the jobs it
 # protects ("*" for all).
 #
+# read-job also opens Nomad's event stream of allocations, which the
+# controller follows instead of listing every allocation at each change;
+# Nomad opens it for all namespaces only when read-job is granted in every
+# one of them, so keep namespace "*" unless the cost of lists is fine.
+#
 # node "write" is for GPU layouts that follow the queue: the controller
 # writes each GPU's layout into its node's dynamic metadata
 # (nomad_gpu.layout.<GPU-UUID>), which Nomad allows only with node write.
