@@ -378,6 +378,48 @@ func TestCheckpointInterval(t *testing.T) {
 	wait(t, d, cfg.ID, 20*time.Second)
 }
 
+// A stop that comes while the task answers an interval's request does not
+// ask again: a second request would have the task write its next
+// checkpoint into the staging directory while the driver takes the first,
+// tearing it. That first checkpoint ends the stop.
+func TestCheckpointOneRequestAtATime(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, _ := d.TaskEvents(ctx)
+	cfg := e.checkpointTask(withCheckpoint(func(c *CheckpointConfig) { c.Interval = time.Second }))
+	// It answers each request two seconds after it, and notes each.
+	cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", `trap 'echo x >> "$NOMAD_TASK_DIR/asked"; sleep 2; echo 7 > "$NOMAD_GPU_CHECKPOINT_DIR/count"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"' USR1
+trap 'exit 0' INT TERM
+while :; do sleep 0.02; done`}
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer destroyTask(t, d, cfg.ID)
+	asked := filepath.Join(cfg.Env["NOMAD_TASK_DIR"], "asked")
+	eventually(t, "the interval's request", func() bool { _, err := os.Stat(asked); return err == nil })
+	stopTask(t, d, cfg.ID, 10*time.Second, "SIGINT")
+	wait(t, d, cfg.ID, 20*time.Second)
+	if b, _ := os.ReadFile(asked); string(b) != "x\n" {
+		t.Errorf("the task was asked %d times, want once (the interval's)", strings.Count(string(b), "x"))
+	}
+	var pending, committed bool
+	for timeout := time.After(10 * time.Second); !pending || !committed; {
+		select {
+		case ev := <-evs:
+			pending = pending || ev.Annotations["checkpoint"] == "pending"
+			committed = committed || ev.Annotations["checkpoint"] == "committed"
+			continue
+		case <-timeout:
+		}
+		break
+	}
+	if !pending || !committed {
+		t.Errorf("events: the stop waited for the earlier request %v, a commit %v; want both", pending, committed)
+	}
+}
+
 // A commit_timeout longer than the stop's kill_timeout gives a task that
 // never commits the kill_timeout only, and the task's events say so.
 func TestCheckpointCommitTimeoutCappedByKillTimeout(t *testing.T) {

@@ -85,6 +85,14 @@ type checkpointer struct {
 	// can no longer change them); taken is closed and replaced at each.
 	takes int
 	taken chan struct{}
+	// asked: the task was signalled for a checkpoint and has not marked
+	// one since. A task asked again before it answered would write its
+	// second checkpoint into the staging directory while the driver takes
+	// its first (a file opened before the freeze stays writable): the
+	// generation would be torn, discarded at the next restore, and the
+	// progress since the one before it lost. So the driver asks one
+	// checkpoint at a time, and never while a commit is under way.
+	asked bool
 	// stopping has a value when a stop begins, to have watch look for the
 	// marker at the stop's pace.
 	stopping chan struct{}
@@ -187,7 +195,7 @@ func (c *checkpointer) watch(ctx context.Context, markers *checkpoint.Markers) {
 				c.trigger = "interval"
 			}
 			c.mu.Unlock()
-			if !stopping {
+			if !stopping && !c.busy() {
 				c.request("interval", c.cfg.CommitTimeout)
 			}
 		}
@@ -236,6 +244,14 @@ func (c *checkpointer) check(w *checkpoint.MarkerWatch) {
 	}
 }
 
+// busy says whether the task has a request to answer or a commit is under
+// way: an interval's request then waits for the next interval.
+func (c *checkpointer) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.asked || len(c.committing) > 0
+}
+
 // request signals the task for a checkpoint, to be recorded with trigger,
 // saying how long it has to commit. It does not signal a task whose main
 // process leaves the signal to its default action, which would end it (or
@@ -259,7 +275,11 @@ func (c *checkpointer) request(trigger string, allowed time.Duration) (asked boo
 	if err := c.t.proc.Signal(c.sig); err != nil {
 		c.d.emit(c.t, "checkpoint request failed: "+err.Error(), map[string]string{"checkpoint": "failed"})
 		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
+		return true
 	}
+	c.mu.Lock()
+	c.asked = true
+	c.mu.Unlock()
 	return true
 }
 
@@ -290,6 +310,7 @@ func (c *checkpointer) commitLocked() {
 	}
 	c.mu.Lock()
 	known, trigger := c.triggerKnown, c.trigger
+	c.asked = false // answered
 	c.mu.Unlock()
 	start := time.Now()
 	var waited time.Duration
@@ -386,14 +407,28 @@ func (c *checkpointer) beforeStop(start time.Time, timeout time.Duration, reason
 		c.d.emit(c.t, fmt.Sprintf("checkpoint: commit_timeout %s is longer than the task's kill_timeout %s, so the task gets %s to commit; set kill_timeout above commit_timeout", allowed, timeout, timeout), nil)
 		allowed = timeout
 	}
-	c.mu.Lock()
-	before, taken := c.takes, c.taken
-	c.mu.Unlock()
-	if !c.request(trigger, allowed) {
-		return
-	}
 	deadline := time.NewTimer(time.Until(start.Add(allowed)))
 	defer deadline.Stop()
+	c.mu.Lock()
+	before, taken, asked := c.takes, c.taken, c.asked
+	c.mu.Unlock()
+	if asked {
+		// The task is answering an earlier request: its checkpoint is the
+		// freshest it can make, and a second request would tear it.
+		c.d.emit(c.t, fmt.Sprintf("checkpoint (%s): the task is answering an earlier request; that checkpoint ends the stop", trigger),
+			map[string]string{"checkpoint": "pending", "trigger": trigger})
+	} else {
+		if !c.awaitCommit(deadline.C) {
+			c.timedOut(trigger, allowed)
+			return
+		}
+		c.mu.Lock()
+		before, taken = c.takes, c.taken
+		c.mu.Unlock()
+		if !c.request(trigger, allowed) {
+			return
+		}
+	}
 	for {
 		select {
 		case <-taken:
@@ -408,11 +443,29 @@ func (c *checkpointer) beforeStop(start time.Time, timeout time.Duration, reason
 			c.commitIfMarked()
 			return
 		case <-deadline.C:
-			c.d.emit(c.t, fmt.Sprintf("checkpoint not committed within %s; stopping the task", allowed),
-				map[string]string{"checkpoint": "failed", "trigger": trigger})
-			c.d.metrics.checkpointFailed(c.t, contract.CheckpointTimeout)
+			c.timedOut(trigger, allowed)
 			return
 		}
+	}
+}
+
+// timedOut says a stop's checkpoint did not come within allowed.
+func (c *checkpointer) timedOut(trigger string, allowed time.Duration) {
+	c.d.emit(c.t, fmt.Sprintf("checkpoint not committed within %s; stopping the task", allowed),
+		map[string]string{"checkpoint": "failed", "trigger": trigger})
+	c.d.metrics.checkpointFailed(c.t, contract.CheckpointTimeout)
+}
+
+// awaitCommit waits for a commit under way to end, so that the next
+// checkpoint is written into the fresh staging directory it leaves; false
+// when deadline came first.
+func (c *checkpointer) awaitCommit(deadline <-chan time.Time) bool {
+	select {
+	case c.committing <- struct{}{}:
+		<-c.committing
+		return true
+	case <-deadline:
+		return false
 	}
 }
 

@@ -117,15 +117,22 @@ func TestCheckpointStress(t *testing.T) {
 	want := stressPreemptions(t)
 
 	var victims []string
+	records := map[string]*stressRecord{}
 	for i := range gpus {
 		id := fmt.Sprintf("victim-%d", i)
 		c.RunJob(t, stressVictim(id, cli))
 		victims = append(victims, id)
+		records[id] = &stressRecord{seen: map[string]bool{}}
 	}
 	start := time.Now()
 	rounds := (want + gpus - 1) / gpus
 	for r := range rounds {
 		waitAllRunning(t, c, victims, 2*time.Minute)
+		// The client keeps 50 terminal allocations (gc_max_allocs): the
+		// records are read as they are made.
+		for _, v := range victims {
+			records[v].read(t, c, v)
+		}
 		time.Sleep(stressDelays[r%len(stressDelays)])
 		id := fmt.Sprintf("preemptor-%d", r)
 		c.RunJob(t, stressPreemptor(id, gpus))
@@ -140,7 +147,8 @@ func TestCheckpointStress(t *testing.T) {
 	var stops, checkpointed, unasked int
 	var gaps []float64 // ms
 	for _, v := range victims {
-		s := checkStressJob(t, c, v)
+		s := records[v]
+		s.read(t, c, v)
 		stops += s.stops
 		checkpointed += s.checkpointed
 		unasked += s.unasked
@@ -153,57 +161,70 @@ func TestCheckpointStress(t *testing.T) {
 	}
 }
 
-// stressRecord is what one victim job's allocations say.
+// stressRecord is what one victim job's allocations said so far.
 type stressRecord struct {
 	stops, checkpointed, unasked int
 	gaps                         []float64 // commit-to-stop, ms
+	// saved is the progress the next run must restore; seen the
+	// allocations read.
+	saved int
+	seen  map[string]bool
 }
 
-// checkStressJob reads every allocation of a victim job in order: each
-// stopped one logged its stop and, unless the driver says it could not
-// ask, a commit; each later one restored its predecessor's last commit.
-func checkStressJob(t *testing.T, c *cluster.Cluster, job string) stressRecord {
+// read reads the victim job's terminal allocations not read yet, in
+// order: each stopped one logged its stop and, unless the driver says it
+// could not ask, a commit; each later one restored its predecessor's
+// last commit.
+func (rec *stressRecord) read(t *testing.T, c *cluster.Cluster, job string) {
 	t.Helper()
 	stubs, _, err := c.API().Jobs().Allocations(job, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.SortFunc(stubs, func(a, b *api.AllocationListStub) int { return int(a.CreateIndex) - int(b.CreateIndex) })
-	var rec stressRecord
-	saved := 0 // the progress the next run must restore
-	for i, a := range stubs {
+	for _, a := range stubs {
+		if rec.seen[a.ID] || a.DesiredStatus == api.AllocDesiredStatusRun && a.ClientStatus != api.AllocClientStatusComplete && a.ClientStatus != api.AllocClientStatusFailed {
+			continue
+		}
 		info := waitTerminalWithin(t, c, a.ID, time.Minute)
+		rec.seen[a.ID] = true
 		if st := info.TaskStates["t"]; st == nil || st.StartedAt.IsZero() {
 			continue // preempted before its task started: nothing to record
 		}
-		logs := c.AllocLogs(t, a.ID, "t", "stdout")
-		events := taskEvents(t, c, a.ID)
-		restored, ok := logValue(logs, "restored")
-		if !ok {
-			t.Errorf("%s alloc %d (%s) logged no restore%s", job, i, a.ID[:8], stressDiagnosis(c, job, a.ID, logs))
-			continue
-		}
-		if restored != saved {
-			t.Errorf("%s alloc %d (%s) restored %d ms, its predecessor's last commit was %d ms%s", job, i, a.ID[:8], restored, saved, stressDiagnosis(c, job, a.ID, logs))
-		}
-		committed, hasCommit := logValue(logs, "committed")
-		stopped, hasStop := logValue(logs, "stopped")
-		rec.stops++
-		switch {
-		case strings.Contains(events, "checkpoint not requested"):
-			rec.unasked++
-			if hasCommit && committed > saved {
-				saved = committed
-			}
-		case !hasCommit || !hasStop:
-			t.Errorf("%s alloc %d (%s): incomplete record (commit %v, stop %v)%s", job, i, a.ID[:8], hasCommit, hasStop, stressDiagnosis(c, job, a.ID, logs))
-		default:
-			rec.checkpointed++
-			rec.gaps = append(rec.gaps, float64(stopped-committed))
-			saved = committed
-		}
+		rec.check(t, c, job, a.ID)
 	}
-	return rec
+}
+
+// check reads one terminal allocation's record.
+func (rec *stressRecord) check(t *testing.T, c *cluster.Cluster, job, allocID string) {
+	t.Helper()
+	logs := c.AllocLogs(t, allocID, "t", "stdout")
+	events := taskEvents(t, c, allocID)
+	name := fmt.Sprintf("%s alloc %s", job, allocID[:8])
+	restored, ok := logValue(logs, "restored")
+	if !ok {
+		t.Errorf("%s logged no restore%s", name, stressDiagnosis(c, job, allocID, logs))
+		return
+	}
+	if restored != rec.saved {
+		t.Errorf("%s restored %d ms, its predecessor's last commit was %d ms%s", name, restored, rec.saved, stressDiagnosis(c, job, allocID, logs))
+	}
+	committed, hasCommit := logValue(logs, "committed")
+	stopped, hasStop := logValue(logs, "stopped")
+	rec.stops++
+	switch {
+	case strings.Contains(events, "checkpoint not requested"):
+		rec.unasked++
+		if hasCommit {
+			rec.saved = committed
+		}
+	case !hasCommit || !hasStop:
+		t.Errorf("%s: incomplete record (commit %v, stop %v)%s", name, hasCommit, hasStop, stressDiagnosis(c, job, allocID, logs))
+	default:
+		rec.checkpointed++
+		rec.gaps = append(rec.gaps, float64(stopped-committed))
+		rec.saved = committed
+	}
 }
 
 // stressDiagnosis is an incomplete record's evidence, as the trace
