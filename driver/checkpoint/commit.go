@@ -100,7 +100,10 @@ func (s *Store) CommitWith(r *Run, keep int, h CommitHooks) (*Generation, error)
 	}
 
 	// Freeze: with the directory root's and 0700 the task can resolve no
-	// path in it, so nothing it does from here on changes what is read.
+	// path in it. A file it opened before stays writable, though: a write
+	// through it after this tears the generation, which the manifest's
+	// sizes and hashes then refuse at restore. The driver asks for one
+	// checkpoint at a time for that reason (docs/checkpoints.md).
 	if err := ownDir(top, 0, 0, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint: %s: %w", r.Staging, err)
 	}
