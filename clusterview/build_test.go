@@ -352,7 +352,7 @@ func TestJSONShape(t *testing.T) {
 		{"slice", slice, "alloc healthy id memory_total_mib memory_used_mib profile type utilization_pct"},
 		{"alloc", held, "alloc_id group job memory_used_mib namespace prediction task"},
 		{"prediction", held.(map[string]any)["prediction"], "basis remaining_seconds runtime_seconds"},
-		{"queue entry", queue, "count devices group job namespace pool prediction_basis reason since state waiting_seconds"},
+		{"queue entry", queue, "count devices group job namespace never_fits pool prediction_basis reason since state waiting_seconds"},
 		{"device ask", first(queue.(map[string]any)["devices"]), "count name"},
 	}
 	for _, tc := range tests {

@@ -81,6 +81,7 @@
 //	    "count": 1,                       // allocations waiting
 //	    "waiting_seconds": 42, "since": "2026-12-03T09:59:18Z",
 //	    "reason": "constraint \"missing devices\" filtered 1 node",
+//	    "never_fits": true,               // blocked only: no node of its pool could ever take one allocation; reason says why
 //	    "node": "client-1",               // pending only: where it was placed
 //	    "predicted_wait_seconds": 360,    // blocked only, when known: until its last allocation is placed
 //	    "predicted_runtime_seconds": 600, // blocked batch and sysbatch jobs only, when known: one allocation's run time
@@ -123,7 +124,9 @@
 // failed to place, counted by the job summary's Queued (the evaluation's
 // CoalescedFailures+1 when the summary has none yet), asking for its
 // tasks' device blocks, waiting since the blocked evaluation was created,
-// with the scheduler's placement failure as reason; (b) allocations placed
+// with the scheduler's placement failure as reason, preceded by "never
+// fits: …" where one allocation asks for more whole GPUs than any node of
+// its pool has (nomadview's NeverFits); (b) allocations placed
 // but still pending on their node, waiting since they were created.
 // A -node-pool filter keeps work whose job targets that pool (or "all");
 // a -node filter drops pending work placed elsewhere. -node-pool all keeps

@@ -134,6 +134,9 @@ type QueueEntry struct {
 	WaitingSeconds int64       `json:"waiting_seconds"`
 	Since          time.Time   `json:"since"`
 	Reason         string      `json:"reason"`
+	// NeverFits: no node of the pool could ever take one allocation
+	// (nomadview's NeverFits rule); Reason begins with why.
+	NeverFits bool `json:"never_fits,omitempty"`
 	// Node is where a pending allocation was placed.
 	Node string `json:"node,omitempty"`
 	// PredictedWaitSeconds is, for blocked work, the predicted time until
