@@ -42,6 +42,7 @@
 //	    "name", "id", "datacenter", "pool", "class", "status": "ready",
 //	    "eligible": true, "drain": false,
 //	    "stats_error": "stats unavailable: HTTP 500: …", // only when its stats could not be read
+//	    "stray_pins": ["nomad_gpu.pin.GPU-bogus=mps:4 names no GPU of this node, so it is ignored (its GPUs: GPU-…)"], // only when some pin names no GPU of the node
 //	    "gpus": [{
 //	      "uuid": "GPU-…",                // "" for a GPU in MIG mode whose stats are unavailable
 //	      "model": "NVIDIA H100 80GB HBM3",

@@ -35,6 +35,9 @@ type Node struct {
 	// they were read).
 	StatsError string `json:"stats_error,omitempty"`
 	GPUs       []GPU  `json:"gpus"`
+	// StrayPins are the node's pins (nomad_gpu.pin.<GPU-UUID>) that name
+	// no GPU of it, each with the GPUs it has, as its device plugin says.
+	StrayPins []string `json:"stray_pins,omitempty"`
 }
 
 // GPU modes: how a physical GPU is offered to Nomad.
