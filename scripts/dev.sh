@@ -104,8 +104,11 @@ mkdir -p "$DEV"
 chmod 0755 "$DEV"
 unmount_dev
 # alloc_mounts: the client's, next to data; driver: task state; checkpoints:
-# of jobs the last agent forgot.
-rm -rf "$DEV/data" "$DEV/alloc_mounts" "$DEV/driver" "$DEV/checkpoints" "$DEV/nomad.log" "$DEV/pools.log"
+# of jobs the last agent forgot; sim-control.json*: the simulator's injected
+# state (an XID is sticky, so a GPU faulted in the last run would start
+# this one failed); layouts.json: layouts applied for the last run's queue.
+rm -rf "$DEV/data" "$DEV/alloc_mounts" "$DEV/driver" "$DEV/checkpoints" "$DEV/nomad.log" "$DEV/pools.log" \
+  "$DEV"/sim-control.json* "$DEV/layouts.json"
 mkdir -p "$DEV/data"
 
 cat >"$DEV/agent.hcl" <<HCL
@@ -176,6 +179,11 @@ plugin "nomad-device-gpu" {
     layout {
       enabled    = true
       state_file = "$DEV/layouts.json"
+    }
+    # Where it reads the node's metadata and allocations: this agent,
+    # on whichever port DEV_HTTP_PORT gives it.
+    nomad {
+      address = "$ADDR"
     }
   }
 }

@@ -244,6 +244,11 @@ func TestMakeVariableSetsPort(t *testing.T) {
 	if !strings.Contains(string(cfg), "http = 15646") {
 		t.Errorf("agent.hcl lacks http = 15646:\n%s", cfg)
 	}
+	// Both plugins reach the agent on that port: the device plugin reads
+	// the node's metadata (layouts, pins), the driver its allocations.
+	if n := strings.Count(string(cfg), `address = "http://127.0.0.1:15646"`); n != 2 {
+		t.Errorf("agent.hcl points %d plugins at port 15646, want 2:\n%s", n, cfg)
+	}
 }
 
 // Bad settings are refused before anything starts, naming the variable
