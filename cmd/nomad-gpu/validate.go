@@ -71,7 +71,7 @@ func parseValidateFlags(args []string, stderr io.Writer) (*validateOptions, erro
 		return nil, err
 	}
 	if fs.NArg() == 0 {
-		return nil, errors.New("name a jobspec: nomad-gpu validate [flags] JOBSPEC...")
+		return nil, errors.New("name a jobspec: nomad-gpu validate [flags] JOBSPEC [JOBSPEC ...] (- reads stdin)")
 	}
 	for _, v := range o.vars {
 		k, _, ok := strings.Cut(v, "=")

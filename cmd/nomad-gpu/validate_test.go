@@ -76,7 +76,7 @@ func TestValidateCommand(t *testing.T) {
 		{"bad value, others still checked", []string{bad, good}, 1, []string{good + ": 1 gpu task(s) valid"}, []string{bad + `: job "gpu-example" group "trainer" task "train": config.pid_mode: "shared" is not a mode; allowed: "private", "host"`}},
 		{"parse error", []string{broken}, 1, nil, []string{broken + ": the agent at " + addr + " could not parse it: ", "unexpected token"}},
 		{"missing file", []string{filepath.Join(dir, "nope.hcl")}, 1, nil, []string{"nope.hcl: no such file"}},
-		{"no jobspec", nil, 2, nil, []string{"name a jobspec: nomad-gpu validate [flags] JOBSPEC..."}},
+		{"no jobspec", nil, 2, nil, []string{"name a jobspec: nomad-gpu validate [flags] JOBSPEC [JOBSPEC ...] (- reads stdin)"}},
 		{"bad -var", []string{"-var", "tier", good}, 2, nil, []string{`-var "tier": allowed: key=value`}},
 	}
 	for _, c := range cases {
