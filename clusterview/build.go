@@ -303,6 +303,7 @@ func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string
 		}
 	}
 	b.addLayouts(devices)
+	node.StrayPins = strayPins(devices)
 	for _, g := range b.order {
 		g.finish()
 		g.allocMemory()
@@ -312,6 +313,22 @@ func buildNode(n *api.NodeListStub, held map[string][]AllocRef, stats map[string
 		return cmp.Or(cmp.Compare(a.PCIBusID, b.PCIBusID), cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Model, b.Model))
 	})
 	return node
+}
+
+// strayPins are the node's pins that name no GPU of it, as its device
+// plugin publishes them on each layout group (contract.AttrLayoutStrayPins).
+func strayPins(devices []*api.NodeDeviceResource) []string {
+	for _, d := range devices {
+		if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceLayout {
+			continue
+		}
+		v := nomadview.AttrString(d.Attributes, contract.AttrLayoutStrayPins)
+		if v == "" || v == contract.LayoutNone {
+			return nil
+		}
+		return strings.Split(v, "; ")
+	}
+	return nil
 }
 
 // addLayouts attaches each GPU's layout group to the GPU its instances

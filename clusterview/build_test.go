@@ -352,7 +352,7 @@ func TestJSONShape(t *testing.T) {
 		{"slice", slice, "alloc healthy id memory_total_mib memory_used_mib profile type utilization_pct"},
 		{"alloc", held, "alloc_id group job memory_used_mib namespace prediction task"},
 		{"prediction", held.(map[string]any)["prediction"], "basis remaining_seconds runtime_seconds"},
-		{"queue entry", queue, "count devices group job namespace pool prediction_basis reason since state waiting_seconds"},
+		{"queue entry", queue, "count devices group job namespace never_fits pool prediction_basis reason since state waiting_seconds"},
 		{"device ask", first(queue.(map[string]any)["devices"]), "count name"},
 	}
 	for _, tc := range tests {
@@ -447,5 +447,41 @@ func TestBuildLayouts(t *testing.T) {
 	writeLayoutNotes(&b, v.Nodes[0].GPUs, 200)
 	if !strings.Contains(b.String(), "GPU 0 relaid 10:00:00: whole → mps:8: 6 allocations wait for mps") {
 		t.Errorf("layout notes %q", b.String())
+	}
+}
+
+// A pin naming no GPU of the node, as its device plugin publishes it on
+// its layout groups, is the node's, shown under its GPUs and in -json.
+func TestBuildStrayPins(t *testing.T) {
+	stray := "nomad_gpu.pin.GPU-bogus=mps:4 names no GPU of this node, so it is ignored (its GPUs: " + gpuA + ")"
+	layout := func(uuid, pins string) *api.NodeDeviceResource {
+		return &api.NodeDeviceResource{Vendor: "nvidia", Type: "layout", Name: uuid, Attributes: map[string]*api.Attribute{
+			"index": intAttr(0, ""), "layout": strAttr("whole"), "desired": strAttr("none"), "state": strAttr("ready"),
+			"error": strAttr("none"), "pinned": {BoolVal: ptr(false)}, "stray_pins": strAttr(pins),
+		}}
+	}
+	for _, c := range []struct {
+		name, pins string
+		want       []string
+	}{
+		{"none", "none", nil},
+		{"one", stray, []string{stray}},
+		{"two", stray + "; " + stray, []string{stray, stray}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := fixtureInput()
+			in.Nodes[0].NodeResources.Devices = append(in.Nodes[0].NodeResources.Devices, layout(gpuA, c.pins))
+			v := Build(in)
+			if got := v.Nodes[0].StrayPins; fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("stray pins %q, want %q", got, c.want)
+			}
+			var b strings.Builder
+			if err := WriteTable(&b, v, TableOptions{Width: 200}); err != nil {
+				t.Fatal(err)
+			}
+			if has := strings.Contains(b.String(), "  ignored pin: "+stray+"\n"); has != (c.want != nil) {
+				t.Errorf("table shows the pin: %v, want %v:\n%s", has, c.want != nil, &b)
+			}
+		})
 	}
 }

@@ -42,6 +42,7 @@
 //	    "name", "id", "datacenter", "pool", "class", "status": "ready",
 //	    "eligible": true, "drain": false,
 //	    "stats_error": "stats unavailable: HTTP 500: …", // only when its stats could not be read
+//	    "stray_pins": ["nomad_gpu.pin.GPU-bogus=mps:4 names no GPU of this node, so it is ignored (its GPUs: GPU-…)"], // only when some pin names no GPU of the node
 //	    "gpus": [{
 //	      "uuid": "GPU-…",                // "" for a GPU in MIG mode whose stats are unavailable
 //	      "model": "NVIDIA H100 80GB HBM3",
@@ -81,6 +82,7 @@
 //	    "count": 1,                       // allocations waiting
 //	    "waiting_seconds": 42, "since": "2026-12-03T09:59:18Z",
 //	    "reason": "constraint \"missing devices\" filtered 1 node",
+//	    "never_fits": true,               // blocked only: no node of its pool could ever take one allocation; reason says why
 //	    "node": "client-1",               // pending only: where it was placed
 //	    "predicted_wait_seconds": 360,    // blocked only, when known: until its last allocation is placed
 //	    "predicted_runtime_seconds": 600, // blocked batch and sysbatch jobs only, when known: one allocation's run time
@@ -123,7 +125,9 @@
 // failed to place, counted by the job summary's Queued (the evaluation's
 // CoalescedFailures+1 when the summary has none yet), asking for its
 // tasks' device blocks, waiting since the blocked evaluation was created,
-// with the scheduler's placement failure as reason; (b) allocations placed
+// with the scheduler's placement failure as reason, preceded by "never
+// fits: …" where one allocation asks for more whole GPUs than any node of
+// its pool has (nomadview's NeverFits); (b) allocations placed
 // but still pending on their node, waiting since they were created.
 // A -node-pool filter keeps work whose job targets that pool (or "all");
 // a -node filter drops pending work placed elsewhere. -node-pool all keeps

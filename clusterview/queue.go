@@ -22,10 +22,17 @@ func buildQueue(in *Input) []QueueEntry {
 		if !in.Filter.matchPool(g.Pool) {
 			continue
 		}
+		reason := FailureReason(g.Metric, g.QuotaLimitReached)
+		never := in.NeverFits(g)
+		if never != "" {
+			// First: Nomad's own words say only that nodes were
+			// filtered or exhausted, as if waiting would help.
+			reason = never + "; " + reason
+		}
 		out = append(out, QueueEntry{
 			Job: g.JobID, Namespace: g.Namespace, Group: g.Group, Pool: g.Pool, State: StateBlocked,
 			Devices: deviceAsks(g.Asks), Count: g.Count, Since: g.Since.UTC(), WaitingSeconds: waitSeconds(in.Now, g.Since),
-			Reason: FailureReason(g.Metric, g.QuotaLimitReached),
+			Reason: reason, NeverFits: never != "",
 		})
 	}
 	for _, p := range in.PendingAllocs() {

@@ -19,7 +19,7 @@ func TestQueue(t *testing.T) {
 		{
 			name: "blocked from the summary, pending from its devices, longest wait first",
 			want: []string{
-				`big/g blocked nvidia/gpu x6 2 1m35s constraint "missing devices" filtered 1 node`,
+				`big/g blocked nvidia/gpu x6 2 1m35s never fits: asks 6 GPUs on one node, pool "gpu" nodes have at most 2; constraint "missing devices" filtered 1 node`,
 				`notebook/g pending nvidia/mps/` + gpuM + ` x2 1 30s placed on gpu-1, not running yet`,
 			},
 		},

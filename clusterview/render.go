@@ -134,6 +134,9 @@ func writeNode(b *strings.Builder, n *Node, key SortKey, width int) {
 	}
 	gpuTable(n.GPUs).write(b, width)
 	writeLayoutNotes(b, n.GPUs, width)
+	for _, p := range n.StrayPins {
+		b.WriteString(Cut("  ignored pin: "+p, width) + "\n")
+	}
 	if tasks := taskTable(n.GPUs, key); len(tasks.rows) > 0 {
 		tasks.write(b, width)
 	}

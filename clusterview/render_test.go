@@ -40,7 +40,7 @@ NODE gpu-2 (22222222)  ready  pool batch  class -  dc dc1  ineligible  draining
 QUEUE
   JOB         STATE    DEVICES              COUNT   WAIT  PRED WAIT  PRED RUN
   big/g       blocked  gpu x6                   2  1m35s          -         -
-    constraint "missing devices" filtered 1 node
+    never fits: asks 6 GPUs on one node, pool "gpu" nodes have at most 2; const…
   notebook/g  pending  mps/GPU-cccccccc x2      1    30s          -         -
     placed on gpu-1, not running yet
 `

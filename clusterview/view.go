@@ -35,6 +35,9 @@ type Node struct {
 	// they were read).
 	StatsError string `json:"stats_error,omitempty"`
 	GPUs       []GPU  `json:"gpus"`
+	// StrayPins are the node's pins (nomad_gpu.pin.<GPU-UUID>) that name
+	// no GPU of it, each with the GPUs it has, as its device plugin says.
+	StrayPins []string `json:"stray_pins,omitempty"`
 }
 
 // GPU modes: how a physical GPU is offered to Nomad.
@@ -134,6 +137,9 @@ type QueueEntry struct {
 	WaitingSeconds int64       `json:"waiting_seconds"`
 	Since          time.Time   `json:"since"`
 	Reason         string      `json:"reason"`
+	// NeverFits: no node of the pool could ever take one allocation
+	// (nomadview's NeverFits rule); Reason begins with why.
+	NeverFits bool `json:"never_fits,omitempty"`
 	// Node is where a pending allocation was placed.
 	Node string `json:"node,omitempty"`
 	// PredictedWaitSeconds is, for blocked work, the predicted time until

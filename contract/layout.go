@@ -62,6 +62,12 @@ const (
 	// controller's hold also make a GPU's instances unhealthy, but are
 	// no fault.
 	AttrLayoutFault = "fault"
+	// AttrLayoutStrayPins says which of the node's pins (MetaPinPrefix)
+	// name no GPU the plugin manages, and which GPUs it does ("; "
+	// between pins); LayoutNone when none. It is the node's, the same on
+	// every layout group of it: a pin for a GPU the node lacks has no
+	// group of its own to say it.
+	AttrLayoutStrayPins = "stray_pins"
 )
 
 // LayoutNone is the value of a layout group's string attribute that has

@@ -56,6 +56,10 @@ type layoutManager struct {
 	// by UUID: the health description of their instances until the hold
 	// ends.
 	holds map[string]string
+	// strayPins say which of the node's pins (contract.MetaPinPrefix)
+	// name no GPU of it, "; "-joined ("" when none): published on every
+	// layout group, since no GPU's own can carry them.
+	strayPins string
 	// lastErr is the last reason the metadata could not be read, logged
 	// once.
 	lastErr string
@@ -150,6 +154,7 @@ func (lm *layoutManager) poll(ctx context.Context, cfg *Config) {
 		return
 	}
 	held := lm.setHolds(heldGPUs(meta, time.Now(), lm.log))
+	held = lm.setStrayPins(strayPins(meta, snap, cfg)) || held
 	plans := lm.plans(snap, cfg, meta)
 	view := w.current()
 	if slices.ContainsFunc(plans, gpuPlan.wantsChange) {
@@ -189,6 +194,57 @@ func heldGPUs(meta map[string]string, now time.Time, log hclog.Logger) map[strin
 		}
 	}
 	return out
+}
+
+// strayPins are the node's pins that name no GPU the plugin manages (a
+// typo, another node's GPU, an ignored GPU), each saying which GPUs it
+// does manage, sorted by key. Nothing else would tell: a pin is read by
+// the GPU's UUID only.
+func strayPins(meta map[string]string, snap *gpu.Snapshot, cfg *Config) []string {
+	ignored := ignoredRefs(cfg)
+	var managed []string
+	known := map[string]bool{}
+	for i := range snap.GPUs {
+		g := &snap.GPUs[i]
+		if g.UUID == "" || slices.ContainsFunc(ignored, func(r gpuRef) bool { return !r.mig && r.matches(g.Index, g.UUID) }) {
+			continue
+		}
+		known[g.UUID] = true
+		managed = append(managed, g.UUID)
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(meta)) {
+		uuid, ok := strings.CutPrefix(k, contract.MetaPinPrefix)
+		if !ok || known[uuid] {
+			continue
+		}
+		gpus := "none"
+		if len(managed) > 0 {
+			gpus = strings.Join(managed, ", ")
+		}
+		out = append(out, fmt.Sprintf("%s=%s names no GPU of this node, so it is ignored (its GPUs: %s)", k, strings.TrimSpace(meta[k]), gpus))
+	}
+	return out
+}
+
+// setStrayPins takes the stray pins read now, logging each new one as a
+// warning; true when they changed.
+func (lm *layoutManager) setStrayPins(pins []string) bool {
+	joined := strings.Join(pins, "; ")
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if joined == lm.strayPins {
+		return false
+	}
+	old := lm.strayPins
+	for _, p := range pins {
+		if !strings.Contains(old, p) {
+			key, _, _ := strings.Cut(p, "=")
+			lm.log.Warn("node metadata pins a GPU this node does not have; the pin is ignored", "key", key, "pin", p)
+		}
+	}
+	lm.strayPins = joined
+	return true
 }
 
 // setHolds takes the GPUs held now; true when they changed.
@@ -542,6 +598,7 @@ func (lm *layoutManager) inputs(cfg *Config, view allocView) *layoutInputs {
 	if cfg.Layout.Enabled {
 		in.applied = maps.Clone(lm.applied)
 		in.holds = maps.Clone(lm.holds)
+		in.strayPins = lm.strayPins
 		for uuid, st := range lm.gpus {
 			in.status[uuid] = st.gpuStatus
 		}

@@ -86,7 +86,7 @@ func TestLayoutGroups(t *testing.T) {
 	checkWire(t, m.groups)
 	want := map[string]map[string]string{
 		"GPU-a": {"index": "0", "pci_bus_id": "0000:01:00.0", "product": "NVIDIA H100 80GB HBM3", "mig_mode": "false", "mig_profiles": "none",
-			"layout": "mps:4", "desired": "none", "pinned": "false", "state": "ready", "error": "none", "fault": xid},
+			"layout": "mps:4", "desired": "none", "pinned": "false", "state": "ready", "error": "none", "fault": xid, "stray_pins": "none"},
 		"GPU-b": {"index": "1", "mig_mode": "false", "layout": "whole", "desired": "mps:99", "state": "error", "error": `"mps:99": the share count must be 2 to 48`, "fault": "none"},
 		"GPU-c": {"index": "2", "mig_mode": "true", "mig_profiles": "1g.10gb:1x7,2g.20gb:2x3,3g.40gb:3x2,7g.80gb:7x1",
 			"layout": "mig:1g.10gb,3g.40gb", "desired": "mig:7g.80gb", "state": "draining", "error": "none", "fault": "none"},
@@ -99,8 +99,8 @@ func TestLayoutGroups(t *testing.T) {
 			if len(g.Devices) != 0 || g.Vendor != contract.Vendor {
 				t.Errorf("layout group %s: vendor %q, %d devices", g.Name, g.Vendor, len(g.Devices))
 			}
-			if len(g.Attributes) != 11 {
-				t.Errorf("layout group %s has %d attributes, want 11", g.Name, len(g.Attributes))
+			if len(g.Attributes) != 12 {
+				t.Errorf("layout group %s has %d attributes, want 12", g.Name, len(g.Attributes))
 			}
 			for k, v := range want[g.Name] {
 				if got := g.Attributes[k].Text(); got != v {
@@ -623,5 +623,58 @@ func TestGPUHolds(t *testing.T) {
 	}
 	if healthy["GPU-a"] != 0 || healthy["GPU-b"] != 4 {
 		t.Errorf("healthy shares by GPU: %v, want GPU-a none (held), GPU-b 4", healthy)
+	}
+}
+
+// A pin naming a GPU the node lacks is no layout of any GPU: it is
+// published on every layout group (stray_pins, naming the key and the
+// node's GPUs) until it is removed, and the other GPUs follow theirs.
+func TestLayoutStrayPin(t *testing.T) {
+	n := newLayoutNode(t, &fakeInv{snap: layoutFixture(2)}, nil)
+	n.waitAttrs(t, "GPU-a", "stray_pins", "none")
+	n.agent.setMeta(contract.MetaPinPrefix+"GPU-bogus", "mps:4", contract.MetaPinPrefix+"GPU-b", "mps:2")
+	want := "nomad_gpu.pin.GPU-bogus=mps:4 names no GPU of this node, so it is ignored (its GPUs: GPU-a, GPU-b)"
+	for _, g := range []string{"GPU-a", "GPU-b"} {
+		n.waitAttrs(t, g, "stray_pins", want)
+	}
+	n.waitAttrs(t, "GPU-b", "layout", "mps:2", "state", "ready")
+	n.agent.mu.Lock()
+	delete(n.agent.meta, contract.MetaPinPrefix+"GPU-bogus") // nomad node meta apply -unset
+	n.agent.mu.Unlock()
+	n.waitAttrs(t, "GPU-a", "stray_pins", "none")
+}
+
+// Stray pins are the pin keys naming no GPU the plugin manages (an
+// ignored GPU included), sorted; each new one is logged once as a
+// warning naming its key.
+func TestStrayPins(t *testing.T) {
+	snap := layoutFixture(3)
+	cfg := &Config{}
+	cfg.IgnoredGPUIDs = []string{"GPU-c"}
+	meta := map[string]string{
+		contract.MetaPinPrefix + "GPU-z":    "mps:4",
+		contract.MetaPinPrefix + "GPU-a":    "whole",
+		contract.MetaPinPrefix + "GPU-c":    "mps:2",
+		contract.MetaLayoutPrefix + "GPU-y": "mps:8", // the controller's: not an operator's pin
+		"other":                             "x",
+	}
+	got := strayPins(meta, snap, cfg)
+	want := []string{
+		"nomad_gpu.pin.GPU-c=mps:2 names no GPU of this node, so it is ignored (its GPUs: GPU-a, GPU-b)",
+		"nomad_gpu.pin.GPU-z=mps:4 names no GPU of this node, so it is ignored (its GPUs: GPU-a, GPU-b)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var logs strings.Builder
+	lm := &layoutManager{log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})}
+	if !lm.setStrayPins(got) || lm.setStrayPins(got) {
+		t.Error("setStrayPins: changed, then unchanged")
+	}
+	if n := strings.Count(logs.String(), "[WARN]"); n != 2 || !strings.Contains(logs.String(), "key=nomad_gpu.pin.GPU-z") {
+		t.Errorf("logged:\n%s", &logs)
+	}
+	if !lm.setStrayPins(nil) || lm.strayPins != "" {
+		t.Error("cleared pins not taken")
 	}
 }

@@ -28,6 +28,9 @@ type layoutInputs struct {
 	// holds are the GPUs the controller holds, by UUID: their instances'
 	// health description.
 	holds map[string]string
+	// strayPins are the node's pins that name no GPU of it ("" when
+	// none), published on every layout group.
+	strayPins string
 	// publish: the plugin follows layouts (layout.enabled), so it
 	// publishes each GPU's layout group. A plugin that does not takes no
 	// part in the protocol, and the controller leaves its GPUs alone.
@@ -105,6 +108,7 @@ func (b *modelBuilder) addLayoutGroup(g *gpu.GPU, cur gpulayout.Layout) {
 			contract.AttrLayoutState:       structs.NewString(string(st.state)),
 			contract.AttrLayoutError:       structs.NewString(orNone(st.err)),
 			contract.AttrLayoutFault:       structs.NewString(orNone(gpuFault(b.unhealthy, g))),
+			contract.AttrLayoutStrayPins:   structs.NewString(orNone(b.lay.strayPins)),
 		},
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 	"github.com/nomad-gpu/nomad-gpu/internal/nomadaddr"
+	"github.com/nomad-gpu/nomad-gpu/wire/schema"
 )
 
 // Config is the `plugin "nomad-driver-gpu" { config { … } }` block.
@@ -311,4 +312,23 @@ func (t *TaskConfig) validate() error {
 		return fmt.Errorf("config.checkpoint: %d blocks; a task has at most one", len(t.Checkpoint))
 	}
 	return nil
+}
+
+// ValidateTaskConfig checks a task's `config` block as the jobspec has
+// it (the task's Config of a parsed job: maps, and lists of maps for
+// blocks) against the driver's schema and its rules: a key it does not
+// declare, a value of the wrong type and a value out of range are each
+// an error naming the key path (`config.checkpoint[0].keep`) and what is
+// allowed. It is what `nomad-gpu validate` checks before a job is
+// submitted; the agent itself reports such errors only once the task is
+// placed on a node.
+func ValidateTaskConfig(raw map[string]any) error {
+	if err := schema.CheckKeys(raw, &TaskConfig{}, "config"); err != nil {
+		return err
+	}
+	var tc TaskConfig
+	if err := schema.FromValueAt(raw, &tc, "config"); err != nil {
+		return err
+	}
+	return tc.validate()
 }

@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,6 +74,28 @@ func TestJobsFilesValidate(t *testing.T) {
 		if out, err := nomadTool(t, "", "config", "validate", f); err != nil || !strings.Contains(out, "Configuration is valid") {
 			t.Errorf("nomad config validate %s: %v\n%s", f, err, out)
 		}
+	}
+}
+
+// The training tiers are jobs of their own: run side by side, a P0 run
+// preempts a P2 one instead of replacing it as a new version of one job.
+func TestTrainingTiersAreDistinctJobs(t *testing.T) {
+	f := filepath.Join(cluster.RepoRoot(t), "jobs", "training", "train.nomad.hcl")
+	ids := map[string]string{}
+	for _, tier := range []string{"P0", "P1", "P2"} {
+		out, err := nomadTool(t, "", "job", "run", "-output", "-var", "tier="+tier, f)
+		if err != nil {
+			t.Fatalf("nomad job run -output -var tier=%s: %v\n%s", tier, err, out)
+		}
+		var spec struct{ Job api.Job }
+		if err := json.Unmarshal([]byte(out), &spec); err != nil || spec.Job.ID == nil {
+			t.Fatalf("tier %s: %v\n%s", tier, err, out)
+		}
+		id := *spec.Job.ID
+		if other, ok := ids[id]; ok {
+			t.Errorf("tiers %s and %s share the job ID %q", other, tier, id)
+		}
+		ids[id] = tier
 	}
 }
 

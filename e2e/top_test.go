@@ -262,6 +262,10 @@ func TestTop(t *testing.T) {
 		if q.WaitingSeconds < 1 || q.Since.IsZero() || !strings.Contains(q.Reason, "missing devices") {
 			t.Errorf("queue entry wait/reason %+v", q)
 		}
+		// 9 GPUs on 8-GPU nodes: it never fits, and top says so first.
+		if !q.NeverFits || !strings.HasPrefix(q.Reason, "never fits: asks 9 GPUs on one node") {
+			t.Errorf("queue entry not said never to fit: %+v", q)
+		}
 		for _, e := range v.Queue {
 			if _, holder := holders[e.Job]; holder {
 				t.Errorf("running job %s queued: %+v", e.Job, e)

@@ -8,17 +8,56 @@
 # so a checkpoint left from a previous run would only be resumed by a new job
 # that happens to share its name). The agent logs to .dev/nomad.log, which
 # this script echoes: piping `make dev` into tee or less is safe, since a
-# reader that goes away stops only the echo. Ctrl-C stops the agent and every
-# task it started, and unmounts what the client mounted.
+# reader that goes away stops only the echo. Ctrl-C, or SIGINT, SIGTERM or
+# SIGHUP to this script or to the make that runs it, stops the agent, every
+# task it started and the controller, and unmounts what the client mounted.
 #
-# Environment:
-#   NOMAD_BINARY  nomad binary to use (default: `nomad` on PATH)
+# Environment (`make dev` passes its variables of the same names):
+#   NOMAD_BINARY                 nomad binary to use (default: `nomad` on PATH)
+#   DEV_HTTP_PORT                the agent's HTTP API and UI (default 4646)
+#   DEV_RPC_PORT                 the agent's RPC port (default 4647)
+#   DEV_SERF_PORT                the agent's serf port (default 4648)
+#   DEV_CONTROLLER_METRICS_PORT  the controller's /metrics (default 9405)
+#   DEV_NODE_POOL                the node's pool: training (default),
+#                                inference or hpc (jobs/pools/), or default
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="$ROOT/bin"
 DEV="$ROOT/.dev"
-ADDR="http://127.0.0.1:4646"
+
+# port NAME DEFAULT prints $NAME, or DEFAULT when unset or empty, once it
+# is a port number.
+port() {
+  local v="${!1:-$2}"
+  if [[ ! "$v" =~ ^[0-9]+$ ]] || ((10#$v < 1 || 10#$v > 65535)); then
+    echo "dev: $1=\"$v\" is not a port; allowed: 1 to 65535 (default $2)" >&2
+    return 1
+  fi
+  echo $((10#$v))
+}
+HTTP_PORT="$(port DEV_HTTP_PORT 4646)"
+RPC_PORT="$(port DEV_RPC_PORT 4647)"
+SERF_PORT="$(port DEV_SERF_PORT 4648)"
+CONTROLLER_METRICS_PORT="$(port DEV_CONTROLLER_METRICS_PORT 9405)"
+ports=("$HTTP_PORT" "$RPC_PORT" "$SERF_PORT" "$CONTROLLER_METRICS_PORT")
+if (($(printf '%s\n' "${ports[@]}" | sort -u | wc -l) != ${#ports[@]})); then
+  echo "dev: DEV_HTTP_PORT, DEV_RPC_PORT, DEV_SERF_PORT and DEV_CONTROLLER_METRICS_PORT must differ; they are ${ports[*]}" >&2
+  exit 1
+fi
+ADDR="http://127.0.0.1:$HTTP_PORT"
+
+# The node joins a pool of jobs/pools/ (training by default, so the
+# training jobs run as README shows them; the examples run in any pool).
+POOL="${DEV_NODE_POOL:-training}"
+pools=(default)
+for f in "$ROOT"/jobs/pools/*.hcl; do
+  pools+=("$(basename "$f" .hcl)")
+done
+if [[ " ${pools[*]} " != *" $POOL "* ]]; then
+  echo "dev: DEV_NODE_POOL=\"$POOL\" is no pool make dev defines; allowed: ${pools[*]}" >&2
+  exit 1
+fi
 
 NOMAD="${NOMAD_BINARY:-$(command -v nomad || true)}"
 if [[ -z "$NOMAD" || ! -x "$NOMAD" ]]; then
@@ -65,8 +104,11 @@ mkdir -p "$DEV"
 chmod 0755 "$DEV"
 unmount_dev
 # alloc_mounts: the client's, next to data; driver: task state; checkpoints:
-# of jobs the last agent forgot.
-rm -rf "$DEV/data" "$DEV/alloc_mounts" "$DEV/driver" "$DEV/checkpoints" "$DEV/nomad.log"
+# of jobs the last agent forgot; sim-control.json*: the simulator's injected
+# state (an XID is sticky, so a GPU faulted in the last run would start
+# this one failed); layouts.json: layouts applied for the last run's queue.
+rm -rf "$DEV/data" "$DEV/alloc_mounts" "$DEV/driver" "$DEV/checkpoints" "$DEV/nomad.log" "$DEV/pools.log" \
+  "$DEV"/sim-control.json* "$DEV/layouts.json"
 mkdir -p "$DEV/data"
 
 cat >"$DEV/agent.hcl" <<HCL
@@ -75,7 +117,29 @@ data_dir             = "$DEV/data"
 plugin_dir           = "$BIN/plugins"
 disable_update_check = true
 
+ports {
+  http = $HTTP_PORT
+  rpc  = $RPC_PORT
+  serf = $SERF_PORT
+}
+
+# As jobs/agent/server.hcl: preemption on for batch and service jobs too,
+# so a higher tier takes GPUs from a lower one (docs/checkpoints.md).
+server {
+  default_scheduler_config {
+    scheduler_algorithm = "binpack"
+
+    preemption_config {
+      batch_scheduler_enabled   = true
+      service_scheduler_enabled = true
+      system_scheduler_enabled  = true
+    }
+  }
+}
+
 client {
+  node_pool        = "$POOL"
+  max_kill_timeout = "5m" # the training jobs' kill_timeout, their time to commit
   options {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
@@ -115,6 +179,11 @@ plugin "nomad-device-gpu" {
     layout {
       enabled    = true
       state_file = "$DEV/layouts.json"
+    }
+    # Where it reads the node's metadata and allocations: this agent,
+    # on whichever port DEV_HTTP_PORT gives it.
+    nomad {
+      address = "$ADDR"
     }
   }
 }
@@ -156,13 +225,18 @@ plugin "nomad-driver-gpu" {
 }
 HCL
 
+# GPU 0 of the simulated node: UUIDs derive from sim.seed below, so this
+# one is the same at every start (README's XID example names it too).
+DEV_GPU0="GPU-025d71e8"
+
 cat <<MSG
 ==> nomad-gpu dev agent
     nomad:   $NOMAD ($("$NOMAD" version 2>/dev/null | head -1))
     plugins: $BIN/plugins
     config:  $DEV/agent.hcl   data: $DEV/data   log: $DEV/nomad.log
+    node pool: $POOL (pools training, inference, hpc applied from jobs/pools/; DEV_NODE_POOL picks another)
 
-    UI:  $ADDR/ui    API: $ADDR
+    UI:  $ADDR/ui    API: $ADDR    RPC: $RPC_PORT    serf: $SERF_PORT
 
     Try it (in another terminal):
       export NOMAD_ADDR=$ADDR
@@ -172,6 +246,10 @@ cat <<MSG
       nomad job run jobs/examples/mps.nomad.hcl    # two MPS shares of one GPU
       nomad job status <job>; nomad alloc logs <alloc-id>; nomad alloc status -stats <alloc-id>
 
+    Training tiers, side by side (jobs train-p2, train-p1, train-p0); P0
+    preempts P2, which checkpoints and resumes when GPUs free up:
+      nomad job run -var tier=P2 jobs/training/train.nomad.hcl
+
     Load a GPU (80 % for 10 minutes) and watch it move:
       nomad job run -var nomad_gpu=$BIN/nomad-gpu jobs/examples/sim-load.nomad.hcl
       bin/nomad-gpu top
@@ -180,14 +258,14 @@ cat <<MSG
     its host pid is in its "started as host pid N" event, nomad alloc status):
       bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json proc --device <GPU-UUID> --pid <host pid> --mib 50000   # mps.nomad.hcl: 2 shares, 40960 MiB
 
-    Inject a GPU fault (XID 79, "fallen off the bus") into the simulator;
-    the device turns unhealthy on the node within a fingerprint period (5s):
-      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json xid --device <UUID> --xid 79
+    Inject a GPU fault (XID 79, "fallen off the bus") into GPU 0 of the
+    simulator; it turns unhealthy on the node within a fingerprint period (5s):
+      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json xid --device $DEV_GPU0 --xid 79
 
     The controller (preemption protection) runs beside the agent:
-      log .dev/controller.log, metrics http://127.0.0.1:9405/metrics
+      log .dev/controller.log, metrics http://127.0.0.1:$CONTROLLER_METRICS_PORT/metrics
 
-    Ctrl-C stops the agent and everything it started.
+    Ctrl-C (or SIGINT or SIGTERM to make dev) stops the agent and everything it started.
 
 MSG
 
@@ -195,6 +273,55 @@ MSG
 # Ctrl-C) must not take this script with it before it has stopped the agent.
 trap '' PIPE
 say() { echo "$@" >&2 2>/dev/null || true; }
+
+stopping=0
+pid=""
+stop() {
+  if ((stopping)); then
+    say "==> dev: killing nomad"
+    [[ -z "$pid" ]] || kill -KILL "$pid" 2>/dev/null || true
+  else
+    stopping=1
+    say "==> dev: stopping nomad (Ctrl-C again to kill it; log: $DEV/nomad.log)"
+    [[ -z "$pid" ]] || kill -INT "$pid" 2>/dev/null || true
+  fi
+}
+# Before anything starts, so no signal finds an agent without a handler
+# here to stop it.
+trap stop INT TERM HUP
+trap '((stopping)) || stop' USR1
+
+# make forwards SIGTERM to this script but not SIGINT or SIGHUP: it
+# catches them and then waits for this script to end, which a signal sent
+# to make alone (kill -INT <make's pid>) would never bring about. While
+# make is in its handler, that signal is blocked in its status; the
+# watcher sees it there, or this script's parent gone, and tells this
+# script to stop. Two looks in a row: make blocks its fatal signals for
+# moments while it starts a command.
+parent=$PPID
+parent_is_make=0
+case "$(cat "/proc/$parent/comm" 2>/dev/null || true)" in
+make | gmake) parent_is_make=1 ;;
+esac
+watch_parent() {
+  trap - INT TERM HUP USR1
+  local seen=0 blk
+  while sleep 0.5; do
+    [[ "$(awk '/^PPid:/ { print $2 }' "/proc/$$/status" 2>/dev/null)" == "$parent" ]] || break
+    if ((parent_is_make)); then
+      blk="$(awk '/^SigBlk:/ { print $2 }' "/proc/$parent/status" 2>/dev/null)" || blk=0
+      # SIGHUP, SIGINT and SIGTERM: bits 0, 1 and 14.
+      if (((16#${blk:-0}) & 0x4003)); then
+        ((++seen < 2)) || break
+      else
+        seen=0
+      fi
+    fi
+  done
+  kill -USR1 $$ 2>/dev/null || true
+}
+watch_parent </dev/null >/dev/null 2>&1 &
+watcher=$!
 
 # Job control puts the agent in its own process group, so a Ctrl-C in the
 # terminal reaches only this script, which forwards exactly one SIGINT (a
@@ -205,32 +332,42 @@ set -m
 "$NOMAD" agent -dev -config "$DEV/agent.hcl" >"$DEV/nomad.log" 2>&1 </dev/null &
 pid=$!
 set +m
+if ((stopping)); then
+  kill -INT "$pid" 2>/dev/null || true
+fi
 tail -n +1 -F --pid="$pid" "$DEV/nomad.log" 2>/dev/null &
 # The controller waits for the agent's API by itself (it retries the
 # leader lock every second).
-"$BIN/nomad-gpu" controller -address "$ADDR" -preemption-cooldown 10m -metrics-address 127.0.0.1:9405 >"$DEV/controller.log" 2>&1 </dev/null &
+"$BIN/nomad-gpu" controller -address "$ADDR" -preemption-cooldown 10m -metrics-address "127.0.0.1:$CONTROLLER_METRICS_PORT" >"$DEV/controller.log" 2>&1 </dev/null &
 ctl=$!
 
-stopping=0
-stop() {
-  if ((stopping)); then
-    say "==> dev: killing nomad"
-    kill -KILL "$pid" 2>/dev/null || true
-  else
-    stopping=1
-    say "==> dev: stopping nomad (Ctrl-C again to kill it; log: $DEV/nomad.log)"
-    kill -INT "$pid" 2>/dev/null || true
-  fi
+# The node pools the jobs in jobs/ name, once the API answers (the node
+# creates its own pool when it registers; this gives every pool its
+# description and meta).
+apply_pools() {
+  trap - INT TERM HUP USR1
+  local f i
+  for ((i = 0; i < 120; i++)); do
+    "$NOMAD" node pool list -address="$ADDR" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  for f in "$ROOT"/jobs/pools/*.hcl; do
+    if ! "$NOMAD" node pool apply -address="$ADDR" "$f" >>"$DEV/pools.log" 2>&1; then
+      say "dev: nomad node pool apply $f failed; see $DEV/pools.log"
+    fi
+  done
 }
-trap stop INT TERM HUP
+apply_pools </dev/null &
+pools=$!
 
 rc=0
 while kill -0 "$pid" 2>/dev/null; do
   wait "$pid" && rc=0 || rc=$?
 done
-trap - INT TERM HUP
+trap - INT TERM HUP USR1
+kill -TERM "$pools" "$watcher" 2>/dev/null || true
 kill -TERM "$ctl" 2>/dev/null || true
-wait "$ctl" 2>/dev/null || true
+wait "$ctl" "$pools" "$watcher" 2>/dev/null || true
 unmount_dev
 # A -dev client destroys its allocations on shutdown; an agent stopped on
 # purpose exits non-zero, which is not an error here.

@@ -65,6 +65,7 @@ const (
 	mQueuedDevices
 	mQueueWaitMax
 	mQueueWaitMean
+	mQueuedNeverFit
 	mTaskWait
 	mTaskRun
 	mAllocsStarted
@@ -131,6 +132,8 @@ var exportedMetrics = [numMetrics]MetricSpec{
 		"Longest wait of queued allocations (now minus the blocked evaluation's or pending allocation's create time)."},
 	mQueueWaitMean: {"nomad_gpu_cluster_queue_wait_mean_seconds", "gauge", queueLabels,
 		"Per-allocation mean wait of queued allocations."},
+	mQueuedNeverFit: {"nomad_gpu_cluster_queued_never_fit_allocs", "gauge", queueLabels,
+		"Queued allocations that never fit: one asks for more whole GPUs than any node of its pool has, so it waits until the job changes or bigger nodes join (nomad-gpu top says never fits)."},
 	mTaskWait: {"nomad_gpu_cluster_task_wait_seconds", "gauge", append(slices.Clone(taskLabels), labelStat),
 		"Wait (first task start minus create time) of GPU allocations whose first task started within finished_window: stat p50, p90, p99 (nearest rank), max, mean."},
 	mTaskRun: {"nomad_gpu_cluster_task_run_seconds", "gauge", append(slices.Clone(taskLabels), labelStat),
@@ -253,6 +256,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(mQueuedDevices, float64(v.Devices), lv...)
 		gauge(mQueueWaitMax, v.WaitMaxSeconds, lv...)
 		gauge(mQueueWaitMean, v.WaitMeanSeconds(), lv...)
+		gauge(mQueuedNeverFit, float64(v.NeverFitAllocs), lv...)
 	}
 	for k, v := range f.Tasks {
 		gauge(mAllocsStarted, float64(len(v.WaitSeconds)), k.Pool, k.Priority)

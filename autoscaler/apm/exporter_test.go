@@ -150,6 +150,7 @@ func TestExporterCollectAndCompare(t *testing.T) {
 		header("nomad_gpu_cluster_queued_devices") + "nomad_gpu_cluster_queued_devices" + queue + " 4\n" +
 		header("nomad_gpu_cluster_queue_wait_max_seconds") + "nomad_gpu_cluster_queue_wait_max_seconds" + queue + " 60\n" +
 		header("nomad_gpu_cluster_queue_wait_mean_seconds") + "nomad_gpu_cluster_queue_wait_mean_seconds" + queue + " 60\n" +
+		header("nomad_gpu_cluster_queued_never_fit_allocs") + "nomad_gpu_cluster_queued_never_fit_allocs" + queue + " 0\n" +
 		header("nomad_gpu_cluster_task_wait_seconds") +
 		"nomad_gpu_cluster_task_wait_seconds" + stat("max") + " 60\n" +
 		"nomad_gpu_cluster_task_wait_seconds" + stat("mean") + " 60\n" +

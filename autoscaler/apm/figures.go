@@ -418,6 +418,10 @@ type QueueFigure struct {
 	// WaitMaxSeconds is the longest wait; WaitSumSeconds the sum over
 	// allocations of their wait.
 	WaitMaxSeconds, WaitSumSeconds float64
+	// NeverFitAllocs are the queued allocations that no node of their
+	// pool could ever take (Work.NeverFits): they wait for ever unless
+	// the job changes or bigger nodes join.
+	NeverFitAllocs int
 }
 
 // WaitMeanSeconds is the per-allocation mean wait, 0 with nothing queued.
@@ -479,6 +483,9 @@ func QueueFigures(s *Snapshot, tiers Tiers) map[QueueKey]*QueueFigure {
 				out[k] = f
 			}
 			f.Allocs += w.Allocs
+			if w.NeverFits != "" {
+				f.NeverFitAllocs += w.Allocs
+			}
 			f.Devices += d.n * w.Allocs
 			f.WaitMaxSeconds = max(f.WaitMaxSeconds, wait)
 			f.WaitSumSeconds += wait * float64(w.Allocs)

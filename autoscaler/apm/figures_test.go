@@ -299,6 +299,7 @@ func TestQueueFigures(t *testing.T) {
 		w(FromBlockedEval, "gpu", 80, 5, time.Hour),                                                                // no devices
 		w(FromBlockedEval, "gpu", 80, 0, time.Hour, ask("nvidia/gpu", 1)),                                          // nothing left queued
 		{Source: FromBlockedEval, Pool: "batch", Priority: 40, Allocs: 2, Asks: []DeviceAsk{ask("nvidia/gpu", 4)}}, // no since: 0 wait
+		{Source: FromBlockedEval, Pool: "big", Priority: 40, Allocs: 3, Asks: []DeviceAsk{ask("nvidia/gpu", 16)}, NeverFits: "never fits: asks 16 GPUs on one node, pool \"big\" nodes have at most 8"},
 	}}
 	want := map[QueueKey]QueueFigure{
 		{"gpu", "nvidia/gpu", "P0", "blocked"}:         {Allocs: 4, Devices: 7, WaitMaxSeconds: 100, WaitSumSeconds: 350},
@@ -307,6 +308,7 @@ func TestQueueFigures(t *testing.T) {
 		{"gpu", "nvidia/mps", "P2", "pending"}:         {Allocs: 2, Devices: 3, WaitMaxSeconds: 7, WaitSumSeconds: 12},
 		{"gpu", "nvidia/gpu", "unknown", "blocked"}:    {Allocs: 1, Devices: 1},
 		{"batch", "nvidia/gpu", "P1", "blocked"}:       {Allocs: 2, Devices: 8},
+		{"big", "nvidia/gpu", "P1", "blocked"}:         {Allocs: 3, Devices: 48, NeverFitAllocs: 3},
 	}
 	got := QueueFigures(s, DefaultTiers)
 	if len(got) != len(want) {

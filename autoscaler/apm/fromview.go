@@ -31,7 +31,9 @@ func SnapshotOf(v *nomadview.Snapshot, runs bool) *Snapshot {
 		byID[s.Nodes[i].ID] = &s.Nodes[i]
 	}
 	for _, g := range v.QueuedGroups() {
-		s.Work = append(s.Work, blockedWork(g))
+		w := blockedWork(g)
+		w.NeverFits = v.NeverFits(g)
+		s.Work = append(s.Work, w)
 	}
 	for _, p := range v.PendingAllocs() {
 		if n := byID[p.Alloc.NodeID]; n != nil {

@@ -2,6 +2,7 @@ package apm
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,17 @@ func TestSnapshotOf(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(exp) {
 			t.Errorf("work %d:\n got %v\nwant %v", i, got, exp)
 		}
+	}
+
+	// A blocked group carries nomadview's never-fits rule: the 2-GPU ask
+	// fits the 2-GPU node; with one GPU left on it, it never would.
+	if s.Work[0].NeverFits != "" {
+		t.Errorf("the 2-GPU ask never fits a 2-GPU node: %s", s.Work[0].NeverFits)
+	}
+	small := viewFixture(t0)
+	small.Nodes[0].NodeResources.Devices[0].Instances = small.Nodes[0].NodeResources.Devices[0].Instances[:1]
+	if got := SnapshotOf(small, false).Work[0].NeverFits; !strings.HasPrefix(got, `never fits: asks 2 GPUs on one node, pool "gpu" nodes have at most 1`) {
+		t.Errorf("never fits on a 1-GPU node: %q", got)
 	}
 
 	// Runs: the finished one first, then the pending and running ones

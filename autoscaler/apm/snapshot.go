@@ -175,6 +175,10 @@ type Work struct {
 	// a GPU, MIG instance or MPS share: whose history predicts the
 	// group's run time (the forecasts). "" when none does.
 	Task string
+	// NeverFits is, for a blocked group, why no node of its pool could
+	// ever take one allocation (nomadview's NeverFits rule, as `nomad-gpu
+	// top` says it), "" when some node could.
+	NeverFits string
 }
 
 // AllocRun is one allocation holding devices, as the task figures read it.

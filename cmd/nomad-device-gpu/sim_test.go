@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -93,4 +95,49 @@ func TestSimRefusesBadInput(t *testing.T) {
 func equalState(a, b gpu.ControlState) bool {
 	return a.LastEventID == b.LastEventID && len(a.XIDEvents) == len(b.XIDEvents) &&
 		len(a.Utilization) == len(b.Utilization) && slices.Equal(a.Processes, b.Processes)
+}
+
+// README's XID example and make dev's banner name a GPU of the dev node
+// itself, so the command works as pasted: the sim node's UUIDs derive
+// from its seed, which scripts/dev.sh sets.
+func TestDevNodeExamplesNameItsGPU(t *testing.T) {
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	dev, readme := read("scripts/dev.sh"), read("README.md")
+	field := func(name string) string {
+		m := regexp.MustCompile(`(?m)^\s*` + name + `\s*=\s*"([^"]+)"`).FindStringSubmatch(dev)
+		if m == nil {
+			t.Fatalf("scripts/dev.sh sets no sim %s", name)
+		}
+		return m[1]
+	}
+	path := filepath.Join(t.TempDir(), "sim.json")
+	inv, err := gpu.Open(gpu.Config{Backend: "sim", Sim: gpu.SimConfig{System: field("system"), Seed: field("seed"), ControlFile: path}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv.Close()
+	st, err := gpu.ReadControl(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`xid --device (GPU-[0-9a-f-]+)`).FindAllStringSubmatch(readme, -1)
+	if g := regexp.MustCompile(`(?m)^DEV_GPU0="(GPU-[0-9a-f-]+)"`).FindStringSubmatch(dev); g != nil {
+		named = append(named, g)
+	} else {
+		t.Error("scripts/dev.sh sets no DEV_GPU0")
+	}
+	if len(named) < 2 {
+		t.Fatalf("README names no device in an xid example")
+	}
+	for _, m := range named {
+		if _, err := st.ResolveDevice(m[1]); err != nil {
+			t.Errorf("%s is no GPU of make dev's node: %v", m[1], err)
+		}
+	}
 }

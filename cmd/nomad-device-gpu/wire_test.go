@@ -213,7 +213,7 @@ func TestFingerprintStatsReserve(t *testing.T) {
 			continue
 		}
 		layouts++
-		if len(g.GetDevices()) != 0 || len(g.GetAttributes()) != 10 {
+		if len(g.GetDevices()) != 0 || len(g.GetAttributes()) != 12 {
 			t.Errorf("layout group %s: %d devices, attributes %v", k, len(g.GetDevices()), g.GetAttributes())
 		}
 		delete(groups, k)

@@ -176,3 +176,52 @@ func TestNoPathOutsideTheRepository(t *testing.T) {
 		}
 	}
 }
+
+var (
+	tocEntryRe = regexp.MustCompile(`^- \[[^]]+\]\(#([^)]+)\)$`)
+	sectionRe  = regexp.MustCompile(`^## +(.*?) *$`)
+)
+
+// A page that opens with a table of contents (a list of links to its own
+// headings before its first section) lists every one of its sections.
+func TestTablesOfContentsComplete(t *testing.T) {
+	root := repoRoot(t)
+	for _, page := range trackedFiles(t, root) {
+		if !strings.HasPrefix(page, "docs/") || !strings.HasSuffix(page, ".md") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		toc := map[string]bool{}
+		var sections []string
+		fenced, inBody := false, false
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "```") {
+				fenced = !fenced
+				continue
+			}
+			if fenced {
+				continue
+			}
+			if m := sectionRe.FindStringSubmatch(line); m != nil {
+				inBody = true
+				sections = append(sections, m[1])
+				continue
+			}
+			if m := tocEntryRe.FindStringSubmatch(line); m != nil && !inBody {
+				toc[m[1]] = true
+			}
+		}
+		if len(toc) == 0 {
+			continue
+		}
+		for _, s := range sections {
+			slug := strings.ReplaceAll(slugDrop.ReplaceAllString(strings.ToLower(s), ""), " ", "-")
+			if !toc[slug] {
+				t.Errorf("%s: section %q (#%s) is missing from the table of contents", page, s, slug)
+			}
+		}
+	}
+}

@@ -2,8 +2,10 @@
 # after a preemption, a drain or a restart. Priority tiers map onto Nomad
 # priorities 30 apart (Nomad preempts only work at least 10 below), so P0
 # preempts P1 and P2, P1 preempts P2, and work of one tier never preempts its
-# own. The training loop here is a stand-in that counts steps; replace the
-# command with yours and keep the checkpoint handling.
+# own. Each tier is a job of its own (train-p0, train-p1, train-p2), so the
+# tiers run side by side and a P0 run preempts a P2 one instead of
+# replacing it. The training loop here is a stand-in that counts steps;
+# replace the command with yours and keep the checkpoint handling.
 # Run: nomad job run -var tier=P1 jobs/training/train.nomad.hcl
 variable "tier" {
   type        = string
@@ -20,6 +22,7 @@ locals {
 }
 
 job "train" {
+  id        = "train-${lower(var.tier)}"
   type      = "batch"
   node_pool = "training"
   priority  = local.priority[var.tier]

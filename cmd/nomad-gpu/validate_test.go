@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// parseAgent stands in for the agent's /v1/jobs/parse: each jobspec's
+// text is the key of the job it parses to; it records the variables sent.
+func parseAgent(t *testing.T, jobs map[string]*api.Job, vars *string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req api.JobsParseRequest
+		if r.URL.Path != "/v1/jobs/parse" || json.NewDecoder(r.Body).Decode(&req) != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		*vars = req.Variables
+		job, ok := jobs[strings.TrimSpace(req.JobHCL)]
+		if !ok {
+			http.Error(w, "1:1: unexpected token", http.StatusBadRequest)
+			return
+		}
+		json.NewEncoder(w).Encode(job)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func gpuJob(id string, configs ...map[string]any) *api.Job {
+	g := &api.TaskGroup{Name: new("trainer")}
+	for i, c := range configs {
+		g.Tasks = append(g.Tasks, &api.Task{Name: []string{"train", "sidecar"}[i], Driver: "gpu", Config: c})
+	}
+	g.Tasks = append(g.Tasks, &api.Task{Name: "log", Driver: "raw_exec", Config: map[string]any{"whatever": 1}})
+	return &api.Job{ID: new(id), TaskGroups: []*api.TaskGroup{g}}
+}
+
+// Each gpu task's config is checked against the driver's schema before
+// submission: a typo, a bad value and a parse error are each named with
+// the file, job, group, task and key path, exit status 1; valid jobspecs
+// pass with 0; other drivers' tasks are left alone; bad flags exit 2.
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, typo, bad, broken := write("good.hcl", "good"), write("typo.hcl", "typo"), write("bad.hcl", "bad"), write("broken.hcl", "broken")
+	jobs := map[string]*api.Job{
+		"good": gpuJob("train-p1", map[string]any{"command": "/bin/sh", "checkpoint": []any{map[string]any{"commit_timeout": "45s"}}}),
+		"typo": gpuJob("train-p2", map[string]any{"command": "/bin/sh"}, map[string]any{"command": "/bin/sh", "checkpoint": []any{map[string]any{"comit_timeout": "45s"}}}),
+		"bad":  gpuJob("gpu-example", map[string]any{"command": "/bin/sh", "pid_mode": "shared"}),
+	}
+	var vars string
+	addr := parseAgent(t, jobs, &vars).URL
+	cases := []struct {
+		name     string
+		args     []string
+		code     int
+		out, err []string
+	}{
+		{"valid", []string{"-var", "tier=P1", good}, 0, []string{good + ": 1 gpu task(s) valid"}, nil},
+		{"typo", []string{typo}, 1, nil, []string{typo + `: job "train-p2" group "trainer" task "sidecar": config.checkpoint[0].comit_timeout: no such key; allowed in config.checkpoint[0]: signal, commit_timeout, interval, keep`}},
+		{"bad value, others still checked", []string{bad, good}, 1, []string{good + ": 1 gpu task(s) valid"}, []string{bad + `: job "gpu-example" group "trainer" task "train": config.pid_mode: "shared" is not a mode; allowed: "private", "host"`}},
+		{"parse error", []string{broken}, 1, nil, []string{broken + ": the agent at " + addr + " could not parse it: ", "unexpected token"}},
+		{"missing file", []string{filepath.Join(dir, "nope.hcl")}, 1, nil, []string{"nope.hcl: no such file"}},
+		{"no jobspec", nil, 2, nil, []string{"name a jobspec: nomad-gpu validate [flags] JOBSPEC [JOBSPEC ...] (- reads stdin)"}},
+		{"bad -var", []string{"-var", "tier", good}, 2, nil, []string{`-var "tier": allowed: key=value`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runValidate(append([]string{"-address", addr}, c.args...), &stdout, &stderr)
+			if code != c.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, c.code, &stderr)
+			}
+			for _, w := range c.out {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, &stdout)
+				}
+			}
+			for _, w := range c.err {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, &stderr)
+				}
+			}
+		})
+	}
+	// -var reaches the agent as a variables file.
+	runValidate([]string{"-address", addr, "-var", `tier=P"0`, good}, &bytes.Buffer{}, &bytes.Buffer{})
+	if vars != "tier = \"P\\\"0\"\n" {
+		t.Errorf("variables sent: %q", vars)
+	}
+}
