@@ -111,7 +111,9 @@ var stressDelays = []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisec
 func TestCheckpointStress(t *testing.T) {
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	nodes := []gpuNode{newGPUNode(t)}
-	c := checkpointCluster(t, nodes, "")
+	// The client keeps every allocation until the records are read (by
+	// default it collects all but 50 terminal ones).
+	c := checkpointCluster(t, nodes, "", "gc_max_allocs = 2000")
 	enablePreemption(t, c)
 	gpus := wholeGPUs(t, c, "gpu-1")
 	want := stressPreemptions(t)
@@ -128,8 +130,7 @@ func TestCheckpointStress(t *testing.T) {
 	rounds := (want + gpus - 1) / gpus
 	for r := range rounds {
 		waitAllRunning(t, c, victims, 2*time.Minute)
-		// The client keeps 50 terminal allocations (gc_max_allocs): the
-		// records are read as they are made.
+		// The records are read as they are made.
 		for _, v := range victims {
 			records[v].read(t, c, v)
 		}

@@ -124,7 +124,8 @@ func enablePreemption(t testing.TB, c *cluster.Cluster) {
 // checkpointCluster starts a server and one client per node, each client
 // named gpu-<i> and running both plugins; the driver reaches the Nomad API
 // through the server, whose address the client config needs.
-func checkpointCluster(t testing.TB, nodes []gpuNode, driverHCL string) *cluster.Cluster {
+// clientHCL, when given, goes into each client's client block.
+func checkpointCluster(t testing.TB, nodes []gpuNode, driverHCL string, clientHCL ...string) *cluster.Cluster {
 	t.Helper()
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
@@ -132,7 +133,8 @@ func checkpointCluster(t testing.TB, nodes []gpuNode, driverHCL string) *cluster
 	var opts []cluster.ClientOptions
 	for i := range nodes {
 		nodes[i].driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), driverHCL)
-		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: nodes[i].hcl(t)})
+		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: nodes[i].hcl(t),
+			ClientHCL: strings.Join(clientHCL, "\n")})
 	}
 	c.StartClients(t, opts...)
 	for i := range nodes {
