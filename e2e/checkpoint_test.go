@@ -25,13 +25,14 @@ import (
 // newest checkpoint, and on the checkpoint signal writes its count and
 // commits. Its log says what it restored ("restored=N"), what it had when
 // asked for a checkpoint ("signal=N"), what it committed and where it was
-// stopped.
+// stopped. The driver stops it as soon as it sees the marker, which may be
+// before the line after it: the stop's trap logs the commit marked (m).
 const counterScript = `n=0
 if [ -n "$NOMAD_GPU_RESTORE_DIR" ]; then n=$(cat "$NOMAD_GPU_RESTORE_DIR/count"); fi
 echo "restored=$n resumes=$NOMAD_GPU_RESUME_COUNT"
-ck() { echo "signal=$n"; echo $n > "$NOMAD_GPU_CHECKPOINT_DIR/count"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$n"; }
+ck() { echo "signal=$n"; echo $n > "$NOMAD_GPU_CHECKPOINT_DIR/count"; m=$n; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$m"; m=; }
 trap ck USR1
-trap 'echo "stopped=$n"; exit 0' INT TERM
+trap '[ -z "$m" ] || echo "committed=$m"; echo "stopped=$n"; exit 0' INT TERM
 while :; do n=$((n+1)); if [ $((n % 10)) -eq 0 ]; then echo "progress=$n"; fi; sleep 0.05; done`
 
 // counterJob is a job of the given type and priority whose task runs

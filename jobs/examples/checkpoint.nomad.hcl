@@ -20,8 +20,8 @@ job "checkpoint-example" {
           echo "starting at step $n (resume $NOMAD_GPU_RESUME_COUNT)"
           checkpoint() {
             echo $n > "$NOMAD_GPU_CHECKPOINT_DIR/step" # write everything ...
+            echo "checkpointing step $n"               # (a stop follows the marker at once)
             : > "$NOMAD_GPU_CHECKPOINT_COMMIT"         # ... then commit
-            echo "checkpointed step $n"
           }
           trap checkpoint USR1
           trap 'exit 0' INT TERM

@@ -52,8 +52,8 @@ job "train" {
           echo "training on $CUDA_VISIBLE_DEVICES from step $step (resume $NOMAD_GPU_RESUME_COUNT)"
           checkpoint() {
             echo $step > "$NOMAD_GPU_CHECKPOINT_DIR/step"
+            echo "checkpointing step $step"      # before the marker: the stop follows it at once
             : > "$NOMAD_GPU_CHECKPOINT_COMMIT"
-            echo "checkpointed step $step"
           }
           trap checkpoint USR1
           trap 'exit 0' INT TERM
