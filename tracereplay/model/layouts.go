@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -98,6 +99,9 @@ type planRef struct {
 // its GPU's instances at once (the plugin drains it: nothing is placed
 // on it) and applies after the relayout latency.
 func (s *sim) planLayouts() {
+	if !s.mayRelay() {
+		return
+	}
 	in, refs := s.planInput()
 	if len(in.Queue) == 0 {
 		return
@@ -109,6 +113,55 @@ func (s *sim) planLayouts() {
 		}
 		s.startLayout(refs[i], d.To)
 	}
+}
+
+// mayRelay is false when gpulayout.Plan would decide nothing, so that the
+// round need not run: the planner relays only an unfixed GPU (not held,
+// being relaid or pinned) to the other layout, so an MPS ask needs a free
+// whole GPU on a node it may change, and a whole-GPU ask of k GPUs a node
+// with an unheld MPS GPU whose whole GPUs, free or coming, and unheld MPS
+// GPUs number k or more (the round's own placements only take from
+// these). True is no promise that it decides anything.
+func (s *sim) mayRelay() bool {
+	mps, whole := false, math.MaxInt
+	for i := range s.sqs {
+		q := &s.sqs[i]
+		if q.Len() == 0 || q.k > s.groups[q.g].perNode {
+			continue
+		}
+		switch q.g {
+		case s.mpsGroup:
+			mps = true
+		case wholeGroup:
+			whole = min(whole, q.k)
+		}
+	}
+	if !mps && whole == math.MaxInt {
+		return false
+	}
+	reserved := s.reservedNode()
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		if n.ineligible || nid == reserved {
+			continue
+		}
+		if mps && n.free[wholeGroup] > 0 {
+			return true
+		}
+		idle, coming := 0, 0
+		for gpu, on := range n.gpuMPS {
+			switch {
+			case n.moving[gpu] && on:
+				coming++ // relaid to whole: the planner counts it free
+			case on && !n.moving[gpu] && n.mpsUsed[gpu] == 0:
+				idle++
+			}
+		}
+		if idle > 0 && n.free[wholeGroup]+coming+idle >= whole {
+			return true
+		}
+	}
+	return false
 }
 
 // planInput is the planner's input and, by UUID (an index), its GPUs.
