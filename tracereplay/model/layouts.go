@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -99,7 +100,7 @@ type planRef struct {
 // its GPU's instances at once (the plugin drains it: nothing is placed
 // on it) and applies after the relayout latency.
 func (s *sim) planLayouts() {
-	if !s.mayRelay() {
+	if !s.mayRelay() || s.placesAll() {
 		return
 	}
 	in, refs := s.planInput()
@@ -158,6 +159,65 @@ func (s *sim) mayRelay() bool {
 			}
 		}
 		if idle > 0 && n.free[wholeGroup]+coming+idle >= whole {
+			return true
+		}
+	}
+	return false
+}
+
+// placesAll says whether gpulayout.Plan would place every ask of the queue
+// on the free instances it sees, and so relay nothing: it places an ask's
+// allocations, highest priority first, each on the GPU (MPS) or node
+// (whole GPUs) with the least free that fits, and relays only for one
+// that fits none. Which of equally free GPUs or nodes it takes does not
+// change what fits next, so counts by free instances are its placement.
+func (s *sim) placesAll() bool {
+	mps := make([]int, s.mpsShares+1)
+	whole := make([]int, s.cl.GPUsPerNode+1)
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		if n.ineligible {
+			continue
+		}
+		w := n.free[wholeGroup]
+		for gpu, on := range n.gpuMPS {
+			switch {
+			case n.moving[gpu] && on:
+				w++ // relaid to whole: its GPU counts free
+			case n.moving[gpu]:
+				mps[s.mpsShares]++
+			case on:
+				mps[s.mpsShares-n.mpsUsed[gpu]]++
+			}
+		}
+		whole[w]++
+	}
+	asks, _ := s.planQueue()
+	slices.SortStableFunc(asks, func(a, b gpulayout.Ask) int { return cmp.Compare(b.Priority, a.Priority) })
+	for _, a := range asks {
+		if a.Count <= 0 {
+			continue // the planner skips it too
+		}
+		free := whole
+		if a.Kind == contract.SliceMPS {
+			free = mps
+		}
+		for range a.Allocs {
+			if !takeBestFit(free, a.Count) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// takeBestFit takes k from the least of free's counts (by free instances)
+// that holds k; false when none does.
+func takeBestFit(free []int, k int) bool {
+	for f := k; f < len(free); f++ {
+		if free[f] > 0 {
+			free[f]--
+			free[f-k]++
 			return true
 		}
 	}
