@@ -172,6 +172,12 @@ type planner struct {
 	in        Input
 	gpus      []*gpuState // by node name, then index
 	decisions []Decision
+	// byPool are nodes' results, by pool; frags each node's nodeFrag
+	// (by gpuState.node) where fragOK: a round looks at every node's
+	// many times and changes few.
+	byPool map[string][][]*gpuState
+	frags  []float64
+	fragOK []bool
 }
 
 type gpuState struct {
@@ -182,6 +188,8 @@ type gpuState struct {
 	// an unhealthy instance is never relayable either: the instance is
 	// not free.)
 	fixed bool
+	// node is its node's index in nodes("").
+	node int
 }
 
 func newPlanner(in Input) *planner {
@@ -207,8 +215,19 @@ func newPlanner(in Input) *planner {
 	slices.SortFunc(p.gpus, func(a, b *gpuState) int {
 		return cmp.Or(cmp.Compare(a.NodeName, b.NodeName), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index))
 	})
+	p.byPool = map[string][][]*gpuState{}
+	all := p.nodes("")
+	for i, node := range all {
+		for _, g := range node {
+			g.node = i
+		}
+	}
+	p.frags, p.fragOK = make([]float64, len(all)), make([]bool, len(all))
 	return p
 }
+
+// touch says that g's layout or free instances changed.
+func (p *planner) touch(g *gpuState) { p.fragOK[g.node] = false }
 
 func count(kinds []string) map[string]int {
 	m := map[string]int{}
@@ -259,6 +278,7 @@ func (p *planner) place(a Ask) bool {
 			return false
 		}
 		best.free[a.Kind] -= a.Count
+		p.touch(best)
 		return true
 	}
 	var best []*gpuState
@@ -282,13 +302,24 @@ func (p *planner) place(a Ask) bool {
 		if take := min(left, g.free[a.Kind]); take > 0 {
 			g.free[a.Kind] -= take
 			left -= take
+			p.touch(g)
 		}
 	}
 	return true
 }
 
-// nodes are the GPUs of pool, by node.
+// nodes are the GPUs of pool, by node; the caller keeps them as they are.
 func (p *planner) nodes(pool string) [][]*gpuState {
+	if out, ok := p.byPool[pool]; ok {
+		return out
+	}
+	out := p.group(pool)
+	p.byPool[pool] = out
+	return out
+}
+
+// group are the GPUs of pool, by node.
+func (p *planner) group(pool string) [][]*gpuState {
 	var out [][]*gpuState
 	for _, g := range p.gpus {
 		if !inPool(g, pool) {

@@ -47,6 +47,7 @@ func (p *planner) relay(a Ask, waiting int) bool {
 			FragBefore: before,
 			Reason:     fmt.Sprintf("%d allocations wait for %s (job %q first), and no free one fits", waiting, a.Kind, a.Job)}
 		g.layout, g.free, g.fixed = best.to[i], count(best.to[i].Instances()), true
+		p.touch(g)
 		d.FragAfter = p.frag()
 		p.decisions = append(p.decisions, d)
 	}
@@ -85,7 +86,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 		if gain <= 0 {
 			continue
 		}
-		c := &change{gpus: []*gpuState{g}, to: []Layout{to}, frag: p.nodeFrag(node, map[*gpuState]Layout{g: to}) - p.nodeFrag(node, nil)}
+		c := &change{gpus: []*gpuState{g}, to: []Layout{to}, frag: p.nodeFrag(node, map[*gpuState]Layout{g: to}) - p.fragOf(node)}
 		if p.recent(g) {
 			c.recent = 1
 		}
@@ -129,7 +130,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 	for i, g := range out.gpus {
 		over[g] = out.to[i]
 	}
-	out.frag = roundFrag(p.nodeFrag(node, over) - p.nodeFrag(node, nil))
+	out.frag = roundFrag(p.nodeFrag(node, over) - p.fragOf(node))
 	return out
 }
 
@@ -190,9 +191,21 @@ func homogeneous(profiles []Profile, profile string) Layout {
 func (p *planner) frag() float64 {
 	var sum float64
 	for _, node := range p.nodes("") {
-		sum += p.nodeFrag(node, nil)
+		sum += p.fragOf(node)
 	}
 	return sum
+}
+
+// fragOf is nodeFrag(node, nil), kept until a GPU of node changes.
+func (p *planner) fragOf(node []*gpuState) float64 {
+	i := node[0].node
+	if len(node) != len(p.nodes("")[i]) {
+		return p.nodeFrag(node, nil) // part of a node: a pool's GPUs of it
+	}
+	if !p.fragOK[i] {
+		p.frags[i], p.fragOK[i] = p.nodeFrag(node, nil), true
+	}
+	return p.frags[i]
 }
 
 // nodeFrag is one node's FGD fragmentation over the mix (package fgd):
@@ -205,7 +218,9 @@ func (p *planner) nodeFrag(node []*gpuState, over map[*gpuState]Layout) float64 
 		if to, ok := over[g]; ok {
 			layout, free = to, count(to.Instances())
 		}
-		for _, kind := range slices.Sorted(maps.Keys(free)) {
+		// Any order of kinds: each pool's groups are in GPU order, and
+		// the pools are sorted below.
+		for kind := range free {
 			pool := pools[kind]
 			if pool == nil {
 				pool = &fgd.Pool{Kind: kind, OneGroup: kindOf(kind) == MPS}
