@@ -239,6 +239,9 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 		if s.nodes[nid].ineligible {
 			continue // held by the move module: the controller's planner skips nodes that take no work
 		}
+		if s.full(&s.nodes[nid]) {
+			continue // the planner can neither place on it nor relay it: it decides the same without it
+		}
 		for gpu, g := range s.planGPUs(nid) {
 			// A node freed for a queued multi-GPU job is left as it is
 			// (controller.Mover.Reserved).
@@ -252,6 +255,22 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 	return in, refs
 }
 
+// full says whether every GPU of n is held and has no instance free:
+// nothing is being relaid, no whole GPU is free and every MPS GPU's
+// shares are all held. Only the decisions' fragmentation figures, which
+// the model does not read, count such a node.
+func (s *sim) full(n *node) bool {
+	if n.free[wholeGroup] > 0 {
+		return false
+	}
+	for gpu, on := range n.gpuMPS {
+		if n.moving[gpu] || on && n.mpsUsed[gpu] < s.mpsShares {
+			return false
+		}
+	}
+	return true
+}
+
 // planGPUs are ready node nid's GPUs as the planner sees them. The model
 // counts whole GPUs, not which one an allocation holds, so the held ones
 // are the first whole GPUs not being relaid: whole GPUs are alike.
@@ -261,7 +280,7 @@ func (s *sim) planGPUs(nid int32) []gpulayout.GPU {
 	out := make([]gpulayout.GPU, len(n.gpuMPS))
 	for i := range out {
 		cur := s.layoutOf(n.gpuMPS[i])
-		g := gpulayout.GPU{Node: nodeName(nid), NodeName: nodeName(nid), Index: i, Current: cur}
+		g := gpulayout.GPU{Node: s.names[nid], NodeName: s.names[nid], Index: i, Current: cur}
 		switch {
 		case n.moving[i]:
 			// Desired is the other layout: the planner counts its
@@ -384,7 +403,7 @@ func (s *sim) applyLayout(nid int32, gpu int) {
 	s.capVer[g]++
 	s.dirty = true
 	s.layoutChanges = append(s.layoutChanges, tracereplay.LayoutChange{
-		At: s.now, Node: nodeName(nid), GPU: s.mpsName(gpu), From: from.String(), To: s.layoutOf(n.gpuMPS[gpu]).String(),
+		At: s.now, Node: s.names[nid], GPU: s.mpsName(gpu), From: from.String(), To: s.layoutOf(n.gpuMPS[gpu]).String(),
 	})
 }
 
@@ -401,7 +420,7 @@ func (s *sim) sampleLayouts() []tracereplay.NodeLayout {
 			}
 		}
 		if len(mps) > 0 {
-			out = append(out, tracereplay.NodeLayout{Node: nodeName(nid), MPS: mps})
+			out = append(out, tracereplay.NodeLayout{Node: s.names[nid], MPS: mps})
 		}
 	}
 	slices.SortFunc(out, func(a, b tracereplay.NodeLayout) int { return compareNodeNames(a.Node, b.Node) })

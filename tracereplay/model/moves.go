@@ -123,7 +123,7 @@ func (s *sim) moveCandidates() ([]consolidate.Node, []consolidate.Alloc) {
 		if n.ineligible || slices.Contains(n.moving, true) {
 			continue // held, or a GPU being relaid: its free GPUs are in flux (controller.Layouts.Relaying)
 		}
-		name := nodeName(nid)
+		name := s.names[nid]
 		nodes = append(nodes, consolidate.Node{ID: name, Name: name, Free: n.free[wholeGroup]})
 		for _, id := range n.allocs {
 			j := &s.jobs[id]
@@ -205,7 +205,7 @@ func (s *sim) reservedNode() int32 {
 // nodeByName is the node a consolidate.Node names.
 func (s *sim) nodeByName(name string) int32 {
 	for _, nid := range s.ready {
-		if nodeName(nid) == name {
+		if s.names[nid] == name {
 			return nid
 		}
 	}

@@ -289,6 +289,9 @@ type sim struct {
 	// nodeBest are one node's victims; binOrder its device groups' order.
 	nodeBest []int32
 	binOrder []int
+	// names are the nodes' names, by id: the layout and move rounds name
+	// every node.
+	names []string
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -512,7 +515,7 @@ func (s *sim) handle(e event) {
 		s.pending--
 		j.since = s.now
 		s.recs[e.id].Runs = append(s.recs[e.id].Runs, tracereplay.Run{
-			Start: s.now, Node: nodeName(j.node), Held: s.holds(e.id), Restored: j.dur - j.remaining, ProgressKnown: true,
+			Start: s.now, Node: s.names[j.node], Held: s.holds(e.id), Restored: j.dur - j.remaining, ProgressKnown: true,
 		})
 		s.push(s.now+j.remaining, evFinish, e.id, j.epoch)
 		s.protect(e.id)
@@ -609,6 +612,7 @@ func (s *sim) addNode() int32 {
 		n.migUsed = make([]int, cl.MIGGPUs)
 	}
 	s.nodes = append(s.nodes, n)
+	s.names = append(s.names, nodeName(int32(len(s.nodes)-1)))
 	s.nBooting++
 	return int32(len(s.nodes) - 1)
 }
