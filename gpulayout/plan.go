@@ -203,7 +203,7 @@ func newPlanner(in Input) *planner {
 		if !g.Desired.IsZero() {
 			g.layout = g.Desired
 		}
-		g.free = count(g.layout.Instances())
+		g.free = instanceCounts(g.layout)
 		if !moving {
 			for _, h := range slices.Concat(g.Held, g.Unhealthy) {
 				g.free[h]--
@@ -228,6 +228,20 @@ func newPlanner(in Input) *planner {
 
 // touch says that g's layout or free instances changed.
 func (p *planner) touch(g *gpuState) { p.fragOK[g.node] = false }
+
+// instanceCounts is count(l.Instances()), without the list for whole
+// GPUs and MPS shares.
+func instanceCounts(l Layout) map[string]int {
+	switch l.Kind {
+	case Whole:
+		return map[string]int{contract.SliceGPU: 1}
+	case MPS:
+		if l.Shares > 0 {
+			return map[string]int{contract.SliceMPS: l.Shares}
+		}
+	}
+	return count(l.Instances())
+}
 
 func count(kinds []string) map[string]int {
 	m := map[string]int{}

@@ -46,7 +46,7 @@ func (p *planner) relay(a Ask, waiting int) bool {
 		d := Decision{Node: g.Node, NodeName: g.NodeName, UUID: g.UUID, Index: g.Index, From: g.layout, To: best.to[i],
 			FragBefore: before,
 			Reason:     fmt.Sprintf("%d allocations wait for %s (job %q first), and no free one fits", waiting, a.Kind, a.Job)}
-		g.layout, g.free, g.fixed = best.to[i], count(best.to[i].Instances()), true
+		g.layout, g.free, g.fixed = best.to[i], instanceCounts(best.to[i]), true
 		p.touch(g)
 		d.FragAfter = p.frag()
 		p.decisions = append(p.decisions, d)
@@ -82,7 +82,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 		if !ok || !p.relayable(g) || to.Equal(g.layout) {
 			continue
 		}
-		gain := count(to.Instances())[a.Kind] - g.free[a.Kind]
+		gain := instanceCounts(to)[a.Kind] - g.free[a.Kind]
 		if gain <= 0 {
 			continue
 		}
@@ -121,7 +121,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 		}
 		out.gpus, out.to = append(out.gpus, c.gpus[0]), append(out.to, c.to[0])
 		out.recent += c.recent
-		need -= count(c.to[0].Instances())[a.Kind] - c.gpus[0].free[a.Kind]
+		need -= instanceCounts(c.to[0])[a.Kind] - c.gpus[0].free[a.Kind]
 	}
 	if need > 0 {
 		return nil
@@ -144,7 +144,7 @@ func roundFrag(f float64) float64 {
 // relayable: the GPU may change, and nothing this round took its
 // instances.
 func (p *planner) relayable(g *gpuState) bool {
-	return !g.fixed && maps.Equal(g.free, count(g.layout.Instances()))
+	return !g.fixed && maps.Equal(g.free, instanceCounts(g.layout))
 }
 
 // recent: the planner changed the GPU less than MinInterval ago.
@@ -212,27 +212,24 @@ func (p *planner) fragOf(node []*gpuState) float64 {
 // a pool per kind, an MPS GPU's shares a group of their own (a request's
 // shares come from one GPU).
 func (p *planner) nodeFrag(node []*gpuState, over map[*gpuState]Layout) float64 {
-	pools := map[string]*fgd.Pool{}
+	var n fgd.Node
 	for _, g := range node {
 		layout, free := g.layout, g.free
 		if to, ok := over[g]; ok {
-			layout, free = to, count(to.Instances())
+			layout, free = to, instanceCounts(to)
 		}
 		// Any order of kinds: each pool's groups are in GPU order, and
 		// the pools are sorted below.
-		for kind := range free {
-			pool := pools[kind]
-			if pool == nil {
-				pool = &fgd.Pool{Kind: kind, OneGroup: kindOf(kind) == MPS}
-				pools[kind] = pool
+		for kind, f := range free {
+			i := slices.IndexFunc(n, func(pool fgd.Pool) bool { return pool.Kind == kind })
+			if i < 0 {
+				i = len(n)
+				n = append(n, fgd.Pool{Kind: kind, OneGroup: kindOf(kind) == MPS})
 			}
-			pool.Groups = append(pool.Groups, fgd.Group{Free: max(0, free[kind]), Weight: weight(kind, layout)})
+			n[i].Groups = append(n[i].Groups, fgd.Group{Free: max(0, f), Weight: weight(kind, layout)})
 		}
 	}
-	var n fgd.Node
-	for _, k := range slices.Sorted(maps.Keys(pools)) {
-		n = append(n, *pools[k])
-	}
+	slices.SortFunc(n, func(a, b fgd.Pool) int { return strings.Compare(a.Kind, b.Kind) })
 	return n.FGD(p.in.Mix)
 }
 
