@@ -178,6 +178,9 @@ type planner struct {
 	byPool map[string][][]*gpuState
 	frags  []float64
 	fragOK []bool
+	// counts are instanceCounts of whole and MPS layouts, by share
+	// count (0: whole), shared: read, never written.
+	counts map[int]map[string]int
 }
 
 type gpuState struct {
@@ -228,6 +231,29 @@ func newPlanner(in Input) *planner {
 
 // touch says that g's layout or free instances changed.
 func (p *planner) touch(g *gpuState) { p.fragOK[g.node] = false }
+
+// instances is instanceCounts(l), shared: the caller only reads it.
+func (p *planner) instances(l Layout) map[string]int {
+	key := -1
+	switch {
+	case l.Kind == Whole:
+		key = 0
+	case l.Kind == MPS && l.Shares > 0:
+		key = l.Shares
+	}
+	if key < 0 {
+		return instanceCounts(l)
+	}
+	m, ok := p.counts[key]
+	if !ok {
+		if p.counts == nil {
+			p.counts = map[int]map[string]int{}
+		}
+		m = instanceCounts(l)
+		p.counts[key] = m
+	}
+	return m
+}
 
 // instanceCounts is count(l.Instances()), without the list for whole
 // GPUs and MPS shares.

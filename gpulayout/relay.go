@@ -82,7 +82,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 		if !ok || !p.relayable(g) || to.Equal(g.layout) {
 			continue
 		}
-		gain := instanceCounts(to)[a.Kind] - g.free[a.Kind]
+		gain := p.instances(to)[a.Kind] - g.free[a.Kind]
 		if gain <= 0 {
 			continue
 		}
@@ -121,7 +121,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 		}
 		out.gpus, out.to = append(out.gpus, c.gpus[0]), append(out.to, c.to[0])
 		out.recent += c.recent
-		need -= instanceCounts(c.to[0])[a.Kind] - c.gpus[0].free[a.Kind]
+		need -= p.instances(c.to[0])[a.Kind] - c.gpus[0].free[a.Kind]
 	}
 	if need > 0 {
 		return nil
@@ -144,7 +144,7 @@ func roundFrag(f float64) float64 {
 // relayable: the GPU may change, and nothing this round took its
 // instances.
 func (p *planner) relayable(g *gpuState) bool {
-	return !g.fixed && maps.Equal(g.free, instanceCounts(g.layout))
+	return !g.fixed && maps.Equal(g.free, p.instances(g.layout))
 }
 
 // recent: the planner changed the GPU less than MinInterval ago.
@@ -216,7 +216,7 @@ func (p *planner) nodeFrag(node []*gpuState, over map[*gpuState]Layout) float64 
 	for _, g := range node {
 		layout, free := g.layout, g.free
 		if to, ok := over[g]; ok {
-			layout, free = to, instanceCounts(to)
+			layout, free = to, p.instances(to)
 		}
 		// Any order of kinds: each pool's groups are in GPU order, and
 		// the pools are sorted below.
