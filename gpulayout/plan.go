@@ -208,7 +208,10 @@ func newPlanner(in Input) *planner {
 		}
 		g.free = instanceCounts(g.layout)
 		if !moving {
-			for _, h := range slices.Concat(g.Held, g.Unhealthy) {
+			for _, h := range g.Held {
+				g.free[h]--
+			}
+			for _, h := range g.Unhealthy {
 				g.free[h]--
 			}
 		}

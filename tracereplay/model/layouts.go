@@ -246,7 +246,7 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 			// A node freed for a queued multi-GPU job is left as it is
 			// (controller.Mover.Reserved).
 			g.Pinned = nid == reserved
-			g.UUID = strconv.Itoa(len(refs))
+			g.UUID = s.uuid(len(refs))
 			refs = append(refs, planRef{nid, gpu})
 			in.GPUs = append(in.GPUs, g)
 		}
@@ -269,6 +269,14 @@ func (s *sim) full(n *node) bool {
 		}
 	}
 	return true
+}
+
+// uuid is the planner's UUID of its i-th GPU: i, made once.
+func (s *sim) uuid(i int) string {
+	for len(s.uuids) <= i {
+		s.uuids = append(s.uuids, strconv.Itoa(len(s.uuids)))
+	}
+	return s.uuids[i]
 }
 
 // planGPUs are ready node nid's GPUs as the planner sees them. The model

@@ -290,8 +290,8 @@ type sim struct {
 	nodeBest []int32
 	binOrder []int
 	// names are the nodes' names, by id: the layout and move rounds name
-	// every node.
-	names []string
+	// every node; uuids the planner's GPU UUIDs (planLayouts).
+	names, uuids []string
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
