@@ -147,8 +147,9 @@ func (n Node) poolFor(kind string) Pool {
 // FGD is the node's expected unusable free capacity over the mix.
 func (n Node) FGD(mix []Shape) float64 {
 	var sum float64
+	free := n.Free() // Frag's, the same for every shape
 	for _, s := range mix {
-		sum += s.Weight * n.Frag(s)
+		sum += s.Weight * (free - n.poolFor(s.Kind).usable(s.Count))
 	}
 	return sum
 }

@@ -235,7 +235,11 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 	}
 	var refs []planRef
 	reserved := s.reservedNode()
-	for _, nid := range s.ready {
+	// In the planner's order (by name), which it then sorts in one pass.
+	for _, nid := range s.byName {
+		if s.nodes[nid].state != nodeReady {
+			continue
+		}
 		if s.nodes[nid].ineligible {
 			continue // held by the move module: the controller's planner skips nodes that take no work
 		}

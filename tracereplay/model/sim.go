@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
@@ -292,6 +293,8 @@ type sim struct {
 	// names are the nodes' names, by id: the layout and move rounds name
 	// every node; uuids the planner's GPU UUIDs (planLayouts).
 	names, uuids []string
+	// byName are the nodes' ids in their names' string order.
+	byName []int32
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -612,7 +615,12 @@ func (s *sim) addNode() int32 {
 		n.migUsed = make([]int, cl.MIGGPUs)
 	}
 	s.nodes = append(s.nodes, n)
-	s.names = append(s.names, nodeName(int32(len(s.nodes)-1)))
+	id := int32(len(s.nodes) - 1)
+	s.names = append(s.names, nodeName(id))
+	at, _ := slices.BinarySearchFunc(s.byName, s.names[id], func(nid int32, name string) int {
+		return strings.Compare(s.names[nid], name) // the planner's order, not compareNodeNames'
+	})
+	s.byName = slices.Insert(s.byName, at, id)
 	s.nBooting++
 	return int32(len(s.nodes) - 1)
 }
