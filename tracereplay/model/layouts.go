@@ -233,7 +233,9 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 		},
 		Now: planEpoch.Add(s.now),
 	}
-	var refs []planRef
+	// The round's lists are kept for the next: the planner keeps none.
+	refs := s.refBuf[:0]
+	in.GPUs = s.planBuf[:0]
 	reserved := s.reservedNode()
 	// In the planner's order (by name), which it then sorts in one pass.
 	for _, nid := range s.byName {
@@ -246,16 +248,18 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 		if s.full(&s.nodes[nid]) {
 			continue // the planner can neither place on it nor relay it: it decides the same without it
 		}
-		for gpu, g := range s.planGPUs(nid) {
+		first := len(in.GPUs)
+		in.GPUs = s.planGPUs(in.GPUs, nid)
+		for i := first; i < len(in.GPUs); i++ {
 			// A node freed for a queued multi-GPU job is left as it is
 			// (controller.Mover.Reserved).
-			g.Pinned = nid == reserved
-			g.UUID = s.uuid(len(refs))
-			refs = append(refs, planRef{nid, gpu})
-			in.GPUs = append(in.GPUs, g)
+			in.GPUs[i].Pinned = nid == reserved
+			in.GPUs[i].UUID = s.uuid(len(refs))
+			refs = append(refs, planRef{nid, i - first})
 		}
 	}
 	in.Queue, in.Mix = s.planQueue()
+	s.planBuf, s.refBuf = in.GPUs, refs
 	return in, refs
 }
 
@@ -283,14 +287,21 @@ func (s *sim) uuid(i int) string {
 	return s.uuids[i]
 }
 
-// planGPUs are ready node nid's GPUs as the planner sees them. The model
+// planGPUs appends ready node nid's GPUs as the planner sees them. The model
 // counts whole GPUs, not which one an allocation holds, so the held ones
 // are the first whole GPUs not being relaid: whole GPUs are alike.
-func (s *sim) planGPUs(nid int32) []gpulayout.GPU {
+func (s *sim) planGPUs(dst []gpulayout.GPU, nid int32) []gpulayout.GPU {
 	n := &s.nodes[nid]
 	heldWhole := s.wholeGPUs(n) - n.free[wholeGroup]
-	out := make([]gpulayout.GPU, len(n.gpuMPS))
-	for i := range out {
+	if s.heldMPS == nil {
+		// The planner only reads Held: every GPU holding k shares
+		// shares one list.
+		s.heldMPS = make([][]string, s.mpsShares+1)
+		for k := range s.heldMPS {
+			s.heldMPS[k] = slices.Repeat([]string{contract.SliceMPS}, k)
+		}
+	}
+	for i := range n.gpuMPS {
 		cur := s.layoutOf(n.gpuMPS[i])
 		g := gpulayout.GPU{Node: s.names[nid], NodeName: s.names[nid], Index: i, Current: cur}
 		switch {
@@ -298,20 +309,21 @@ func (s *sim) planGPUs(nid int32) []gpulayout.GPU {
 			// Desired is the other layout: the planner counts its
 			// instances as coming and leaves the GPU alone.
 			g.Desired = s.layoutOf(!n.gpuMPS[i])
-		case n.gpuMPS[i]:
-			for range n.mpsUsed[i] {
-				g.Held = append(g.Held, contract.SliceMPS)
-			}
-		case heldWhole > 0:
-			g.Held, heldWhole = []string{contract.SliceGPU}, heldWhole-1
+		case n.gpuMPS[i] && n.mpsUsed[i] > 0:
+			g.Held = s.heldMPS[n.mpsUsed[i]]
+		case !n.gpuMPS[i] && heldWhole > 0:
+			g.Held, heldWhole = heldGPU, heldWhole-1
 		}
 		if n.changed[i] >= 0 {
 			g.Changed = planEpoch.Add(n.changed[i])
 		}
-		out[i] = g
+		dst = append(dst, g)
 	}
-	return out
+	return dst
 }
+
+// heldGPU is a held whole GPU's Held, shared: the planner only reads it.
+var heldGPU = []string{contract.SliceGPU}
 
 func (s *sim) layoutOf(mps bool) gpulayout.Layout {
 	if mps {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
@@ -295,6 +296,11 @@ type sim struct {
 	names, uuids []string
 	// byName are the nodes' ids in their names' string order.
 	byName []int32
+	// Scratch space for the layout round: its GPUs and their nodes, and
+	// the Held lists of MPS GPUs by shares held.
+	planBuf []gpulayout.GPU
+	refBuf  []planRef
+	heldMPS [][]string
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
