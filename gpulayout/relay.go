@@ -212,7 +212,7 @@ func (p *planner) fragOf(node []*gpuState) float64 {
 // a pool per kind, an MPS GPU's shares a group of their own (a request's
 // shares come from one GPU).
 func (p *planner) nodeFrag(node []*gpuState, over map[*gpuState]Layout) float64 {
-	var n fgd.Node
+	n := make(fgd.Node, 0, 2) // a node's GPUs are of a kind or two
 	for _, g := range node {
 		layout, free := g.layout, g.free
 		if to, ok := over[g]; ok {
@@ -224,7 +224,7 @@ func (p *planner) nodeFrag(node []*gpuState, over map[*gpuState]Layout) float64 
 			i := slices.IndexFunc(n, func(pool fgd.Pool) bool { return pool.Kind == kind })
 			if i < 0 {
 				i = len(n)
-				n = append(n, fgd.Pool{Kind: kind, OneGroup: kindOf(kind) == MPS})
+				n = append(n, fgd.Pool{Kind: kind, OneGroup: kindOf(kind) == MPS, Groups: make([]fgd.Group, 0, len(node))})
 			}
 			n[i].Groups = append(n[i].Groups, fgd.Group{Free: max(0, f), Weight: weight(kind, layout)})
 		}
