@@ -89,13 +89,34 @@ func Search(nodes []Node, allocs []Alloc, ask Ask) (best Plan, ok bool) {
 	}
 	byName := slices.Clone(nodes)
 	slices.SortFunc(byName, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+	// Only a node with a free GPU can take a moved allocation: the others
+	// are left out of every fit, which keeps the rest in their order.
+	room := slices.DeleteFunc(slices.Clone(byName), func(n Node) bool { return n.Free <= 0 })
+	movable := movableByNode(allocs)
 	for _, n := range byName {
-		p, found := searchNode(byName, allocs, ask, n)
+		// A plan of more moves than the best so far cannot be better.
+		most := maxCandidates
+		if ok {
+			most = len(best.Moves)
+		}
+		p, found := searchNode(room, movable[n.ID], ask, n, most)
 		if found && (!ok || better(p, best)) {
 			best, ok = p, true
 		}
 	}
 	return best, ok
+}
+
+// movableByNode are the movable allocations holding GPUs, by node ID, in
+// allocs' order.
+func movableByNode(allocs []Alloc) map[string][]Alloc {
+	out := map[string][]Alloc{}
+	for _, a := range allocs {
+		if a.Movable && a.GPUs > 0 {
+			out[a.Node] = append(out[a.Node], a)
+		}
+	}
+	return out
 }
 
 func better(a, b Plan) bool {
@@ -105,26 +126,38 @@ func better(a, b Plan) bool {
 	return a.GPUsMoved() < b.GPUsMoved()
 }
 
-// searchNode is the smallest move set that frees ask.Count GPUs on n.
-func searchNode(nodes []Node, allocs []Alloc, ask Ask, n Node) (Plan, bool) {
-	need := ask.Count - n.Free
-	var cands []Alloc
-	for _, a := range allocs {
-		if a.Node == n.ID && a.Movable && a.GPUs > 0 {
-			cands = append(cands, a)
-		}
+// searchNode is the smallest move set, of at most most moves, that frees
+// ask.Count GPUs on n; movable are n's movable allocations.
+func searchNode(nodes []Node, movable []Alloc, ask Ask, n Node, most int) (Plan, bool) {
+	if len(movable) == 0 {
+		return Plan{}, false
 	}
+	need := ask.Count - n.Free
+	cands := slices.Clone(movable)
 	slices.SortStableFunc(cands, func(a, b Alloc) int { return cmp.Compare(b.GPUs, a.GPUs) })
 	cands = cands[:min(len(cands), maxCandidates)]
 	others := slices.DeleteFunc(slices.Clone(nodes), func(o Node) bool { return o.ID == n.ID })
-	for size := 1; size <= len(cands); size++ {
+	// A set with an allocation larger than any other node's free GPUs
+	// does not fit: leaving those out (the largest, a prefix) leaves the
+	// other sets in their order.
+	roomiest := 0
+	for _, o := range others {
+		roomiest = max(roomiest, o.Free)
+	}
+	cands = slices.DeleteFunc(cands, func(a Alloc) bool { return a.GPUs > roomiest })
+	var set []Alloc // fit copies what it keeps
+	top := 0        // the GPUs of the size largest candidates
+	for size := 1; size <= min(len(cands), most); size++ {
+		if top += cands[size-1].GPUs; top < need {
+			continue // no set of this size frees enough
+		}
 		var best Plan
 		found := false
 		combinations(len(cands), size, func(idx []int) {
-			set := make([]Alloc, len(idx))
+			set = set[:0]
 			gpus := 0
-			for i, j := range idx {
-				set[i] = cands[j]
+			for _, j := range idx {
+				set = append(set, cands[j])
 				gpus += cands[j].GPUs
 			}
 			if gpus < need {
@@ -170,9 +203,22 @@ func combinations(n, k int, f func([]int)) {
 func fit(set []Alloc, nodes []Node) ([]Move, bool) {
 	order := slices.Clone(set)
 	slices.SortStableFunc(order, func(a, b Alloc) int { return cmp.Compare(b.GPUs, a.GPUs) })
-	free := make([]int, len(nodes))
+	// A node with less free than the smallest allocation never takes one
+	// (where every allocation holds GPUs, free only falls), and leaving
+	// it out keeps the others' order: the search is the same.
+	smallest := 0
+	if len(order) > 0 && order[len(order)-1].GPUs > 0 {
+		smallest = order[len(order)-1].GPUs
+	}
+	var at []int // nodes' indexes
 	for i, n := range nodes {
-		free[i] = n.Free
+		if smallest == 0 || n.Free >= smallest {
+			at = append(at, i)
+		}
+	}
+	free := make([]int, len(at))
+	for i, j := range at {
+		free[i] = nodes[j].Free
 	}
 	to := make([]int, len(order))
 	var place func(i int) bool
@@ -198,7 +244,7 @@ func fit(set []Alloc, nodes []Node) ([]Move, bool) {
 	}
 	moves := make([]Move, len(order))
 	for i, a := range order {
-		moves[i] = Move{Alloc: a, To: nodes[to[i]]}
+		moves[i] = Move{Alloc: a, To: nodes[at[to[i]]]}
 	}
 	return moves, true
 }

@@ -172,6 +172,15 @@ type planner struct {
 	in        Input
 	gpus      []*gpuState // by node name, then index
 	decisions []Decision
+	// byPool are nodes' results, by pool; frags each node's nodeFrag
+	// (by gpuState.node) where fragOK: a round looks at every node's
+	// many times and changes few.
+	byPool map[string][][]*gpuState
+	frags  []float64
+	fragOK []bool
+	// counts are instanceCounts of whole and MPS layouts, by share
+	// count (0: whole), shared: read, never written.
+	counts map[int]map[string]int
 }
 
 type gpuState struct {
@@ -182,6 +191,8 @@ type gpuState struct {
 	// an unhealthy instance is never relayable either: the instance is
 	// not free.)
 	fixed bool
+	// node is its node's index in nodes("").
+	node int
 }
 
 func newPlanner(in Input) *planner {
@@ -195,9 +206,12 @@ func newPlanner(in Input) *planner {
 		if !g.Desired.IsZero() {
 			g.layout = g.Desired
 		}
-		g.free = count(g.layout.Instances())
+		g.free = instanceCounts(g.layout)
 		if !moving {
-			for _, h := range slices.Concat(g.Held, g.Unhealthy) {
+			for _, h := range g.Held {
+				g.free[h]--
+			}
+			for _, h := range g.Unhealthy {
 				g.free[h]--
 			}
 		}
@@ -207,7 +221,55 @@ func newPlanner(in Input) *planner {
 	slices.SortFunc(p.gpus, func(a, b *gpuState) int {
 		return cmp.Or(cmp.Compare(a.NodeName, b.NodeName), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index))
 	})
+	p.byPool = map[string][][]*gpuState{}
+	all := p.nodes("")
+	for i, node := range all {
+		for _, g := range node {
+			g.node = i
+		}
+	}
+	p.frags, p.fragOK = make([]float64, len(all)), make([]bool, len(all))
 	return p
+}
+
+// touch says that g's layout or free instances changed.
+func (p *planner) touch(g *gpuState) { p.fragOK[g.node] = false }
+
+// instances is instanceCounts(l), shared: the caller only reads it.
+func (p *planner) instances(l Layout) map[string]int {
+	key := -1
+	switch {
+	case l.Kind == Whole:
+		key = 0
+	case l.Kind == MPS && l.Shares > 0:
+		key = l.Shares
+	}
+	if key < 0 {
+		return instanceCounts(l)
+	}
+	m, ok := p.counts[key]
+	if !ok {
+		if p.counts == nil {
+			p.counts = map[int]map[string]int{}
+		}
+		m = instanceCounts(l)
+		p.counts[key] = m
+	}
+	return m
+}
+
+// instanceCounts is count(l.Instances()), without the list for whole
+// GPUs and MPS shares.
+func instanceCounts(l Layout) map[string]int {
+	switch l.Kind {
+	case Whole:
+		return map[string]int{contract.SliceGPU: 1}
+	case MPS:
+		if l.Shares > 0 {
+			return map[string]int{contract.SliceMPS: l.Shares}
+		}
+	}
+	return count(l.Instances())
 }
 
 func count(kinds []string) map[string]int {
@@ -259,6 +321,7 @@ func (p *planner) place(a Ask) bool {
 			return false
 		}
 		best.free[a.Kind] -= a.Count
+		p.touch(best)
 		return true
 	}
 	var best []*gpuState
@@ -282,13 +345,24 @@ func (p *planner) place(a Ask) bool {
 		if take := min(left, g.free[a.Kind]); take > 0 {
 			g.free[a.Kind] -= take
 			left -= take
+			p.touch(g)
 		}
 	}
 	return true
 }
 
-// nodes are the GPUs of pool, by node.
+// nodes are the GPUs of pool, by node; the caller keeps them as they are.
 func (p *planner) nodes(pool string) [][]*gpuState {
+	if out, ok := p.byPool[pool]; ok {
+		return out
+	}
+	out := p.group(pool)
+	p.byPool[pool] = out
+	return out
+}
+
+// group are the GPUs of pool, by node.
+func (p *planner) group(pool string) [][]*gpuState {
 	var out [][]*gpuState
 	for _, g := range p.gpus {
 		if !inPool(g, pool) {

@@ -46,7 +46,8 @@ func (p *planner) relay(a Ask, waiting int) bool {
 		d := Decision{Node: g.Node, NodeName: g.NodeName, UUID: g.UUID, Index: g.Index, From: g.layout, To: best.to[i],
 			FragBefore: before,
 			Reason:     fmt.Sprintf("%d allocations wait for %s (job %q first), and no free one fits", waiting, a.Kind, a.Job)}
-		g.layout, g.free, g.fixed = best.to[i], count(best.to[i].Instances()), true
+		g.layout, g.free, g.fixed = best.to[i], instanceCounts(best.to[i]), true
+		p.touch(g)
 		d.FragAfter = p.frag()
 		p.decisions = append(p.decisions, d)
 	}
@@ -81,11 +82,11 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 		if !ok || !p.relayable(g) || to.Equal(g.layout) {
 			continue
 		}
-		gain := count(to.Instances())[a.Kind] - g.free[a.Kind]
+		gain := p.instances(to)[a.Kind] - g.free[a.Kind]
 		if gain <= 0 {
 			continue
 		}
-		c := &change{gpus: []*gpuState{g}, to: []Layout{to}, frag: p.nodeFrag(node, map[*gpuState]Layout{g: to}) - p.nodeFrag(node, nil)}
+		c := &change{gpus: []*gpuState{g}, to: []Layout{to}, frag: p.nodeFrag(node, map[*gpuState]Layout{g: to}) - p.fragOf(node)}
 		if p.recent(g) {
 			c.recent = 1
 		}
@@ -120,7 +121,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 		}
 		out.gpus, out.to = append(out.gpus, c.gpus[0]), append(out.to, c.to[0])
 		out.recent += c.recent
-		need -= count(c.to[0].Instances())[a.Kind] - c.gpus[0].free[a.Kind]
+		need -= p.instances(c.to[0])[a.Kind] - c.gpus[0].free[a.Kind]
 	}
 	if need > 0 {
 		return nil
@@ -129,7 +130,7 @@ func (p *planner) candidate(node []*gpuState, a Ask) *change {
 	for i, g := range out.gpus {
 		over[g] = out.to[i]
 	}
-	out.frag = roundFrag(p.nodeFrag(node, over) - p.nodeFrag(node, nil))
+	out.frag = roundFrag(p.nodeFrag(node, over) - p.fragOf(node))
 	return out
 }
 
@@ -143,7 +144,7 @@ func roundFrag(f float64) float64 {
 // relayable: the GPU may change, and nothing this round took its
 // instances.
 func (p *planner) relayable(g *gpuState) bool {
-	return !g.fixed && maps.Equal(g.free, count(g.layout.Instances()))
+	return !g.fixed && maps.Equal(g.free, p.instances(g.layout))
 }
 
 // recent: the planner changed the GPU less than MinInterval ago.
@@ -190,34 +191,45 @@ func homogeneous(profiles []Profile, profile string) Layout {
 func (p *planner) frag() float64 {
 	var sum float64
 	for _, node := range p.nodes("") {
-		sum += p.nodeFrag(node, nil)
+		sum += p.fragOf(node)
 	}
 	return sum
+}
+
+// fragOf is nodeFrag(node, nil), kept until a GPU of node changes.
+func (p *planner) fragOf(node []*gpuState) float64 {
+	i := node[0].node
+	if len(node) != len(p.nodes("")[i]) {
+		return p.nodeFrag(node, nil) // part of a node: a pool's GPUs of it
+	}
+	if !p.fragOK[i] {
+		p.frags[i], p.fragOK[i] = p.nodeFrag(node, nil), true
+	}
+	return p.frags[i]
 }
 
 // nodeFrag is one node's FGD fragmentation over the mix (package fgd):
 // a pool per kind, an MPS GPU's shares a group of their own (a request's
 // shares come from one GPU).
 func (p *planner) nodeFrag(node []*gpuState, over map[*gpuState]Layout) float64 {
-	pools := map[string]*fgd.Pool{}
+	n := make(fgd.Node, 0, 2) // a node's GPUs are of a kind or two
 	for _, g := range node {
 		layout, free := g.layout, g.free
 		if to, ok := over[g]; ok {
-			layout, free = to, count(to.Instances())
+			layout, free = to, p.instances(to)
 		}
-		for _, kind := range slices.Sorted(maps.Keys(free)) {
-			pool := pools[kind]
-			if pool == nil {
-				pool = &fgd.Pool{Kind: kind, OneGroup: kindOf(kind) == MPS}
-				pools[kind] = pool
+		// Any order of kinds: each pool's groups are in GPU order, and
+		// the pools are sorted below.
+		for kind, f := range free {
+			i := slices.IndexFunc(n, func(pool fgd.Pool) bool { return pool.Kind == kind })
+			if i < 0 {
+				i = len(n)
+				n = append(n, fgd.Pool{Kind: kind, OneGroup: kindOf(kind) == MPS, Groups: make([]fgd.Group, 0, len(node))})
 			}
-			pool.Groups = append(pool.Groups, fgd.Group{Free: max(0, free[kind]), Weight: weight(kind, layout)})
+			n[i].Groups = append(n[i].Groups, fgd.Group{Free: max(0, f), Weight: weight(kind, layout)})
 		}
 	}
-	var n fgd.Node
-	for _, k := range slices.Sorted(maps.Keys(pools)) {
-		n = append(n, *pools[k])
-	}
+	slices.SortFunc(n, func(a, b fgd.Pool) int { return strings.Compare(a.Kind, b.Kind) })
 	return n.FGD(p.in.Mix)
 }
 

@@ -147,8 +147,53 @@ func (n Node) poolFor(kind string) Pool {
 // FGD is the node's expected unusable free capacity over the mix.
 func (n Node) FGD(mix []Shape) float64 {
 	var sum float64
+	free := n.Free() // Frag's, the same for every shape
 	for _, s := range mix {
-		sum += s.Weight * n.Frag(s)
+		sum += s.Weight * (free - n.usableBy(s.Kind, s.Count))
 	}
 	return sum
+}
+
+// usableBy is poolFor(kind).usable(count), summed in the same order over
+// the pools of kind without building their pool where no pool becomes
+// another kind.
+func (n Node) usableBy(kind string, count int) float64 {
+	one := false
+	for _, p := range n {
+		if len(p.Becomes) > 0 {
+			return n.poolFor(kind).usable(count)
+		}
+		if p.Kind == kind {
+			one = p.OneGroup
+		}
+	}
+	var u float64
+	total := 0
+	for _, p := range n {
+		if p.Kind != kind {
+			continue
+		}
+		for _, g := range p.Groups {
+			if !one {
+				total += g.Free
+			} else if g.Free >= count {
+				u += float64(g.Free) * g.Weight
+			}
+		}
+	}
+	if one {
+		return u
+	}
+	if total < count {
+		return 0
+	}
+	for _, p := range n {
+		if p.Kind != kind {
+			continue
+		}
+		for _, g := range p.Groups {
+			u += float64(g.Free) * g.Weight // one running sum, as free's
+		}
+	}
+	return u
 }

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -98,6 +100,9 @@ type planRef struct {
 // its GPU's instances at once (the plugin drains it: nothing is placed
 // on it) and applies after the relayout latency.
 func (s *sim) planLayouts() {
+	if !s.mayRelay() || s.placesAll() {
+		return
+	}
 	in, refs := s.planInput()
 	if len(in.Queue) == 0 {
 		return
@@ -111,6 +116,114 @@ func (s *sim) planLayouts() {
 	}
 }
 
+// mayRelay is false when gpulayout.Plan would decide nothing, so that the
+// round need not run: the planner relays only an unfixed GPU (not held,
+// being relaid or pinned) to the other layout, so an MPS ask needs a free
+// whole GPU on a node it may change, and a whole-GPU ask of k GPUs a node
+// with an unheld MPS GPU whose whole GPUs, free or coming, and unheld MPS
+// GPUs number k or more (the round's own placements only take from
+// these). True is no promise that it decides anything.
+func (s *sim) mayRelay() bool {
+	mps, whole := false, math.MaxInt
+	for i := range s.sqs {
+		q := &s.sqs[i]
+		if q.Len() == 0 || q.k > s.groups[q.g].perNode {
+			continue
+		}
+		switch q.g {
+		case s.mpsGroup:
+			mps = true
+		case wholeGroup:
+			whole = min(whole, q.k)
+		}
+	}
+	if !mps && whole == math.MaxInt {
+		return false
+	}
+	reserved := s.reservedNode()
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		if n.ineligible || nid == reserved {
+			continue
+		}
+		if mps && n.free[wholeGroup] > 0 {
+			return true
+		}
+		idle, coming := 0, 0
+		for gpu, on := range n.gpuMPS {
+			switch {
+			case n.moving[gpu] && on:
+				coming++ // relaid to whole: the planner counts it free
+			case on && !n.moving[gpu] && n.mpsUsed[gpu] == 0:
+				idle++
+			}
+		}
+		if idle > 0 && n.free[wholeGroup]+coming+idle >= whole {
+			return true
+		}
+	}
+	return false
+}
+
+// placesAll says whether gpulayout.Plan would place every ask of the queue
+// on the free instances it sees, and so relay nothing: it places an ask's
+// allocations, highest priority first, each on the GPU (MPS) or node
+// (whole GPUs) with the least free that fits, and relays only for one
+// that fits none. Which of equally free GPUs or nodes it takes does not
+// change what fits next, so counts by free instances are its placement.
+func (s *sim) placesAll() bool {
+	mps := make([]int, s.mpsShares+1)
+	whole := make([]int, s.cl.GPUsPerNode+1)
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		if n.ineligible {
+			continue
+		}
+		w := n.free[wholeGroup]
+		for gpu, on := range n.gpuMPS {
+			switch {
+			case n.moving[gpu] && on:
+				w++ // relaid to whole: its GPU counts free
+			case n.moving[gpu]:
+				mps[s.mpsShares]++
+			case on:
+				mps[s.mpsShares-n.mpsUsed[gpu]]++
+			}
+		}
+		whole[w]++
+	}
+	asks, _ := s.planQueue()
+	slices.SortStableFunc(asks, func(a, b gpulayout.Ask) int { return cmp.Compare(b.Priority, a.Priority) })
+	for _, a := range asks {
+		if a.Count <= 0 {
+			continue // the planner skips it too
+		}
+		free := whole
+		if a.Kind == contract.SliceMPS {
+			free = mps
+		}
+		for range a.Allocs {
+			if !takeBestFit(free, a.Count) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// takeBestFit takes k from the least of free's counts (by free instances)
+// that holds k; false when none does.
+func takeBestFit(free []int, k int) bool {
+	for f := k; f < len(free); f++ {
+		if free[f] > 0 {
+			free[f]--
+			free[f-k]++
+			return true
+		}
+	}
+	return false
+}
+
 // planInput is the planner's input and, by UUID (an index), its GPUs.
 func (s *sim) planInput() (gpulayout.Input, []planRef) {
 	in := gpulayout.Input{
@@ -120,54 +233,97 @@ func (s *sim) planInput() (gpulayout.Input, []planRef) {
 		},
 		Now: planEpoch.Add(s.now),
 	}
-	var refs []planRef
+	// The round's lists are kept for the next: the planner keeps none.
+	refs := s.refBuf[:0]
+	in.GPUs = s.planBuf[:0]
 	reserved := s.reservedNode()
-	for _, nid := range s.ready {
+	// In the planner's order (by name), which it then sorts in one pass.
+	for _, nid := range s.byName {
+		if s.nodes[nid].state != nodeReady {
+			continue
+		}
 		if s.nodes[nid].ineligible {
 			continue // held by the move module: the controller's planner skips nodes that take no work
 		}
-		for gpu, g := range s.planGPUs(nid) {
+		if s.full(&s.nodes[nid]) {
+			continue // the planner can neither place on it nor relay it: it decides the same without it
+		}
+		first := len(in.GPUs)
+		in.GPUs = s.planGPUs(in.GPUs, nid)
+		for i := first; i < len(in.GPUs); i++ {
 			// A node freed for a queued multi-GPU job is left as it is
 			// (controller.Mover.Reserved).
-			g.Pinned = nid == reserved
-			g.UUID = strconv.Itoa(len(refs))
-			refs = append(refs, planRef{nid, gpu})
-			in.GPUs = append(in.GPUs, g)
+			in.GPUs[i].Pinned = nid == reserved
+			in.GPUs[i].UUID = s.uuid(len(refs))
+			refs = append(refs, planRef{nid, i - first})
 		}
 	}
 	in.Queue, in.Mix = s.planQueue()
+	s.planBuf, s.refBuf = in.GPUs, refs
 	return in, refs
 }
 
-// planGPUs are ready node nid's GPUs as the planner sees them. The model
+// full says whether every GPU of n is held and has no instance free:
+// nothing is being relaid, no whole GPU is free and every MPS GPU's
+// shares are all held. Only the decisions' fragmentation figures, which
+// the model does not read, count such a node.
+func (s *sim) full(n *node) bool {
+	if n.free[wholeGroup] > 0 {
+		return false
+	}
+	for gpu, on := range n.gpuMPS {
+		if n.moving[gpu] || on && n.mpsUsed[gpu] < s.mpsShares {
+			return false
+		}
+	}
+	return true
+}
+
+// uuid is the planner's UUID of its i-th GPU: i, made once.
+func (s *sim) uuid(i int) string {
+	for len(s.uuids) <= i {
+		s.uuids = append(s.uuids, strconv.Itoa(len(s.uuids)))
+	}
+	return s.uuids[i]
+}
+
+// planGPUs appends ready node nid's GPUs as the planner sees them. The model
 // counts whole GPUs, not which one an allocation holds, so the held ones
 // are the first whole GPUs not being relaid: whole GPUs are alike.
-func (s *sim) planGPUs(nid int32) []gpulayout.GPU {
+func (s *sim) planGPUs(dst []gpulayout.GPU, nid int32) []gpulayout.GPU {
 	n := &s.nodes[nid]
 	heldWhole := s.wholeGPUs(n) - n.free[wholeGroup]
-	out := make([]gpulayout.GPU, len(n.gpuMPS))
-	for i := range out {
+	if s.heldMPS == nil {
+		// The planner only reads Held: every GPU holding k shares
+		// shares one list.
+		s.heldMPS = make([][]string, s.mpsShares+1)
+		for k := range s.heldMPS {
+			s.heldMPS[k] = slices.Repeat([]string{contract.SliceMPS}, k)
+		}
+	}
+	for i := range n.gpuMPS {
 		cur := s.layoutOf(n.gpuMPS[i])
-		g := gpulayout.GPU{Node: nodeName(nid), NodeName: nodeName(nid), Index: i, Current: cur}
+		g := gpulayout.GPU{Node: s.names[nid], NodeName: s.names[nid], Index: i, Current: cur}
 		switch {
 		case n.moving[i]:
 			// Desired is the other layout: the planner counts its
 			// instances as coming and leaves the GPU alone.
 			g.Desired = s.layoutOf(!n.gpuMPS[i])
-		case n.gpuMPS[i]:
-			for range n.mpsUsed[i] {
-				g.Held = append(g.Held, contract.SliceMPS)
-			}
-		case heldWhole > 0:
-			g.Held, heldWhole = []string{contract.SliceGPU}, heldWhole-1
+		case n.gpuMPS[i] && n.mpsUsed[i] > 0:
+			g.Held = s.heldMPS[n.mpsUsed[i]]
+		case !n.gpuMPS[i] && heldWhole > 0:
+			g.Held, heldWhole = heldGPU, heldWhole-1
 		}
 		if n.changed[i] >= 0 {
 			g.Changed = planEpoch.Add(n.changed[i])
 		}
-		out[i] = g
+		dst = append(dst, g)
 	}
-	return out
+	return dst
 }
+
+// heldGPU is a held whole GPU's Held, shared: the planner only reads it.
+var heldGPU = []string{contract.SliceGPU}
 
 func (s *sim) layoutOf(mps bool) gpulayout.Layout {
 	if mps {
@@ -271,7 +427,7 @@ func (s *sim) applyLayout(nid int32, gpu int) {
 	s.capVer[g]++
 	s.dirty = true
 	s.layoutChanges = append(s.layoutChanges, tracereplay.LayoutChange{
-		At: s.now, Node: nodeName(nid), GPU: s.mpsName(gpu), From: from.String(), To: s.layoutOf(n.gpuMPS[gpu]).String(),
+		At: s.now, Node: s.names[nid], GPU: s.mpsName(gpu), From: from.String(), To: s.layoutOf(n.gpuMPS[gpu]).String(),
 	})
 }
 
@@ -288,7 +444,7 @@ func (s *sim) sampleLayouts() []tracereplay.NodeLayout {
 			}
 		}
 		if len(mps) > 0 {
-			out = append(out, tracereplay.NodeLayout{Node: nodeName(nid), MPS: mps})
+			out = append(out, tracereplay.NodeLayout{Node: s.names[nid], MPS: mps})
 		}
 	}
 	slices.SortFunc(out, func(a, b tracereplay.NodeLayout) int { return compareNodeNames(a.Node, b.Node) })

@@ -72,16 +72,22 @@ func (s *sim) consolidate() bool {
 	if len(asks) == 0 {
 		return false
 	}
-	nodes, allocs := s.moveCandidates()
 	m.looks.Looks++
-	free := 0
-	for _, n := range nodes {
-		free += n.Free
-	}
+	free := s.moveFree()
 	if free >= s.jobs[asks[0]].k {
 		m.looks.WithRoom++
 	}
+	var nodes []consolidate.Node
+	var allocs []consolidate.Alloc
 	for _, id := range asks {
+		if s.jobs[id].k > free {
+			// The moved GPUs must fit in the other nodes' free ones, and
+			// free them on one node: the search finds no plan.
+			continue
+		}
+		if nodes == nil {
+			nodes, allocs = s.moveCandidates()
+		}
 		p, ok := consolidate.Search(nodes, allocs, consolidate.Ask{Job: strconv.Itoa(int(id)), Count: s.jobs[id].k})
 		if ok {
 			s.startMoves(p, id)
@@ -111,6 +117,24 @@ func (s *sim) wholeGPUAsks() []int32 {
 	return out
 }
 
+// moveFree are the free whole GPUs of moveCandidates' nodes.
+func (s *sim) moveFree() int {
+	free := 0
+	for _, nid := range s.ready {
+		if n := &s.nodes[nid]; s.moveNode(n) {
+			free += n.free[wholeGroup]
+		}
+	}
+	return free
+}
+
+// moveNode says whether node n is one of moveCandidates': not held, and
+// no GPU being relaid (its free GPUs are in flux:
+// controller.Layouts.Relaying).
+func (s *sim) moveNode(n *node) bool {
+	return !n.ineligible && !slices.Contains(n.moving, true)
+}
+
 // moveCandidates are the schedulable nodes with their free whole GPUs and
 // the running jobs holding whole GPUs on them, each judged movable as the
 // controller does: running, no raise in force (protection, a minimum
@@ -120,10 +144,10 @@ func (s *sim) moveCandidates() ([]consolidate.Node, []consolidate.Alloc) {
 	var allocs []consolidate.Alloc
 	for _, nid := range s.ready {
 		n := &s.nodes[nid]
-		if n.ineligible || slices.Contains(n.moving, true) {
-			continue // held, or a GPU being relaid: its free GPUs are in flux (controller.Layouts.Relaying)
+		if !s.moveNode(n) {
+			continue
 		}
-		name := nodeName(nid)
+		name := s.names[nid]
 		nodes = append(nodes, consolidate.Node{ID: name, Name: name, Free: n.free[wholeGroup]})
 		for _, id := range n.allocs {
 			j := &s.jobs[id]
@@ -205,7 +229,7 @@ func (s *sim) reservedNode() int32 {
 // nodeByName is the node a consolidate.Node names.
 func (s *sim) nodeByName(name string) int32 {
 	for _, nid := range s.ready {
-		if nodeName(nid) == name {
+		if s.names[nid] == name {
 			return nid
 		}
 	}

@@ -6,8 +6,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
@@ -289,6 +291,16 @@ type sim struct {
 	// nodeBest are one node's victims; binOrder its device groups' order.
 	nodeBest []int32
 	binOrder []int
+	// names are the nodes' names, by id: the layout and move rounds name
+	// every node; uuids the planner's GPU UUIDs (planLayouts).
+	names, uuids []string
+	// byName are the nodes' ids in their names' string order.
+	byName []int32
+	// Scratch space for the layout round: its GPUs and their nodes, and
+	// the Held lists of MPS GPUs by shares held.
+	planBuf []gpulayout.GPU
+	refBuf  []planRef
+	heldMPS [][]string
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -512,7 +524,7 @@ func (s *sim) handle(e event) {
 		s.pending--
 		j.since = s.now
 		s.recs[e.id].Runs = append(s.recs[e.id].Runs, tracereplay.Run{
-			Start: s.now, Node: nodeName(j.node), Held: s.holds(e.id), Restored: j.dur - j.remaining, ProgressKnown: true,
+			Start: s.now, Node: s.names[j.node], Held: s.holds(e.id), Restored: j.dur - j.remaining, ProgressKnown: true,
 		})
 		s.push(s.now+j.remaining, evFinish, e.id, j.epoch)
 		s.protect(e.id)
@@ -609,6 +621,12 @@ func (s *sim) addNode() int32 {
 		n.migUsed = make([]int, cl.MIGGPUs)
 	}
 	s.nodes = append(s.nodes, n)
+	id := int32(len(s.nodes) - 1)
+	s.names = append(s.names, nodeName(id))
+	at, _ := slices.BinarySearchFunc(s.byName, s.names[id], func(nid int32, name string) int {
+		return strings.Compare(s.names[nid], name) // the planner's order, not compareNodeNames'
+	})
+	s.byName = slices.Insert(s.byName, at, id)
 	s.nBooting++
 	return int32(len(s.nodes) - 1)
 }
