@@ -9,9 +9,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/controller/layoutplan"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // Config is how a controller replica runs.
@@ -42,7 +42,7 @@ type Config struct {
 	// keeps no file; 0: the read model's default.
 	FinishedWindow time.Duration
 	// Layouts are the bounds of the layout module (Layouts); nil: off.
-	Layouts *gpulayout.Bounds
+	Layouts *layoutplan.Bounds
 	// Moves bounds the move module (Mover); nil: off.
 	Moves *MoveConfig
 }

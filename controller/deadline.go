@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nomad-gpu/nomad-gpu/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 )
 
 // deadlineKey is the ledger raise of a job's deadline.

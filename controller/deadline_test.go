@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // tick is one step of a module timeline: the job as the view shows it at

@@ -13,7 +13,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/controller/layoutplan"
 	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
@@ -21,7 +22,7 @@ import (
 // A GPU's layout fixed in its device plugin's config strands capacity
 // whenever the queue's mix differs from the one it was made for. The
 // layout module asks free GPUs for the layouts the queue needs
-// (gpulayout.Plan) by writing node metadata (contract.MetaLayoutPrefix);
+// (layoutplan.Plan) by writing node metadata (contract.MetaLayoutPrefix);
 // each node's device plugin applies them once no allocation holds the
 // GPU and publishes how far along it is in the GPU's layout group, which
 // the node list the watch already reads carries back. So the module
@@ -30,7 +31,7 @@ import (
 
 // LayoutChange is the last layout the leader asked a GPU for: when, from
 // what, to what and why. It keeps a GPU from flipping back and forth
-// (gpulayout.Bounds.MinInterval) and tells people why it is what it is.
+// (layoutplan.Bounds.MinInterval) and tells people why it is what it is.
 type LayoutChange struct {
 	Node     string    `json:"node"`
 	NodeName string    `json:"node_name"`
@@ -58,7 +59,7 @@ type asked struct {
 // Layouts is the layout module. Its maps are the leader's own and used
 // by its loop only: no lock.
 type Layouts struct {
-	Bounds gpulayout.Bounds
+	Bounds layoutplan.Bounds
 	// changes and asked are by LayoutKey; changes are loaded when a
 	// replica starts to lead.
 	changes map[string]LayoutChange
@@ -68,7 +69,7 @@ type Layouts struct {
 }
 
 // NewLayouts is the module with its history.
-func NewLayouts(b gpulayout.Bounds, history map[string]LayoutChange, log hclog.Logger, m *Metrics) *Layouts {
+func NewLayouts(b layoutplan.Bounds, history map[string]LayoutChange, log hclog.Logger, m *Metrics) *Layouts {
 	if history == nil {
 		history = map[string]LayoutChange{}
 	}
@@ -80,9 +81,9 @@ func NewLayouts(b gpulayout.Bounds, history map[string]LayoutChange, log hclog.L
 // node reserved (the move module freed it for a queued multi-GPU
 // allocation, Mover.Reserved; "" for none) are left as they are: relaid
 // for the fractional queue, a freed whole GPU would undo the move.
-func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot, reserved string) []gpulayout.Decision {
-	in := gpulayout.Input{Bounds: l.Bounds, Now: now}
-	var cancels []gpulayout.Decision
+func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot, reserved string) []layoutplan.Decision {
+	in := layoutplan.Input{Bounds: l.Bounds, Now: now}
+	var cancels []layoutplan.Decision
 	for _, g := range snap.GPULayouts() {
 		pg, ok := l.plannerGPU(now, g)
 		if !ok {
@@ -102,7 +103,7 @@ func (l *Layouts) Step(now time.Time, snap *nomadview.Snapshot, reserved string)
 	}
 	in.Queue = layoutQueue(snap)
 	in.Mix = layoutMix(snap, in.Queue)
-	return append(cancels, gpulayout.Plan(in)...)
+	return append(cancels, layoutplan.Plan(in)...)
 }
 
 // Relaying is the nodes with a GPU whose layout is changing: asked by
@@ -130,11 +131,11 @@ func (l *Layouts) Relaying(snap *nomadview.Snapshot) map[string]bool {
 // plugin drained it): the relayout would wait for them to end, and the
 // queue it was for with it. The planner then serves that queue with
 // another GPU, this round.
-func cancelStuck(pg gpulayout.GPU, g nomadview.GPULayout) (gpulayout.Decision, bool) {
+func cancelStuck(pg layoutplan.GPU, g nomadview.GPULayout) (layoutplan.Decision, bool) {
 	if pg.Pinned || pg.Desired.IsZero() || pg.Desired.Equal(pg.Current) || len(g.Held) == 0 || g.State != contract.LayoutHeld {
-		return gpulayout.Decision{}, false
+		return layoutplan.Decision{}, false
 	}
-	return gpulayout.Decision{
+	return layoutplan.Decision{
 		Node: pg.Node, NodeName: pg.NodeName, UUID: pg.UUID, Index: pg.Index, From: pg.Desired, To: pg.Current,
 		Reason: fmt.Sprintf("allocations took the GPU (%s) before it was relaid; asked back to its layout", strings.Join(g.Held, ", ")),
 		Cancel: true,
@@ -143,7 +144,7 @@ func cancelStuck(pg gpulayout.GPU, g nomadview.GPULayout) (gpulayout.Decision, b
 
 // Record notes a decision written to its node's metadata: the GPU's
 // desired layout until its plugin echoes it, and its last change.
-func (l *Layouts) Record(now time.Time, d gpulayout.Decision) {
+func (l *Layouts) Record(now time.Time, d layoutplan.Decision) {
 	l.asked[LayoutKey(d.Node, d.UUID)] = asked{layout: d.To.String(), at: now, timed: !d.Cancel}
 	l.changes[LayoutKey(d.Node, d.UUID)] = LayoutChange{Node: d.Node, NodeName: d.NodeName, At: now, From: d.From.String(), To: d.To.String(), Reason: d.Reason}
 	kind := string(d.To.Kind)
@@ -180,14 +181,14 @@ func LayoutKey(node, uuid string) string { return node + "/" + uuid }
 // leader asked for counts as desired until the plugin echoes it, and the
 // time it took to be applied is measured. A GPU of a node that takes no
 // new work, or whose layout does not read, is left out (kept as it is).
-func (l *Layouts) plannerGPU(now time.Time, g nomadview.GPULayout) (gpulayout.GPU, bool) {
+func (l *Layouts) plannerGPU(now time.Time, g nomadview.GPULayout) (layoutplan.GPU, bool) {
 	if !nomadview.Schedulable(g.Node) {
-		return gpulayout.GPU{}, false
+		return layoutplan.GPU{}, false
 	}
 	current, err := gpulayout.Parse(g.Current)
 	if err != nil {
 		l.log.Debug("GPU layout does not read; GPU left as it is", "node", g.Node.Name, "gpu", g.UUID, "error", err)
-		return gpulayout.GPU{}, false
+		return layoutplan.GPU{}, false
 	}
 	desiredText := l.desired(now, g)
 	var desired gpulayout.Layout
@@ -204,13 +205,13 @@ func (l *Layouts) plannerGPU(now time.Time, g nomadview.GPULayout) (gpulayout.GP
 		desired = current
 		g.Pinned = true
 	}
-	pg := gpulayout.GPU{
+	pg := layoutplan.GPU{
 		Node: g.Node.ID, NodeName: g.Node.Name, Pool: g.Node.NodePool, UUID: g.UUID, Index: g.Index,
 		MIGMode: g.MIGMode, Current: current, Desired: desired, Pinned: g.Pinned, Held: g.Held,
 		Unhealthy: g.Unhealthy, Fault: g.Fault,
 	}
 	for _, p := range g.Profiles {
-		pg.Profiles = append(pg.Profiles, gpulayout.Profile{Name: p.Name, Slices: p.Slices, Max: p.Max})
+		pg.Profiles = append(pg.Profiles, layoutplan.Profile{Name: p.Name, Slices: p.Slices, Max: p.Max})
 	}
 	if c, ok := l.changes[LayoutKey(g.Node.ID, g.UUID)]; ok {
 		pg.Changed = c.At
@@ -245,16 +246,16 @@ func (l *Layouts) desired(now time.Time, g nomadview.GPULayout) string {
 
 // layoutQueue is the GPU queue as the planner reads it: one ask per GPU
 // device request of each queued group, oldest group first.
-func layoutQueue(snap *nomadview.Snapshot) []gpulayout.Ask {
+func layoutQueue(snap *nomadview.Snapshot) []layoutplan.Ask {
 	groups := snap.QueuedGroups()
 	slices.SortStableFunc(groups, func(a, b nomadview.QueuedGroup) int { return a.Since.Compare(b.Since) })
-	var out []gpulayout.Ask
+	var out []layoutplan.Ask
 	for _, q := range groups {
 		for _, a := range q.Asks {
 			if !nomadview.IsGPUAsk(a.Device) || a.Count <= 0 {
 				continue
 			}
-			out = append(out, gpulayout.Ask{
+			out = append(out, layoutplan.Ask{
 				Kind: nomadview.SliceKind(a.Device), Count: a.Count, Allocs: q.Count, Priority: q.Priority,
 				Pool: q.Pool, Job: q.Namespace + "/" + q.JobID + "/" + q.Group,
 			})
@@ -266,7 +267,7 @@ func layoutQueue(snap *nomadview.Snapshot) []gpulayout.Ask {
 // layoutMix is the workload's mix of request shapes, what fragmentation
 // is measured against: what running allocations hold and what the queue
 // asks, each allocation's request counted once.
-func layoutMix(snap *nomadview.Snapshot, queue []gpulayout.Ask) []fgd.Shape {
+func layoutMix(snap *nomadview.Snapshot, queue []layoutplan.Ask) []fgd.Shape {
 	type shape struct {
 		kind  string
 		count int
@@ -300,7 +301,7 @@ func (c *Controller) relayout(ctx context.Context, now time.Time, snap *nomadvie
 	if c.layouts == nil {
 		return
 	}
-	byNode := map[string][]gpulayout.Decision{}
+	byNode := map[string][]layoutplan.Decision{}
 	for _, d := range c.layouts.Step(now, snap, c.mover.Reserved()) {
 		byNode[d.Node] = append(byNode[d.Node], d)
 	}

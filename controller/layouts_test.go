@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/controller/layoutplan"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -159,7 +159,7 @@ func TestLayoutsStep(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			now := time.Unix(1000, 0)
-			l := NewLayouts(gpulayout.Bounds{MinInterval: time.Minute}, nil, hclog.NewNullLogger(), NewMetrics())
+			l := NewLayouts(layoutplan.Bounds{MinInterval: time.Minute}, nil, hclog.NewNullLogger(), NewMetrics())
 			if tt.layer != nil {
 				tt.layer(l, now)
 			}
@@ -179,7 +179,7 @@ func TestLayoutsStep(t *testing.T) {
 // and forgotten.
 func TestLayoutsRecord(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLayouts(gpulayout.Bounds{MinInterval: time.Hour}, nil, hclog.NewNullLogger(), NewMetrics())
+	l := NewLayouts(layoutplan.Bounds{MinInterval: time.Hour}, nil, hclog.NewNullLogger(), NewMetrics())
 	s := emptySnapshot(layoutNode("n1", "whole", "whole"))
 	queuedJob(s, "infer", "nvidia/mps", 2)
 	ds := l.Step(now, s, "")
@@ -215,7 +215,7 @@ func TestLayoutsKeyGPUsByNode(t *testing.T) {
 		return n
 	}
 	now := time.Unix(1000, 0)
-	l := NewLayouts(gpulayout.Bounds{}, nil, hclog.NewNullLogger(), NewMetrics())
+	l := NewLayouts(layoutplan.Bounds{}, nil, hclog.NewNullLogger(), NewMetrics())
 	l.asked[LayoutKey("n1", "GPU-same-0")] = asked{layout: "whole", at: now}
 	n2 := rename(layoutNode("n2", "whole"))
 	attrs := n2.NodeResources.Devices[0].Attributes

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/controller/layoutplan"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -278,7 +278,7 @@ func TestLayoutsRelaying(t *testing.T) {
 	n1.NodeResources.Devices[0].Attributes[contract.AttrLayoutDesired].StringVal = ptrTo("mps:99")
 	n1.NodeResources.Devices[0].Attributes[contract.AttrLayoutState].StringVal = ptrTo(string(contract.LayoutError))
 	s := emptySnapshot(n1, n2, n3)
-	l := NewLayouts(gpulayout.Bounds{}, nil, hclog.NewNullLogger(), NewMetrics())
+	l := NewLayouts(layoutplan.Bounds{}, nil, hclog.NewNullLogger(), NewMetrics())
 	l.asked[LayoutKey("n3", "GPU-n3-0")] = asked{layout: "mps:8", at: time.Unix(1000, 0)}
 	if got := l.Relaying(s); len(got) != 2 || !got["n2"] || !got["n3"] {
 		t.Errorf("relaying %v, want n2 (desired ≠ current) and n3 (asked, not applied)", got)

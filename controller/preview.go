@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 )
 
 // Plan is what the leader would do on one tick, done nowhere.

@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 )
 
 // Following the layouts asked for each GPU (issue 24;

@@ -2,8 +2,8 @@ package devicefp
 
 import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 	"github.com/nomad-gpu/nomad-gpu/wire/structs"
 )

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"
 	"github.com/nomad-gpu/nomad-gpu/wire/structs"
 )

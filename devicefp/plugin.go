@@ -14,8 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/internal/periodic"
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
 	"github.com/nomad-gpu/nomad-gpu/wire/device"

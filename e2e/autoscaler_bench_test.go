@@ -26,8 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
 const (

@@ -24,9 +24,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay"
 )
 
 // autoscalerPlugins makes the autoscaler's plugin dir: our APM and

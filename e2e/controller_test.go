@@ -21,10 +21,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	promodel "github.com/prometheus/common/model"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // controllerProc is a `nomad-gpu controller` replica the test started.
@@ -261,7 +261,7 @@ func topShowsProtection(t *testing.T, c *cluster.Cluster, job string, own, raise
 	if err != nil {
 		t.Fatalf("nomad-gpu top -json: %v", err)
 	}
-	var v clusterview.View
+	var v topview.View
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("top -json: %v\n%s", err, out)
 	}

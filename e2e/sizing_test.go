@@ -20,9 +20,9 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // sizingInterval is the jobs' nomad_gpu_sizing_interval.

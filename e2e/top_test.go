@@ -21,9 +21,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // buildTop builds cmd/nomad-gpu from this tree, so the test never runs a
@@ -43,7 +43,7 @@ func buildTop(t *testing.T) string {
 
 // runTopJSON runs `nomad-gpu top -json` against the cluster's server
 // through NOMAD_ADDR, as an operator would.
-func runTopJSON(t *testing.T, bin string, c *cluster.Cluster, args ...string) (*clusterview.View, string, error) {
+func runTopJSON(t *testing.T, bin string, c *cluster.Cluster, args ...string) (*topview.View, string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -61,7 +61,7 @@ func runTopJSON(t *testing.T, bin string, c *cluster.Cluster, args ...string) (*
 	if err != nil {
 		return nil, string(out) + stderr.String(), err
 	}
-	var v clusterview.View
+	var v topview.View
 	if err := json.Unmarshal(out, &v); err != nil {
 		return nil, string(out), err
 	}
@@ -118,7 +118,7 @@ func TestTop(t *testing.T) {
 
 	// Stats and the blocked evaluation arrive within seconds; poll until
 	// the view has both, then check it whole.
-	var v *clusterview.View
+	var v *topview.View
 	var out string
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -149,7 +149,7 @@ func TestTop(t *testing.T) {
 		var listed []string
 		for _, g := range n.GPUs {
 			modes[g.Mode]++
-			if g.Mode == clusterview.ModeWhole {
+			if g.Mode == topview.ModeWhole {
 				listed = append(listed, g.UUID)
 			}
 			for _, s := range g.Slices {
@@ -177,21 +177,21 @@ func TestTop(t *testing.T) {
 				}
 			}
 			switch g.Mode {
-			case clusterview.ModeWhole:
+			case topview.ModeWhole:
 				if g.MemoryUsedMiB == nil || g.UtilizationPct == nil {
 					t.Errorf("whole GPU %s without stats: %+v", g.UUID, g)
 				}
-			case clusterview.ModeMPS:
+			case topview.ModeMPS:
 				if g.Index == nil || *g.Index != 4 || len(g.Slices) != 4 || g.MemoryUsedMiB == nil {
 					t.Errorf("MPS GPU %+v", g)
 				}
-			case clusterview.ModeMIG:
+			case topview.ModeMIG:
 				if g.Index == nil || (*g.Index != 6 && *g.Index != 7) || len(g.Slices) != 4 {
 					t.Errorf("MIG GPU %+v", g)
 				}
 			}
 		}
-		if modes[clusterview.ModeWhole] != 5 || modes[clusterview.ModeMIG] != 2 || modes[clusterview.ModeMPS] != 1 {
+		if modes[topview.ModeWhole] != 5 || modes[topview.ModeMIG] != 2 || modes[topview.ModeMPS] != 1 {
 			t.Errorf("modes %v", modes)
 		}
 		slices.Sort(listed)
@@ -204,7 +204,7 @@ func TestTop(t *testing.T) {
 		for job, allocID := range held {
 			found := false
 			for _, g := range n.GPUs {
-				onGPU := slices.ContainsFunc(g.Allocations, func(a clusterview.AllocRef) bool {
+				onGPU := slices.ContainsFunc(g.Allocations, func(a topview.AllocRef) bool {
 					return a.AllocID == allocID && a.Job == job && a.Group == "g" && a.Task == "t" && a.Namespace == "default"
 				})
 				// gpuJob's jobs are services: no prediction.
@@ -213,7 +213,7 @@ func TestTop(t *testing.T) {
 						t.Errorf("%s: service predicted: %+v", job, a.Prediction)
 					}
 				}
-				if onGPU && g.Mode == clusterview.ModeWhole {
+				if onGPU && g.Mode == topview.ModeWhole {
 					for _, a := range g.Allocations {
 						if a.AllocID == allocID && (a.MemoryUsedMiB == nil || g.MemoryUsedMiB == nil || *a.MemoryUsedMiB != *g.MemoryUsedMiB) {
 							t.Errorf("%s: memory used %s on a whole GPU using %s", job, memText(a.MemoryUsedMiB), memText(g.MemoryUsedMiB))
@@ -221,7 +221,7 @@ func TestTop(t *testing.T) {
 					}
 				}
 				switch g.Mode {
-				case clusterview.ModeWhole:
+				case topview.ModeWhole:
 					if onGPU != (g.UUID == devices[job][0]) {
 						t.Errorf("%s (holds %v): on GPU %s = %v", job, devices[job], g.UUID, onGPU)
 					}
@@ -246,7 +246,7 @@ func TestTop(t *testing.T) {
 	})
 
 	t.Run("the unplaceable job waits in the queue", func(t *testing.T) {
-		var q *clusterview.QueueEntry
+		var q *topview.QueueEntry
 		for i := range v.Queue {
 			if v.Queue[i].Job == "top-too-many" {
 				q = &v.Queue[i]
@@ -255,8 +255,8 @@ func TestTop(t *testing.T) {
 		if q == nil {
 			t.Fatalf("top-too-many not queued:\n%s", out)
 		}
-		if q.State != clusterview.StateBlocked || q.Group != "g" || q.Namespace != "default" || q.Count != 1 ||
-			!slices.Equal(q.Devices, []clusterview.DeviceAsk{{Name: "nvidia/gpu", Count: 9}}) {
+		if q.State != topview.StateBlocked || q.Group != "g" || q.Namespace != "default" || q.Count != 1 ||
+			!slices.Equal(q.Devices, []topview.DeviceAsk{{Name: "nvidia/gpu", Count: 9}}) {
 			t.Errorf("queue entry %+v", q)
 		}
 		if q.WaitingSeconds < 1 || q.Since.IsZero() || !strings.Contains(q.Reason, "missing devices") {
@@ -330,18 +330,18 @@ func TestTop(t *testing.T) {
 
 // ready reports whether the view has the node's stats, the busy GPU's
 // utilisation, the victim's XID and the queued job.
-func ready(v *clusterview.View, busy, victim string) bool {
+func ready(v *topview.View, busy, victim string) bool {
 	if len(v.Nodes) != 1 || v.Nodes[0].StatsError != "" {
 		return false
 	}
 	for _, g := range v.Nodes[0].GPUs {
-		if g.Mode == clusterview.ModeWhole && g.UtilizationPct == nil ||
+		if g.Mode == topview.ModeWhole && g.UtilizationPct == nil ||
 			g.UUID == busy && *g.UtilizationPct != 80 ||
 			g.UUID == victim && g.Healthy {
 			return false
 		}
 	}
-	return slices.ContainsFunc(v.Queue, func(q clusterview.QueueEntry) bool {
+	return slices.ContainsFunc(v.Queue, func(q topview.QueueEntry) bool {
 		return q.Job == "top-too-many" && q.WaitingSeconds >= 1
 	})
 }

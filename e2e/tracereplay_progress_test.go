@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 )
 
 // These tests need no cluster: they read task logs as the replay's

@@ -42,15 +42,15 @@ import (
 	promodel "github.com/prometheus/common/model"
 
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/report"
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay/report"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
 )
 

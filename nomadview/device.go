@@ -1,7 +1,6 @@
 package nomadview
 
 import (
-	"strconv"
 	"strings"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
@@ -103,27 +102,5 @@ func GPUWeight(g DeviceSpec) float64 {
 	if g.Type != contract.SliceMIG {
 		return 1
 	}
-	return migWeight(g.Name)
-}
-
-func migWeight(profile string) float64 {
-	base, _, _ := strings.Cut(profile, "+")
-	base, _, _ = strings.Cut(base, "-")
-	gs := 0
-	for _, part := range strings.Split(base, ".") {
-		n, err := strconv.Atoi(strings.TrimRight(part, "cg"))
-		if err != nil || n < 1 || n > 7 || len(part) < 2 {
-			continue
-		}
-		switch part[len(part)-1] {
-		case 'c': // a compute instance: its own slices
-			return float64(n) / 7
-		case 'g':
-			gs = n
-		}
-	}
-	if gs == 0 {
-		return 1
-	}
-	return float64(gs) / 7
+	return contract.MIGWeight(g.Name)
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // The cluster figures: pure functions of a Snapshot, which the exporter

@@ -2,8 +2,8 @@ package apm
 
 import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
-	"github.com/nomad-gpu/nomad-gpu/sizing/predict"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/predict"
 )
 
 // ForecastOf is the runtime and wait forecast (sizing.Forecast) of the

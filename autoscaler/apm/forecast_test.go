@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/nomad-gpu/nomad-gpu/sizing"
-	"github.com/nomad-gpu/nomad-gpu/sizing/history"
-	"github.com/nomad-gpu/nomad-gpu/sizing/predict"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/predict"
 )
 
 // gpuRun is an allocation of job "train"'s task t holding n whole GPUs,

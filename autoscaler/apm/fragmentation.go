@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
 
 	"github.com/nomad-gpu/nomad-gpu/nomadview"

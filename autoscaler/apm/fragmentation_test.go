@@ -5,10 +5,10 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay"
-	"github.com/nomad-gpu/nomad-gpu/tracereplay/figures"
 )
 
 var (

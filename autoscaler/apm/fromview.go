@@ -7,8 +7,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
 )
 
 // SnapshotOf is the figures' input made from a nomadview snapshot: its

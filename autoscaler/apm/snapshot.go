@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
-	"github.com/nomad-gpu/nomad-gpu/sizing/history"
 )
 
 // Snapshot is the cluster state the metrics are computed from. The cache

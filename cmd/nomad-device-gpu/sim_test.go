@@ -99,7 +99,7 @@ func equalState(a, b gpu.ControlState) bool {
 
 // README's XID example and make dev's banner name a GPU of the dev node
 // itself, so the command works as pasted: the sim node's UUIDs derive
-// from its seed, which scripts/dev.sh sets.
+// from its seed, which internal/devscript/dev.sh sets.
 func TestDevNodeExamplesNameItsGPU(t *testing.T) {
 	read := func(rel string) string {
 		b, err := os.ReadFile(filepath.Join("..", "..", rel))
@@ -108,11 +108,11 @@ func TestDevNodeExamplesNameItsGPU(t *testing.T) {
 		}
 		return string(b)
 	}
-	dev, readme := read("scripts/dev.sh"), read("README.md")
+	dev, readme := read("internal/devscript/dev.sh"), read("README.md")
 	field := func(name string) string {
 		m := regexp.MustCompile(`(?m)^\s*` + name + `\s*=\s*"([^"]+)"`).FindStringSubmatch(dev)
 		if m == nil {
-			t.Fatalf("scripts/dev.sh sets no sim %s", name)
+			t.Fatalf("internal/devscript/dev.sh sets no sim %s", name)
 		}
 		return m[1]
 	}
@@ -130,7 +130,7 @@ func TestDevNodeExamplesNameItsGPU(t *testing.T) {
 	if g := regexp.MustCompile(`(?m)^DEV_GPU0="(GPU-[0-9a-f-]+)"`).FindStringSubmatch(dev); g != nil {
 		named = append(named, g)
 	} else {
-		t.Error("scripts/dev.sh sets no DEV_GPU0")
+		t.Error("internal/devscript/dev.sh sets no DEV_GPU0")
 	}
 	if len(named) < 2 {
 		t.Fatalf("README names no device in an xid example")

@@ -14,9 +14,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // The acceptance test of the one read model: `nomad-gpu top -json` and the
@@ -113,10 +113,10 @@ func TestTopAndAPMAgree(t *testing.T) {
 	snap := agreeSnapshot()
 
 	var out bytes.Buffer
-	if err := writeTopJSON(&out, clusterview.Build(&clusterview.Input{Snapshot: snap, Now: agreeT0})); err != nil {
+	if err := writeTopJSON(&out, topview.Build(&topview.Input{Snapshot: snap, Now: agreeT0})); err != nil {
 		t.Fatal(err)
 	}
-	var top clusterview.View
+	var top topview.View
 	if err := json.Unmarshal(out.Bytes(), &top); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestTopAndAPMAgree(t *testing.T) {
 }
 
 // topQueue sums top's queue entries by pool, state and device label.
-func topQueue(v clusterview.View) map[string]int {
+func topQueue(v topview.View) map[string]int {
 	out := map[string]int{}
 	for _, q := range v.Queue {
 		for _, d := range q.Devices {
@@ -193,14 +193,14 @@ func apmQueue(f *apm.Figures) map[string]int {
 // topFree counts the free instances by pool and kind (gpu, mig/<profile>,
 // mps) that top's JSON shows: healthy and held by none, on nodes that
 // take new work; and their GPU-equivalents ("<pool> GPUs").
-func topFree(v clusterview.View) map[string]float64 {
+func topFree(v topview.View) map[string]float64 {
 	out := map[string]float64{}
 	for _, n := range v.Nodes {
 		if n.Status != api.NodeStatusReady || !n.Eligible || n.Drain {
 			continue
 		}
 		for _, g := range n.GPUs {
-			if g.Mode == clusterview.ModeWhole {
+			if g.Mode == topview.ModeWhole {
 				if g.Healthy && len(g.Allocations) == 0 {
 					out[n.Pool+" gpu"]++
 					out[n.Pool+" GPUs"]++

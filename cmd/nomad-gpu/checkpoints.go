@@ -15,9 +15,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 func init() {
@@ -207,7 +207,7 @@ func listCheckpoints(ctx context.Context, store *checkpoint.Store, cl *api.Clien
 }
 
 func age(now, t time.Time) string {
-	return clusterview.FormatWait(int64(max(now.Sub(t), 0) / time.Second))
+	return topview.FormatWait(int64(max(now.Sub(t), 0) / time.Second))
 }
 
 func keyName(k checkpoint.Key) string {

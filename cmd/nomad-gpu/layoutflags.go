@@ -9,7 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nomad-gpu/nomad-gpu/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/controller/layoutplan"
 )
 
 // layoutFlags are the controller's layout module flags. Per-pool values
@@ -33,7 +34,7 @@ func (l *layoutFlags) add(fs *flag.FlagSet) {
 }
 
 // bounds checks the flags; nil when -layouts=false.
-func (l *layoutFlags) bounds() (*gpulayout.Bounds, error) {
+func (l *layoutFlags) bounds() (*layoutplan.Bounds, error) {
 	if !l.on {
 		return nil, nil
 	}
@@ -57,7 +58,7 @@ func (l *layoutFlags) bounds() (*gpulayout.Bounds, error) {
 		return nil, err
 	}
 	// A named pool starts from the "*" bounds and overrides what it names.
-	of := func(pool string, base gpulayout.PoolBounds) gpulayout.PoolBounds {
+	of := func(pool string, base layoutplan.PoolBounds) layoutplan.PoolBounds {
 		if k, ok := kinds[pool]; ok {
 			base.Allowed = k
 		}
@@ -69,7 +70,7 @@ func (l *layoutFlags) bounds() (*gpulayout.Bounds, error) {
 		}
 		return base
 	}
-	b := &gpulayout.Bounds{MinInterval: l.minInterval, Default: of("*", gpulayout.PoolBounds{Never: never}), Pools: map[string]gpulayout.PoolBounds{}}
+	b := &layoutplan.Bounds{MinInterval: l.minInterval, Default: of("*", layoutplan.PoolBounds{Never: never}), Pools: map[string]layoutplan.PoolBounds{}}
 	named := slices.Concat(slices.Collect(maps.Keys(kinds)), slices.Collect(maps.Keys(minWhole)), slices.Collect(maps.Keys(shares)))
 	for _, pool := range named {
 		if pool != "*" {

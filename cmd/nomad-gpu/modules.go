@@ -7,8 +7,8 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
 	"github.com/nomad-gpu/nomad-gpu/controller"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
-	"github.com/nomad-gpu/nomad-gpu/sizing/history"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 )
 
 // moduleFlags are the flags of the controller's deadline and sizing

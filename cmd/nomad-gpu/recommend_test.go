@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/sizing"
-	"github.com/nomad-gpu/nomad-gpu/sizing/history"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 )
 
 // fakeNomad answers the two reads recommend makes: the job and the nodes.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/controller"
-	"github.com/nomad-gpu/nomad-gpu/sizing"
-	"github.com/nomad-gpu/nomad-gpu/sizing/history"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 )
 
 // The module flags as the controller and the sizer's dry run both take

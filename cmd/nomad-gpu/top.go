@@ -17,8 +17,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 func init() {
@@ -45,7 +45,7 @@ Redraws every -interval until q or Ctrl-C. Keys, when stdin is a
 terminal: n, u, m, w sort by node, utilisation, memory, predicted wait;
 / filters by node or job name (Enter keeps the filter, Esc clears it).
 -once draws one frame, -json prints one JSON document (its fields:
-clusterview/doc.go). The table fits the terminal's width, 80 columns
+topview/doc.go). The table fits the terminal's width, 80 columns
 when stdout is no terminal, or -width.
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE and the
@@ -59,7 +59,7 @@ Flags:
 // topOptions are the parsed flags of nomad-gpu top.
 type topOptions struct {
 	nomadConn
-	filter                 clusterview.Filter
+	filter                 topview.Filter
 	json, once             bool
 	interval, statsTimeout time.Duration
 	historyWindow          time.Duration
@@ -86,7 +86,7 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	fs.BoolVar(&o.json, "json", false, "print one JSON document and exit")
 	fs.BoolVar(&o.once, "once", false, "draw one frame and exit")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "time between redraws")
-	fs.DurationVar(&o.statsTimeout, "stats-timeout", clusterview.DefaultStatsTimeout, "how long one node's device stats may take")
+	fs.DurationVar(&o.statsTimeout, "stats-timeout", topview.DefaultStatsTimeout, "how long one node's device stats may take")
 	fs.DurationVar(&o.historyWindow, "history-window", 24*time.Hour, "how far back finished allocations are read to predict run times and waits; 0 reads none")
 	fs.StringVar(&o.controllerNamespace, "controller-namespace", "default", `namespace of the controller's leader lock: top shows who leads and the jobs it raised ("" reads nothing of it)`)
 	fs.IntVar(&o.width, "width", 0, fmt.Sprintf("line length of the table, at least %d; 0 fits the terminal (80 columns when stdout is no terminal)", minTopWidth))
@@ -119,14 +119,14 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 // source connects to Nomad as the options and environment say: a
 // nomadview.Watcher (the APM's read model) and the nodes' stats. The
 // caller closes the watcher.
-func (o *topOptions) source() (*clusterview.Source, error) {
+func (o *topOptions) source() (*topview.Source, error) {
 	cfg := o.config()
 	cl, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, err
 	}
 	w := nomadview.NewWatcher(cl, nomadview.Config{Namespace: cfg.Namespace, FinishedWindow: o.historyWindow})
-	return &clusterview.Source{Client: cl, Watcher: w, StatsTimeout: o.statsTimeout, History: o.historyWindow > 0,
+	return &topview.Source{Client: cl, Watcher: w, StatsTimeout: o.statsTimeout, History: o.historyWindow > 0,
 		ControllerNamespace: o.controllerNamespace}, nil
 }
 
@@ -158,7 +158,7 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 
 // top runs the command once connected: one JSON document, one frame, or
 // frames until ctx ends or the operator quits.
-func top(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScreen, stderr io.Writer) int {
+func top(ctx context.Context, o *topOptions, r *topview.Source, scr topScreen, stderr io.Writer) int {
 	if o.json || o.once {
 		v, err := r.View(ctx, o.filter)
 		if ferr := filterError(err); ferr != nil {
@@ -172,7 +172,7 @@ func top(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScree
 		if o.json {
 			err = writeTopJSON(scr.out, v)
 		} else {
-			err = clusterview.WriteTable(scr.out, v, clusterview.TableOptions{Width: scr.lineWidth()})
+			err = topview.WriteTable(scr.out, v, topview.TableOptions{Width: scr.lineWidth()})
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "nomad-gpu top:", err)
@@ -185,7 +185,7 @@ func top(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScree
 
 // writeTopJSON writes the view as `top -json` prints it: one indented
 // JSON document.
-func writeTopJSON(w io.Writer, v *clusterview.View) error {
+func writeTopJSON(w io.Writer, v *topview.View) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
@@ -194,8 +194,8 @@ func writeTopJSON(w io.Writer, v *clusterview.View) error {
 // filterError says which flag names a node pool or node that does not
 // exist, when err is that; nil otherwise.
 func filterError(err error) error {
-	var pool *clusterview.UnknownPoolError
-	var nodes *clusterview.UnknownNodesError
+	var pool *topview.UnknownPoolError
+	var nodes *topview.UnknownNodesError
 	switch {
 	case errors.As(err, &pool):
 		return fmt.Errorf("-node-pool %q: no such node pool; the node pools are %s", pool.Pool, strings.Join(pool.Pools, ", "))
@@ -215,7 +215,7 @@ func quoted(ss []string) []string {
 
 // topFrame is one read of the cluster: its view, or why there is none.
 type topFrame struct {
-	view *clusterview.View
+	view *topview.View
 	err  error
 	// panicked is a panic of the read, with its stack, for watch to panic
 	// with: only a panic in runTop's goroutine runs the deferred restore
@@ -227,12 +227,12 @@ type topFrame struct {
 // ends or the operator quits. A frame that cannot be read shows the error
 // and the next one tries again; but a filter that matches no pool or node
 // in the first frame is an error.
-func watch(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScreen, stderr io.Writer) int {
+func watch(ctx context.Context, o *topOptions, r *topview.Source, scr topScreen, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := make(chan topFrame)
 	go readFrames(ctx, o, r, frames)
-	ui := topUI{sort: clusterview.SortNode}
+	ui := topUI{sort: topview.SortNode}
 	var last *topFrame
 	for {
 		select {
@@ -266,7 +266,7 @@ func watch(ctx context.Context, o *topOptions, r *clusterview.Source, scr topScr
 }
 
 // readFrames reads a frame every interval into frames until ctx ends.
-func readFrames(ctx context.Context, o *topOptions, r *clusterview.Source, frames chan<- topFrame) {
+func readFrames(ctx context.Context, o *topOptions, r *topview.Source, frames chan<- topFrame) {
 	defer func() {
 		if p := recover(); p != nil {
 			select {

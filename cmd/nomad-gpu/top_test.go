@@ -18,7 +18,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 func TestParseTopFlags(t *testing.T) {
@@ -29,7 +29,7 @@ func TestParseTopFlags(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", check: func(t *testing.T, o *topOptions) {
-			if o.interval != 2*time.Second || o.statsTimeout != clusterview.DefaultStatsTimeout || o.json || o.once ||
+			if o.interval != 2*time.Second || o.statsTimeout != topview.DefaultStatsTimeout || o.json || o.once ||
 				o.filter.Pool != "" || o.filter.Nodes != nil || o.historyWindow != 24*time.Hour || o.width != 0 {
 				t.Errorf("%+v", o)
 			}
@@ -190,7 +190,7 @@ func TestTopJSON(t *testing.T) {
 			if rc := run(append([]string{"top", "-json"}, tc.args...), &out, &errOut); rc != 0 {
 				t.Fatalf("rc %d: %s", rc, errOut.String())
 			}
-			var v clusterview.View
+			var v topview.View
 			if err := json.Unmarshal([]byte(out.String()), &v); err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
@@ -457,6 +457,6 @@ func TestWatchPanicReachesTheCaller(t *testing.T) {
 			t.Errorf("recovered %v, want the reader's nil pointer panic with its stack", p)
 		}
 	}()
-	top(context.Background(), o, &clusterview.Source{}, topScreen{out: io.Discard}, io.Discard)
+	top(context.Background(), o, &topview.Source{}, topScreen{out: io.Discard}, io.Discard)
 	t.Error("no panic")
 }

@@ -5,7 +5,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // Keys of interactive top other than letters. The terminal is in raw mode,
@@ -20,8 +20,8 @@ const (
 )
 
 // sortKeys are the keys that sort, and what by.
-var sortKeys = map[rune]clusterview.SortKey{
-	'n': clusterview.SortNode, 'u': clusterview.SortUtil, 'm': clusterview.SortMemory, 'w': clusterview.SortWait,
+var sortKeys = map[rune]topview.SortKey{
+	'n': topview.SortNode, 'u': topview.SortUtil, 'm': topview.SortMemory, 'w': topview.SortWait,
 }
 
 // maxFilter bounds the filter typed, which is drawn in the header.
@@ -29,7 +29,7 @@ const maxFilter = 40
 
 // topUI is what the operator chose in interactive top.
 type topUI struct {
-	sort    clusterview.SortKey
+	sort    topview.SortKey
 	filter  string
 	editing bool // the filter is being typed
 	quit    bool
@@ -100,7 +100,7 @@ func (u topUI) footer() string {
 	}
 	sort := u.sort
 	if sort == "" {
-		sort = clusterview.SortNode
+		sort = topview.SortNode
 	}
 	unfilter := ""
 	if u.filter != "" {

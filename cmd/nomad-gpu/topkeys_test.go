@@ -4,13 +4,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // Key handling is a function of the state and a key: each case types its
 // keys from the state given and expects the state reached.
 func TestTopUIPress(t *testing.T) {
-	start := topUI{sort: clusterview.SortNode}
+	start := topUI{sort: topview.SortNode}
 	tests := []struct {
 		name string
 		from topUI

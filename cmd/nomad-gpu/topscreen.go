@@ -9,14 +9,14 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/nomad-gpu/nomad-gpu/clusterview"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // topScreen is where top draws.
 type topScreen struct {
 	out io.Writer
 	// width is the line length to fit now (a terminal may be resized);
-	// nil is clusterview.DefaultWidth.
+	// nil is topview.DefaultWidth.
 	width func() int
 	// keys are what the operator types, one read each; nil when stdin is
 	// no terminal.
@@ -25,7 +25,7 @@ type topScreen struct {
 
 func (s topScreen) lineWidth() int {
 	if s.width == nil {
-		return clusterview.DefaultWidth
+		return topview.DefaultWidth
 	}
 	return s.width()
 }
@@ -37,15 +37,15 @@ func (s topScreen) draw(f topFrame, ui topUI, interval time.Duration) error {
 	var b bytes.Buffer
 	b.WriteString(ansiClear)
 	if f.err != nil {
-		fmt.Fprintf(&b, "nomad-gpu top  %s\n\n%s\n", time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), clusterview.Cut("error: "+f.err.Error(), width))
+		fmt.Fprintf(&b, "nomad-gpu top  %s\n\n%s\n", time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), topview.Cut("error: "+f.err.Error(), width))
 	} else {
-		_ = clusterview.WriteTable(&b, f.view, clusterview.TableOptions{Width: width, Sort: ui.sort, Filter: ui.filter})
+		_ = topview.WriteTable(&b, f.view, topview.TableOptions{Width: width, Sort: ui.sort, Filter: ui.filter})
 	}
 	footer := fmt.Sprintf("refresh every %v; Ctrl-C quits", interval)
 	if s.keys != nil {
 		footer = ui.footer()
 	}
-	b.WriteString("\n" + clusterview.Cut(footer, width) + "\n")
+	b.WriteString("\n" + topview.Cut(footer, width) + "\n")
 	_, err := s.out.Write(b.Bytes())
 	return err
 }
@@ -65,7 +65,7 @@ func openScreen(o *topOptions, stdin *os.File, stdout io.Writer) (scr topScreen,
 			if w, _, err := term.GetSize(outFd); err == nil && w > 0 {
 				return w
 			}
-			return clusterview.DefaultWidth
+			return topview.DefaultWidth
 		}
 	}
 	inFd := int(stdin.Fd())

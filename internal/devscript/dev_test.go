@@ -58,7 +58,7 @@ func devTree(t *testing.T) (root, log string) {
 			continue
 		}
 		if !own[d] {
-			t.Skipf("%s is not passable by others (scripts/dev.sh refuses that); set TMPDIR to a directory that is", d)
+			t.Skipf("%s is not passable by others (internal/devscript/dev.sh refuses that); set TMPDIR to a directory that is", d)
 		}
 		if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
 			t.Fatal(err)
@@ -66,7 +66,7 @@ func devTree(t *testing.T) (root, log string) {
 	}
 	files := map[string]string{
 		"GNUmakefile":              "",
-		"scripts/dev.sh":           "",
+		"internal/devscript/dev.sh":           "",
 		"jobs/pools/training.hcl":  "",
 		"jobs/pools/inference.hcl": "",
 		"jobs/pools/hpc.hcl":       "",

@@ -225,3 +225,43 @@ func TestTablesOfContentsComplete(t *testing.T) {
 		}
 	}
 }
+
+// TestLayoutFoldersMatchTheTree keeps docs/layout.md's folder table the
+// tree's: one row per top-level folder that holds tracked files (hidden
+// ones aside), no row for a folder that is gone, and at most 15 of them,
+// so the top level keeps showing the product's parts.
+func TestLayoutFoldersMatchTheTree(t *testing.T) {
+	root := repoRoot(t)
+	tree := map[string]bool{}
+	for _, f := range trackedFiles(t, root) {
+		if dir, _, ok := strings.Cut(f, "/"); ok && !strings.HasPrefix(dir, ".") {
+			tree[dir+"/"] = true
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "layout.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "## Folders")
+	table, _, _ = strings.Cut(table, "\n## ")
+	rows := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		if cell, ok := strings.CutPrefix(line, "| `"); ok {
+			name, _, _ := strings.Cut(cell, "`")
+			rows[name] = true
+		}
+	}
+	for dir := range tree {
+		if !rows[dir] {
+			t.Errorf("docs/layout.md: no row for the folder %s", dir)
+		}
+	}
+	for row := range rows {
+		if !tree[row] {
+			t.Errorf("docs/layout.md: a row for %s, which the tree lacks", row)
+		}
+	}
+	if len(tree) > 15 {
+		t.Errorf("%d top-level folders, want at most 15", len(tree))
+	}
+}

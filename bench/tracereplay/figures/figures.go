@@ -1,0 +1,409 @@
+// Package figures defines, once, every figure the trace replay reports,
+// and computes them from a tracereplay.Result. Both engines (the real
+// Nomad cluster and the model) produce Results and nothing else; the
+// report prints what this package computes. A figure a platform team
+// would base a purchase on must mean the same in every column.
+//
+// The figures are computed from each job's own record (its run
+// intervals, what it asked for and held, its checkpoint record), not
+// from telemetry: telemetry is kept as a cross-check (Telemetry*). The
+// definitions (README and docs/trace-replay.md repeat them):
+//
+//   - Capacity is ∫ GPUs of ready nodes dt over [0, Horizon].
+//   - Allocated: Σ held GPU-equivalents × run time / capacity. A 0.25-GPU
+//     job on a whole GPU holds 1.
+//   - Useful allocation: Σ requested GPU-equivalents × run time /
+//     capacity. That job counts 0.25.
+//   - Busy: Σ requested × utilisation × run time / capacity.
+//   - Fragmentation (FGD, Weng et al., USENIX ATC 2023): at each instant,
+//     the expected free capacity, in GPU-equivalents, that a request
+//     drawn from the sample's mix of request shapes cannot use: for each
+//     shape, a node where it does not fit counts all its free capacity;
+//     a node where it fits counts its free capacity on devices of another
+//     kind and its partial GPUs with less free than the request. Reported
+//     as ∫FGD / capacity and ∫FGD / ∫free. With layouts that follow the
+//     queue, a GPU no run holds is free for every kind the planner makes
+//     (FGD's own model: any free GPU takes any request); the figure with
+//     each GPU's layout as it stood is reported too (FragAsLaid).
+//   - Wait: from the job's actual submission to its first start, plus
+//     every re-wait, from a preemption's or move's stop to the next start; censored
+//     at the horizon for jobs still waiting (Unstarted, or a re-wait
+//     unfinished).
+//   - JCT: finish − submission, over the jobs finished in every
+//     configuration compared (Options.Common).
+//   - Moves: runs the controller stopped to move them (consolidation,
+//     Features.Moves); their re-waits and lost work count as a
+//     preemption's. Moving GPU-hours: each moved run's GPU-equivalents ×
+//     the time from its stop to its next start.
+//   - Preemptions: runs stopped by a preemption. Preempting placements:
+//     allocations placed by the horizon whose placement preempted at
+//     least one allocation (counted only where the engine recorded them,
+//     PreemptingPlacementsKnown). Preemptions well above preempting
+//     placements are preempted jobs preempting in turn: a storm.
+//   - Lost work: per preemption or move followed by a resume, the progress the
+//     job had saved (its committed checkpoint; all it had reached without
+//     one) minus the progress its next run restored, × the GPU-equivalents
+//     it held. The work done between a checkpoint's commit and the task's
+//     exit is reported apart (StopGapGPUHours, and StopGapP50 in wall
+//     time): it is a latency of the machine, not lost progress.
+//   - Layout changes: the GPU layout changes applied (to MPS shares, to
+//     whole), with layouts that follow the queue. Under them a node's
+//     GPUs change over time: fragmentation takes each node's MPS GPUs
+//     from the timeline's samples (Sample.Layouts) and its holds from the
+//     runs; capacity and allocation count physical GPUs and are the same
+//     under any layout.
+//   - Packing loss: the mean wait over the fluid pool's (model.Fluid: one
+//     pool of the cluster's GPU-equivalents, exact fractions, no
+//     latency, the model's scheduling order and backfill) on the same
+//     sample and horizon: what node boundaries, device granularity and
+//     latencies add to the wait, the order being the same. An
+//     autoscaled configuration, or one given more nodes, has more GPUs
+//     than the pool at times.
+//   - Cost: the fixed part of the cluster (a fixed configuration's nodes,
+//     an autoscaled one's minimum) at the reserved price for the whole
+//     horizon, every node-hour above it at the on-demand price.
+package figures
+
+import (
+	"math"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
+)
+
+// Dist summarises durations.
+type Dist struct {
+	Mean, P50, P95, Max time.Duration
+	N                   int
+}
+
+// DistOf summarises ds.
+func DistOf(ds []time.Duration) Dist {
+	xs := make([]float64, len(ds))
+	var d Dist
+	var sum float64
+	for i, v := range ds {
+		xs[i] = v.Seconds()
+		sum += xs[i]
+		d.Max = max(d.Max, v)
+	}
+	d.N = len(ds)
+	if d.N > 0 {
+		d.Mean = seconds(sum / float64(d.N))
+	}
+	d.P50, d.P95 = seconds(quantile.Of(xs, 0.5)), seconds(quantile.Of(xs, 0.95))
+	return d
+}
+
+// Prices are a node-hour's price, reserved and on demand.
+type Prices struct {
+	Reserved, OnDemand float64
+}
+
+// Options are what a Result's figures are computed against.
+type Options struct {
+	// Mix is the sample's request shapes under the configuration (MixOf).
+	Mix []Shape
+	// Common are the jobs JCT is computed over; nil: every finished job.
+	Common map[string]bool
+	Prices Prices
+}
+
+// Figures summarise one Result over [0, Horizon]. Fractions are 0–1.
+type Figures struct {
+	CapacityGPUHours float64
+	AllocUtil        float64
+	UsefulUtil       float64
+	BusyUtil         float64
+	// TelemetryAlloc and TelemetryBusy are the same from the cluster's
+	// telemetry (Sample.Allocated, Sample.Busy): a cross-check.
+	TelemetryAlloc, TelemetryBusy float64
+	// FragCapacity and FragFree are ∫FGD over ∫capacity and ∫free.
+	FragCapacity, FragFree float64
+	// FragAsLaid is ∫FGD over ∫capacity with layouts that follow the
+	// queue taken as they stood (FGDIntegralAsLaid).
+	FragAsLaid float64
+	// Wait is each job's whole wait (first wait and re-waits), FirstWait
+	// its first only; ReWaitHours sums the re-waits.
+	Wait, FirstWait Dist
+	ReWaits         int
+	ReWaitHours     float64
+	// WaitByTier is Wait by job priority, WaitByKind by request kind
+	// (RequestKind).
+	WaitByTier map[int]Dist
+	WaitByKind map[string]Dist
+	Unstarted  int
+	// JCT is over Options.Common (JCT.N of them).
+	JCT         Dist
+	Done, Jobs  int
+	Preemptions int
+	// Moves are the runs the controller stopped to move them
+	// (consolidation); MoveGPUHours what they cost: the GPU-equivalents
+	// each held × the time from its stop to its next start (censored at
+	// the horizon), as the controller's move_gpu_seconds counts it.
+	Moves        int
+	MoveGPUHours float64
+	// MoveLooks are the model's consolidation rounds (Result.MoveLooks).
+	MoveLooks tracereplay.MoveLooks
+	// PreemptingPlacements is valid where PreemptingPlacementsKnown
+	// (Result.PlacementsRecorded).
+	PreemptingPlacements      int
+	PreemptingPlacementsKnown bool
+	// LostGPUHours is progress lost (the checkpoint record);
+	// StopGapGPUHours the work done after commits and thrown away.
+	LostGPUHours, StopGapGPUHours float64
+	// StopGapP50 is the median wall-clock gap from commit to exit.
+	StopGapP50 time.Duration
+	NodeHours  float64
+	PeakNodes  int
+	// LayoutToMPS and LayoutToWhole count the GPU layout changes applied
+	// (Result.LayoutChanges); valid where LayoutsKnown: a configuration
+	// without layouts changes none, one with them where the engine
+	// recorded them.
+	LayoutToMPS, LayoutToWhole int
+	LayoutsKnown               bool
+	// Cost is at Options.Prices; CostPerUsefulGPUHour divides it by the
+	// useful GPU-hours.
+	Cost, CostPerUsefulGPUHour float64
+	// FluidWait is the fluid pool's wait on the same sample, and
+	// PackingLoss this wait's mean over it (SetFluid); valid where
+	// PackingLossKnown: the pool was run and waited at all.
+	FluidWait        Dist
+	PackingLoss      float64
+	PackingLossKnown bool
+}
+
+// SetFluid sets the packing loss of f against the fluid pool's figures.
+func (f *Figures) SetFluid(fluid Figures) {
+	f.FluidWait = fluid.Wait
+	f.PackingLoss, f.PackingLossKnown = 0, fluid.Wait.Mean > 0
+	if f.PackingLossKnown {
+		f.PackingLoss = f.Wait.Mean.Seconds() / fluid.Wait.Mean.Seconds()
+	}
+}
+
+// Request kinds of WaitByKind.
+const (
+	KindFraction = "fraction"
+	KindOneGPU   = "1 GPU"
+	KindFewGPUs  = "2–3 GPUs"
+	// KindManyGPUs is what consolidation (moving checkpointed work to
+	// free a node) is for: the asks that fragmentation keeps waiting.
+	KindManyGPUs = "4+ GPUs"
+)
+
+// RequestKind is what the job asked for, as WaitByKind groups it.
+func RequestKind(r tracereplay.JobRecord) string {
+	switch {
+	case r.Requested < 1:
+		return KindFraction
+	case r.Requested < 2:
+		return KindOneGPU
+	case r.Requested < 4:
+		return KindFewGPUs
+	}
+	return KindManyGPUs
+}
+
+// Compute summarises r.
+func Compute(r tracereplay.Result, o Options) Figures {
+	f := Figures{Jobs: len(r.Jobs), WaitByTier: map[int]Dist{}, WaitByKind: map[string]Dist{}}
+	h := r.Horizon
+	capacity := tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.GPUs })
+	f.CapacityGPUHours = capacity / 3600
+	f.NodeHours = r.NodeHours()
+	f.MoveLooks = r.MoveLooks
+	for _, s := range r.Timeline {
+		if s.At <= h {
+			f.PeakNodes = max(f.PeakNodes, s.Nodes)
+		}
+	}
+	var held, useful, busy float64 // GPU-seconds
+	for _, j := range r.Jobs {
+		for _, run := range j.Runs {
+			d := overlap(run.Start, run.End, h).Seconds()
+			held += d * j.Slice.GPUs
+			useful += d * j.Requested
+			busy += d * j.Requested * j.Util / 100
+		}
+	}
+	if capacity > 0 {
+		f.AllocUtil, f.UsefulUtil, f.BusyUtil = held/capacity, useful/capacity, busy/capacity
+		f.TelemetryAlloc = tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.Allocated }) / capacity
+		f.TelemetryBusy = tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.Busy }) / capacity
+	}
+	frag, free := FGDIntegral(r, o.Mix)
+	if capacity > 0 {
+		f.FragCapacity = frag / capacity
+		f.FragAsLaid = FGDIntegralAsLaid(r, o.Mix) / capacity
+	}
+	if free > 0 {
+		f.FragFree = frag / free
+	}
+	f.LayoutToMPS, f.LayoutToWhole = tracereplay.LayoutCounts(r.LayoutChanges)
+	f.LayoutsKnown = !r.Config.Layouts || r.LayoutsRecorded
+	f.waits(r)
+	f.work(r, o.Common)
+	f.cost(r, o.Prices, useful/3600)
+	return f
+}
+
+// waits fills the wait figures.
+func (f *Figures) waits(r tracereplay.Result) {
+	var all, first []time.Duration
+	byTier, byKind := map[int][]time.Duration{}, map[string][]time.Duration{}
+	for _, w := range jobWaits(r) {
+		if w.unstarted {
+			f.Unstarted++
+		}
+		f.ReWaits += w.rewaits
+		f.ReWaitHours += (w.whole - w.first).Hours()
+		first, all = append(first, w.first), append(all, w.whole)
+		byTier[w.job.Priority] = append(byTier[w.job.Priority], w.whole)
+		byKind[RequestKind(w.job)] = append(byKind[RequestKind(w.job)], w.whole)
+	}
+	f.Wait, f.FirstWait = DistOf(all), DistOf(first)
+	for p, ws := range byTier {
+		f.WaitByTier[p] = DistOf(ws)
+	}
+	for k, ws := range byKind {
+		f.WaitByKind[k] = DistOf(ws)
+	}
+}
+
+// Waits are the whole waits (first wait and re-waits, censored at the
+// horizon) of r's jobs submitted within it, in trace order.
+func Waits(r tracereplay.Result) []time.Duration {
+	ws := jobWaits(r)
+	out := make([]time.Duration, len(ws))
+	for i, w := range ws {
+		out[i] = w.whole
+	}
+	return out
+}
+
+type jobWait struct {
+	job          tracereplay.JobRecord
+	first, whole time.Duration
+	rewaits      int
+	unstarted    bool
+}
+
+// jobWaits are the waits of the jobs submitted by the horizon: from the
+// actual submission to the first start, and from each preemption's stop
+// to the next start.
+func jobWaits(r tracereplay.Result) []jobWait {
+	h := r.Horizon
+	var out []jobWait
+	for _, j := range r.Jobs {
+		if j.Submitted > h {
+			continue // never submitted within the measured period
+		}
+		w := jobWait{job: j, first: h - j.Submitted, unstarted: len(j.Runs) == 0}
+		if !w.unstarted {
+			w.first = max(0, j.Runs[0].Start-j.Submitted)
+		}
+		w.whole = w.first
+		for i, run := range j.Runs {
+			if !run.Interrupted() || run.End >= h {
+				continue
+			}
+			next := h
+			if i+1 < len(j.Runs) {
+				next = j.Runs[i+1].Start
+			}
+			w.rewaits++
+			w.whole += max(0, next-run.End)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// work fills completion, preemption and lost-work figures.
+func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
+	var jcts, gaps []time.Duration
+	for _, j := range r.Jobs {
+		if j.Done {
+			f.Done++
+			if common == nil || common[j.ID] {
+				jcts = append(jcts, j.Finish-j.Submitted)
+			}
+		}
+		f.PreemptingPlacements += j.PreemptingPlacements
+		for i, run := range j.Runs {
+			if !run.Interrupted() {
+				continue
+			}
+			if run.Moved {
+				f.Moves++
+				next := r.Horizon
+				if i+1 < len(j.Runs) {
+					next = min(j.Runs[i+1].Start, r.Horizon)
+				}
+				f.MoveGPUHours += max(0, next-run.End).Hours() * j.Slice.GPUs
+			} else {
+				f.Preemptions++
+			}
+			if run.Checkpointed && run.StopGap > 0 {
+				gaps = append(gaps, run.StopGap)
+			}
+			if run.Checkpointed {
+				f.StopGapGPUHours += max(0, run.Reached-run.Saved).Hours() * j.Slice.GPUs
+			}
+			if i+1 >= len(j.Runs) || !run.ProgressKnown || !j.Runs[i+1].ProgressKnown {
+				continue // not resumed yet, or its record unread
+			}
+			kept := run.Reached
+			if run.Checkpointed {
+				kept = run.Saved
+			}
+			f.LostGPUHours += max(0, kept-j.Runs[i+1].Restored).Hours() * j.Slice.GPUs
+		}
+	}
+	f.PreemptingPlacementsKnown = r.PlacementsRecorded
+	f.JCT = DistOf(jcts)
+	f.StopGapP50 = DistOf(gaps).P50
+}
+
+// cost prices the node-hours: the fixed part reserved, the rest on demand.
+func (f *Figures) cost(r tracereplay.Result, p Prices, usefulGPUHours float64) {
+	fixed := float64(r.Config.ReservedNodes(r.Cluster)) * r.Horizon.Hours()
+	f.Cost = fixed*p.Reserved + max(0, f.NodeHours-fixed)*p.OnDemand
+	if usefulGPUHours > 0 {
+		f.CostPerUsefulGPUHour = f.Cost / usefulGPUHours
+	}
+}
+
+// CommonDone are the jobs finished in every one of rs: the set JCT is
+// compared over.
+func CommonDone(rs []tracereplay.Result) map[string]bool {
+	if len(rs) == 0 {
+		return nil
+	}
+	common := map[string]bool{}
+	for _, j := range rs[0].Jobs {
+		if j.Done {
+			common[j.ID] = true
+		}
+	}
+	for _, r := range rs[1:] {
+		done := map[string]bool{}
+		for _, j := range r.Jobs {
+			if j.Done && common[j.ID] {
+				done[j.ID] = true
+			}
+		}
+		common = done
+	}
+	return common
+}
+
+// overlap is the part of [from, to) within [0, horizon].
+func overlap(from, to, horizon time.Duration) time.Duration {
+	from, to = max(from, 0), min(to, horizon)
+	return max(0, to-from)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }

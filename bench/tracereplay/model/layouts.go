@@ -1,0 +1,467 @@
+package model
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
+	"github.com/nomad-gpu/nomad-gpu/controller/layoutplan"
+	"github.com/nomad-gpu/nomad-gpu/internal/fgd"
+)
+
+// Layouts that follow the queue (Features.Layouts). The model plans with
+// the controller's own planner, layoutplan.Plan, on the model's state, so
+// the two cannot drift apart; only its inputs and the latency of applying
+// a decision are the model's.
+
+// planEpoch is the planner's clock: trace time from an arbitrary zero.
+var planEpoch = time.Unix(0, 0).UTC()
+
+// addLayouts gives a new node its per-GPU layout state: every GPU whole.
+func (s *sim) addLayouts(n *node) {
+	per := s.cl.GPUsPerNode
+	n.mpsUsed, n.gpuMPS, n.moving = make([]int, per), make([]bool, per), make([]bool, per)
+	n.changed = make([]time.Duration, per)
+	for i := range n.changed {
+		n.changed[i] = -1
+	}
+	n.free[s.mpsGroup] = 0
+}
+
+// isMPS says whether GPU gpu of n offers MPS shares now: with static
+// slices every MPS GPU does; with layouts one laid out as shares and not
+// being relaid.
+func (s *sim) isMPS(n *node, gpu int) bool {
+	return !s.f.Layouts || n.gpuMPS[gpu] && !n.moving[gpu]
+}
+
+// mpsName names an MPS GPU as a Hold does: with layouts its physical
+// index, as the figures' layouts name it too.
+func (s *sim) mpsName(gpu int) string {
+	if s.f.Layouts {
+		return fmt.Sprintf("gpu%d", gpu)
+	}
+	return fmt.Sprintf("mps%d", gpu)
+}
+
+// mpsGPUAffine is the MPS GPU of node n a request for k shares takes
+// with layouts: one GPU's shares (each GPU is a device group), and of the
+// groups that fit, Nomad's device allocator keeps the best affinity score
+// (the jobspec's affinity on unique.shares_in_use > 0: a GPU whose shares
+// are partly in use), ties in its map's order, random; -1 if none fits.
+func (s *sim) mpsGPUAffine(n *node, k int) int {
+	best, ties := -1, 0
+	bestUsed := false
+	for gpu := range n.mpsUsed {
+		if !s.isMPS(n, gpu) || s.mpsShares-n.mpsUsed[gpu] < k {
+			continue
+		}
+		used := n.mpsUsed[gpu] > 0
+		switch {
+		case best < 0 || used && !bestUsed:
+			best, bestUsed, ties = gpu, used, 1
+		case used == bestUsed:
+			// Reservoir sampling: each tie kept with equal chance.
+			ties++
+			if s.rng.IntN(ties) == 0 {
+				best = gpu
+			}
+		}
+	}
+	return best
+}
+
+// affine says whether ready node nid has a GPU with shares in use where
+// k more fit: the device affinity's score for the node.
+func (s *sim) affine(nid int32, k int) bool {
+	n := &s.nodes[nid]
+	for gpu, used := range n.mpsUsed {
+		if used > 0 && s.isMPS(n, gpu) && s.mpsShares-used >= k {
+			return true
+		}
+	}
+	return false
+}
+
+// planRef is a GPU of the planner's input: its node and index.
+type planRef struct {
+	nid int32
+	gpu int
+}
+
+// planLayouts is one round of the controller's layout module on the
+// model's state: the ready nodes' GPUs, the waiting jobs as the queue,
+// the running and queued jobs' shapes as the mix. Each decision withdraws
+// its GPU's instances at once (the plugin drains it: nothing is placed
+// on it) and applies after the relayout latency.
+func (s *sim) planLayouts() {
+	if !s.mayRelay() || s.placesAll() {
+		return
+	}
+	in, refs := s.planInput()
+	if len(in.Queue) == 0 {
+		return
+	}
+	for _, d := range layoutplan.Plan(in) {
+		i, err := strconv.Atoi(d.UUID)
+		if err != nil || i < 0 || i >= len(refs) {
+			panic(fmt.Sprintf("model: the planner returned a GPU it was not given: %q", d.UUID))
+		}
+		s.startLayout(refs[i], d.To)
+	}
+}
+
+// mayRelay is false when layoutplan.Plan would decide nothing, so that the
+// round need not run: the planner relays only an unfixed GPU (not held,
+// being relaid or pinned) to the other layout, so an MPS ask needs a free
+// whole GPU on a node it may change, and a whole-GPU ask of k GPUs a node
+// with an unheld MPS GPU whose whole GPUs, free or coming, and unheld MPS
+// GPUs number k or more (the round's own placements only take from
+// these). True is no promise that it decides anything.
+func (s *sim) mayRelay() bool {
+	mps, whole := false, math.MaxInt
+	for i := range s.sqs {
+		q := &s.sqs[i]
+		if q.Len() == 0 || q.k > s.groups[q.g].perNode {
+			continue
+		}
+		switch q.g {
+		case s.mpsGroup:
+			mps = true
+		case wholeGroup:
+			whole = min(whole, q.k)
+		}
+	}
+	if !mps && whole == math.MaxInt {
+		return false
+	}
+	reserved := s.reservedNode()
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		if n.ineligible || nid == reserved {
+			continue
+		}
+		if mps && n.free[wholeGroup] > 0 {
+			return true
+		}
+		idle, coming := 0, 0
+		for gpu, on := range n.gpuMPS {
+			switch {
+			case n.moving[gpu] && on:
+				coming++ // relaid to whole: the planner counts it free
+			case on && !n.moving[gpu] && n.mpsUsed[gpu] == 0:
+				idle++
+			}
+		}
+		if idle > 0 && n.free[wholeGroup]+coming+idle >= whole {
+			return true
+		}
+	}
+	return false
+}
+
+// placesAll says whether layoutplan.Plan would place every ask of the queue
+// on the free instances it sees, and so relay nothing: it places an ask's
+// allocations, highest priority first, each on the GPU (MPS) or node
+// (whole GPUs) with the least free that fits, and relays only for one
+// that fits none. Which of equally free GPUs or nodes it takes does not
+// change what fits next, so counts by free instances are its placement.
+func (s *sim) placesAll() bool {
+	mps := make([]int, s.mpsShares+1)
+	whole := make([]int, s.cl.GPUsPerNode+1)
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		if n.ineligible {
+			continue
+		}
+		w := n.free[wholeGroup]
+		for gpu, on := range n.gpuMPS {
+			switch {
+			case n.moving[gpu] && on:
+				w++ // relaid to whole: its GPU counts free
+			case n.moving[gpu]:
+				mps[s.mpsShares]++
+			case on:
+				mps[s.mpsShares-n.mpsUsed[gpu]]++
+			}
+		}
+		whole[w]++
+	}
+	asks, _ := s.planQueue()
+	slices.SortStableFunc(asks, func(a, b layoutplan.Ask) int { return cmp.Compare(b.Priority, a.Priority) })
+	for _, a := range asks {
+		if a.Count <= 0 {
+			continue // the planner skips it too
+		}
+		free := whole
+		if a.Kind == contract.SliceMPS {
+			free = mps
+		}
+		for range a.Allocs {
+			if !takeBestFit(free, a.Count) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// takeBestFit takes k from the least of free's counts (by free instances)
+// that holds k; false when none does.
+func takeBestFit(free []int, k int) bool {
+	for f := k; f < len(free); f++ {
+		if free[f] > 0 {
+			free[f]--
+			free[f-k]++
+			return true
+		}
+	}
+	return false
+}
+
+// planInput is the planner's input and, by UUID (an index), its GPUs.
+func (s *sim) planInput() (layoutplan.Input, []planRef) {
+	in := layoutplan.Input{
+		Bounds: layoutplan.Bounds{
+			Default:     layoutplan.PoolBounds{Allowed: []gpulayout.Kind{gpulayout.Whole, gpulayout.MPS}, Shares: s.mpsShares},
+			MinInterval: s.layoutMinInterval,
+		},
+		Now: planEpoch.Add(s.now),
+	}
+	// The round's lists are kept for the next: the planner keeps none.
+	refs := s.refBuf[:0]
+	in.GPUs = s.planBuf[:0]
+	reserved := s.reservedNode()
+	// In the planner's order (by name), which it then sorts in one pass.
+	for _, nid := range s.byName {
+		if s.nodes[nid].state != nodeReady {
+			continue
+		}
+		if s.nodes[nid].ineligible {
+			continue // held by the move module: the controller's planner skips nodes that take no work
+		}
+		if s.full(&s.nodes[nid]) {
+			continue // the planner can neither place on it nor relay it: it decides the same without it
+		}
+		first := len(in.GPUs)
+		in.GPUs = s.planGPUs(in.GPUs, nid)
+		for i := first; i < len(in.GPUs); i++ {
+			// A node freed for a queued multi-GPU job is left as it is
+			// (controller.Mover.Reserved).
+			in.GPUs[i].Pinned = nid == reserved
+			in.GPUs[i].UUID = s.uuid(len(refs))
+			refs = append(refs, planRef{nid, i - first})
+		}
+	}
+	in.Queue, in.Mix = s.planQueue()
+	s.planBuf, s.refBuf = in.GPUs, refs
+	return in, refs
+}
+
+// full says whether every GPU of n is held and has no instance free:
+// nothing is being relaid, no whole GPU is free and every MPS GPU's
+// shares are all held. Only the decisions' fragmentation figures, which
+// the model does not read, count such a node.
+func (s *sim) full(n *node) bool {
+	if n.free[wholeGroup] > 0 {
+		return false
+	}
+	for gpu, on := range n.gpuMPS {
+		if n.moving[gpu] || on && n.mpsUsed[gpu] < s.mpsShares {
+			return false
+		}
+	}
+	return true
+}
+
+// uuid is the planner's UUID of its i-th GPU: i, made once.
+func (s *sim) uuid(i int) string {
+	for len(s.uuids) <= i {
+		s.uuids = append(s.uuids, strconv.Itoa(len(s.uuids)))
+	}
+	return s.uuids[i]
+}
+
+// planGPUs appends ready node nid's GPUs as the planner sees them. The model
+// counts whole GPUs, not which one an allocation holds, so the held ones
+// are the first whole GPUs not being relaid: whole GPUs are alike.
+func (s *sim) planGPUs(dst []layoutplan.GPU, nid int32) []layoutplan.GPU {
+	n := &s.nodes[nid]
+	heldWhole := s.wholeGPUs(n) - n.free[wholeGroup]
+	if s.heldMPS == nil {
+		// The planner only reads Held: every GPU holding k shares
+		// shares one list.
+		s.heldMPS = make([][]string, s.mpsShares+1)
+		for k := range s.heldMPS {
+			s.heldMPS[k] = slices.Repeat([]string{contract.SliceMPS}, k)
+		}
+	}
+	for i := range n.gpuMPS {
+		cur := s.layoutOf(n.gpuMPS[i])
+		g := layoutplan.GPU{Node: s.names[nid], NodeName: s.names[nid], Index: i, Current: cur}
+		switch {
+		case n.moving[i]:
+			// Desired is the other layout: the planner counts its
+			// instances as coming and leaves the GPU alone.
+			g.Desired = s.layoutOf(!n.gpuMPS[i])
+		case n.gpuMPS[i] && n.mpsUsed[i] > 0:
+			g.Held = s.heldMPS[n.mpsUsed[i]]
+		case !n.gpuMPS[i] && heldWhole > 0:
+			g.Held, heldWhole = heldGPU, heldWhole-1
+		}
+		if n.changed[i] >= 0 {
+			g.Changed = planEpoch.Add(n.changed[i])
+		}
+		dst = append(dst, g)
+	}
+	return dst
+}
+
+// heldGPU is a held whole GPU's Held, shared: the planner only reads it.
+var heldGPU = []string{contract.SliceGPU}
+
+func (s *sim) layoutOf(mps bool) gpulayout.Layout {
+	if mps {
+		return gpulayout.Shared(s.mpsShares)
+	}
+	return gpulayout.WholeGPU
+}
+
+// wholeGPUs are node n's GPUs offered whole now (held ones included).
+func (s *sim) wholeGPUs(n *node) int {
+	w := 0
+	for i, mps := range n.gpuMPS {
+		if !mps && !n.moving[i] {
+			w++
+		}
+	}
+	return w
+}
+
+// planQueue is the waiting jobs as the controller reads the blocked
+// queue, one ask per shape and priority, in the broker's order; and the
+// mix of the running and queued jobs' shapes.
+func (s *sim) planQueue() ([]layoutplan.Ask, []fgd.Shape) {
+	var waiting []int32
+	for i := range s.sqs {
+		waiting = append(waiting, s.sqs[i].ids...)
+	}
+	slices.SortFunc(waiting, func(a, b int32) int {
+		if s.before(a, b) {
+			return -1
+		}
+		return 1
+	})
+	var asks []layoutplan.Ask
+	at := map[[3]int]int{}
+	for _, id := range waiting {
+		j := &s.jobs[id]
+		if j.k > s.groups[j.g].perNode {
+			continue // fits no node whatever its layout
+		}
+		key := [3]int{j.g, j.k, j.prio}
+		if i, ok := at[key]; ok {
+			asks[i].Allocs++
+			continue
+		}
+		at[key] = len(asks)
+		asks = append(asks, layoutplan.Ask{Kind: s.groups[j.g].kind, Count: j.k, Allocs: 1, Priority: j.prio, Job: s.recs[id].ID})
+	}
+	var mix []fgd.Shape
+	total := 0
+	for i := range s.sqs {
+		total += s.sqs[i].active
+	}
+	for i := range s.sqs {
+		if q := &s.sqs[i]; q.active > 0 {
+			mix = append(mix, fgd.Shape{Kind: s.groups[q.g].kind, Count: q.k, Weight: float64(q.active) / float64(total)})
+		}
+	}
+	return asks, mix
+}
+
+// startLayout withdraws a GPU the planner relays, unheld by construction
+// (the planner relays no held GPU), and schedules the change.
+func (s *sim) startLayout(r planRef, to gpulayout.Layout) {
+	n := &s.nodes[r.nid]
+	if n.moving[r.gpu] || n.gpuMPS[r.gpu] == (to.Kind == gpulayout.MPS) {
+		return
+	}
+	if n.gpuMPS[r.gpu] {
+		if n.mpsUsed[r.gpu] > 0 {
+			panic("model: the planner relaid an MPS GPU that holds shares")
+		}
+		s.changeFree(r.nid, s.mpsGroup, -s.mpsShares)
+	} else {
+		if n.free[wholeGroup] < 1 {
+			panic("model: the planner relaid a whole GPU that is held")
+		}
+		s.changeFree(r.nid, wholeGroup, -1)
+	}
+	n.moving[r.gpu], n.changed[r.gpu] = true, s.now
+	s.push(s.now+s.layoutDelay, evLayout, r.nid, uint32(r.gpu))
+}
+
+// applyLayout is the device plugin's switch: the GPU offers its new
+// layout's instances, and blocked jobs of that kind look again.
+func (s *sim) applyLayout(nid int32, gpu int) {
+	n := &s.nodes[nid]
+	if !n.moving[gpu] {
+		return
+	}
+	from := s.layoutOf(n.gpuMPS[gpu])
+	n.moving[gpu], n.gpuMPS[gpu] = false, !n.gpuMPS[gpu]
+	g, delta := wholeGroup, 1
+	if n.gpuMPS[gpu] {
+		g, delta = s.mpsGroup, s.mpsShares
+	}
+	s.changeFree(nid, g, delta)
+	if n.state != nodeReady {
+		return // a node being removed: nothing to record
+	}
+	s.capVer[g]++
+	s.dirty = true
+	s.layoutChanges = append(s.layoutChanges, tracereplay.LayoutChange{
+		At: s.now, Node: s.names[nid], GPU: s.mpsName(gpu), From: from.String(), To: s.layoutOf(n.gpuMPS[gpu]).String(),
+	})
+}
+
+// sampleLayouts are the ready nodes' MPS GPUs for a sample, as the plugin
+// publishes them: a GPU being relaid shows its current layout.
+func (s *sim) sampleLayouts() []tracereplay.NodeLayout {
+	var out []tracereplay.NodeLayout
+	for _, nid := range s.ready {
+		n := &s.nodes[nid]
+		var mps []tracereplay.MPSGPU
+		for gpu, on := range n.gpuMPS {
+			if on {
+				mps = append(mps, tracereplay.MPSGPU{GPU: s.mpsName(gpu), Shares: s.mpsShares, Free: s.mpsShares - n.mpsUsed[gpu]})
+			}
+		}
+		if len(mps) > 0 {
+			out = append(out, tracereplay.NodeLayout{Node: s.names[nid], MPS: mps})
+		}
+	}
+	slices.SortFunc(out, func(a, b tracereplay.NodeLayout) int { return compareNodeNames(a.Node, b.Node) })
+	return out
+}
+
+// compareNodeNames orders "node-<n>" names by n.
+func compareNodeNames(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

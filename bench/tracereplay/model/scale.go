@@ -1,0 +1,219 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+)
+
+// wholeGroup is the group of whole GPUs: the policies' queries ask for
+// device nvidia/gpu (the APM's default), which MPS shares and MIG
+// instances do not match.
+const wholeGroup = 0
+
+// allocPct is gpu_alloc_pct{device=nvidia/gpu}: whole GPUs held by
+// pending or running allocations over the whole GPUs of ready nodes.
+func (s *sim) allocPct() float64 {
+	total := s.nReady * s.groups[wholeGroup].perNode
+	if s.f.Layouts {
+		// A GPU relaid as shares is no nvidia/gpu instance.
+		total = 0
+		for _, nid := range s.ready {
+			total += s.wholeGPUs(&s.nodes[nid])
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(s.heldInst[wholeGroup]) * 100 / float64(total)
+}
+
+// autoscale is one evaluation of the scaling policy. The strategy runs at
+// every evaluation, cooldown or not (the autoscaler's handler asks it
+// before it checks its cooldown), so gpu-queue's idle clock keeps
+// counting; only the action waits. The cooldown starts when the scale
+// call returns, a moment after the evaluation that asked for it, so the
+// evaluation falling exactly one cooldown later is still inside it.
+func (s *sim) autoscale() {
+	cooling := s.hasAction && s.now <= s.lastAction+s.cooldown
+	count := s.nBooting + s.nReady
+	pct := s.allocPct()
+	switch s.f.Autoscale {
+	case tracereplay.AutoscaleGPUQueue:
+		needed := s.nodesNeeded()
+		if needed > 0 {
+			s.low = false
+			if add := min(needed-s.nBooting, s.o.Policy.MaxScaleUp, s.cl.MaxNodes-count); add > 0 && !cooling {
+				s.scaleOut(add)
+			}
+			return
+		}
+		if pct >= s.o.Policy.IdleFloor {
+			s.low = false
+			return
+		}
+		if !s.low {
+			s.low, s.lowSince = true, s.now
+		}
+		if s.now-s.lowSince >= s.scaleInAfter && !cooling {
+			s.scaleIn(min(s.o.Policy.MaxScaleDown, count-s.cl.MinNodes))
+		}
+	case tracereplay.AutoscaleTargetValue:
+		if count == 0 || cooling {
+			return // a count of 0 gives a desired count of 0
+		}
+		desired := int(math.Ceil(float64(count)*pct/s.o.Policy.TargetAlloc - 1e-9))
+		desired = min(max(desired, s.cl.MinNodes), s.cl.MaxNodes)
+		switch {
+		case desired > count:
+			s.scaleOut(desired - count)
+		case desired < count:
+			s.scaleIn(count - desired)
+		}
+	}
+}
+
+func (s *sim) scaleOut(n int) {
+	for range n {
+		id := s.addNode()
+		s.push(s.now+s.boot, evNodeReady, id, 0)
+	}
+	s.hasAction, s.lastAction = true, s.now
+}
+
+// scaleIn removes up to n idle ready nodes, the newest first.
+func (s *sim) scaleIn(n int) {
+	if n <= 0 {
+		return
+	}
+	var idle []int32
+	for _, id := range s.ready {
+		if len(s.nodes[id].allocs) == 0 {
+			idle = append(idle, id)
+		}
+	}
+	if len(idle) == 0 {
+		return
+	}
+	slices.Sort(idle)
+	for i := 0; i < n && i < len(idle); i++ {
+		s.startRemoval(idle[len(idle)-1-i])
+	}
+	s.hasAction, s.lastAction = true, s.now
+}
+
+// nodesNeeded is nodes_needed{device=nvidia/gpu}: the waiting (blocked)
+// jobs asking for whole GPUs packed best fit, largest first, into the
+// free whole GPUs of ready nodes, then into new nodes. Jobs no empty node
+// fits are left out: more nodes cannot place them. Jobs asking for MPS
+// shares or MIG instances are not counted, as the query does not match
+// them.
+func (s *sim) nodesNeeded() int {
+	needed := 0
+	type size struct{ k, n int }
+	var sizes []size
+	for g := range s.groups[:1] {
+		capN := s.groups[g].perNode
+		sizes = sizes[:0]
+		for i := range s.sqs {
+			q := &s.sqs[i]
+			if q.g == g && q.Len() > 0 && q.k <= capN {
+				sizes = append(sizes, size{q.k, q.Len()})
+			}
+		}
+		if len(sizes) == 0 {
+			continue
+		}
+		slices.SortFunc(sizes, func(a, b size) int { return b.k - a.k })
+		bins := make([]int, capN+1) // nodes by free instances: ready ones, then new ones
+		for _, nid := range s.ready {
+			bins[s.nodes[nid].free[g]]++
+		}
+		nodes := 0
+		for _, sz := range sizes {
+			for n := sz.n; n > 0; {
+				c := sz.k
+				for c <= capN && bins[c] == 0 {
+					c++
+				}
+				if c > capN {
+					per := capN / sz.k
+					full := n / per
+					nodes += full
+					bins[capN-per*sz.k] += full
+					if rem := n % per; rem > 0 {
+						nodes++
+						bins[capN-rem*sz.k]++
+					}
+					break
+				}
+				take := min(n, c/sz.k)
+				bins[c]--
+				bins[c-take*sz.k]++
+				n -= take
+			}
+		}
+		needed = max(needed, nodes)
+	}
+	return needed
+}
+
+func (s *sim) sample() {
+	smp := tracereplay.Sample{
+		At:        s.now,
+		Nodes:     s.nBooting + s.nReady + s.nRemoving,
+		GPUs:      float64(s.nReady * s.cl.GPUsPerNode),
+		Allocated: float64(s.heldUnit) / float64(s.unitsPerGPU),
+		Queued:    s.waiting + s.pending,
+	}
+	if s.f.Layouts {
+		smp.Layouts = s.sampleLayouts()
+	}
+	busy := 0.0
+	for _, nid := range s.ready {
+		for _, a := range s.nodes[nid].allocs {
+			if j := &s.jobs[a]; j.state == jobRunning {
+				busy += float64(j.units) * j.util / 100
+			}
+		}
+	}
+	smp.Busy = busy / float64(s.unitsPerGPU)
+	s.timeline = append(s.timeline, smp)
+}
+
+func (s *sim) result() tracereplay.Result {
+	late := 0
+	for i := range s.jobs {
+		if s.jobs[i].arrival > s.horizon {
+			late++
+		}
+	}
+	for i := range s.recs {
+		if runs := s.recs[i].Runs; len(runs) > 0 && s.jobs[i].state == jobRunning {
+			run := &runs[len(runs)-1]
+			run.End, run.Open = s.horizon, true
+			run.Reached = s.jobs[i].dur - s.jobs[i].remaining + (s.horizon - s.jobs[i].since)
+		}
+	}
+	notes := s.notes
+	if late > 0 {
+		notes = append(notes, fmt.Sprintf("%d jobs arrive after the horizon %s; never submitted", late, s.horizon))
+	}
+	return tracereplay.Result{
+		Engine:             "model",
+		Version:            Version,
+		Config:             s.o.Config,
+		Cluster:            s.o.Cluster,
+		Compression:        s.o.Compression,
+		Horizon:            s.horizon,
+		Jobs:               s.recs,
+		PlacementsRecorded: true,
+		LayoutChanges:      s.layoutChanges,
+		LayoutsRecorded:    s.f.Layouts,
+		MoveLooks:          s.moves.looks,
+		Timeline:           s.timeline,
+		Notes:              notes,
+	}
+}

@@ -1,0 +1,286 @@
+package tracereplay
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/traces"
+	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
+)
+
+// Params are a replay run's settings, as flags: `bench-trace`
+// takes them on its command line, and `make bench-trace` passes them to
+// the real-engine run in BENCH_TRACE_FLAGS, so both read one set.
+type Params struct {
+	// CSV is a trace in this package's CSV format; Philly a Philly
+	// extract, used when CSV is empty (empty too: the embedded copy).
+	CSV, Philly string
+	// Jobs is the sample size (0: as many as Load asks); Window, Start
+	// (empty: the busiest window, in arrivals of jobs asking for at least
+	// BusiestMinGPUs where that is above 1) and Seed pick it.
+	Jobs           int
+	BusiestMinGPUs int
+	// OfferedLoad is the offered load the sample is drawn to: the GPU time its
+	// jobs ask for within the horizon over the fixed cluster's.
+	OfferedLoad float64
+	Window      time.Duration
+	Start       string
+	Seed        int64
+	// FractionShare is the share of the Philly extract's 1-GPU jobs that
+	// become fractional requests.
+	FractionShare float64
+	// Compression is trace seconds per wall-clock second; Drain how long
+	// past the last arrival the run is measured (trace time; 0: a
+	// quarter of the window).
+	Compression float64
+	Drain       time.Duration
+	Nodes       int
+	MinNodes    int
+	MaxNodes    int
+	GPUsPerNode int
+	MPSGPUs     int
+	MPSShares   int
+	// LayoutShares is Cluster.LayoutShares; LayoutMinInterval
+	// Policy.LayoutMinInterval, wall clock.
+	LayoutShares      int
+	LayoutMinInterval time.Duration
+	// Configs lists the configurations compared, by name (ConfigNames);
+	// Strategy is the autoscaling strategy of +autoscale and nomad-gpu.
+	Configs  string
+	Strategy string
+	// PriceReserved and PriceOnDemand price a node-hour.
+	PriceReserved, PriceOnDemand float64
+	// PreemptionCooldown is Policy.PreemptionCooldown (0: no protection
+	// of preempted work), wall clock.
+	PreemptionCooldown time.Duration
+}
+
+// TracePath is the file the trace is read from.
+func (p Params) TracePath() string {
+	switch {
+	case p.CSV != "":
+		return p.CSV
+	case p.Philly != "":
+		return p.Philly
+	}
+	return traces.PhillyName
+}
+
+// DefaultConfigs is the baseline, each part on its own, all of them, and
+// the references a fair comparison needs: stock Nomad's preemption, the
+// built-in target-value strategy, and a fixed cluster as large (in
+// node-hours) as the autoscaled one.
+const DefaultConfigs = "baseline,+slices,+layouts,+preemption,+autoscale,nomad-gpu,nomad-gpu-fixed,stock-preemption,target-value,fixed-like-autoscale"
+
+// Register adds the flags to fs, with their defaults.
+func (p *Params) Register(fs *flag.FlagSet) {
+	fs.StringVar(&p.CSV, "trace", "", "trace in the replay CSV format (docs/trace-replay.md); default: the Philly extract of -philly")
+	fs.StringVar(&p.Philly, "philly", "", "a Philly extract (philly.csv, plain or gzip) to convert when no -trace is given; default: the copy in traces/philly.csv.gz")
+	fs.IntVar(&p.Jobs, "jobs", 0, "jobs sampled from the window (0: as many as -load asks)")
+	fs.Float64Var(&p.OfferedLoad, "load", 0.85, "offered load the sample is drawn to, with -jobs 0: GPU time asked within the horizon over the fixed cluster's (0: every job of the window; above 1: overloaded)")
+	fs.DurationVar(&p.Window, "window", 2*time.Hour, "trace window the sample is drawn from (0: the whole trace)")
+	fs.StringVar(&p.Start, "start", "", `window start, "2006-01-02 15:04:05" UTC (default: the busiest window)`)
+	fs.IntVar(&p.BusiestMinGPUs, "busiest-min-gpus", 0, "with no -start, the busiest window counts only the arrivals of jobs asking for at least this many GPUs (0: every job): a sample with multi-GPU work")
+	fs.Int64Var(&p.Seed, "seed", 1, "seed of the sample and of the derived priorities, fractions and utilisations")
+	fs.Float64Var(&p.FractionShare, "fraction-share", 0.3, "share of the Philly extract's 1-GPU jobs that ask for part of a GPU")
+	fs.Float64Var(&p.Compression, "compression", 25, "trace seconds per wall-clock second")
+	fs.DurationVar(&p.Drain, "drain", 0, "how long past the last arrival the run is measured, trace time (0: a quarter of the window)")
+	fs.IntVar(&p.Nodes, "nodes", 4, "nodes of a fixed cluster, and the autoscaled pool's start")
+	fs.IntVar(&p.MinNodes, "min-nodes", 2, "autoscaled pool's minimum")
+	fs.IntVar(&p.MaxNodes, "max-nodes", 6, "autoscaled pool's maximum")
+	fs.IntVar(&p.GPUsPerNode, "gpus-per-node", 8, "GPUs per node (the real engine's sim nodes have 8)")
+	fs.IntVar(&p.MPSGPUs, "mps-gpus", 2, "GPUs per node offered as MPS shares when slices are on")
+	fs.IntVar(&p.MPSShares, "mps-shares", 4, "MPS shares per MPS GPU")
+	fs.IntVar(&p.LayoutShares, "layout-shares", gpulayout.DefaultShares, "MPS shares of a GPU relaid for fractional work, with layouts (2 to 48)")
+	fs.DurationVar(&p.LayoutMinInterval, "layout-min-interval", DefaultPolicy().LayoutMinInterval, "least time between two layout changes of one GPU, wall clock, unless no other GPU can serve the queue")
+	fs.StringVar(&p.Configs, "configs", DefaultConfigs, "configurations compared: "+strings.Join(ConfigNames, ", "))
+	fs.StringVar(&p.Strategy, "strategy", AutoscaleGPUQueue, "strategy of +autoscale and nomad-gpu: gpu-queue or target-value")
+	// An 8-GPU H100 node's public list prices (on demand; a 1-year
+	// reservation) give the figures a realistic ratio; set your own.
+	fs.Float64Var(&p.PriceReserved, "price-reserved", 55, "price of a reserved node-hour (the fixed part of the cluster)")
+	fs.Float64Var(&p.PriceOnDemand, "price-ondemand", 98, "price of an on-demand node-hour (autoscaled nodes above the minimum)")
+	fs.DurationVar(&p.PreemptionCooldown, "preemption-cooldown", DefaultPolicy().PreemptionCooldown, "how long preempted work is protected once its replacement runs, wall clock, with checkpoints (0: never)")
+}
+
+// ConfigNames are the configurations Params.Configs may list.
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
+
+// ParseConfigs turns a comma-separated list of ConfigNames into
+// configurations, autoscaling with strategy where they autoscale.
+func ParseConfigs(list, strategy string) ([]Config, error) {
+	var out []Config
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		var f Features
+		cfg := Config{}
+		switch name {
+		case "baseline":
+		case "+slices":
+			f.Slices = true
+		case "+layouts":
+			f.Layouts = true
+		case "+preemption":
+			f.Preemption, f.Checkpoints = true, true
+		case "+autoscale":
+			f.Autoscale = strategy
+		case "nomad-gpu":
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Autoscale: strategy}
+		case "nomad-gpu-fixed":
+			// nomad-gpu at the baseline's node count: what it does with
+			// the nodes a platform team already has.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true}
+		case "nomad-gpu-no-moves":
+			// nomad-gpu without consolidation: what moving checkpointed
+			// work adds.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
+		case "nomad-gpu-fixed-no-moves":
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true}
+		case "stock-preemption":
+			f.Preemption, cfg.Reference = true, true
+		case "target-value":
+			f.Autoscale, cfg.Reference = AutoscaleTargetValue, true
+		case "fixed-like-autoscale":
+			cfg.NodesLike, cfg.Reference = "+autoscale", true
+			if !seen["+autoscale"] {
+				return nil, fmt.Errorf("configs: %q needs +autoscale listed before it (it runs as many node-hours)", name)
+			}
+		default:
+			return nil, fmt.Errorf("configs: %q is not a configuration; allowed: %s", name, strings.Join(ConfigNames, ", "))
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("configs: %q is listed twice", name)
+		}
+		seen[name] = true
+		if err := f.Validate(); err != nil {
+			return nil, fmt.Errorf("strategy: %w", err)
+		}
+		if strategy == AutoscaleTargetValue && f.Autoscale != "" && !cfg.Reference {
+			name += " (target-value)"
+		}
+		cfg.Name, cfg.Features = name, f
+		out = append(out, cfg)
+	}
+	return out, nil
+}
+
+// Setup is what a run replays, on what, and how.
+type Setup struct {
+	Trace       Trace
+	Cluster     Cluster
+	Configs     []Config
+	Policy      Policy
+	Compression float64
+	// Horizon is the last arrival plus the drain.
+	Horizon time.Duration
+	Seed    int64
+	// Attribution is the trace's required attribution ("" for a CSV).
+	Attribution string
+	// Notes say how the trace's jobs were adjusted to the cluster.
+	Notes []string
+	// Prices price the node-hours.
+	PriceReserved, PriceOnDemand float64
+}
+
+// ErrNoJobs is Load's error for a selection that holds no job.
+var ErrNoJobs = errors.New("jobs: the selection holds no job")
+
+// Load reads and samples the trace and checks every setting, naming the
+// flag of one that is wrong.
+func (p Params) Load() (Setup, error) {
+	s := Setup{Policy: DefaultPolicy(), Compression: p.Compression, Seed: p.Seed}
+	if p.Compression <= 0 {
+		return s, fmt.Errorf("compression: %v; allowed: a number above 0", p.Compression)
+	}
+	if p.Jobs < 0 {
+		return s, fmt.Errorf("jobs: %d; allowed: 0 (by -load) or more", p.Jobs)
+	}
+	if p.OfferedLoad < 0 {
+		return s, fmt.Errorf("load: %v; allowed: 0 (all jobs of the window) or above", p.OfferedLoad)
+	}
+	if p.PriceReserved < 0 || p.PriceOnDemand < 0 {
+		return s, fmt.Errorf("price-reserved, price-ondemand: %v, %v; allowed: 0 or more", p.PriceReserved, p.PriceOnDemand)
+	}
+	s.PriceReserved, s.PriceOnDemand = p.PriceReserved, p.PriceOnDemand
+	if p.PreemptionCooldown < 0 {
+		return s, fmt.Errorf("preemption-cooldown: %s; allowed: 0 (off) or more", p.PreemptionCooldown)
+	}
+	s.Policy.PreemptionCooldown = p.PreemptionCooldown
+	if p.LayoutMinInterval < 0 {
+		return s, fmt.Errorf("layout-min-interval: %s; allowed: 0 or more", p.LayoutMinInterval)
+	}
+	s.Policy.LayoutMinInterval = p.LayoutMinInterval
+	s.Cluster = Cluster{
+		Nodes: p.Nodes, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsPerNode: p.GPUsPerNode,
+		MPSGPUs: p.MPSGPUs, MPSShares: p.MPSShares, LayoutShares: p.LayoutShares,
+	}
+	if err := s.Cluster.Validate(); err != nil {
+		return s, err
+	}
+	configs, err := ParseConfigs(p.Configs, p.Strategy)
+	if err != nil {
+		return s, err
+	}
+	s.Configs = configs
+
+	var jobs []Job
+	var epoch time.Time
+	source := p.CSV
+	if p.CSV != "" {
+		f, err := os.Open(p.CSV)
+		if err != nil {
+			return s, fmt.Errorf("trace: %w", err)
+		}
+		defer f.Close()
+		t, err := ReadCSV(f)
+		if err != nil {
+			return s, fmt.Errorf("trace %s: %w", p.CSV, err)
+		}
+		jobs = t.Jobs
+	} else {
+		f, name, err := OpenPhilly(p.Philly)
+		if err != nil {
+			return s, fmt.Errorf("philly: %w", err)
+		}
+		defer f.Close()
+		share := p.FractionShare
+		if share == 0 {
+			share = -1 // PhillyOptions' "none"; its 0 is the default
+		}
+		jobs, epoch, _, err = ReadPhilly(f, PhillyOptions{Seed: p.Seed, FractionShare: share})
+		if err != nil {
+			return s, fmt.Errorf("philly %s: %w", name, err)
+		}
+		source = name
+		s.Attribution = PhillyAttribution
+	}
+	t, err := Select(jobs, epoch, Selection{Window: p.Window, Start: p.Start, Busiest: p.Start == "", BusiestMinGPUs: p.BusiestMinGPUs, Sample: p.Jobs, Seed: p.Seed}, source)
+	if err != nil {
+		return s, err
+	}
+	drain := p.Drain
+	if drain == 0 {
+		drain = max(p.Window, t.Span()) / 4
+	}
+	if p.Jobs == 0 && p.OfferedLoad > 0 {
+		horizon := max(p.Window, t.Span()) + drain
+		capacity := float64(s.Cluster.Nodes*s.Cluster.GPUsPerNode) * horizon.Seconds()
+		t.Jobs = SampleLoad(t.Jobs, p.OfferedLoad, capacity, horizon, p.Seed)
+		var offered float64
+		for _, j := range t.Jobs {
+			offered += Offered(j, horizon)
+		}
+		t.Source += fmt.Sprintf(", %d drawn with seed %d to an offered load of %.2f (target %.2f) of %d nodes", len(t.Jobs), p.Seed, offered/capacity, p.OfferedLoad, s.Cluster.Nodes)
+	}
+	if len(t.Jobs) == 0 {
+		return s, ErrNoJobs
+	}
+	t.Jobs, s.Notes = s.Cluster.ClipJobs(t.Jobs)
+	s.Trace = t
+	s.Horizon = t.Span() + drain
+	return s, nil
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const benchTraceCSV = `id,arrival_s,duration_s,gpus,gpu_fraction,priority
+a,0,600,1,,30
+b,60,1200,2,,80
+c,120,300,1,0.25,50
+`
+
+// benchTraceFile writes benchTraceCSV into a new directory, returned
+// with the file's path.
+func benchTraceFile(t *testing.T) (dir, trace string) {
+	t.Helper()
+	dir = t.TempDir()
+	trace = filepath.Join(dir, "trace.csv")
+	if err := os.WriteFile(trace, []byte(benchTraceCSV), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, trace
+}
+
+func TestBenchTrace(t *testing.T) {
+	dir, trace := benchTraceFile(t)
+	out := filepath.Join(dir, "report")
+	var stdout, stderr bytes.Buffer
+	if rc := runBenchTrace([]string{"-trace", trace, "-window", "0", "-nodes", "1", "-min-nodes", "1", "-max-nodes", "2", "-out", out}, &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	report, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"baseline", "nomad-gpu", "wait p95", "model-wait-cdf.png"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+
+	stdout.Reset()
+	if rc := runBenchTrace([]string{"-trace", trace, "-window", "0", "-convert", "-"}, &stdout, &stderr); rc != 0 {
+		t.Fatalf("convert: exit %d: %s", rc, stderr.String())
+	}
+	if lines := strings.Count(stdout.String(), "\n"); lines != 4 || !strings.HasPrefix(stdout.String(), "id,") {
+		t.Errorf("convert wrote %d lines:\n%s", lines, stdout.String())
+	}
+
+	for args, want := range map[string]string{
+		"-trace " + trace + " -configs fast": `configs: "fast" is not a configuration`,
+		"-trace " + trace + " -mps-shares 1": "mps_shares: 1; allowed: 2 to 48",
+		"-trace /nonexistent.csv":            "trace: open /nonexistent.csv",
+	} {
+		stderr.Reset()
+		if rc := runBenchTrace(strings.Fields(args), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", args, rc, stderr.String(), want)
+		}
+	}
+}
+
+// A sweep of the small trace: windows of 2m every 1m from 0 to its last
+// arrival (120 s) hold a, a–b–c and b–c: three windows, none empty.
+func TestBenchTraceSweep(t *testing.T) {
+	dir, trace := benchTraceFile(t)
+	out := filepath.Join(dir, "sweep")
+	base := []string{"-trace", trace, "-window", "2m", "-nodes", "1", "-min-nodes", "1", "-max-nodes", "2", "-configs", "baseline,nomad-gpu-fixed"}
+	var stdout, stderr bytes.Buffer
+	if rc := runBenchTrace(append(base, "-sweep", "1m", "-out", out), &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	report, err := os.ReadFile(filepath.Join(out, sweepFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"3 windows modelled, 0 holding no job skipped", "| figure | baseline | nomad-gpu-fixed |", "wait mean, every job of every window"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("%s lacks %q:\n%s", sweepFile, want, report)
+		}
+	}
+
+	for _, tc := range []struct{ args, want string }{
+		{"-sweep -1h", "sweep: -1h0m0s; allowed: 0 (one window) or a positive step"},
+		{"-sweep 1h -window 0", "sweep: 1h0m0s with window 0s"},
+		{"-sweep 1h -start 10m", "sweep, start: both given"},
+		{"-sweep 1h -busiest-min-gpus 4", "sweep, busiest-min-gpus: both given"},
+		{"-sweep 1h -convert x.csv", "sweep, convert: both given"},
+		{"-sweep 1h -real x.json.gz", "sweep, real: both given"},
+	} {
+		stderr.Reset()
+		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.args, rc, stderr.String(), tc.want)
+		}
+	}
+}

@@ -1,0 +1,377 @@
+#!/usr/bin/env bash
+# internal/devscript/dev.sh — run a one-node Nomad dev agent (server + client) that loads
+# this repo's plugins from bin/plugins/, with simulated GPUs (sim backend, a DGX H100
+# with MIG on GPUs 6-7 and MPS shares on GPUs 4-5).
+#
+# Called by `make dev` after `make build`. State lives in ./.dev/ (git-ignored)
+# and is wiped at each start, checkpoints included (a -dev agent keeps no jobs,
+# so a checkpoint left from a previous run would only be resumed by a new job
+# that happens to share its name). The agent logs to .dev/nomad.log, which
+# this script echoes: piping `make dev` into tee or less is safe, since a
+# reader that goes away stops only the echo. Ctrl-C, or SIGINT, SIGTERM or
+# SIGHUP to this script or to the make that runs it, stops the agent, every
+# task it started and the controller, and unmounts what the client mounted.
+#
+# Environment (`make dev` passes its variables of the same names):
+#   NOMAD_BINARY                 nomad binary to use (default: `nomad` on PATH)
+#   DEV_HTTP_PORT                the agent's HTTP API and UI (default 4646)
+#   DEV_RPC_PORT                 the agent's RPC port (default 4647)
+#   DEV_SERF_PORT                the agent's serf port (default 4648)
+#   DEV_CONTROLLER_METRICS_PORT  the controller's /metrics (default 9405)
+#   DEV_NODE_POOL                the node's pool: training (default),
+#                                inference or hpc (jobs/pools/), or default
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BIN="$ROOT/bin"
+DEV="$ROOT/.dev"
+
+# port NAME DEFAULT prints $NAME, or DEFAULT when unset or empty, once it
+# is a port number.
+port() {
+  local v="${!1:-$2}"
+  if [[ ! "$v" =~ ^[0-9]+$ ]] || ((10#$v < 1 || 10#$v > 65535)); then
+    echo "dev: $1=\"$v\" is not a port; allowed: 1 to 65535 (default $2)" >&2
+    return 1
+  fi
+  echo $((10#$v))
+}
+HTTP_PORT="$(port DEV_HTTP_PORT 4646)"
+RPC_PORT="$(port DEV_RPC_PORT 4647)"
+SERF_PORT="$(port DEV_SERF_PORT 4648)"
+CONTROLLER_METRICS_PORT="$(port DEV_CONTROLLER_METRICS_PORT 9405)"
+ports=("$HTTP_PORT" "$RPC_PORT" "$SERF_PORT" "$CONTROLLER_METRICS_PORT")
+if (($(printf '%s\n' "${ports[@]}" | sort -u | wc -l) != ${#ports[@]})); then
+  echo "dev: DEV_HTTP_PORT, DEV_RPC_PORT, DEV_SERF_PORT and DEV_CONTROLLER_METRICS_PORT must differ; they are ${ports[*]}" >&2
+  exit 1
+fi
+ADDR="http://127.0.0.1:$HTTP_PORT"
+
+# The node joins a pool of jobs/pools/ (training by default, so the
+# training jobs run as README shows them; the examples run in any pool).
+POOL="${DEV_NODE_POOL:-training}"
+pools=(default)
+for f in "$ROOT"/jobs/pools/*.hcl; do
+  pools+=("$(basename "$f" .hcl)")
+done
+if [[ " ${pools[*]} " != *" $POOL "* ]]; then
+  echo "dev: DEV_NODE_POOL=\"$POOL\" is no pool make dev defines; allowed: ${pools[*]}" >&2
+  exit 1
+fi
+
+NOMAD="${NOMAD_BINARY:-$(command -v nomad || true)}"
+if [[ -z "$NOMAD" || ! -x "$NOMAD" ]]; then
+  cat >&2 <<MSG
+dev: no nomad binary found${NOMAD_BINARY:+ (NOMAD_BINARY=$NOMAD_BINARY is not executable)}.
+     Put a nomad binary on PATH (a release, or one built from
+     github.com/hashicorp/nomad: docs/testing.md), or point NOMAD_BINARY at one:
+       NOMAD_BINARY=/path/to/nomad make dev
+MSG
+  exit 1
+fi
+if [[ ! -x "$BIN/plugins/nomad-device-gpu" ]]; then
+  echo "dev: $BIN/plugins/nomad-device-gpu is missing; run \`make build\` first." >&2
+  exit 1
+fi
+
+# unmount_dev unmounts anything still mounted under .dev (a client run as
+# root mounts secrets dirs under alloc dirs; a crashed agent leaves them).
+unmount_dev() {
+  [[ -r /proc/self/mountinfo ]] || return 0
+  local mp
+  awk -v d="$DEV/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo |
+    awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2- |
+    while read -r mp; do
+      mp="$(printf '%b' "$mp")" # mountinfo escapes spaces as \040
+      umount "$mp" 2>/dev/null || umount -l "$mp" 2>/dev/null || true
+    done
+}
+
+# Tasks run as nobody (the driver's default_user): they must pass through
+# every directory above .dev, where their task directories and checkpoints
+# are; the driver would refuse the checkpoint root otherwise.
+d="$ROOT"
+while [[ "$d" != / ]]; do
+  if (( ! (8#$(stat -c %a "$d") & 1) )); then
+    echo "dev: $d is mode $(stat -c %a "$d"): tasks run as nobody cannot pass through it to .dev/." >&2
+    echo "     chmod o+x $d, or work from a clone outside it." >&2
+    exit 1
+  fi
+  d="$(dirname "$d")"
+done
+
+mkdir -p "$DEV"
+chmod 0755 "$DEV"
+unmount_dev
+# alloc_mounts: the client's, next to data; driver: task state; checkpoints:
+# of jobs the last agent forgot; sim-control.json*: the simulator's injected
+# state (an XID is sticky, so a GPU faulted in the last run would start
+# this one failed); layouts.json: layouts applied for the last run's queue.
+rm -rf "$DEV/data" "$DEV/alloc_mounts" "$DEV/driver" "$DEV/checkpoints" "$DEV/nomad.log" "$DEV/pools.log" \
+  "$DEV"/sim-control.json* "$DEV/layouts.json"
+mkdir -p "$DEV/data"
+
+cat >"$DEV/agent.hcl" <<HCL
+# Generated by internal/devscript/dev.sh; edits are overwritten.
+data_dir             = "$DEV/data"
+plugin_dir           = "$BIN/plugins"
+disable_update_check = true
+
+ports {
+  http = $HTTP_PORT
+  rpc  = $RPC_PORT
+  serf = $SERF_PORT
+}
+
+# As jobs/agent/server.hcl: preemption on for batch and service jobs too,
+# so a higher tier takes GPUs from a lower one (docs/checkpoints.md).
+server {
+  default_scheduler_config {
+    scheduler_algorithm = "binpack"
+
+    preemption_config {
+      batch_scheduler_enabled   = true
+      service_scheduler_enabled = true
+      system_scheduler_enabled  = true
+    }
+  }
+}
+
+client {
+  node_pool        = "$POOL"
+  max_kill_timeout = "5m" # the training jobs' kill_timeout, their time to commit
+  options {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+
+telemetry {
+  publish_allocation_metrics = true # task stats for \`nomad alloc status -stats\`
+  collection_interval        = "1s"
+}
+
+plugin "nomad-device-gpu" {
+  config {
+    backend            = "sim"
+    fingerprint_period = "5s"
+    mps_pipe_root      = "$DEV/mps"
+    sim {
+      system       = "dgxh100"
+      seed         = "dev-node"
+      control_file = "$DEV/sim-control.json"
+      mig {
+        gpus     = [6, 7]
+        profiles = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+      }
+    }
+    mps {
+      gpus   = ["4", "5"]
+      shares = 4
+    }
+    # GPU layouts follow node metadata: try
+    # nomad node meta apply nomad_gpu.pin.<GPU-UUID>=mps:8
+    layout {
+      enabled    = true
+      state_file = "$DEV/layouts.json"
+    }
+    # Where it reads the node's metadata and allocations: this agent,
+    # on whichever port DEV_HTTP_PORT gives it.
+    nomad {
+      address = "$ADDR"
+    }
+  }
+}
+
+plugin "nomad-driver-gpu" {
+  config {
+    state_dir         = "$DEV/driver"
+    watchdog_interval = "1s"
+    checkpoint {
+      root = "$DEV/checkpoints"
+    }
+    nomad {
+      address = "$ADDR"
+    }
+    # Tasks may run bin/nomad-gpu (sim-load: jobs/examples/sim-load.nomad.hcl).
+    isolation {
+      unveil_paths = ["rx:$BIN"]
+    }
+    mps {
+      # The simulated node has no CUDA MPS binaries: a stand-in plays the
+      # control daemon. Production uses the real nvidia-cuda-mps-control.
+      control_binary = "$ROOT/driver/mps/testdata/fake-nvidia-cuda-mps-control"
+      pipe_root      = "$DEV/mps"
+      log_root       = "$DEV/mpslog"
+    }
+    gpu {
+      backend = "sim"
+      sim {
+        system       = "dgxh100"
+        seed         = "dev-node"
+        control_file = "$DEV/sim-control.json"
+        mig {
+          gpus     = [6, 7]
+          profiles = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+        }
+      }
+    }
+  }
+}
+HCL
+
+# GPU 0 of the simulated node: UUIDs derive from sim.seed below, so this
+# one is the same at every start (README's XID example names it too).
+DEV_GPU0="GPU-025d71e8"
+
+cat <<MSG
+==> nomad-gpu dev agent
+    nomad:   $NOMAD ($("$NOMAD" version 2>/dev/null | head -1))
+    plugins: $BIN/plugins
+    config:  $DEV/agent.hcl   data: $DEV/data   log: $DEV/nomad.log
+    node pool: $POOL (pools training, inference, hpc applied from jobs/pools/; DEV_NODE_POOL picks another)
+
+    UI:  $ADDR/ui    API: $ADDR    RPC: $RPC_PORT    serf: $SERF_PORT
+
+    Try it (in another terminal):
+      export NOMAD_ADDR=$ADDR
+      nomad node status -self -verbose             # GPUs, MIG slices, MPS shares and their IDs
+      nomad job run jobs/examples/gpu.nomad.hcl    # a whole GPU
+      nomad job run jobs/examples/mig.nomad.hcl    # a MIG slice
+      nomad job run jobs/examples/mps.nomad.hcl    # two MPS shares of one GPU
+      nomad job status <job>; nomad alloc logs <alloc-id>; nomad alloc status -stats <alloc-id>
+
+    Training tiers, side by side (jobs train-p2, train-p1, train-p0); P0
+    preempts P2, which checkpoints and resumes when GPUs free up:
+      nomad job run -var tier=P2 jobs/training/train.nomad.hcl
+
+    Load a GPU (80 % for 10 minutes) and watch it move:
+      nomad job run -var nomad_gpu=$BIN/nomad-gpu jobs/examples/sim-load.nomad.hcl
+      bin/nomad-gpu top
+
+    Make an MPS task use more GPU memory than its share (the driver kills it;
+    its host pid is in its "started as host pid N" event, nomad alloc status):
+      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json proc --device <GPU-UUID> --pid <host pid> --mib 50000   # mps.nomad.hcl: 2 shares, 40960 MiB
+
+    Inject a GPU fault (XID 79, "fallen off the bus") into GPU 0 of the
+    simulator; it turns unhealthy on the node within a fingerprint period (5s):
+      bin/plugins/nomad-device-gpu sim --control-file .dev/sim-control.json xid --device $DEV_GPU0 --xid 79
+
+    The controller (preemption protection) runs beside the agent:
+      log .dev/controller.log, metrics http://127.0.0.1:$CONTROLLER_METRICS_PORT/metrics
+
+    Ctrl-C (or SIGINT or SIGTERM to make dev) stops the agent and everything it started.
+
+MSG
+
+# A reader of our output that goes away (tee or less killed by the same
+# Ctrl-C) must not take this script with it before it has stopped the agent.
+trap '' PIPE
+say() { echo "$@" >&2 2>/dev/null || true; }
+
+stopping=0
+pid=""
+stop() {
+  if ((stopping)); then
+    say "==> dev: killing nomad"
+    [[ -z "$pid" ]] || kill -KILL "$pid" 2>/dev/null || true
+  else
+    stopping=1
+    say "==> dev: stopping nomad (Ctrl-C again to kill it; log: $DEV/nomad.log)"
+    [[ -z "$pid" ]] || kill -INT "$pid" 2>/dev/null || true
+  fi
+}
+# Before anything starts, so no signal finds an agent without a handler
+# here to stop it.
+trap stop INT TERM HUP
+trap '((stopping)) || stop' USR1
+
+# make forwards SIGTERM to this script but not SIGINT or SIGHUP: it
+# catches them and then waits for this script to end, which a signal sent
+# to make alone (kill -INT <make's pid>) would never bring about. While
+# make is in its handler, that signal is blocked in its status; the
+# watcher sees it there, or this script's parent gone, and tells this
+# script to stop. Two looks in a row: make blocks its fatal signals for
+# moments while it starts a command.
+parent=$PPID
+parent_is_make=0
+case "$(cat "/proc/$parent/comm" 2>/dev/null || true)" in
+make | gmake) parent_is_make=1 ;;
+esac
+watch_parent() {
+  trap - INT TERM HUP USR1
+  local seen=0 blk
+  while sleep 0.5; do
+    [[ "$(awk '/^PPid:/ { print $2 }' "/proc/$$/status" 2>/dev/null)" == "$parent" ]] || break
+    if ((parent_is_make)); then
+      blk="$(awk '/^SigBlk:/ { print $2 }' "/proc/$parent/status" 2>/dev/null)" || blk=0
+      # SIGHUP, SIGINT and SIGTERM: bits 0, 1 and 14.
+      if (((16#${blk:-0}) & 0x4003)); then
+        ((++seen < 2)) || break
+      else
+        seen=0
+      fi
+    fi
+  done
+  kill -USR1 $$ 2>/dev/null || true
+}
+watch_parent </dev/null >/dev/null 2>&1 &
+watcher=$!
+
+# Job control puts the agent in its own process group, so a Ctrl-C in the
+# terminal reaches only this script, which forwards exactly one SIGINT (a
+# second one mid-shutdown could kill the agent before it cleans up). Its
+# output goes to a file: a Go program writing to a closed pipe dies of
+# SIGPIPE, which would leave its plugins, tasks and mounts behind.
+set -m
+"$NOMAD" agent -dev -config "$DEV/agent.hcl" >"$DEV/nomad.log" 2>&1 </dev/null &
+pid=$!
+set +m
+if ((stopping)); then
+  kill -INT "$pid" 2>/dev/null || true
+fi
+tail -n +1 -F --pid="$pid" "$DEV/nomad.log" 2>/dev/null &
+# The controller waits for the agent's API by itself (it retries the
+# leader lock every second).
+"$BIN/nomad-gpu" controller -address "$ADDR" -preemption-cooldown 10m -metrics-address "127.0.0.1:$CONTROLLER_METRICS_PORT" >"$DEV/controller.log" 2>&1 </dev/null &
+ctl=$!
+
+# The node pools the jobs in jobs/ name, once the API answers (the node
+# creates its own pool when it registers; this gives every pool its
+# description and meta).
+apply_pools() {
+  trap - INT TERM HUP USR1
+  local f i
+  for ((i = 0; i < 120; i++)); do
+    "$NOMAD" node pool list -address="$ADDR" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  for f in "$ROOT"/jobs/pools/*.hcl; do
+    if ! "$NOMAD" node pool apply -address="$ADDR" "$f" >>"$DEV/pools.log" 2>&1; then
+      say "dev: nomad node pool apply $f failed; see $DEV/pools.log"
+    fi
+  done
+}
+apply_pools </dev/null &
+pools=$!
+
+rc=0
+while kill -0 "$pid" 2>/dev/null; do
+  wait "$pid" && rc=0 || rc=$?
+done
+trap - INT TERM HUP USR1
+kill -TERM "$pools" "$watcher" 2>/dev/null || true
+kill -TERM "$ctl" 2>/dev/null || true
+wait "$ctl" "$pools" "$watcher" 2>/dev/null || true
+unmount_dev
+# A -dev client destroys its allocations on shutdown; an agent stopped on
+# purpose exits non-zero, which is not an error here.
+if ((stopping)); then
+  exit 0
+fi
+exit "$rc"
