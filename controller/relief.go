@@ -164,8 +164,8 @@ func mpsInventory(snap *nomadview.Snapshot) ([]mpsGPU, map[string]bool) {
 				continue
 			}
 			for _, in := range d.Instances {
-				uuid, _, ok := contract.ParseShareID(in.ID)
-				if !ok {
+				uuid := nomadview.ShareGPU(in.ID)
+				if uuid == "" {
 					continue
 				}
 				i, seen := index[uuid]
@@ -202,8 +202,7 @@ func addMPSClients(gpus []mpsGPU, healthy map[string]bool, snap *nomadview.Snaps
 				continue
 			}
 			for _, id := range h.IDs {
-				uuid, _, _ := contract.ParseShareID(id)
-				i, ok := index[uuid]
+				i, ok := index[nomadview.ShareGPU(id)]
 				if !ok || gpus[i].Node != node {
 					continue
 				}
@@ -318,8 +317,8 @@ func readMPSStats(hs *api.HostStats, util, shareLoad map[string]float64) {
 			continue
 		}
 		for id, ds := range g.InstanceStats {
-			uuid, _, ok := contract.ParseShareID(id)
-			if !ok || ds == nil || ds.Stats == nil {
+			uuid := nomadview.ShareGPU(id)
+			if uuid == "" || ds == nil || ds.Stats == nil {
 				continue
 			}
 			attrs := ds.Stats.Attributes
@@ -401,7 +400,7 @@ func gpuHeldSeen(snap *nomadview.Snapshot, h Hold) bool {
 			continue
 		}
 		for _, in := range d.Instances {
-			if uuid, _, ok := contract.ParseShareID(in.ID); !ok || uuid != h.GPU {
+			if uuid := nomadview.ShareGPU(in.ID); uuid == "" || uuid != h.GPU {
 				continue
 			}
 			if in.Healthy {

@@ -145,8 +145,8 @@ func noneIsEmpty(s string) string {
 }
 
 // instanceOwners maps each GPU instance ID of a node to the index in gpus
-// of the GPU it is part of: a whole GPU is its UUID, a share names its
-// GPU, a MIG instance sits at its GPU's PCI bus ID.
+// of the GPU it is part of (PhysicalGPUOf): by UUID where the instance
+// names its GPU's, else by PCI bus ID.
 func instanceOwners(n *api.NodeListStub, gpus []GPULayout) map[string]int {
 	byUUID, byBus := map[string]int{}, map[string]int{}
 	for i, g := range gpus {
@@ -164,24 +164,11 @@ func instanceOwners(n *api.NodeListStub, gpus []GPULayout) map[string]int {
 			if in == nil {
 				continue
 			}
-			switch d.Type {
-			case contract.SliceGPU:
-				if i, ok := byUUID[in.ID]; ok {
-					out[in.ID] = i
-				}
-			case contract.SliceMPS:
-				if u, _, ok := contract.ParseShareID(in.ID); ok {
-					if i, ok := byUUID[u]; ok {
-						out[in.ID] = i
-					}
-				}
-			case contract.SliceMIG:
-				if in.Locality == nil {
-					continue
-				}
-				if i, ok := byBus[strings.ToLower(in.Locality.PciBusID)]; ok {
-					out[in.ID] = i
-				}
+			p := PhysicalGPUOf(d.Type, in)
+			if i, ok := byUUID[p.UUID]; ok && p.UUID != "" {
+				out[in.ID] = i
+			} else if i, ok := byBus[strings.ToLower(p.PCIBusID)]; ok && p.PCIBusID != "" {
+				out[in.ID] = i
 			}
 		}
 	}

@@ -391,18 +391,12 @@ func addLayoutReasons(v *View, st *controller.Status) {
 	}
 }
 
-func busID(in *api.NodeDevice) string {
-	if in.Locality == nil {
-		return ""
-	}
-	return in.Locality.PciBusID
-}
-
 // addWhole adds a whole GPU: its own device.
 func (b *nodeBuilder) addWhole(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	ds := b.inst[in.ID]
-	g := b.get("uuid:"+in.ID, func() GPU {
-		return GPU{UUID: in.ID, Model: d.Name, PCIBusID: busID(in), Mode: ModeWhole, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrMemory)}
+	p := nomadview.PhysicalGPUOf(d.Type, in)
+	g := b.get(p.Key(), func() GPU {
+		return GPU{UUID: in.ID, Model: d.Name, PCIBusID: p.PCIBusID, Mode: ModeWhole, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrMemory)}
 	})
 	g.Healthy, g.HealthDescription = in.Healthy, healthText(in)
 	used, total := memStat(ds, statMemUsed)
@@ -415,13 +409,13 @@ func (b *nodeBuilder) addWhole(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	g.addAllocs(b.held[in.ID]...)
 }
 
-// addMIG adds a MIG instance to its GPU, found by the PCI bus ID it
-// carries (its GPU's), else by its parent product.
+// addMIG adds a MIG instance to its GPU (nomadview.PhysicalGPUOf: the
+// PCI bus ID it carries), else to one GPU per parent product.
 func (b *nodeBuilder) addMIG(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	ds := b.inst[in.ID]
-	parent, bus := nomadview.AttrString(d.Attributes, contract.AttrParentProduct), busID(in)
-	key := "pci:" + bus
-	if bus == "" {
+	p := nomadview.PhysicalGPUOf(d.Type, in)
+	parent, bus, key := nomadview.AttrString(d.Attributes, contract.AttrParentProduct), p.PCIBusID, p.Key()
+	if key == "" {
 		key = "mig:" + parent
 	}
 	g := b.get(key, func() GPU {
@@ -440,15 +434,16 @@ func (b *nodeBuilder) addMIG(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	g.addAllocs(b.held[in.ID]...)
 }
 
-// addMPS adds an MPS share to its GPU, named in the share's ID.
+// addMPS adds an MPS share to its GPU (nomadview.PhysicalGPUOf).
 func (b *nodeBuilder) addMPS(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	ds := b.inst[in.ID]
-	uuid, _, ok := contract.ParseShareID(in.ID)
-	if !ok {
-		uuid = d.Name
+	p := nomadview.PhysicalGPUOf(d.Type, in)
+	if p.UUID == "" {
+		p.UUID = d.Name // a share ID that names no GPU: its group's
 	}
-	g := b.get("uuid:"+uuid, func() GPU {
-		return GPU{UUID: uuid, Model: nomadview.AttrString(d.Attributes, contract.AttrParentProduct), PCIBusID: busID(in),
+	uuid := p.UUID
+	g := b.get(p.Key(), func() GPU {
+		return GPU{UUID: uuid, Model: nomadview.AttrString(d.Attributes, contract.AttrParentProduct), PCIBusID: p.PCIBusID,
 			Mode: ModeMPS, Index: attrInt(d.Attributes, contract.AttrParentIndex), MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrParentMemory)}
 	})
 	profile := ""

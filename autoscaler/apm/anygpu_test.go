@@ -17,7 +17,7 @@ import (
 func mpsGroup(uuid string, shares int) DeviceGroup {
 	g := DeviceGroup{DeviceSpec: DeviceSpec{Vendor: "nvidia", Type: "mps", Name: uuid}, Shares: shares}
 	for i := range shares {
-		g.Instances = append(g.Instances, DeviceInstance{ID: fmt.Sprintf("%s-%d", uuid, i), Healthy: true, GPU: uuid})
+		g.Instances = append(g.Instances, DeviceInstance{ID: fmt.Sprintf("%s-%d", uuid, i), Healthy: true, GPU: nomadview.PhysicalGPU{UUID: uuid}})
 	}
 	return g
 }
@@ -26,7 +26,7 @@ func mpsGroup(uuid string, shares int) DeviceGroup {
 func migGroup(profile, bus, prefix string, n int) DeviceGroup {
 	g := DeviceGroup{DeviceSpec: DeviceSpec{Vendor: "nvidia", Type: "mig", Name: profile}}
 	for i := range n {
-		g.Instances = append(g.Instances, DeviceInstance{ID: fmt.Sprintf("%s-%d", prefix, i), Healthy: true, GPU: bus})
+		g.Instances = append(g.Instances, DeviceInstance{ID: fmt.Sprintf("%s-%d", prefix, i), Healthy: true, GPU: nomadview.PhysicalGPU{PCIBusID: bus}})
 	}
 	return g
 }

@@ -194,8 +194,8 @@ func ratio(a, b int) float64 {
 
 // gpuKey is the physical GPU an instance is or is part of.
 func gpuKey(in *DeviceInstance) string {
-	if in.GPU != "" {
-		return in.GPU
+	if k := in.GPU.Key(); k != "" {
+		return k
 	}
 	return in.ID
 }

@@ -15,11 +15,16 @@ import (
 const gib = int64(1) << 30
 
 // slicedGroup is a group of n instances (IDs prefix-0..) on one physical
-// GPU, each of mem bytes.
+// GPU (its PCI bus ID), each of mem bytes; gpu "" leaves the GPU to the
+// read model's rule on the instance's ID, as SnapshotOf does.
 func slicedGroup(vendor, typ, name, prefix, gpu string, n int, mem int64) DeviceGroup {
 	g := DeviceGroup{DeviceSpec: DeviceSpec{Vendor: vendor, Type: typ, Name: name}, MemoryBytes: mem}
 	for i := range n {
-		g.Instances = append(g.Instances, DeviceInstance{ID: fmt.Sprintf("%s-%d", prefix, i), Healthy: true, GPU: gpu})
+		in := DeviceInstance{ID: fmt.Sprintf("%s-%d", prefix, i), Healthy: true, GPU: nomadview.PhysicalGPU{PCIBusID: gpu}}
+		if gpu == "" {
+			in.GPU = nomadview.PhysicalGPUOf(typ, &api.NodeDevice{ID: in.ID})
+		}
+		g.Instances = append(g.Instances, in)
 	}
 	return g
 }
@@ -478,18 +483,6 @@ func TestNodeDeviceReading(t *testing.T) {
 	} {
 		if got := memoryBytes(c.a); got != c.want {
 			t.Errorf("%+v: %d, want %d", c.a, got, c.want)
-		}
-	}
-	for _, c := range []struct {
-		in   api.NodeDevice
-		want string
-	}{
-		{api.NodeDevice{ID: "MIG-1", Locality: &api.NodeDeviceLocality{PciBusID: "0000:01:00.0"}}, "0000:01:00.0"},
-		{api.NodeDevice{ID: "GPU-abc-mps-3"}, "GPU-abc"},
-		{api.NodeDevice{ID: "GPU-abc", Locality: &api.NodeDeviceLocality{}}, ""},
-	} {
-		if got := physicalGPU(&c.in); got != c.want {
-			t.Errorf("%+v: %q, want %q", c.in, got, c.want)
 		}
 	}
 }

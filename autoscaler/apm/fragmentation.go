@@ -168,17 +168,18 @@ type gpuGroup struct {
 	idle      bool
 }
 
-// mpsGPU names the GPU an MPS share is of: the GPU UUID its ID encodes,
-// else its group's name (a GPU UUID: one group per GPU), else the GPU the
-// cache found for it.
+// mpsGPU names the GPU an MPS share is of by its UUID, as layouts name
+// GPUs: the read model's (nomadview.PhysicalGPUOf, from the share's ID),
+// else its group's name (a GPU UUID: one group per GPU), else the GPU's
+// key.
 func mpsGPU(g *DeviceGroup, in *DeviceInstance) string {
-	if uuid, _, ok := contract.ParseShareID(in.ID); ok {
-		return uuid
-	}
-	if g.Name != "" {
+	switch {
+	case in.GPU.UUID != "":
+		return in.GPU.UUID
+	case g.Name != "":
 		return g.Name
 	}
-	return in.GPU
+	return in.GPU.Key()
 }
 
 // nodeGPUs returns a schedulable node's GPU, MIG and MPS groups with their

@@ -83,7 +83,7 @@ func deviceGroupOf(d *api.NodeDeviceResource) DeviceGroup {
 	}
 	for _, in := range d.Instances {
 		if in != nil {
-			g.Instances = append(g.Instances, DeviceInstance{ID: in.ID, Healthy: in.Healthy, GPU: physicalGPU(in)})
+			g.Instances = append(g.Instances, DeviceInstance{ID: in.ID, Healthy: in.Healthy, GPU: nomadview.PhysicalGPUOf(d.Type, in)})
 		}
 	}
 	return g
@@ -278,17 +278,4 @@ var byteUnits = map[string]float64{
 	"b": 1, "byte": 1, "bytes": 1,
 	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
 	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-}
-
-// physicalGPU names the GPU a device instance is or is a slice of: its PCI
-// bus ID (the device plugin gives MIG instances and MPS shares their
-// GPU's), else the GPU UUID of an MPS share ID, else "" (a GPU of its own).
-func physicalGPU(in *api.NodeDevice) string {
-	if in.Locality != nil && in.Locality.PciBusID != "" {
-		return in.Locality.PciBusID
-	}
-	if uuid, _, ok := contract.ParseShareID(in.ID); ok {
-		return uuid
-	}
-	return ""
 }

@@ -83,7 +83,7 @@ func TestSnapshotOf(t *testing.T) {
 	for _, u := range n.Used {
 		got += fmt.Sprint(" held ", u.DeviceSpec, u.IDs)
 	}
-	wantNode := "n1 gpu dc1 a100 true nvidia/gpu/H100 [{g0 true 0000:01:00.0} {g1 true }] 85899345920 held nvidia/gpu/H100 [g0] held nvidia/gpu/H100 [g1]"
+	wantNode := "n1 gpu dc1 a100 true nvidia/gpu/H100 [{g0 true {g0 0000:01:00.0}} {g1 true {g1 }}] 85899345920 held nvidia/gpu/H100 [g0] held nvidia/gpu/H100 [g1]"
 	if got != wantNode {
 		t.Errorf("node\n got %s\nwant %s", got, wantNode)
 	}

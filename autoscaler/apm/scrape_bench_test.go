@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // syntheticCluster is a 1,000-node cluster of 8 GPUs a node:
@@ -56,7 +58,7 @@ func syntheticCluster() *Snapshot {
 			n.Pool = "gpu"
 			g := wholeGPUs(n.ID, 8)
 			for j := range g.Instances {
-				g.Instances[j].GPU = fmt.Sprintf("%s-pci-%d", n.ID, j)
+				g.Instances[j].GPU = nomadview.PhysicalGPU{PCIBusID: fmt.Sprintf("%s-pci-%d", n.ID, j)}
 				util(h100, g.Instances[j].ID)
 			}
 			n.Devices = []DeviceGroup{g}
@@ -72,7 +74,7 @@ func syntheticCluster() *Snapshot {
 			for gpu := range 4 {
 				for k := range 7 {
 					id := fmt.Sprintf("%s-mig-%d-%d", n.ID, gpu, k)
-					m.Instances = append(m.Instances, DeviceInstance{ID: id, Healthy: true, GPU: fmt.Sprintf("%s-pci-%d", n.ID, gpu)})
+					m.Instances = append(m.Instances, DeviceInstance{ID: id, Healthy: true, GPU: nomadview.PhysicalGPU{PCIBusID: fmt.Sprintf("%s-pci-%d", n.ID, gpu)}})
 					util(mig, id)
 					if rng.IntN(2) == 0 {
 						hold(mig, []string{id})
@@ -81,7 +83,7 @@ func syntheticCluster() *Snapshot {
 			}
 			w := wholeGPUs(n.ID, 4)
 			for j := range w.Instances {
-				w.Instances[j].GPU = fmt.Sprintf("%s-pci-%d", n.ID, 4+j)
+				w.Instances[j].GPU = nomadview.PhysicalGPU{PCIBusID: fmt.Sprintf("%s-pci-%d", n.ID, 4+j)}
 				util(h100, w.Instances[j].ID)
 			}
 			n.Devices = []DeviceGroup{m, w}

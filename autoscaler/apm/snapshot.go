@@ -123,10 +123,9 @@ type DeviceInstance struct {
 	ID      string
 	Healthy bool
 	// GPU names the physical GPU the instance is (a whole GPU) or is a
-	// slice of (a MIG instance, an MPS share): the instance's PCI bus ID
-	// as Nomad reports its locality, else the GPU UUID of an MPS share
-	// ID, else empty, which means the instance is a GPU of its own.
-	GPU string
+	// slice of (a MIG instance, an MPS share), by the read model's rule;
+	// its Key "" (nothing known) means the instance is a GPU of its own.
+	GPU nomadview.PhysicalGPU
 }
 
 // UsedDevices are the instances of one group an allocation holds.
@@ -398,8 +397,8 @@ func (n *Node) gpuCount() int {
 				gpus[mpsGPU(g, in)] = true
 				continue
 			}
-			if in.GPU != "" {
-				gpus[in.GPU] = true
+			if k := in.GPU.Key(); k != "" {
+				gpus[k] = true
 			} else {
 				rest += GPUWeight(g.DeviceSpec)
 			}

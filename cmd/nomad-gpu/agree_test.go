@@ -26,6 +26,8 @@ var agreeT0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 
 const agreeMPSGPU = "GPU-cccccccc-0000-0000-0000-000000000000"
 
+// agreeDevice is a device group of instances ids ("!" first: unhealthy):
+// a whole GPU at a PCI bus of its own, slices at their group's.
 func agreeDevice(typ, name string, attrs map[string]*api.Attribute, ids ...string) *api.NodeDeviceResource {
 	d := &api.NodeDeviceResource{Vendor: contract.Vendor, Type: typ, Name: name, Attributes: attrs}
 	for _, id := range ids {
@@ -33,7 +35,11 @@ func agreeDevice(typ, name string, attrs map[string]*api.Attribute, ids ...strin
 		if !healthy {
 			id = id[1:]
 		}
-		d.Instances = append(d.Instances, &api.NodeDevice{ID: id, Healthy: healthy, Locality: &api.NodeDeviceLocality{PciBusID: "bus-" + name}})
+		bus := "bus-" + name
+		if typ == contract.SliceGPU {
+			bus = "bus-" + id
+		}
+		d.Instances = append(d.Instances, &api.NodeDevice{ID: id, Healthy: healthy, Locality: &api.NodeDeviceLocality{PciBusID: bus}})
 	}
 	return d
 }
