@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -291,15 +292,15 @@ func (c *Controller) sampleMPS(ctx context.Context, now time.Time, snap *nomadvi
 		}
 	}
 	util, shareLoad := map[string]float64{}, map[string]float64{}
-	for node := range nodes {
-		hs, err := c.api.Nodes().Stats(node, (&api.QueryOptions{}).WithContext(ctx))
-		if err != nil {
+	ids := slices.Sorted(maps.Keys(nodes))
+	for i, st := range nomadview.ReadNodeStats(ctx, c.api, ids, 1, 0, nil) {
+		if st.Err != nil {
 			if ctx.Err() == nil {
-				c.log.Debug("MPS GPU utilisation not read; relief skips the node this round", "node", node, "error", err)
+				c.log.Debug("MPS GPU utilisation not read; relief skips the node this round", "node", ids[i], "error", st.Err)
 			}
 			continue
 		}
-		readMPSStats(hs, util, shareLoad)
+		readMPSStats(st.Host, util, shareLoad)
 	}
 	c.mover.observe(now, util, shareLoad)
 }

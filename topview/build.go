@@ -42,10 +42,7 @@ type Input struct {
 type JobKey = nomadview.JobKey
 
 // NodeStats is one node's host stats, or why they could not be read.
-type NodeStats struct {
-	Host *api.HostStats
-	Err  error
-}
+type NodeStats = nomadview.NodeStats
 
 // Filter selects nodes and queued work. Its zero value selects all.
 type Filter struct {
@@ -137,24 +134,6 @@ func CheckFilter(f Filter, nodes []*api.NodeListStub, listPools func() ([]string
 	return nil
 }
 
-// Stat names the device plugin reports (devicefp/stats.go).
-const (
-	statGPUUtil  = "GPU utilization"
-	statMemUsed  = "Memory used"
-	statMPSUsed  = "MPS memory used"
-	statMPSLimit = "MPS memory limit"
-	statMPSUtil  = "MPS utilization" // a share's task's, of the share's SMs
-	// An MPS share's physical GPU's figures (its plain "GPU utilization"
-	// and "Memory used" are its task's own). A device plugin that predates
-	// them reports the GPU's under the plain names on every share.
-	statPhysGPUUtil = "Physical GPU utilization"
-	statPhysMemUsed = "Physical GPU memory used"
-	statTemp        = "Temperature" // C
-	statPower       = "Power"       // W
-	statGPUIndex    = "GPU index"   // the physical GPU's, on every device
-	statGPUUUID     = "GPU UUID"
-)
-
 // Build makes the view of in. It is pure: the same input gives the same
 // view, with nodes, GPUs, slices and allocations in a fixed order.
 func Build(in *Input) *View {
@@ -228,16 +207,16 @@ func (g *gpuBuilder) addAllocs(refs ...AllocRef) {
 // reports them.
 func (g *gpuBuilder) takeGPUStats(ds *api.DeviceStats) {
 	if g.Index == nil {
-		g.Index = intStat(ds, statGPUIndex)
+		g.Index = intStat(ds, contract.StatGPUIndex)
 	}
 	if g.UUID == "" {
-		g.UUID = stringStat(ds, statGPUUUID)
+		g.UUID = stringStat(ds, contract.StatGPUUUID)
 	}
 	if g.TemperatureC == nil {
-		g.TemperatureC = numStat(ds, statTemp)
+		g.TemperatureC = numStat(ds, contract.StatTemperature)
 	}
 	if g.PowerW == nil {
-		g.PowerW = numStat(ds, statPower)
+		g.PowerW = numStat(ds, contract.StatPower)
 	}
 }
 
@@ -399,12 +378,12 @@ func (b *nodeBuilder) addWhole(d *api.NodeDeviceResource, in *api.NodeDevice) {
 		return GPU{UUID: in.ID, Model: d.Name, PCIBusID: p.PCIBusID, Mode: ModeWhole, MemoryTotalMiB: attrMiB(d.Attributes, contract.AttrMemory)}
 	})
 	g.Healthy, g.HealthDescription = in.Healthy, healthText(in)
-	used, total := memStat(ds, statMemUsed)
+	used, total := memStat(ds, contract.StatMemUsed)
 	g.MemoryUsedMiB = used
 	if g.MemoryTotalMiB == nil {
 		g.MemoryTotalMiB = total
 	}
-	g.UtilizationPct = numStat(ds, statGPUUtil)
+	g.UtilizationPct = numStat(ds, contract.StatGPUUtil)
 	g.takeGPUStats(ds)
 	g.addAllocs(b.held[in.ID]...)
 }
@@ -427,8 +406,8 @@ func (b *nodeBuilder) addMIG(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	}
 	s := newSlice(contract.SliceMIG, in, profile, b.held[in.ID])
 	s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMemory)
-	s.MemoryUsedMiB, _ = memStat(ds, statMemUsed)
-	s.UtilizationPct = numStat(ds, statGPUUtil)
+	s.MemoryUsedMiB, _ = memStat(ds, contract.StatMemUsed)
+	s.UtilizationPct = numStat(ds, contract.StatGPUUtil)
 	g.takeGPUStats(ds)
 	g.Slices = append(g.Slices, s)
 	g.addAllocs(b.held[in.ID]...)
@@ -451,19 +430,19 @@ func (b *nodeBuilder) addMPS(d *api.NodeDeviceResource, in *api.NodeDevice) {
 		profile = "1/" + strconv.Itoa(*shares)
 	}
 	s := newSlice(contract.SliceMPS, in, profile, b.held[in.ID])
-	s.MemoryTotalMiB = memValue(statValue(ds, statMPSLimit), false)
+	s.MemoryTotalMiB = memValue(statValue(ds, contract.StatShareMemory), false)
 	if s.MemoryTotalMiB == nil {
 		s.MemoryTotalMiB = attrMiB(d.Attributes, contract.AttrMPSMemoryLimit)
 	}
-	s.MemoryUsedMiB = memValue(statValue(ds, statMPSUsed), false)
+	s.MemoryUsedMiB = memValue(statValue(ds, contract.StatShareUsed), false)
 	// Its own: its task's utilisation of the share, never the GPU's.
-	s.UtilizationPct = numStat(ds, statMPSUtil)
+	s.UtilizationPct = numStat(ds, contract.StatShareUtil)
 	// Every share carries its GPU's figures: the GPU's. A share's stats
 	// always have "Physical GPU memory used" (its GPU's memory) unless the
 	// plugin predates it, and then has the GPU's under the plain names.
-	gpuUtil, gpuMem := statPhysGPUUtil, statPhysMemUsed
-	if ds != nil && statValue(ds, statPhysMemUsed) == nil {
-		gpuUtil, gpuMem = statGPUUtil, statMemUsed
+	gpuUtil, gpuMem := contract.StatPhysGPUUtil, contract.StatPhysMemUsed
+	if ds != nil && statValue(ds, contract.StatPhysMemUsed) == nil {
+		gpuUtil, gpuMem = contract.StatGPUUtil, contract.StatMemUsed
 	}
 	if used, total := memStat(ds, gpuMem); used != nil && g.MemoryUsedMiB == nil {
 		g.MemoryUsedMiB = used

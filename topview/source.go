@@ -130,29 +130,12 @@ func (r *Source) readStats(ctx context.Context, in *Input) {
 			ids = append(ids, n.ID)
 		}
 	}
-	results := make([]NodeStats, len(ids))
 	workers := r.Workers
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	_ = nomadview.Parallel(ctx, workers, len(ids), func(i int) error {
-		sctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		hs, err := r.Client.Nodes().Stats(ids[i], (&api.QueryOptions{}).WithContext(sctx))
-		if err != nil && sctx.Err() != nil {
-			err = fmt.Errorf("no answer within %v", timeout)
-		}
-		results[i] = NodeStats{Host: hs, Err: err}
-		return nil
-	})
-	for i, id := range ids {
-		if results[i].Host == nil && results[i].Err == nil {
-			results[i].Err = errors.New("not read")
-			if ctx.Err() != nil {
-				results[i].Err = ctx.Err()
-			}
-		}
-		in.Stats[id] = results[i]
+	for i, st := range nomadview.ReadNodeStats(ctx, r.Client, ids, workers, timeout, nil) {
+		in.Stats[ids[i]] = st
 	}
 }
 

@@ -266,29 +266,22 @@ func (c *cache) utilization(q Query, s *Snapshot) (map[string][]InstanceUtil, er
 		}
 	}
 	c.statsMu.Unlock()
-	var mu sync.Mutex
 	var failed []string
 	var lastErr error
-	_ = nomadview.Parallel(c.ctx, 8, len(stale), func(i int) error {
+	read := nomadview.ReadNodeStats(c.ctx, c.cl, stale, 8, statsTimeout, func() { c.calls.add(EndpointClientStats) })
+	for i, st := range read {
 		id := stale[i]
-		ctx, cancel := context.WithTimeout(c.ctx, statsTimeout)
-		defer cancel()
-		c.calls.add(EndpointClientStats)
-		hs, err := c.cl.Nodes().Stats(id, (&api.QueryOptions{}).WithContext(ctx))
-		if err != nil {
-			mu.Lock()
+		if st.Err != nil {
 			failed = append(failed, id)
-			lastErr = err
-			mu.Unlock()
-			c.log.Debug("node stats failed", "node_id", id, "error", err)
-			return nil
+			lastErr = st.Err
+			c.log.Debug("node stats failed", "node_id", id, "error", st.Err)
+			continue
 		}
-		e := statsEntry{at: now, util: utilOf(hs, c.cfg.UtilStat)}
+		e := statsEntry{at: now, util: utilOf(st.Host, c.cfg.UtilStat)}
 		c.statsMu.Lock()
 		c.stats[id] = e
 		c.statsMu.Unlock()
-		return nil
-	})
+	}
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
 	out := map[string][]InstanceUtil{}

@@ -226,11 +226,11 @@ type NomadCluster struct{ Client *api.Client }
 
 // DeviceStats reads the node's host stats.
 func (n NomadCluster) DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error) {
-	hs, err := n.Client.Nodes().Stats(nodeID, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return nil, err
+	st := nomadview.ReadNodeStats(ctx, n.Client, []string{nodeID}, 1, 0, nil)[0]
+	if st.Err != nil {
+		return nil, st.Err
 	}
-	return hs.DeviceStats, nil
+	return st.Host.DeviceStats, nil
 }
 
 // Job reads the job.
