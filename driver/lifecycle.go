@@ -47,9 +47,13 @@ func (d *Driver) onViolation(v gpuwatch.Violation) {
 		return
 	}
 	msg := fmt.Sprintf("GPU memory limit exceeded on %s: using %d MiB, limit %d MiB", v.UUID, v.UsedMiB, v.LimitMiB)
+	action := contract.EventActionWarn
+	if v.Mode == gpuwatch.ModeKill {
+		action = contract.EventActionKill
+	}
 	ann := map[string]string{
-		"gpu": v.UUID, "used_mib": strconv.FormatUint(v.UsedMiB, 10), "limit_mib": strconv.FormatUint(v.LimitMiB, 10),
-		"action": string(v.Mode),
+		contract.EventDetailGPU: v.UUID, contract.EventDetailUsedMiB: strconv.FormatUint(v.UsedMiB, 10),
+		contract.EventDetailLimitMiB: strconv.FormatUint(v.LimitMiB, 10), contract.EventDetailAction: action,
 	}
 	switch v.Mode {
 	case gpuwatch.ModeKill:

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
@@ -406,6 +407,11 @@ func TestDriver(t *testing.T) {
 		for _, ev := range a.TaskStates["t"].Events {
 			if ev.Type == "Driver" && strings.Contains(ev.DisplayMessage, "GPU memory limit exceeded on "+gpuUUID+": using 30000 MiB, limit 20480 MiB") {
 				found = true
+				// Nomad keeps the driver's annotations as the event's
+				// details: what the sizer reads, not the message.
+				if ev.Details[contract.EventDetailAction] != contract.EventActionKill || ev.Details[contract.EventDetailLimitMiB] != "20480" {
+					t.Errorf("the kill event's details: %v", ev.Details)
+				}
 			}
 		}
 		if !found {

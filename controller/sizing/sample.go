@@ -1,21 +1,12 @@
 package sizing
 
 import (
-	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
-)
-
-// Device stat names the sizer reads from Nomad's node device stats, as the
-// device plugin (devicefp) reports them.
-const (
-	statGPUUtil   = "GPU utilization" // a whole GPU's or MIG instance's
-	statMemUsed   = "Memory used"     // MiB used / total of a GPU or MIG instance
-	statShareUtil = "MPS utilization" // an MPS share's task's utilisation of its share
-	statShareUsed = "MPS memory used" // MiB its task uses / the share's pinned limit
 )
 
 // TaskDevices is one task of a running allocation and the GPU devices it
@@ -70,9 +61,9 @@ func SampleTasks(tasks []TaskDevices, stats map[string][]*api.DeviceGroupStats, 
 	var out []history.Sample
 	for _, t := range tasks {
 		inst := instanceStats(stats[t.NodeID], t.Devices)
-		utilName, memName := statGPUUtil, statMemUsed
+		utilName, memName := contract.StatGPUUtil, contract.StatMemUsed
 		if t.Devices.Type == history.SliceMPS {
-			utilName, memName = statShareUtil, statShareUsed
+			utilName, memName = contract.StatShareUtil, contract.StatShareUsed
 		}
 		s := history.Sample{Key: t.Key, AllocID: t.AllocID, Time: now, Slice: t.SliceOf()}
 		var sum float64
@@ -126,9 +117,13 @@ func value(v *api.StatValue) (float64, bool) {
 	return 0, false
 }
 
-// gpuMemoryKill is how the gpu driver's task event (driver/lifecycle.go)
-// says it killed (warn mode only warns) the task over its GPU memory limit.
-const gpuMemoryKill, killing = "GPU memory limit exceeded", "killing the task"
+// killedOverGPUMemory says e is the gpu driver's event of its GPU-memory
+// watchdog killing the task (warn mode only warns): its details, not its
+// message.
+func killedOverGPUMemory(e *api.TaskEvent) bool {
+	return e.Type == api.TaskDriverMessage && e.Details[contract.EventDetailAction] == contract.EventActionKill &&
+		e.Details[contract.EventDetailLimitMiB] != ""
+}
 
 // RunOf is the run record of one GPU task of an allocation: its slice, its
 // times and how it ended. Preempted: Nomad preempted the allocation; a
@@ -139,10 +134,7 @@ func RunOf(a *api.AllocationListStub, t TaskDevices, pool string, priority int) 
 	if st := a.TaskStates[t.Key.Task]; st != nil {
 		r.Started, r.Finished = st.StartedAt, st.FinishedAt
 		for _, e := range st.Events {
-			if e == nil {
-				continue
-			}
-			if msg := e.DriverMessage + e.DisplayMessage + e.Message; strings.Contains(msg, gpuMemoryKill) && strings.Contains(msg, killing) {
+			if e != nil && killedOverGPUMemory(e) {
 				r.Outcome = history.OutcomeKilled
 			}
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 )
 
@@ -17,12 +18,12 @@ func TestSampleTasks(t *testing.T) {
 	stats := map[string][]*api.DeviceGroupStats{
 		"n1": {
 			{Vendor: "nvidia", Type: "mps", Name: "GPU-a", InstanceStats: map[string]*api.DeviceStats{
-				"s0": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{statShareUtil: f(100), statGPUUtil: f(50), statShareUsed: mib(1024, 10240)}}},
-				"s1": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{statShareUtil: f(90), statGPUUtil: f(50), statShareUsed: mib(512, 10240)}}},
+				"s0": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{contract.StatShareUtil: f(100), contract.StatGPUUtil: f(50), contract.StatShareUsed: mib(1024, 10240)}}},
+				"s1": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{contract.StatShareUtil: f(90), contract.StatGPUUtil: f(50), contract.StatShareUsed: mib(512, 10240)}}},
 			}},
 			{Vendor: "nvidia", Type: "gpu", Name: "H100", InstanceStats: map[string]*api.DeviceStats{
-				"GPU-x": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{statGPUUtil: f(30), statMemUsed: mib(2048, 81920)}}},
-				"GPU-y": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{statMemUsed: mib(0, 81920)}}},
+				"GPU-x": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{contract.StatGPUUtil: f(30), contract.StatMemUsed: mib(2048, 81920)}}},
+				"GPU-y": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{contract.StatMemUsed: mib(0, 81920)}}},
 			}},
 		},
 	}
@@ -58,8 +59,14 @@ func TestSampleTasks(t *testing.T) {
 func TestRunOf(t *testing.T) {
 	td := TaskDevices{Key: history.Key{Task: "t"}, Devices: &api.AllocatedDeviceResource{Type: "mig", Name: "1g.10gb", DeviceIDs: []string{"MIG-1"}}}
 	start, end := time.Unix(100, 0), time.Unix(200, 0)
-	killed := &api.TaskEvent{Type: "Driver", DriverMessage: "GPU memory limit exceeded on MIG-1: using 11000 MiB, limit 10240 MiB; killing the task"}
-	warned := &api.TaskEvent{Type: "Driver", DriverMessage: "GPU memory limit exceeded on MIG-1: using 11000 MiB, limit 10240 MiB"}
+	// The driver's events (driver/lifecycle.go): the sizer reads their
+	// details; the messages, whatever they say, decide nothing.
+	watchdog := func(action, msg string) *api.TaskEvent {
+		return &api.TaskEvent{Type: api.TaskDriverMessage, DriverMessage: msg, Details: map[string]string{
+			contract.EventDetailGPU: "MIG-1", contract.EventDetailUsedMiB: "11000", contract.EventDetailLimitMiB: "10240", contract.EventDetailAction: action}}
+	}
+	killed := watchdog(contract.EventActionKill, "over its limit")
+	warned := watchdog(contract.EventActionWarn, "GPU memory limit exceeded on MIG-1: using 11000 MiB, limit 10240 MiB; killing the task")
 	cases := []struct {
 		name  string
 		alloc api.AllocationListStub

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
@@ -61,7 +62,7 @@ func (f *fakeCluster) DeviceStats(_ context.Context, node string) ([]*api.Device
 		used, limit := int64(1024), int64(10240)
 		for _, s := range f.shares(id) {
 			inst[s] = &api.DeviceStats{Stats: &api.StatObject{Attributes: map[string]*api.StatValue{
-				statShareUtil: {FloatNumeratorVal: &u}, statShareUsed: {IntNumeratorVal: &used, IntDenominatorVal: &limit}}}}
+				contract.StatShareUtil: {FloatNumeratorVal: &u}, contract.StatShareUsed: {IntNumeratorVal: &used, IntDenominatorVal: &limit}}}}
 		}
 	}
 	return []*api.DeviceGroupStats{{Vendor: "nvidia", Type: "mps", Name: "GPU-a", InstanceStats: inst}}, nil
