@@ -28,10 +28,14 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
-// nomadUnknownDevice is how Nomad's client words a Reserve of a device
+// NomadUnknownDevice is how Nomad's client words a Reserve of a device
 // group its fingerprint no longer has (a relayout removed the group since
-// the servers placed on it).
-const nomadUnknownDevice = "operation on unknown device"
+// the servers placed on it): client/devicemanager's UnknownDeviceError,
+// `operation on unknown device(s) "vendor/type/name" …`. It is the one
+// place the controller matches Nomad's own English, as Nomad gives no
+// structured reason; e2e TestLayoutsNomadRefusesAGoneGroup keeps it
+// true against a real agent.
+const NomadUnknownDevice = "operation on unknown device"
 
 // refusedWait bounds how long a refused allocation waits for the servers
 // to stop offering its devices: a node update takes seconds, and a GPU
@@ -52,7 +56,7 @@ func RefusedByRelayout(states map[string]*api.TaskState) bool {
 				continue
 			}
 			msg := e.DisplayMessage + " " + e.Message
-			if strings.Contains(msg, contract.ReserveRefusedRelayout) || strings.Contains(msg, contract.ReserveRefusedGone) || strings.Contains(msg, nomadUnknownDevice) {
+			if strings.Contains(msg, contract.ReserveRefusedRelayout) || strings.Contains(msg, contract.ReserveRefusedGone) || strings.Contains(msg, NomadUnknownDevice) {
 				return true
 			}
 		}

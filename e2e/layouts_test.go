@@ -505,6 +505,49 @@ func TestLayoutsPinAndRace(t *testing.T) {
 	t.Logf("layout changes seen: %s", strings.Join(record.check(t), "; "))
 }
 
+// TestLayoutsNomadRefusesAGoneGroup pins Nomad's own wording, the one
+// the controller matches (controller.NomadUnknownDevice): GPU 0 is the
+// node's only whole GPU, so relaying it removes the device group
+// nvidia/gpu/H100 from the client's fingerprint. With no drain grace the
+// plugin switches at once; the servers, a node-update batch behind, still
+// place a whole-GPU job there, and Nomad's client refuses the Reserve of
+// a group it no longer has before our plugin is asked.
+func TestLayoutsNomadRefusesAGoneGroup(t *testing.T) {
+	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{1, 2, 3, 4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "0s")
+	gpu0 := gpuByIndex(t, n, 0)
+	pinKey, pin := contract.MetaPinPrefix+gpu0, "mps:4"
+	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{pinKey: &pin}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := c.Client(t, "client-1")
+	deadline := time.Now().Add(15 * time.Second)
+	for !switchLogged(client.CurrentLog(), gpu0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the device plugin did not relay GPU 0 (%s) within 15s of the pin", gpu0)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.RunJob(t, racerJob)
+	a := settleAlloc(t, c, c.WaitForAllocs(t, "racer", 1, 30*time.Second)[0].ID, time.Minute)
+	if a.ClientStatus != api.AllocClientStatusFailed {
+		t.Fatalf("the racing allocation was not refused (the servers saw the relayout first?)\n%s", cluster.AllocSummary(a))
+	}
+	if !strings.Contains(cluster.AllocSummary(a), controller.NomadUnknownDevice) || !controller.RefusedByRelayout(a.TaskStates) {
+		t.Errorf("Nomad's refusal does not say %q, the wording the controller matches:\n%s", controller.NomadUnknownDevice, cluster.AllocSummary(a))
+	}
+}
+
+// switchLogged says the client's log has the device plugin done relaying
+// gpu.
+func switchLogged(log, gpu string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, gpu) && strings.Contains(l, "draining → ready") {
+			return true
+		}
+	}
+	return false
+}
+
 // drainLogged says the client's log has the device plugin draining gpu.
 func drainLogged(log, gpu string) bool {
 	for _, l := range strings.Split(log, "\n") {
