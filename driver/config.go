@@ -117,7 +117,8 @@ const (
 
 type MPSConfig struct {
 	ControlBinary string `hcl:"control_binary" default:"nvidia-cuda-mps-control"`
-	// PipeRoot must equal the device plugin's mps_pipe_root.
+	// PipeRoot must equal the device plugin's mps_pipe_root: a task
+	// whose share's pipe directory is elsewhere is refused, naming both.
 	PipeRoot string `hcl:"pipe_root" default:"/run/nomad-gpu/mps"`
 	LogRoot  string `hcl:"log_root" default:"/var/log/nomad-gpu/mps"`
 }

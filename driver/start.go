@@ -145,6 +145,9 @@ func (d *Driver) planStart(rt *runtimeState, cfg *drivers.TaskConfig) (*startPla
 		return nil, badInput("%v", err)
 	}
 	p.mpsGPUs = slices.Sorted(maps.Keys(p.mpsShares))
+	if err := checkPipeDirectory(cfg.DeviceEnv, dcfg.MPS.PipeRoot); err != nil {
+		return nil, err
+	}
 	var ownDirs []string
 	if tc.checkpoint() != nil {
 		if err := checkCheckpointRootReachable(rt.ckpt.Root(), p.user); err != nil {
@@ -217,6 +220,23 @@ func mpsShares(env map[string]string) (map[string]mps.Limits, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkPipeDirectory refuses an MPS share whose pipe directory the device
+// plugin put outside this driver's mps.pipe_root: the two plugins' roots
+// are two settings, and the task would reach no MPS daemon (or another
+// GPU's). The error names both keys.
+func checkPipeDirectory(env map[string]string, pipeRoot string) error {
+	if env[contract.EnvSliceType] != contract.SliceMPS {
+		return nil
+	}
+	first, _, _ := strings.Cut(env[contract.EnvCUDAVisibleDevices], ",")
+	got, set := env[contract.EnvMPSPipeDirectory]
+	if want := contract.MPSPipeDir(pipeRoot, first); set && got != want {
+		return fmt.Errorf("MPS: the device plugin gave the task %s=%q, but this driver's MPS daemons listen in %q: set the device plugin's mps_pipe_root and the driver's mps.pipe_root to the same directory (the driver's is %q)",
+			contract.EnvMPSPipeDirectory, got, want, pipeRoot)
+	}
+	return nil
 }
 
 // acquireMPS makes each GPU whose shares the task holds run its MPS daemon,
