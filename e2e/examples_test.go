@@ -13,10 +13,10 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
-// The jobspecs in jobs/examples are what README tells people to run: each
-// must place and run on a simulated GPU node and print its GPU environment.
-// sim-load.nomad.hcl runs bin/nomad-gpu, unveiled as make dev does, and its
-// GPU's utilisation must follow the load.
+// The jobspecs in jobs/examples are what docs/install.md tells people to
+// run: each must place and run on a simulated GPU node and print its GPU
+// environment. sim-load.nomad.hcl runs bin/nomad-gpu, unveiled as make dev
+// does, and its GPU's utilisation must follow the load.
 func TestExampleJobs(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "*.nomad.hcl"))
 	if err != nil || len(files) == 0 {

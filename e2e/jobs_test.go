@@ -244,10 +244,10 @@ func runDispatched(t *testing.T, c *cluster.Cluster, src string) {
 	c.StopJob(t, *job.ID, false)
 }
 
-// jobs/agent/client-sim.hcl's plugin blocks run as README's one-machine
-// trial runs them, with only the host paths moved under a root of the
-// test's own (none of which exists beforehand, as on a fresh node) and the
-// ports made the test's own: the node comes up with every device group and
+// jobs/agent/client-sim.hcl's plugin blocks run as docs/install.md's one
+// machine without a GPU runs them, with only the host paths moved under a
+// root of the test's own (none of which exists beforehand, as on a fresh
+// node) and the ports made the test's own: the node comes up with every device group and
 // a healthy driver, and jobs/training/train.nomad.hcl runs as the driver's
 // default user (nobody), checkpoints when stopped and resumes from it.
 func TestSimClientConfigInJobs(t *testing.T) {

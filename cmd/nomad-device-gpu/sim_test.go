@@ -97,7 +97,7 @@ func equalState(a, b gpu.ControlState) bool {
 		len(a.Utilization) == len(b.Utilization) && slices.Equal(a.Processes, b.Processes)
 }
 
-// README's XID example and make dev's banner name a GPU of the dev node
+// docs/install.md's XID example and make dev's banner name a GPU of the dev node
 // itself, so the command works as pasted: the sim node's UUIDs derive
 // from its seed, which internal/devscript/dev.sh sets.
 func TestDevNodeExamplesNameItsGPU(t *testing.T) {
@@ -108,7 +108,7 @@ func TestDevNodeExamplesNameItsGPU(t *testing.T) {
 		}
 		return string(b)
 	}
-	dev, readme := read("internal/devscript/dev.sh"), read("README.md")
+	dev, readme := read("internal/devscript/dev.sh"), read("docs/install.md")
 	field := func(name string) string {
 		m := regexp.MustCompile(`(?m)^\s*` + name + `\s*=\s*"([^"]+)"`).FindStringSubmatch(dev)
 		if m == nil {
@@ -133,7 +133,7 @@ func TestDevNodeExamplesNameItsGPU(t *testing.T) {
 		t.Error("internal/devscript/dev.sh sets no DEV_GPU0")
 	}
 	if len(named) < 2 {
-		t.Fatalf("README names no device in an xid example")
+		t.Fatalf("docs/install.md names no device in an xid example")
 	}
 	for _, m := range named {
 		if _, err := st.ResolveDevice(m[1]); err != nil {

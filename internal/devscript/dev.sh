@@ -48,7 +48,7 @@ fi
 ADDR="http://127.0.0.1:$HTTP_PORT"
 
 # The node joins a pool of jobs/pools/ (training by default, so the
-# training jobs run as README shows them; the examples run in any pool).
+# training jobs run as docs/install.md shows them; the examples run in any pool).
 POOL="${DEV_NODE_POOL:-training}"
 pools=(default)
 for f in "$ROOT"/jobs/pools/*.hcl; do
@@ -226,7 +226,7 @@ plugin "nomad-driver-gpu" {
 HCL
 
 # GPU 0 of the simulated node: UUIDs derive from sim.seed below, so this
-# one is the same at every start (README's XID example names it too).
+# one is the same at every start (docs/install.md's XID example names it too).
 DEV_GPU0="GPU-025d71e8"
 
 cat <<MSG

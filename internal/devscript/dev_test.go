@@ -65,11 +65,11 @@ func devTree(t *testing.T) (root, log string) {
 		}
 	}
 	files := map[string]string{
-		"GNUmakefile":              "",
-		"internal/devscript/dev.sh":           "",
-		"jobs/pools/training.hcl":  "",
-		"jobs/pools/inference.hcl": "",
-		"jobs/pools/hpc.hcl":       "",
+		"GNUmakefile":               "",
+		"internal/devscript/dev.sh": "",
+		"jobs/pools/training.hcl":   "",
+		"jobs/pools/inference.hcl":  "",
+		"jobs/pools/hpc.hcl":        "",
 	}
 	for rel := range files {
 		b, err := os.ReadFile(filepath.Join(src, rel))

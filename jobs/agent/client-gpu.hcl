@@ -1,6 +1,6 @@
 # Nomad client config for a GPU node. Run: nomad agent -config client-gpu.hcl
 #
-# Before its first start (README, "Run it on your cluster"):
+# Before its first start (docs/install.md, "Run it on your cluster"):
 #   - bin/plugins/* (and nothing else) in plugin_dir, and
 #     bin/libexec/* in /opt/nomad/libexec (../libexec from plugin_dir,
 #     where the driver looks for its per-task supervisor);
@@ -17,7 +17,7 @@ client {
   enabled = true
 
   # Your servers' RPC addresses (127.0.0.1 when the server runs in the
-  # same agent, as in README's one-machine trial). With Consul, leave this
+  # same agent, as on docs/install.md's one machine). With Consul, leave this
   # out: the client finds the servers through the consul block's
   # client_auto_join (a consul { address = "127.0.0.1:8500" } block).
   servers = ["127.0.0.1:4647"]

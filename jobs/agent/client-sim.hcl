@@ -4,7 +4,7 @@
 # and running its jobs, on a machine without a GPU; keys left out are at
 # their defaults (client-gpu.hcl lists them). Install as for client-gpu.hcl.
 # Run: nomad agent -config client-sim.hcl
-#  or, server and node in one agent (README's one-machine trial):
+#  or, server and node in one agent (docs/install.md, one machine):
 #      nomad agent -config server.hcl -config client-sim.hcl
 data_dir   = "/var/lib/nomad"
 plugin_dir = "/opt/nomad/plugins"

@@ -10,7 +10,7 @@
 #     nomad-gpu-controller jobs/controller/acl-policy.hcl
 #
 # It needs no GPU: run it on any node with the exec driver and
-# /usr/local/bin/nomad-gpu installed (README), or set driver = "raw_exec".
+# /usr/local/bin/nomad-gpu installed (docs/install.md), or set driver = "raw_exec".
 # Run: nomad job run jobs/controller/controller.nomad.hcl
 variable "driver" {
   type        = string

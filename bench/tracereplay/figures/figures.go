@@ -7,7 +7,7 @@
 // The figures are computed from each job's own record (its run
 // intervals, what it asked for and held, its checkpoint record), not
 // from telemetry: telemetry is kept as a cross-check (Telemetry*). The
-// definitions (README and docs/trace-replay.md repeat them):
+// definitions (docs/trace-replay.md repeats them):
 //
 //   - Capacity is ∫ GPUs of ready nodes dt over [0, Horizon].
 //   - Allocated: Σ held GPU-equivalents × run time / capacity. A 0.25-GPU
