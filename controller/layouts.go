@@ -165,13 +165,6 @@ func (l *Layouts) NodeHistory(node string) map[string]LayoutChange {
 	return out
 }
 
-// Change is the last change of a node's GPU, false when the leader made
-// none.
-func (l *Layouts) Change(node, uuid string) (LayoutChange, bool) {
-	c, ok := l.changes[LayoutKey(node, uuid)]
-	return c, ok
-}
-
 // LayoutKey names a GPU of a node in the module's maps and in
 // Status.Layouts: by node too, since nothing but the hardware makes GPU
 // UUIDs unique (simulated nodes of one seed share them).

@@ -187,7 +187,7 @@ func TestLayoutsRecord(t *testing.T) {
 		t.Fatalf("decisions %v", ds)
 	}
 	l.Record(now, ds[0])
-	if c, ok := l.Change(ds[0].Node, ds[0].UUID); !ok || c.To != "mps:8" || !c.At.Equal(now) || c.Reason == "" {
+	if c, ok := l.NodeHistory(ds[0].Node)[ds[0].UUID]; !ok || c.To != "mps:8" || !c.At.Equal(now) || c.Reason == "" {
 		t.Errorf("change %+v", c)
 	}
 	applied := emptySnapshot(layoutNode("n1", "mps:8", "whole"))

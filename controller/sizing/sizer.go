@@ -218,9 +218,6 @@ func jobsOf(tasks []TaskDevices) []JobID {
 	return out
 }
 
-// String is "namespace/job".
-func (j JobID) String() string { return fmt.Sprintf("%s/%s", j.Namespace, j.ID) }
-
 // NomadCluster is the Cluster of a Nomad API client.
 type NomadCluster struct{ Client *api.Client }
 

@@ -17,16 +17,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// VariablePrefix is where cooldowns are kept, one variable per job, in the
-// job's namespace. A token with the cooldown needs variable write and read
-// here, and submit-job, in the namespaces of the jobs it protects.
-const VariablePrefix = "nomad-gpu/preemption-cooldown/"
-
-// Client reads allocations and keeps cooldowns through one Nomad agent's
-// HTTP API.
+// Client reads allocations through one Nomad agent's HTTP API.
 type Client struct {
 	api *api.Client
-	now func() time.Time
 }
 
 // New is a client of the agent at address ("http://127.0.0.1:4646"), with
@@ -40,7 +33,7 @@ func New(address, token string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad.address %q: %w", address, err)
 	}
-	return &Client{api: c, now: time.Now}, nil
+	return &Client{api: c}, nil
 }
 
 // Reason is why Nomad stops an allocation.

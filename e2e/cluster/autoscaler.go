@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,9 +52,6 @@ type Autoscaler struct {
 	dir  string
 	port int
 }
-
-// LogPath is where the agent's output goes.
-func (a *Autoscaler) LogPath() string { return a.logPath }
 
 // Log is everything the agent has logged so far.
 func (a *Autoscaler) Log() string {
@@ -120,20 +116,4 @@ policy {
 		t.Fatalf("e2e: %v", err)
 	}
 	return a
-}
-
-// WaitForLog waits until the agent's log holds want and returns the log.
-func (a *Autoscaler) WaitForLog(t testing.TB, want string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		log := a.Log()
-		if strings.Contains(log, want) {
-			return log
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("e2e: nomad-autoscaler did not log %q in %s:\n%s", want, timeout, tailFile(a.logPath, 60))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }

@@ -336,19 +336,6 @@ func TaskCgroups(r TaskRef) []string {
 	return out
 }
 
-// TaskProcesses lists the live processes of the task: those whose
-// environment names its allocation and task, as Nomad sets it for every
-// task.
-func TaskProcesses(r TaskRef) []int {
-	var out []int
-	for _, p := range listProcs() {
-		if p.task == r && !isZombie(p.pid) {
-			out = append(out, p.pid)
-		}
-	}
-	return out
-}
-
 // taskLeaks says what is left of tasks that should have nothing left: their
 // processes and the gpu driver's cgroups for them.
 func taskLeaks(tasks []TaskRef) []string {

@@ -19,10 +19,6 @@ type Controller struct {
 // Name is the replica's name, its log's too.
 func (p *Controller) Name() string { return p.name }
 
-// LogPath is where the replica's output goes: <cluster dir>/<name>/<name>.log,
-// with the agents' logs.
-func (p *Controller) LogPath() string { return p.logPath }
-
 // Log is everything the replica has logged so far.
 func (p *Controller) Log() string {
 	b, _ := os.ReadFile(p.logPath)

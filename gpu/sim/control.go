@@ -227,10 +227,6 @@ func (c *Control) Clear() error {
 	})
 }
 
-// Update applies fn to the current state under the writers' lock and writes
-// the result atomically; for changes the other methods do not cover.
-func (c *Control) Update(fn func(*ControlState) error) error { return c.update(fn) }
-
 func (c *Control) update(fn func(*ControlState) error) error {
 	unlock, err := lockFile(c.path + ".lock")
 	if err != nil {

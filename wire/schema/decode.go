@@ -48,10 +48,6 @@ func DecodeAt(data []byte, out any, path string) error {
 	return fromValueAt(raw, out, path)
 }
 
-// FromValue fills out from an already decoded generic value (maps, slices,
-// numbers, strings) with the same rules as Decode.
-func FromValue(raw any, out any) error { return fromValueAt(raw, out, "") }
-
 func fromValueAt(raw any, out any, path string) error {
 	rv := reflect.ValueOf(out)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {

@@ -18,7 +18,6 @@ package schema
 import (
 	"fmt"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,23 +200,4 @@ func hclQuote(s string) string {
 	q := strconv.Quote(s)
 	q = strings.ReplaceAll(q, "${", "$${")
 	return strings.ReplaceAll(q, "%{", "%%{")
-}
-
-// Keys lists the attribute and block names of a config struct, sorted; used
-// by tests and documentation.
-func Keys(v any) []string {
-	t := reflect.TypeOf(v)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	info, err := inspect(t)
-	if err != nil {
-		return nil
-	}
-	keys := make([]string, 0, len(info.fields))
-	for _, f := range info.fields {
-		keys = append(keys, f.name)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -22,10 +22,9 @@ type Attribute struct {
 	Unit   string
 }
 
-func NewInt(v int64, unit string) Attribute     { return Attribute{Int: &v, Unit: unit} }
-func NewFloat(v float64, unit string) Attribute { return Attribute{Float: &v, Unit: unit} }
-func NewString(v string) Attribute              { return Attribute{String: &v} }
-func NewBool(v bool) Attribute                  { return Attribute{Bool: &v} }
+func NewInt(v int64, unit string) Attribute { return Attribute{Int: &v, Unit: unit} }
+func NewString(v string) Attribute          { return Attribute{String: &v} }
+func NewBool(v bool) Attribute              { return Attribute{Bool: &v} }
 
 // units is the list the Nomad client accepts (plugins/shared/structs/units.go);
 // any other unit makes the client reject the whole fingerprint.
@@ -157,38 +156,6 @@ func StatValueToProto(v *StatValue) *structspb.StatValue {
 	return out
 }
 
-func StatValueFromProto(p *structspb.StatValue) *StatValue {
-	if p == nil {
-		return nil
-	}
-	v := &StatValue{Unit: p.GetUnit(), Desc: p.GetDesc()}
-	if p.FloatNumeratorVal != nil {
-		f := p.FloatNumeratorVal.GetValue()
-		v.FloatNumerator = &f
-	}
-	if p.FloatDenominatorVal != nil {
-		f := p.FloatDenominatorVal.GetValue()
-		v.FloatDenominator = &f
-	}
-	if p.IntNumeratorVal != nil {
-		i := p.IntNumeratorVal.GetValue()
-		v.IntNumerator = &i
-	}
-	if p.IntDenominatorVal != nil {
-		i := p.IntDenominatorVal.GetValue()
-		v.IntDenominator = &i
-	}
-	if p.StringVal != nil {
-		s := p.StringVal.GetValue()
-		v.String = &s
-	}
-	if p.BoolVal != nil {
-		b := p.BoolVal.GetValue()
-		v.Bool = &b
-	}
-	return v
-}
-
 func StatObjectToProto(o *StatObject) *structspb.StatObject {
 	if o == nil {
 		return nil
@@ -207,24 +174,4 @@ func StatObjectToProto(o *StatObject) *structspb.StatObject {
 		}
 	}
 	return out
-}
-
-func StatObjectFromProto(p *structspb.StatObject) *StatObject {
-	if p == nil {
-		return nil
-	}
-	o := &StatObject{}
-	if len(p.Nested) > 0 {
-		o.Nested = make(map[string]*StatObject, len(p.Nested))
-		for k, n := range p.Nested {
-			o.Nested[k] = StatObjectFromProto(n)
-		}
-	}
-	if len(p.Attributes) > 0 {
-		o.Attributes = make(map[string]*StatValue, len(p.Attributes))
-		for k, v := range p.Attributes {
-			o.Attributes[k] = StatValueFromProto(v)
-		}
-	}
-	return o
 }
