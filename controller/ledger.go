@@ -153,11 +153,12 @@ func (e Entry) String() string {
 // one loop touches it, so it has no lock.
 type Ledger struct {
 	entries map[JobKey]*Stored
+	dirty   map[JobKey]bool
 }
 
 // NewLedger holds the stored entries.
 func NewLedger(stored []Stored) *Ledger {
-	l := &Ledger{entries: map[JobKey]*Stored{}}
+	l := &Ledger{entries: map[JobKey]*Stored{}, dirty: map[JobKey]bool{}}
 	for i := range stored {
 		st := stored[i]
 		l.entries[JobKey{Namespace: st.Namespace, ID: st.JobID}] = &st
@@ -190,27 +191,34 @@ func (l *Ledger) Peek(k JobKey) Entry {
 	return Entry{}
 }
 
-// Edit is the job's entry to change, made at priority if it has none.
+// Edit is the job's entry to change, made at priority if it has none;
+// the entry is marked to be written.
 func (l *Ledger) Edit(k JobKey, priority int) *Entry {
 	st := l.entries[k]
 	if st == nil {
 		st = &Stored{Entry: NewEntry(k.Namespace, k.ID, priority)}
 		l.entries[k] = st
 	}
+	l.dirty[k] = true
 	return &st.Entry
 }
 
 // Stored is the job's entry with its variable index.
 func (l *Ledger) Stored(k JobKey) *Stored { return l.entries[k] }
 
+// Clean marks the job's entry written.
+func (l *Ledger) Clean(k JobKey) { delete(l.dirty, k) }
+
 // Replace puts an entry read from the store in place of the job's.
 func (l *Ledger) Replace(st Stored) {
 	k := JobKey{Namespace: st.Namespace, ID: st.JobID}
 	l.entries[k] = &st
+	delete(l.dirty, k)
 }
 
 // Forget drops the job's entry (its variable was deleted, or must be read
 // again).
 func (l *Ledger) Forget(k JobKey) {
 	delete(l.entries, k)
+	delete(l.dirty, k)
 }
