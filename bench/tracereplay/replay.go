@@ -496,6 +496,27 @@ type IncompleteRecord struct {
 	TaskLog, Events, AgentLog string
 }
 
+// Cause is what the gpu driver's events (Events) say became of the
+// record's checkpoint, so that a report names it: the driver records
+// every stop's outcome, the task's log only what the task lived to write.
+func (r IncompleteRecord) Cause() string {
+	var cause string
+	switch e := r.Events; {
+	case strings.Contains(e, "checkpoint not requested"):
+		cause = "stopped before its task handled the checkpoint signal (its handlers were not set yet): the driver asked no checkpoint, so nothing since its restore is kept"
+	case strings.Contains(e, "checkpoint not committed within"):
+		cause = "asked to checkpoint, its task did not commit within its commit_timeout; the driver stopped it, so nothing since its last commit is kept"
+	case strings.Contains(e, "checkpoint committed"):
+		cause = "its checkpoint committed (the driver's event), but its task did not live to log it: the next run restored what it committed"
+	default:
+		return "not told by the driver's events: see the agent's log"
+	}
+	if strings.Contains(r.Events, "Signal: 9") {
+		cause += "; Nomad killed it at its kill_timeout"
+	}
+	return cause
+}
+
 // MoveLooks are Result.MoveLooks.
 type MoveLooks struct{ Looks, WithRoom int }
 

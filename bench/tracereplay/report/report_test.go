@@ -399,7 +399,10 @@ func TestWriteIncomplete(t *testing.T) {
 		{name: "none"},
 		{name: "one", incomplete: []tracereplay.IncompleteRecord{{Job: "philly-1", Alloc: "a1b2", Node: "gpu-2",
 			TaskLog: "restored=2881\n", Events: "13:00:01.000 Killing: Sent interrupt", AgentLog: "[INFO] client: alloc a1b2 killed"}},
-			want: []string{"## real: job philly-1, allocation a1b2 on gpu-2", "restored=2881", "Sent interrupt", "alloc a1b2 killed"}},
+			want: []string{"## real: job philly-1, allocation a1b2 on gpu-2", "Cause: not told by the driver's events", "restored=2881", "Sent interrupt", "alloc a1b2 killed"}},
+		{name: "starved", incomplete: []tracereplay.IncompleteRecord{{Job: "philly-2", Alloc: "c3d4", Node: "gpu-4", TaskLog: "restored=0\n",
+			Events: "15:54:35.381 Driver: checkpoint requested (stop): SIGUSR1, 10s to commit\n15:54:45.378 Driver: checkpoint not committed within 10s; stopping the task\n15:54:51.389 Terminated: Exit Code: 137, Signal: 9"}},
+			want: []string{"Cause: asked to checkpoint, its task did not commit within its commit_timeout", "Nomad killed it at its kill_timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := sampleRun(true)

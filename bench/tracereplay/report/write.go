@@ -164,7 +164,7 @@ func writeIncomplete(dir string, real []tracereplay.Result) error {
 	var b strings.Builder
 	for _, r := range real {
 		for _, in := range r.Incomplete {
-			fmt.Fprintf(&b, "## %s: job %s, allocation %s on %s\n\n", r.Config.Name, in.Job, in.Alloc, in.Node)
+			fmt.Fprintf(&b, "## %s: job %s, allocation %s on %s\n\nCause: %s.\n\n", r.Config.Name, in.Job, in.Alloc, in.Node, in.Cause())
 			for _, part := range []struct{ name, text string }{{"Task log", in.TaskLog}, {"Task events", in.Events}, {"Agent log lines", in.AgentLog}} {
 				fmt.Fprintf(&b, "%s:\n\n```\n%s\n```\n\n", part.name, strings.TrimSpace(part.text))
 			}
