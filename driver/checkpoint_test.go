@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
+	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -512,5 +514,56 @@ func TestCheckpointSignalNotSentToTaskNotHandlingIt(t *testing.T) {
 	all := strings.Join(msgs, "\n")
 	if !strings.Contains(all, "checkpoint not requested (stop): the task does not handle SIGUSR1") || strings.Contains(all, "checkpoint requested") {
 		t.Errorf("events %q: want the checkpoint not requested, and why", msgs)
+	}
+}
+
+// A stopping task's CPU weight is raised to the kernel's default while it
+// commits: asked for 10 MHz, its handler would share that sliver with its
+// own work on a busy host and could miss the commit timeout.
+func TestCheckpointStopRaisesCPUWeight(t *testing.T) {
+	if cgroups.Detect() == cgroups.None {
+		testenv.Skip(t, testenv.Cgroups, "driver: no cgroup hierarchy to create the task's group in")
+	}
+	e := newEnv(t)
+	d := e.plugin()
+	// The handler says it was asked, then commits once the test lets it.
+	script := `trap 'touch "$NOMAD_TASK_DIR/asked"; while [ ! -e "$NOMAD_TASK_DIR/go" ]; do sleep 0.02; done; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"' USR1
+trap 'exit 0' INT TERM
+touch "$NOMAD_TASK_DIR/ready"
+while :; do sleep 0.02; done`
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}, Checkpoint: []CheckpointConfig{defaultCheckpoint()}}, nil)
+	cfg.Namespace, cfg.JobID, cfg.TaskGroupName = "default", "train", "g"
+	cfg.Resources.CPUShares, cfg.Resources.Linux.CPUShares = 10, 10
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyTask(t, d, cfg.ID) })
+	dir := cfg.Env["NOMAD_TASK_DIR"]
+	eventually(t, "ready", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	weight := func() string {
+		for _, dir := range d.store.get(cfg.ID).group.Paths() {
+			for _, file := range []string{"cpu.shares", "cpu.weight"} {
+				if b, err := os.ReadFile(filepath.Join(dir, file)); err == nil {
+					return strings.TrimSpace(string(b))
+				}
+			}
+		}
+		t.Fatal("the task's group has no cpu.shares or cpu.weight")
+		return ""
+	}
+	if w := weight(); w != "10" && w != "1" {
+		t.Fatalf("the task's weight before its stop: %s, want its ask (10 shares)", w)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.StopTask(cfg.ID, 10*time.Second, "SIGINT") }()
+	eventually(t, "asked", func() bool { _, err := os.Stat(filepath.Join(dir, "asked")); return err == nil })
+	if w := weight(); w != "1024" && w != "100" {
+		t.Errorf("the task's weight while it commits: %s, want the default (1024 shares, or weight 100)", w)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
 	}
 }

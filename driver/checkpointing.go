@@ -379,8 +379,18 @@ func (c *checkpointer) settle(ctx context.Context) {
 // stop's own timeout, counted from start: the commit is part of the stop,
 // not added to it. The stop then goes on as without checkpoints while the
 // driver makes the checkpoint durable; it does not wait for the disk.
+//
+// The task's CPU weight is raised to the default first: a task that asked
+// for a few MHz shares that sliver with its own work, and on a busy host
+// its handler could miss the commit timeout (a replay's 10 MHz tasks did,
+// on an overloaded machine: docs/trace-replay.md).
 func (c *checkpointer) beforeStop(start time.Time, timeout time.Duration, reason <-chan preemption.Reason) {
 	const trigger = "stop"
+	if g := c.t.group; g != nil {
+		if err := g.RaiseCPUWeight(); err != nil {
+			c.d.logger.Warn("checkpoint: the stopping task keeps its CPU weight", "task", c.t.id, "error", err)
+		}
+	}
 	known := make(chan struct{})
 	c.mu.Lock()
 	c.triggerKnown, c.trigger = known, trigger

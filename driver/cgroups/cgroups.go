@@ -508,3 +508,29 @@ func Names(root string) []string {
 	slices.Sort(names)
 	return names
 }
+
+// RaiseCPUWeight raises the group's CPU weight to at least the kernel's
+// default for a new group (v1 cpu.shares 1024, v2 cpu.weight 100), leaving
+// a higher one as it is. A task that asked for little CPU gets the weight
+// of any other process while it must do something now (commit a
+// checkpoint before its stop), rather than the sliver its ask gives it on
+// a busy host.
+func (g *Group) RaiseCPUWeight() error {
+	file, floor := "cpu.shares", int64(defaultShares)
+	if g.version == V2 {
+		file, floor = "cpu.weight", defaultWeight
+	}
+	d := g.dir("cpu")
+	if d == "" {
+		return fmt.Errorf("cgroups: group lacks the cpu controller needed for %s", file)
+	}
+	path := filepath.Join(d, file)
+	cur, err := readFile(path)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.ParseInt(strings.TrimSpace(cur), 10, 64); err == nil && n >= floor {
+		return nil
+	}
+	return writeFile(path, strconv.FormatInt(floor, 10))
+}

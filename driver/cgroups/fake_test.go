@@ -534,3 +534,46 @@ func TestCreateV2MissingController(t *testing.T) {
 		t.Errorf("Create without pids/cpuset limits: %v", err)
 	}
 }
+
+// RaiseCPUWeight lifts a small weight to the kernel's default and leaves
+// a larger one alone, under either hierarchy.
+func TestRaiseCPUWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		v1        bool
+		cur, want string
+	}{
+		{"v1: 10 MHz asked", true, "10", "1024"},
+		{"v1: 4000 MHz asked", true, "4000", "4000"},
+		{"v2: 10 MHz asked", false, "1", "100"},
+		{"v2: 4000 MHz asked", false, "155", "155"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var grp *Group
+			var file string
+			if tc.v1 {
+				g := "nomad-gpu/a.t"
+				fakeTree(t, v1Tree(map[string]string{"cpu,cpuacct/" + g + "/cpu.shares": tc.cur}))
+				file = filepath.Join(fsRoot, "cpu,cpuacct", g, "cpu.shares")
+				var err error
+				if grp, err = Open([]string{filepath.Join(fsRoot, "cpu", g)}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				dir := "nomad-gpu.slice/a.t.scope/"
+				root := fakeTree(t, map[string]string{"cgroup.controllers": "cpu memory", dir + "cgroup.controllers": "cpu memory", dir + "cpu.weight": tc.cur})
+				file = filepath.Join(root, dir, "cpu.weight")
+				var err error
+				if grp, err = Open([]string{filepath.Join(root, dir)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := grp.RaiseCPUWeight(); err != nil {
+				t.Fatal(err)
+			}
+			if got := readT(t, file); got != tc.want {
+				t.Errorf("%s = %s, want %s", filepath.Base(file), got, tc.want)
+			}
+		})
+	}
+}
