@@ -16,3 +16,20 @@ const (
 	EventActionKill = "kill" // killed the task
 	EventActionWarn = "warn" // only warned
 )
+
+// The gpu driver's checkpoint events carry what became of the checkpoint
+// as EventDetailCheckpoint, and the stop or interval that asked for it as
+// EventDetailTrigger ("stop", "interval").
+const (
+	EventDetailCheckpoint = "checkpoint"
+	EventDetailTrigger    = "trigger"
+)
+
+// What became of a checkpoint (EventDetailCheckpoint); CheckpointCommitted,
+// CheckpointFailed and CheckpointTimeout (not committed within the stop's
+// commit_timeout) are the metrics' words too.
+const (
+	CheckpointRequested  = "requested"   // the task was signalled
+	CheckpointNotHandled = "not_handled" // not signalled: the signal would end it (no handler yet)
+	CheckpointPending    = "pending"     // a stop found the task answering an earlier request
+)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/cgroups"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
@@ -366,7 +367,7 @@ func TestCheckpointInterval(t *testing.T) {
 	for commits := 0; commits < 2; {
 		select {
 		case ev := <-evs:
-			if ev.Annotations["checkpoint"] == "committed" {
+			if ev.Annotations[contract.EventDetailCheckpoint] == contract.CheckpointCommitted {
 				if ev.Annotations["trigger"] != "interval" {
 					t.Fatalf("commit %q: want trigger interval", ev.Message)
 				}
@@ -410,8 +411,8 @@ while :; do sleep 0.02; done`}
 	for timeout := time.After(10 * time.Second); !pending || !committed; {
 		select {
 		case ev := <-evs:
-			pending = pending || ev.Annotations["checkpoint"] == "pending"
-			committed = committed || ev.Annotations["checkpoint"] == "committed"
+			pending = pending || ev.Annotations[contract.EventDetailCheckpoint] == contract.CheckpointPending
+			committed = committed || ev.Annotations[contract.EventDetailCheckpoint] == contract.CheckpointCommitted
 			continue
 		case <-timeout:
 		}
@@ -471,7 +472,7 @@ func TestCheckpointCommitTimeoutCappedByKillTimeout(t *testing.T) {
 			t.Errorf("events:\n%s\nwant %q", all, want)
 		}
 	}
-	if notCommitted == nil || notCommitted.Annotations["checkpoint"] != "failed" || notCommitted.Annotations["trigger"] != "stop" {
+	if notCommitted == nil || notCommitted.Annotations[contract.EventDetailCheckpoint] != contract.CheckpointTimeout || notCommitted.Annotations[contract.EventDetailTrigger] != "stop" {
 		t.Errorf("not-committed event %+v: want annotations checkpoint=failed trigger=stop", notCommitted)
 	}
 }

@@ -136,7 +136,7 @@ func (d *Driver) reattachCheckpoints(rt *runtimeState, t *task, j *journal, u ta
 	}
 	if err != nil {
 		d.emit(t, "checkpoint: the task runs on without checkpoints after the plugin restarted: "+err.Error(),
-			map[string]string{"checkpoint": "failed"})
+			map[string]string{contract.EventDetailCheckpoint: contract.CheckpointFailed})
 		return
 	}
 	t.ckpt = newCheckpointer(d, t, *tc.checkpoint(), rt.ckpt, run)
@@ -265,15 +265,15 @@ func (c *checkpointer) request(trigger string, allowed time.Duration) (asked boo
 	if !harmlessByDefault(c.sig) {
 		if disp, err := c.t.proc.SignalDisposition(c.sig); err == nil && disp == procfs.SignalDefault {
 			c.d.emit(c.t, fmt.Sprintf("checkpoint not requested (%s): the task does not handle %s (yet), whose default action would end it; no new checkpoint", trigger, c.cfg.Signal),
-				map[string]string{"checkpoint": "not_handled", "trigger": trigger})
+				map[string]string{contract.EventDetailCheckpoint: contract.CheckpointNotHandled, contract.EventDetailTrigger: trigger})
 			return false
 		}
 	}
 	c.d.emit(c.t, fmt.Sprintf("checkpoint requested (%s): %s, %s to commit", trigger, c.cfg.Signal, allowed),
-		map[string]string{"checkpoint": "requested", "trigger": trigger})
+		map[string]string{contract.EventDetailCheckpoint: contract.CheckpointRequested, contract.EventDetailTrigger: trigger})
 	c.d.metrics.checkpointRequested(c.t)
 	if err := c.t.proc.Signal(c.sig); err != nil {
-		c.d.emit(c.t, "checkpoint request failed: "+err.Error(), map[string]string{"checkpoint": "failed"})
+		c.d.emit(c.t, "checkpoint request failed: "+err.Error(), map[string]string{contract.EventDetailCheckpoint: contract.CheckpointFailed})
 		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 		return true
 	}
@@ -329,7 +329,7 @@ func (c *checkpointer) commitLocked() {
 		},
 	})
 	if g == nil {
-		c.d.emit(c.t, "checkpoint commit failed: "+err.Error(), map[string]string{"checkpoint": "failed", "trigger": trigger})
+		c.d.emit(c.t, "checkpoint commit failed: "+err.Error(), map[string]string{contract.EventDetailCheckpoint: contract.CheckpointFailed, contract.EventDetailTrigger: trigger})
 		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 		return
 	}
@@ -341,7 +341,7 @@ func (c *checkpointer) commitLocked() {
 	// Nomad API's, not the store's).
 	took := time.Since(start) - waited
 	c.d.emit(c.t, fmt.Sprintf("checkpoint committed: generation %d, %s in %d files, in %s (%s)", g.Seq, byteSize(g.Bytes), g.Files, took.Round(time.Millisecond), trigger),
-		map[string]string{"checkpoint": "committed", "generation": strconv.Itoa(g.Seq), "bytes": strconv.FormatInt(g.Bytes, 10),
+		map[string]string{contract.EventDetailCheckpoint: contract.CheckpointCommitted, "generation": strconv.Itoa(g.Seq), "bytes": strconv.FormatInt(g.Bytes, 10),
 			"duration_ms": strconv.FormatInt(took.Milliseconds(), 10), "trigger": trigger})
 	c.d.metrics.checkpointCommitted(c.t, took, g.Bytes)
 	c.mu.Lock()
@@ -426,7 +426,7 @@ func (c *checkpointer) beforeStop(start time.Time, timeout time.Duration, reason
 		// The task is answering an earlier request: its checkpoint is the
 		// freshest it can make, and a second request would tear it.
 		c.d.emit(c.t, fmt.Sprintf("checkpoint (%s): the task is answering an earlier request; that checkpoint ends the stop", trigger),
-			map[string]string{"checkpoint": "pending", "trigger": trigger})
+			map[string]string{contract.EventDetailCheckpoint: contract.CheckpointPending, contract.EventDetailTrigger: trigger})
 	} else {
 		if !c.awaitCommit(deadline.C) {
 			c.timedOut(trigger, allowed)
@@ -462,7 +462,7 @@ func (c *checkpointer) beforeStop(start time.Time, timeout time.Duration, reason
 // timedOut says a stop's checkpoint did not come within allowed.
 func (c *checkpointer) timedOut(trigger string, allowed time.Duration) {
 	c.d.emit(c.t, fmt.Sprintf("checkpoint not committed within %s; stopping the task", allowed),
-		map[string]string{"checkpoint": "failed", "trigger": trigger})
+		map[string]string{contract.EventDetailCheckpoint: contract.CheckpointTimeout, contract.EventDetailTrigger: trigger})
 	c.d.metrics.checkpointFailed(c.t, contract.CheckpointTimeout)
 }
 
@@ -525,7 +525,7 @@ func (d *Driver) awaitPredecessors(rt *runtimeState, t *task, limit time.Duratio
 			return
 		case time.Now().After(deadline):
 			d.emit(t, fmt.Sprintf("checkpoint: alloc %s is still stopping after %s; restoring what is committed now", ids[0], limit),
-				map[string]string{"checkpoint": "failed"})
+				map[string]string{contract.EventDetailCheckpoint: contract.CheckpointFailed})
 			return
 		case !announced:
 			announced = true

@@ -832,6 +832,12 @@ func incompleteEvidence(c *cluster.Cluster, job, allocID, node, logs string) tra
 		var events []string
 		for _, e := range a.TaskStates["t"].Events {
 			events = append(events, fmt.Sprintf("%s %s: %s", time.Unix(0, e.Time).UTC().Format("15:04:05.000"), e.Type, e.DisplayMessage))
+			if o := e.Details[contract.EventDetailCheckpoint]; o != "" {
+				rec.Checkpoint = append(rec.Checkpoint, o)
+			}
+			if e.Type == api.TaskTerminated {
+				rec.KilledBy = e.Signal
+			}
 		}
 		rec.Events = strings.Join(events, "\n")
 	}

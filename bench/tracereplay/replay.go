@@ -15,9 +15,12 @@ package tracereplay
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 )
 
@@ -494,24 +497,29 @@ type Result struct {
 type IncompleteRecord struct {
 	Job, Alloc, Node          string
 	TaskLog, Events, AgentLog string
+	// Checkpoint lists the outcomes the gpu driver's events gave, in
+	// order (their contract.EventDetailCheckpoint detail); KilledBy is the
+	// signal that ended the task (0: it exited).
+	Checkpoint []string `json:",omitempty"`
+	KilledBy   int      `json:",omitempty"`
 }
 
-// Cause is what the gpu driver's events (Events) say became of the
-// record's checkpoint, so that a report names it: the driver records
-// every stop's outcome, the task's log only what the task lived to write.
+// Cause is what the gpu driver's events say became of the record's
+// checkpoint, so that a report names it: the driver records every stop's
+// outcome, the task's log only what the task lived to write.
 func (r IncompleteRecord) Cause() string {
 	var cause string
-	switch e := r.Events; {
-	case strings.Contains(e, "checkpoint not requested"):
+	switch has := func(o string) bool { return slices.Contains(r.Checkpoint, o) }; {
+	case has(contract.CheckpointNotHandled):
 		cause = "stopped before its task handled the checkpoint signal (its handlers were not set yet): the driver asked no checkpoint, so nothing since its restore is kept"
-	case strings.Contains(e, "checkpoint not committed within"):
+	case has(contract.CheckpointTimeout):
 		cause = "asked to checkpoint, its task did not commit within its commit_timeout; the driver stopped it, so nothing since its last commit is kept"
-	case strings.Contains(e, "checkpoint committed"):
+	case has(contract.CheckpointCommitted):
 		cause = "its checkpoint committed (the driver's event), but its task did not live to log it: the next run restored what it committed"
 	default:
 		return "not told by the driver's events: see the agent's log"
 	}
-	if strings.Contains(r.Events, "Signal: 9") {
+	if r.KilledBy == int(syscall.SIGKILL) {
 		cause += "; Nomad killed it at its kill_timeout"
 	}
 	return cause

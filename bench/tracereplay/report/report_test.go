@@ -15,6 +15,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/model"
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/internal/snapshot"
 )
 
@@ -401,7 +402,8 @@ func TestWriteIncomplete(t *testing.T) {
 			TaskLog: "restored=2881\n", Events: "13:00:01.000 Killing: Sent interrupt", AgentLog: "[INFO] client: alloc a1b2 killed"}},
 			want: []string{"## real: job philly-1, allocation a1b2 on gpu-2", "Cause: not told by the driver's events", "restored=2881", "Sent interrupt", "alloc a1b2 killed"}},
 		{name: "starved", incomplete: []tracereplay.IncompleteRecord{{Job: "philly-2", Alloc: "c3d4", Node: "gpu-4", TaskLog: "restored=0\n",
-			Events: "15:54:35.381 Driver: checkpoint requested (stop): SIGUSR1, 10s to commit\n15:54:45.378 Driver: checkpoint not committed within 10s; stopping the task\n15:54:51.389 Terminated: Exit Code: 137, Signal: 9"}},
+			Events:     "15:54:35.381 Driver: checkpoint requested (stop): SIGUSR1, 10s to commit\n15:54:45.378 Driver: checkpoint not committed within 10s; stopping the task\n15:54:51.389 Terminated: Exit Code: 137, Signal: 9",
+			Checkpoint: []string{contract.CheckpointRequested, contract.CheckpointTimeout}, KilledBy: 9}},
 			want: []string{"Cause: asked to checkpoint, its task did not commit within its commit_timeout", "Nomad killed it at its kill_timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
