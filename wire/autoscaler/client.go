@@ -13,37 +13,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad-autoscaler/plugins/apm"
+	pbase "github.com/hashicorp/nomad-autoscaler/plugins/base"
+	"github.com/hashicorp/nomad-autoscaler/plugins/strategy"
+	"github.com/hashicorp/nomad-autoscaler/plugins/target"
+	"github.com/hashicorp/nomad-autoscaler/sdk"
 	"github.com/hashicorp/nomad/api"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	apmpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/apm"
-	basepb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/base"
-	sharedpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/shared"
-	strategypb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/strategy"
-	targetpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/target"
 )
-
-// rpc is what the agent's side dispenses: every service's client on the
-// plugin's one connection, and the context that ends with the plugin.
-type rpc struct {
-	ctx      context.Context
-	base     basepb.BasePluginServiceClient
-	apm      apmpb.APMPluginServiceClient
-	strategy strategypb.StrategyPluginServiceClient
-	target   targetpb.TargetPluginServiceClient
-}
-
-func newRPC(ctx context.Context, c *grpc.ClientConn) *rpc {
-	return &rpc{
-		ctx:      ctx,
-		base:     basepb.NewBasePluginServiceClient(c),
-		apm:      apmpb.NewAPMPluginServiceClient(c),
-		strategy: strategypb.NewStrategyPluginServiceClient(c),
-		target:   targetpb.NewTargetPluginServiceClient(c),
-	}
-}
 
 // LaunchOption changes how Launch starts a plugin.
 type LaunchOption func(*launchConfig)
@@ -89,7 +66,9 @@ func AgentNomadDefault() *api.Config {
 // config's ConfigKeyGRPCTimeout, as the agent does.
 type Client struct {
 	client *plugin.Client
-	rpc    *rpc
+	// rpc is upstream's client of the plugin's type: the agent's own
+	// (apm.APM, strategy.Strategy or target.Target).
+	rpc    pbase.Base
 	typ    PluginType
 	driver string
 	nomad  *api.Config
@@ -112,7 +91,7 @@ func Launch(ctx context.Context, path string, typ PluginType, config map[string]
 	if lc.logger == nil {
 		lc.logger = hclog.NewNullLogger()
 	}
-	if _, err := typeToProto(typ); err != nil {
+	if _, err := typeName(typ); err != nil {
 		return nil, err
 	}
 	driver := filepath.Base(path)
@@ -153,7 +132,11 @@ func launch(pc *plugin.Client, typ PluginType, driver string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to dispense plugin %s: %w", driver, err)
 	}
-	c := &Client{client: pc, rpc: raw.(*rpc), typ: typ, driver: driver}
+	b, ok := raw.(pbase.Base)
+	if !ok {
+		return nil, fmt.Errorf("failed to dispense plugin %s: %T is not a plugin client", driver, raw)
+	}
+	c := &Client{client: pc, rpc: b, typ: typ, driver: driver}
 	name, got, err := c.PluginInfo()
 	if err != nil {
 		return nil, fmt.Errorf("failed to call PluginInfo on %s: %w", driver, err)
@@ -175,15 +158,15 @@ func (c *Client) Exited() bool { return c.client.Exited() }
 // PluginInfo asks the plugin what it is. A type outside APM, strategy and
 // target is an error, as in the agent.
 func (c *Client) PluginInfo() (name string, typ PluginType, err error) {
-	info, err := c.rpc.base.PluginInfo(c.rpc.ctx, &basepb.PluginInfoRequest{})
+	info, err := c.rpc.PluginInfo()
 	if err != nil {
 		return "", 0, err
 	}
-	typ, err = typeFromProto(info.GetType())
+	typ, err = typeFromName(info.PluginType)
 	if err != nil {
 		return "", 0, err
 	}
-	return info.GetName(), typ, nil
+	return info.Name, typ, nil
 }
 
 // SetConfig sends a plugin block's config as the agent does at start and
@@ -203,8 +186,7 @@ func (c *Client) SetConfig(config map[string]string) error {
 	if inherit {
 		mergeNomad(cfg, c.nomad)
 	}
-	_, err := c.rpc.base.SetConfig(c.rpc.ctx, &basepb.SetConfigRequest{Config: cfg})
-	return err
+	return c.rpc.SetConfig(cfg)
 }
 
 // mergeNomad is the agent's MergeMapWithAgentConfig.
@@ -258,11 +240,11 @@ func (c *Client) Query(query string, r TimeRange) ([]Metric, error) {
 	if err := c.want(TypeAPM); err != nil {
 		return nil, err
 	}
-	resp, err := c.rpc.apm.Query(c.rpc.ctx, &apmpb.QueryRequest{Query: query, TimeRange: timeRangeToProto(r)})
+	ms, err := c.rpc.(apm.APM).Query(query, timeRangeToSDK(r))
 	if err != nil {
 		return nil, err
 	}
-	return metricsFromProto(resp.GetTimestampedMetric()), nil
+	return metricsFromSDK(ms), nil
 }
 
 // QueryMultiple is the APM call only Enterprise Dynamic Application Sizing
@@ -271,13 +253,13 @@ func (c *Client) QueryMultiple(query string, r TimeRange) ([][]Metric, error) {
 	if err := c.want(TypeAPM); err != nil {
 		return nil, err
 	}
-	resp, err := c.rpc.apm.QueryMultiple(c.rpc.ctx, &apmpb.QueryMultipleRequest{Query: query, TimeRange: timeRangeToProto(r)})
+	sets, err := c.rpc.(apm.APM).QueryMultiple(query, timeRangeToSDK(r))
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]Metric, len(resp.GetTimestampedMetric()))
-	for i, q := range resp.GetTimestampedMetric() {
-		out[i] = metricsFromProto(q.GetTimestampedMetric())
+	out := make([][]Metric, len(sets))
+	for i, ms := range sets {
+		out[i] = metricsFromSDK(ms)
 	}
 	return out, nil
 }
@@ -292,23 +274,14 @@ func (c *Client) Run(check Check, metrics []Metric, count int64) (Action, error)
 	if err := c.want(TypeStrategy); err != nil {
 		return Action{}, err
 	}
-	resp, err := c.rpc.strategy.Run(c.rpc.ctx, &strategypb.RunRequest{
-		Action:            &sharedpb.ScalingAction{},
-		Check:             checkToProto(check),
-		TimestampedMetric: metricsToProto(metrics),
-		Count:             count,
-	})
+	eval, err := c.rpc.(strategy.Strategy).Run(&sdk.ScalingCheckEvaluation{Check: checkToSDK(check), Metrics: metricsToSDK(metrics)}, count)
 	if err != nil {
 		return Action{}, err
 	}
-	a, err := actionFromProto(resp.GetAction())
-	if err != nil {
-		return Action{}, err
+	if eval.Action == nil {
+		return Action{Direction: DirectionNone}, nil
 	}
-	if a.Meta == nil && resp.GetAction() != nil {
-		a.Meta = map[string]any{}
-	}
-	return a, nil
+	return actionFromSDK(*eval.Action)
 }
 
 // scaleNoOp is what Scale returns for code Aborted.
@@ -325,13 +298,14 @@ func (c *Client) Scale(action Action, config map[string]string) error {
 	if err := c.want(TypeTarget); err != nil {
 		return err
 	}
-	a, err := actionToProto(action)
+	a, err := actionToSDK(action)
 	if err != nil {
 		return err
 	}
-	_, err = c.rpc.target.Scale(c.rpc.ctx, &targetpb.ScaleRequest{Action: a, Config: config})
-	if s, ok := status.FromError(err); ok && err != nil && s.Code() == codes.Aborted {
-		return &scaleNoOp{msg: s.Message()}
+	err = c.rpc.(target.Target).Scale(a, config)
+	var noop *sdk.TargetScalingNoOpError
+	if errors.As(err, &noop) {
+		return &scaleNoOp{msg: noop.Error()}
 	}
 	return err
 }
@@ -343,21 +317,11 @@ func (c *Client) Status(config map[string]string) (TargetStatus, error) {
 	if err := c.want(TypeTarget); err != nil {
 		return TargetStatus{}, err
 	}
-	ctx := c.rpc.ctx
-	if v, ok := config[ConfigKeyGRPCTimeout]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return TargetStatus{}, err
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
-	}
-	resp, err := c.rpc.target.Status(ctx, &targetpb.StatusRequest{Config: config})
+	st, err := c.rpc.(target.Target).Status(config)
 	if err != nil {
 		return TargetStatus{}, err
 	}
-	return TargetStatus{Ready: resp.GetReady(), Count: resp.GetCount(), Meta: resp.GetMeta()}, nil
+	return TargetStatus{Ready: st.Ready, Count: st.Count, Meta: st.Meta}, nil
 }
 
 // ErrorMessage is err's message as the plugin wrote it: a gRPC error's

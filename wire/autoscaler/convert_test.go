@@ -1,119 +1,82 @@
 package autoscaler
 
 import (
-	"math"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/anypb"
-
-	basepb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/base"
-	sharedpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/shared"
+	"github.com/hashicorp/nomad-autoscaler/sdk"
 )
 
 func TestDirections(t *testing.T) {
 	for _, tc := range []struct {
-		d    Direction
-		wire sharedpb.ScalingDirection
-		ok   bool
+		d   Direction
+		sdk sdk.ScaleDirection
 	}{
-		{DirectionNone, sharedpb.ScalingDirection_SCALING_DIRECTION_NONE, true},
-		{DirectionDown, sharedpb.ScalingDirection_SCALING_DIRECTION_DOWN, true},
-		{DirectionUp, sharedpb.ScalingDirection_SCALING_DIRECTION_UP, true},
-		{0, sharedpb.ScalingDirection_SCALING_DIRECTION_UNSPECIFIED, false},
-		{127, sharedpb.ScalingDirection_SCALING_DIRECTION_UNSPECIFIED, false},
+		{DirectionNone, sdk.ScaleDirectionNone},
+		{DirectionDown, sdk.ScaleDirectionDown},
+		{DirectionUp, sdk.ScaleDirectionUp},
 	} {
-		w, err := directionToProto(tc.d)
-		if (err == nil) != tc.ok || w != tc.wire {
-			t.Errorf("directionToProto(%s) = %s, %v", tc.d, w, err)
+		w, err := directionToSDK(tc.d)
+		if err != nil || w != tc.sdk {
+			t.Errorf("directionToSDK(%s) = %s, %v", tc.d, w, err)
 		}
-		d, err := directionFromProto(tc.wire)
-		if tc.ok && (err != nil || d != tc.d) || !tc.ok && err == nil {
-			t.Errorf("directionFromProto(%s) = %s, %v", tc.wire, d, err)
+		d, err := directionFromSDK(tc.sdk)
+		if err != nil || d != tc.d {
+			t.Errorf("directionFromSDK(%s) = %s, %v", tc.sdk, d, err)
 		}
 	}
-	if _, err := directionFromProto(sharedpb.ScalingDirection(9)); err == nil {
-		t.Error("direction 9 read")
+	for _, d := range []Direction{0, 127} {
+		if _, err := directionToSDK(d); err == nil {
+			t.Errorf("direction %d sent", d)
+		}
+	}
+	if _, err := directionFromSDK(sdk.ScaleDirectionRecommendation); err == nil {
+		t.Error("direction recommendation read")
 	}
 }
 
 func TestPluginTypes(t *testing.T) {
 	for _, typ := range []PluginType{TypeAPM, TypeStrategy, TypeTarget} {
-		w, err := typeToProto(typ)
-		if err != nil || int(w) != int(typ) {
-			t.Errorf("typeToProto(%s) = %s, %v", typ, w, err)
+		w, err := typeName(typ)
+		if err != nil || w != typ.String() {
+			t.Errorf("typeName(%s) = %s, %v", typ, w, err)
 		}
-		if back, err := typeFromProto(w); err != nil || back != typ {
-			t.Errorf("typeFromProto(%s) = %s, %v", w, back, err)
+		if back, err := typeFromName(w); err != nil || back != typ {
+			t.Errorf("typeFromName(%s) = %s, %v", w, back, err)
 		}
 	}
-	if _, err := typeFromProto(basepb.PluginType_PLUGIN_TYPE_UNSPECIFIED); err == nil {
-		t.Error("UNSPECIFIED read as a type")
+	if _, err := typeFromName(sdk.PluginTypeBase); err == nil {
+		t.Error("base read as a type")
+	}
+	if _, err := typeName(0); err == nil {
+		t.Error("type 0 named")
 	}
 }
 
-func TestMeta(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		meta map[string]any
-		wire *anypb.Any
-		err  string
-	}{
-		{name: "nil is absent", meta: nil, wire: nil},
-		{name: "empty", meta: map[string]any{}, wire: &anypb.Any{Value: []byte(`{}`)}},
-		{name: "values", meta: map[string]any{"a": 1.5, "b": []any{"x"}}, wire: &anypb.Any{Value: []byte(`{"a":1.5,"b":["x"]}`)}},
-		{name: "NaN", meta: map[string]any{"a": math.NaN()}, err: "unsupported value"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := metaToProto(tc.meta)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if (got == nil) != (tc.wire == nil) || got != nil && (got.GetTypeUrl() != "" || string(got.GetValue()) != string(tc.wire.GetValue())) {
-				t.Fatalf("metaToProto = %v, want %v", got, tc.wire)
-			}
-			back, err := metaFromProto(got)
-			if err != nil || !reflect.DeepEqual(back, tc.meta) {
-				t.Fatalf("metaFromProto = %v, %v", back, err)
-			}
-		})
+func TestRoundTrips(t *testing.T) {
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	ms := []Metric{{Time: ts, Value: 1.5}, {Time: ts.Add(time.Second), Value: -2}}
+	if got := metricsFromSDK(metricsToSDK(ms)); !reflect.DeepEqual(got, ms) {
+		t.Errorf("metrics %v", got)
 	}
-	for _, bad := range []string{"", "{", "[1]", `"s"`, "1"} {
-		if _, err := metaFromProto(&anypb.Any{Value: []byte(bad)}); err == nil {
-			t.Errorf("meta %q read as an object", bad)
-		}
+	r := TimeRange{From: ts.Add(-time.Hour), To: ts}
+	if got := timeRangeFromSDK(timeRangeToSDK(r)); got != r {
+		t.Errorf("range %v", got)
 	}
-	if m, err := metaFromProto(&anypb.Any{Value: []byte("null")}); err != nil || m != nil {
-		t.Errorf("meta null = %v, %v; want nil as the agent reads it", m, err)
+	c := Check{Name: "q", Source: "s", Query: "x", QueryWindow: time.Minute, Strategy: "gpu-queue", Config: map[string]string{"a": "b"}}
+	if got := checkFromSDK(checkToSDK(c)); !reflect.DeepEqual(got, c) {
+		t.Errorf("check %v", got)
 	}
-}
-
-func TestTimeRangeWire(t *testing.T) {
-	to := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	from := to.Add(-time.Hour)
-	w := timeRangeToProto(TimeRange{From: from, To: to})
-	if !w.GetTo().AsTime().Equal(to) || !w.GetFrom().AsTime().Equal(from) {
-		t.Fatalf("wire range %v", w)
+	if got := checkFromSDK(&sdk.ScalingPolicyCheck{Name: "n"}); got.Config == nil {
+		t.Error("a check without a strategy block has a nil config")
 	}
-	if got := timeRangeFromProto(w); !got.From.Equal(from) || !got.To.Equal(to) {
-		t.Fatalf("range %v", got)
+	a := Action{Count: 3, Reason: "r", Error: true, Direction: DirectionUp, Meta: map[string]any{"k": 1.0}}
+	sa, err := actionToSDK(a)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := timeRangeFromProto(nil); !got.From.Equal(time.Unix(0, 0)) || !got.To.Equal(time.Unix(0, 0)) {
-		t.Fatalf("missing range read as %v, want the epoch as the agent does", got)
-	}
-}
-
-func TestActionFromMissing(t *testing.T) {
-	a, err := actionFromProto(nil)
-	if err != nil || a.Direction != DirectionNone || a.Meta != nil {
-		t.Fatalf("missing action = %#v, %v", a, err)
+	if got, err := actionFromSDK(sa); err != nil || !reflect.DeepEqual(got, a) {
+		t.Errorf("action %v, %v", got, err)
 	}
 }

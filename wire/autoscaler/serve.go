@@ -4,33 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"runtime/debug"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad-autoscaler/plugins"
+	"github.com/hashicorp/nomad-autoscaler/plugins/apm"
+	pbase "github.com/hashicorp/nomad-autoscaler/plugins/base"
+	"github.com/hashicorp/nomad-autoscaler/plugins/strategy"
+	"github.com/hashicorp/nomad-autoscaler/plugins/target"
+	"github.com/hashicorp/nomad-autoscaler/sdk"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/nomad-gpu/nomad-gpu/wire/base"
-	apmpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/apm"
-	basepb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/base"
-	strategypb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/strategy"
-	targetpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/target"
 )
 
 // Handshake is what nomad-autoscaler expects of every external plugin:
 // go-plugin app protocol version 1 and the autoscaler's magic cookie
 // (not Nomad's: a Nomad plugin binary is refused, and vice versa).
-var Handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  1,
-	MagicCookieKey:   "NOMAD_AUTOSCALER_PLUGIN_MAGIC_COOKIE",
-	MagicCookieValue: "e082fa04d587a6525d683666fa253d6afda00f20c122c54a80a3ed57fec99ff3",
-}
-
-// keyBase is the plugin-set key of BasePluginService; a plugin's own
-// service is under its PluginType's String.
-const keyBase = "base"
+var Handshake = plugins.Handshake
 
 // ServeAPM serves p as the APM plugin name until the agent kills it (see
 // Serve).
@@ -47,11 +42,15 @@ func ServeTarget(name string, p Target, logger hclog.Logger) { Serve(name, TypeT
 // Serve runs impl, an APM, Strategy or Target as typ says, as an external
 // nomad-autoscaler plugin until the agent kills it, or its parent process
 // (the agent) dies: the agent never reattaches, so an orphan would only
-// linger. name is what PluginInfo answers, which the agent requires to
-// equal the plugin block's driver (the binary's file name). logger nil
-// logs as base.NewLogger(name): hclog JSON on the real stderr. Nothing may
-// be written to stdout before Serve; it never returns early on a bad impl,
-// it exits with status 1.
+// linger. The protocol is upstream's (nomad-autoscaler's plugins/apm,
+// plugins/strategy, plugins/target, plugins/base); Serve adds what
+// upstream's plugins.Serve lacks: a panic in a call is that call's error
+// (gRPC Internal), not a dead plugin the agent never relaunches, and the
+// parent watchdog. name is what PluginInfo answers, which the agent
+// requires to equal the plugin block's driver (the binary's file name).
+// logger nil logs as base.NewLogger(name): hclog JSON on the real stderr.
+// Nothing may be written to stdout before Serve; it never returns early on
+// a bad impl, it exits with status 1.
 func Serve(name string, typ PluginType, impl Plugin, logger hclog.Logger) {
 	if logger == nil {
 		logger = base.NewLogger(name)
@@ -66,192 +65,154 @@ func Serve(name string, typ PluginType, impl Plugin, logger hclog.Logger) {
 		return
 	}
 	watchParent(logger)
-	base.ServeHandshake(Handshake, set, logger)
+	base.ServeHandshake(Handshake, set, logger, grpc.ChainUnaryInterceptor(recoverPanics(logger)))
 }
 
-// pluginSet is the go-plugin set the agent dispenses from: "base" and the
-// type's own key, as upstream's Serve lays it out; impl may be nil on the
-// agent's side, which never registers.
+// pluginSet is the go-plugin set the agent dispenses from, laid out as
+// upstream's plugins.Serve lays it out: the type's key and "base", both
+// upstream's plugins over impl adapted to upstream's interfaces. impl may
+// be nil on the agent's side, which never registers.
 func pluginSet(name string, typ PluginType, impl Plugin, logger hclog.Logger) (map[string]plugin.Plugin, error) {
-	if logger == nil {
-		logger = hclog.NewNullLogger()
-	}
-	wireType, err := typeToProto(typ)
+	tname, err := typeName(typ)
 	if err != nil {
 		return nil, err
 	}
-	var register func(*grpc.Server)
+	b := adapter{name: name, typ: tname, plugin: impl}
+	var p plugin.Plugin
 	switch typ {
 	case TypeAPM:
-		p, ok := impl.(APM)
+		a, ok := impl.(APM)
 		if !ok && impl != nil {
 			return nil, fmt.Errorf("%T is not an APM", impl)
 		}
-		register = func(s *grpc.Server) { apmpb.RegisterAPMPluginServiceServer(s, &apmServer{impl: p, logger: logger}) }
+		p = &apm.PluginAPM{Impl: &apmAdapter{adapter: b, impl: a}}
 	case TypeStrategy:
-		p, ok := impl.(Strategy)
+		s, ok := impl.(Strategy)
 		if !ok && impl != nil {
 			return nil, fmt.Errorf("%T is not a Strategy", impl)
 		}
-		register = func(s *grpc.Server) {
-			strategypb.RegisterStrategyPluginServiceServer(s, &strategyServer{impl: p, logger: logger})
-		}
+		p = &strategy.PluginStrategy{Impl: &strategyAdapter{adapter: b, impl: s}}
 	case TypeTarget:
-		p, ok := impl.(Target)
+		t, ok := impl.(Target)
 		if !ok && impl != nil {
 			return nil, fmt.Errorf("%T is not a Target", impl)
 		}
-		register = func(s *grpc.Server) {
-			targetpb.RegisterTargetPluginServiceServer(s, &targetServer{impl: p, logger: logger})
-		}
+		p = &target.PluginTarget{Impl: &targetAdapter{adapter: b, impl: t}}
 	}
-	// The agent dispenses only the type's key and reaches BasePluginService
-	// through the same connection, so the type's client carries both.
 	return map[string]plugin.Plugin{
-		keyBase: &base.GRPCService{
-			Register: func(s *grpc.Server) {
-				basepb.RegisterBasePluginServiceServer(s, &baseServer{name: name, typ: wireType, impl: impl, logger: logger})
-			},
-			NewClient: func(ctx context.Context, c *grpc.ClientConn) any { return newRPC(ctx, c) },
-		},
-		typ.String(): &base.GRPCService{
-			Register:  register,
-			NewClient: func(ctx context.Context, c *grpc.ClientConn) any { return newRPC(ctx, c) },
-		},
+		typ.String():       p,
+		sdk.PluginTypeBase: &pbase.PluginBase{Impl: &b},
 	}, nil
 }
 
-// call runs one domain call for a gRPC method: its error becomes a gRPC
-// error with the message intact (a status error keeps its code), and a
-// panic becomes Internal instead of killing the plugin, which the agent
-// would never relaunch.
-func call[T any](logger hclog.Logger, method string, f func() (T, error)) (resp T, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			logger.Error("plugin panicked", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			var zero T
-			resp, err = zero, status.Errorf(codes.Internal, "%s: plugin panicked: %v", method, r)
-		}
-	}()
-	resp, err = f()
+// recoverPanics makes a panic in any call, ours or upstream's conversion
+// code, that call's error (code Internal) instead of killing the plugin,
+// which the agent would never relaunch.
+func recoverPanics(logger hclog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				method := path.Base(info.FullMethod)
+				logger.Error("plugin panicked", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				resp, err = nil, status.Errorf(codes.Internal, "%s: plugin panicked: %v", method, r)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// adapter is upstream's base.Base over a Plugin. An error from a domain
+// method reaches the agent as gRPC Unknown with its message (a status
+// error keeps its code).
+type adapter struct {
+	name, typ string
+	plugin    Plugin
+}
+
+func (a *adapter) PluginInfo() (*pbase.PluginInfo, error) {
+	return &pbase.PluginInfo{Name: a.name, PluginType: a.typ}, nil
+}
+
+func (a *adapter) SetConfig(config map[string]string) error {
+	return a.plugin.SetConfig(nonNil(config))
+}
+
+type apmAdapter struct {
+	adapter
+	impl APM
+}
+
+func (a *apmAdapter) Query(q string, r sdk.TimeRange) (sdk.TimestampedMetrics, error) {
+	ms, err := a.impl.Query(q, timeRangeFromSDK(r))
 	if err != nil {
-		var zero T
-		return zero, toStatus(err)
+		return nil, err
 	}
-	return resp, nil
+	return metricsToSDK(ms), nil
 }
 
-func toStatus(err error) error {
-	if errors.Is(err, ErrScaleNoOp) {
-		return status.Error(codes.Aborted, err.Error())
-	}
-	if s, ok := status.FromError(err); ok {
-		return s.Err()
-	}
-	return status.Error(codes.Unknown, err.Error())
-}
-
-type baseServer struct {
-	basepb.UnimplementedBasePluginServiceServer
-	name   string
-	typ    basepb.PluginType
-	impl   Plugin
-	logger hclog.Logger
-}
-
-func (s *baseServer) PluginInfo(context.Context, *basepb.PluginInfoRequest) (*basepb.PluginInfoResponse, error) {
-	return &basepb.PluginInfoResponse{Name: s.name, Type: s.typ}, nil
-}
-
-func (s *baseServer) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*basepb.SetConfigResponse, error) {
-	return call(s.logger, "SetConfig", func() (*basepb.SetConfigResponse, error) {
-		if err := s.impl.SetConfig(nonNil(req.GetConfig())); err != nil {
-			return nil, err
-		}
-		return &basepb.SetConfigResponse{}, nil
-	})
-}
-
-type apmServer struct {
-	apmpb.UnimplementedAPMPluginServiceServer
-	impl   APM
-	logger hclog.Logger
-}
-
-func (s *apmServer) Query(_ context.Context, req *apmpb.QueryRequest) (*apmpb.QueryResponse, error) {
-	return call(s.logger, "Query", func() (*apmpb.QueryResponse, error) {
-		ms, err := s.impl.Query(req.GetQuery(), timeRangeFromProto(req.GetTimeRange()))
-		if err != nil {
-			return nil, err
-		}
-		return &apmpb.QueryResponse{TimestampedMetric: metricsToProto(ms)}, nil
-	})
-}
-
-func (s *apmServer) QueryMultiple(_ context.Context, req *apmpb.QueryMultipleRequest) (*apmpb.QueryMultipleResponse, error) {
-	m, ok := s.impl.(APMMultiple)
+// QueryMultiple is Unimplemented for an APM without APMMultiple: only
+// Enterprise DAS calls it.
+func (a *apmAdapter) QueryMultiple(q string, r sdk.TimeRange) ([]sdk.TimestampedMetrics, error) {
+	m, ok := a.impl.(APMMultiple)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "QueryMultiple is not supported by this APM")
 	}
-	return call(s.logger, "QueryMultiple", func() (*apmpb.QueryMultipleResponse, error) {
-		sets, err := m.QueryMultiple(req.GetQuery(), timeRangeFromProto(req.GetTimeRange()))
-		if err != nil {
-			return nil, err
-		}
-		out := make([]*apmpb.QueryResponse, len(sets))
-		for i, ms := range sets {
-			out[i] = &apmpb.QueryResponse{TimestampedMetric: metricsToProto(ms)}
-		}
-		return &apmpb.QueryMultipleResponse{TimestampedMetric: out}, nil
-	})
+	sets, err := m.QueryMultiple(q, timeRangeFromSDK(r))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sdk.TimestampedMetrics, len(sets))
+	for i, ms := range sets {
+		out[i] = metricsToSDK(ms)
+	}
+	return out, nil
 }
 
-type strategyServer struct {
-	strategypb.UnimplementedStrategyPluginServiceServer
-	impl   Strategy
-	logger hclog.Logger
+type strategyAdapter struct {
+	adapter
+	impl Strategy
 }
 
-func (s *strategyServer) Run(_ context.Context, req *strategypb.RunRequest) (*strategypb.RunResponse, error) {
-	return call(s.logger, "Run", func() (*strategypb.RunResponse, error) {
-		a, err := s.impl.Run(checkFromProto(req.GetCheck()), metricsFromProto(req.GetTimestampedMetric()), req.GetCount())
-		if err != nil {
-			return nil, err
-		}
-		action, err := actionToProto(a)
-		if err != nil {
-			return nil, fmt.Errorf("strategy returned a bad action: %w", err)
-		}
-		// Upstream echoes the check and metrics; the agent reads only action.
-		return &strategypb.RunResponse{Action: action, Check: req.GetCheck(), TimestampedMetric: req.GetTimestampedMetric()}, nil
-	})
+// Run never sends direction UNSPECIFIED: a strategy returning it gets the
+// error "strategy returned a bad action: …".
+func (s *strategyAdapter) Run(eval *sdk.ScalingCheckEvaluation, count int64) (*sdk.ScalingCheckEvaluation, error) {
+	a, err := s.impl.Run(checkFromSDK(eval.Check), metricsFromSDK(eval.Metrics), count)
+	if err != nil {
+		return nil, err
+	}
+	action, err := actionToSDK(a)
+	if err != nil {
+		return nil, fmt.Errorf("strategy returned a bad action: %w", err)
+	}
+	eval.Action = &action
+	return eval, nil
 }
 
-type targetServer struct {
-	targetpb.UnimplementedTargetPluginServiceServer
-	impl   Target
-	logger hclog.Logger
+type targetAdapter struct {
+	adapter
+	impl Target
 }
 
-func (s *targetServer) Scale(_ context.Context, req *targetpb.ScaleRequest) (*targetpb.ScaleResponse, error) {
-	return call(s.logger, "Scale", func() (*targetpb.ScaleResponse, error) {
-		a, err := actionFromProto(req.GetAction())
-		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+// Scale: an error that errors.Is ErrScaleNoOp becomes upstream's
+// TargetScalingNoOpError, which upstream sends as code Aborted.
+func (t *targetAdapter) Scale(action sdk.ScalingAction, config map[string]string) error {
+	a, err := actionFromSDK(action)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := t.impl.Scale(a, nonNil(config)); err != nil {
+		if errors.Is(err, ErrScaleNoOp) {
+			return sdk.NewTargetScalingNoOpError("%s", err.Error())
 		}
-		if err := s.impl.Scale(a, nonNil(req.GetConfig())); err != nil {
-			return nil, err
-		}
-		return &targetpb.ScaleResponse{}, nil
-	})
+		return err
+	}
+	return nil
 }
 
-func (s *targetServer) Status(_ context.Context, req *targetpb.StatusRequest) (*targetpb.StatusResponse, error) {
-	return call(s.logger, "Status", func() (*targetpb.StatusResponse, error) {
-		st, err := s.impl.Status(nonNil(req.GetConfig()))
-		if err != nil {
-			return nil, err
-		}
-		return &targetpb.StatusResponse{Ready: st.Ready, Count: st.Count, Meta: st.Meta}, nil
-	})
+func (t *targetAdapter) Status(config map[string]string) (*sdk.TargetStatus, error) {
+	st, err := t.impl.Status(nonNil(config))
+	if err != nil {
+		return nil, err
+	}
+	return &sdk.TargetStatus{Ready: st.Ready, Count: st.Count, Meta: st.Meta}, nil
 }

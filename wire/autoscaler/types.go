@@ -1,7 +1,9 @@
 // Package autoscaler speaks the nomad-autoscaler external plugin protocol
 // (go-plugin over gRPC, app protocol version 1): the base, APM, strategy
-// and target services. Domain code implements the interfaces here with the
-// plain Go types here; no protobuf type leaves this package.
+// and target services, through upstream's own plugins and sdk packages
+// (github.com/hashicorp/nomad-autoscaler). Domain code implements the
+// interfaces here with the plain Go types here; no protobuf or sdk type
+// leaves this package.
 package autoscaler
 
 import (

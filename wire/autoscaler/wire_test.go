@@ -17,14 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad-autoscaler/plugins/shared"
+	sharedpb "github.com/hashicorp/nomad-autoscaler/plugins/shared/proto/v1"
+	strategypb "github.com/hashicorp/nomad-autoscaler/plugins/strategy/proto/v1"
+	targetpb "github.com/hashicorp/nomad-autoscaler/plugins/target/proto/v1"
 	"github.com/hashicorp/nomad/api"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
-
-	sharedpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/shared"
-	strategypb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/strategy"
-	targetpb "github.com/nomad-gpu/nomad-gpu/wire/proto/autoscaler/target"
 )
 
 // pluginName is the test plugin's file name, which is its driver.
@@ -77,6 +79,17 @@ func start(t *testing.T, typ PluginType, config map[string]string, opts ...Launc
 	}
 	t.Cleanup(c.Kill)
 	return c
+}
+
+// conn is the plugin's gRPC connection, for the tests that look below the
+// Client at what goes on the wire.
+func conn(t *testing.T, c *Client) *grpc.ClientConn {
+	t.Helper()
+	proto, err := c.client.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proto.(*plugin.GRPCClient).Conn
 }
 
 func wantCode(t *testing.T, err error, code codes.Code, msg string) {
@@ -373,7 +386,8 @@ func TestRun(t *testing.T) {
 			{config: map[string]string{"direction": "down", "meta": `{}`}, dir: sharedpb.ScalingDirection_SCALING_DIRECTION_DOWN, wantMeta: `{}`},
 			{config: map[string]string{"direction": "up", "meta": `{"n":2}`}, dir: sharedpb.ScalingDirection_SCALING_DIRECTION_UP, wantMeta: `{"n":2}`},
 		} {
-			resp, err := c.rpc.strategy.Run(t.Context(), &strategypb.RunRequest{Action: &sharedpb.ScalingAction{}, Check: checkToProto(check(tc.config)), Count: 1})
+			resp, err := strategypb.NewStrategyPluginServiceClient(conn(t, c)).Run(t.Context(),
+				&strategypb.RunRequest{Action: &sharedpb.ScalingAction{}, Check: shared.ScalingPolicyCheckToProto(checkToSDK(check(tc.config))), Count: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -425,7 +439,8 @@ func TestTarget(t *testing.T) {
 		for _, a := range []Action{
 			{Count: 5, Reason: "queue", Direction: DirectionUp, Meta: map[string]any{"nomad_autoscaler.count.capped": true, "n": 1.0}},
 			{Count: 2, Direction: DirectionDown, Meta: map[string]any{}},
-			{Count: -1, Reason: "dry", Direction: DirectionNone, Error: true},
+			// Upstream's server canonicalizes no meta to {}, as the agent does.
+			{Count: -1, Reason: "dry", Direction: DirectionNone, Error: true, Meta: map[string]any{}},
 		} {
 			if err := c.Scale(a, map[string]string{"x": "y"}); err != nil {
 				t.Fatal(err)
@@ -468,19 +483,21 @@ func TestTarget(t *testing.T) {
 		}{
 			{name: "no-op is Aborted", code: codes.Aborted, msg: "already: scale is a no-op",
 				req: &targetpb.ScaleRequest{Action: &sharedpb.ScalingAction{Direction: sharedpb.ScalingDirection_SCALING_DIRECTION_UP}, Config: map[string]string{"scale_noop": "already"}}},
-			{name: "unspecified direction", code: codes.InvalidArgument, msg: `scale direction is unknown: "SCALING_DIRECTION_UNSPECIFIED"`,
+			// Upstream's server decodes the action before our adapter sees
+			// it, and returns its errors as they are: code Unknown.
+			{name: "unspecified direction", code: codes.Unknown, msg: `scale direction is unknown: "SCALING_DIRECTION_UNSPECIFIED"`,
 				req: &targetpb.ScaleRequest{Action: &sharedpb.ScalingAction{Count: 1}}},
-			{name: "meta not JSON", code: codes.InvalidArgument,
+			{name: "meta not JSON", code: codes.Unknown,
 				req: &targetpb.ScaleRequest{Action: &sharedpb.ScalingAction{Direction: sharedpb.ScalingDirection_SCALING_DIRECTION_UP, Meta: &anypb.Any{Value: []byte("{")}}}},
-			{name: "meta empty", code: codes.InvalidArgument,
+			{name: "meta empty", code: codes.Unknown,
 				req: &targetpb.ScaleRequest{Action: &sharedpb.ScalingAction{Direction: sharedpb.ScalingDirection_SCALING_DIRECTION_UP, Meta: &anypb.Any{}}}},
-			{name: "meta an array", code: codes.InvalidArgument,
+			{name: "meta an array", code: codes.Unknown,
 				req: &targetpb.ScaleRequest{Action: &sharedpb.ScalingAction{Direction: sharedpb.ScalingDirection_SCALING_DIRECTION_UP, Meta: &anypb.Any{Value: []byte("[1]")}}}},
 			{name: "meta JSON object", code: codes.OK,
 				req: &targetpb.ScaleRequest{Action: &sharedpb.ScalingAction{Direction: sharedpb.ScalingDirection_SCALING_DIRECTION_UP, Meta: &anypb.Any{Value: []byte(`{"a":"b"}`)}}}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				_, err := c.rpc.target.Scale(t.Context(), tc.req)
+				_, err := targetpb.NewTargetPluginServiceClient(conn(t, c)).Scale(t.Context(), tc.req)
 				if tc.code == codes.OK {
 					if err != nil {
 						t.Fatal(err)

@@ -17,16 +17,19 @@ func Serve(plugins map[string]plugin.Plugin, logger hclog.Logger) {
 }
 
 // ServeHandshake is Serve for a host with its own handshake (the
-// nomad-autoscaler agent): gRPC only, logging to logger.
-func ServeHandshake(handshake plugin.HandshakeConfig, plugins map[string]plugin.Plugin, logger hclog.Logger) {
+// nomad-autoscaler agent): gRPC only, logging to logger; opts are added to
+// the gRPC server's (an interceptor, say).
+func ServeHandshake(handshake plugin.HandshakeConfig, plugins map[string]plugin.Plugin, logger hclog.Logger, opts ...grpc.ServerOption) {
 	// A plugin that outlives a crashed agent must not die of SIGPIPE on its
 	// next log line to the dead agent's pipe.
 	signal.Ignore(syscall.SIGPIPE)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,
 		Plugins:         plugins,
-		GRPCServer:      plugin.DefaultGRPCServer,
-		Logger:          logger,
+		GRPCServer: func(base []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(base, opts...)...)
+		},
+		Logger: logger,
 	})
 }
 
