@@ -213,9 +213,8 @@ func replayTask(work time.Duration, util float64, cli string) string {
 // With a commitTimeout the task checkpoints; 0 leaves the block out.
 // Movable opts the job in to the controller's moves (Features.Moves). Its
 // memory is 64 MiB: sim-load alone (the nomad-gpu binary) has a resident
-// set of about 23.5 MiB, and at 24 MiB a task could be killed for memory
-// when its shell forks to commit a checkpoint (suspected of the one
-// checkpointed preemption that lost work, session 31).
+// set of about 23.5 MiB, and at 24 MiB a task can be killed for memory
+// when its shell forks to commit a checkpoint, and lose its work.
 func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration, movable bool) string {
 	script := replayTask(work, j.EffectiveUtil(), cli)
 	ck, meta := "", ""

@@ -104,9 +104,9 @@ func TestShareUsageFile(t *testing.T) {
 	}
 }
 
-// The per-share utilisation is an addition to the file: a reader that
-// predates it reads a new file as before, and a file that predates it reads
-// with no utilisation (nil, told apart from the driver's empty map).
+// A reader that does not know the per-share utilisation reads a file
+// with it, and a file without it reads with no utilisation (nil, told
+// apart from the driver's empty map).
 func TestShareUsageUtilCompat(t *testing.T) {
 	root := t.TempDir()
 	const g = "GPU-a"

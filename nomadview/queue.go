@@ -129,9 +129,8 @@ func queuedGroup(e *api.Evaluation, job *api.Job, tg string, sum *api.JobSummary
 // the job has no summary or the summary no such group, the evaluation's
 // own record counts: the placements that failed, CoalescedFailures+1.
 //
-// The APM used to keep summaries with Queued=0 out (after a settling
-// time), `top` counted CoalescedFailures+1 for them; both are this rule
-// now, decided by the indexes rather than by a clock.
+// The APM, `top` and the controller all count by this rule, decided by
+// the indexes rather than by a clock (a settling time would only guess).
 func queuedCount(e *api.Evaluation, sum *api.JobSummary, tg string) int {
 	failed := 1
 	if m := e.FailedTGAllocs[tg]; m != nil {
