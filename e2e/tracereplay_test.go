@@ -173,10 +173,11 @@ func cpuTimes(t testing.TB) (busy, total uint64) {
 // all (a request before it can commit is answered once it can), reads its
 // checkpoint with a builtin, and every child it forks may die of it: date
 // is asked again, and the work loop sleeps until the work is done, however
-// often its sleep is killed. (Before, a request in the first milliseconds
-// killed the task before it logged restored=, and every later one killed
-// its sleep, so that it ended as if done right after its commit and never
-// logged stopped=: no commit-to-exit gap was ever measured.) The driver
+// often its sleep is killed. (Otherwise a request in the first
+// milliseconds would kill the task before it logs restored=, and every
+// later one its sleep, so that it would end as if done right after its
+// commit and never log stopped=: no commit-to-exit gap would be
+// measured.) The driver
 // stops the task as soon as it sees the commit marker, which may be before
 // the line after it runs: the stop's trap logs the commit marked (m) that
 // ck had no time to log. It is quoted into the jobspec's HCL: no "${" or

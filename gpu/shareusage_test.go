@@ -120,7 +120,8 @@ func TestShareUsageUtilCompat(t *testing.T) {
 	if err != nil || got.Util[g+"-mps-0"] != 87.5 || got.Shares[g+"-mps-0"] != 1000 {
 		t.Fatalf("read back %+v, %v", got, err)
 	}
-	// An older reader: the struct as it was, strict about nothing else.
+	// A reader that does not know Util: the struct without it, strict about
+	// nothing else.
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -396,8 +396,7 @@ func TestPipeRootShared(t *testing.T) {
 	}
 }
 
-// Files written by the previous version: clients without uid, daemon
-// without boot ID.
+// Version 1 state files: clients without uid, daemon without boot ID.
 func TestVersion1State(t *testing.T) {
 	needRoot(t)
 	root := testRoot(t)
