@@ -3,9 +3,10 @@
 // top` and the controller.
 //
 // It exists so that they agree: each reading Nomad on its own, with rules
-// of its own, `top` could show a queue the autoscaler calls empty. Here the
-// cluster is read once, by blocking-query watches on nodes, node pools,
-// blocked evaluations and jobs, and by Nomad's event stream for the
+// of its own, `top` could show a queue the autoscaler calls empty.
+//
+// Here the cluster is read once, by blocking-query watches on nodes, node
+// pools, blocked evaluations and jobs, and by Nomad's event stream for the
 // allocations, which change too often to list each time (Watcher,
 // stream.go), into an immutable Snapshot, and the rules about it are
 // written once, as methods of the snapshot:
