@@ -143,7 +143,7 @@ const (
 	MetricControllerLedgerWrite = "nomad_gpu_controller_ledger_writes_total"
 	MetricControllerNomadCalls  = "nomad_gpu_controller_nomad_requests_total"
 	LabelEndpoint               = "endpoint" // a Nomad API list a watch reads
-	// Layouts that follow the queue (issue 24).
+	// Layouts that follow the queue.
 	MetricControllerLayoutChanges = "nomad_gpu_controller_layout_changes_total"
 	MetricControllerLayoutApplied = "nomad_gpu_controller_layout_apply_seconds"
 	LabelLayoutKind               = "layout" // whole, mps or mig: what a GPU was relaid to; cancel: asked back to what it offers

@@ -3,15 +3,16 @@ package controller
 // BenchmarkLeaderNomadCalls: the Nomad API calls a leading controller
 // makes, and the bytes it reads, per minute, on a cluster of 10,000
 // allocations that changes every 100ms and preempts an allocation every
-// 2s (issue 23's acceptance figure). The controller runs as the command
-// does, with its default flags (-tick 1s, -lock-ttl 30s), against
-// fakeNomad for benchPeriod of wall time: a leader's first minute, the
-// dearest, since it starts with whole lists. Every request the fake
-// answers counts, the leader lock's and the writes too. Bytes are the JSON
-// bodies, uncompressed (Nomad gzips them when asked), the event stream's
-// lines included. MB/min counts them all; first-MB is the part of it that
-// the first answer of each endpoint makes (the leader's first lists), and
-// later-MB/min the rest: what a leader reads each minute after its first.
+// 2s, the load docs/controller.md states the leader's reads for. The
+// controller runs as the command does, with its default flags (-tick 1s,
+// -lock-ttl 30s), against fakeNomad for benchPeriod of wall time: a
+// leader's first minute, the dearest, since it starts with whole lists.
+// Every request the fake answers counts, the leader lock's and the writes
+// too. Bytes are the JSON bodies, uncompressed (Nomad gzips them when
+// asked), the event stream's lines included. MB/min counts them all;
+// first-MB is the part of it that the first answer of each endpoint makes
+// (the leader's first lists), and later-MB/min the rest: what a leader
+// reads each minute after its first.
 //
 //	go test -run '^$' -bench LeaderNomadCalls ./controller/
 

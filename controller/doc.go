@@ -5,11 +5,11 @@
 // writes through the one priority ledger (Ledger), so no two code paths
 // ever race on a job's priority.
 //
-// Why one process, and not the node drivers as before: a cluster-wide
-// decision made on every GPU node needs a job-submit token on every node,
-// has N nodes racing on one check-and-set, and lets a compromised node
-// rewrite jobs across the cluster. The driver now only reads its own
-// allocation; its token needs read access only.
+// Why one process rather than the node drivers: a cluster-wide decision
+// made on every GPU node would need a job-submit token on every node, have
+// N nodes racing on one check-and-set, and let a compromised node rewrite
+// jobs across the cluster. The driver only reads its own allocation, so
+// its token needs read access only.
 //
 // Preemption protection (Protector) keeps a just-preempted job from being
 // preempted again at once by work of the class that preempted it. It

@@ -9,7 +9,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
 
-// The targets: one fingerprint and one stats cycle under 1 ms of CPU
+// The targets: one fingerprint and one stats cycle under 1 ms of CPU
 // each on a dgxh100 with 56 MIG instances, and with 8 GPUs × 8 MPS shares.
 // Figures are reported, never asserted.
 func benchPlugin(b *testing.B, edit func(*Config)) *Plugin {

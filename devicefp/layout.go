@@ -17,8 +17,8 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 )
 
-// Following the layouts asked for each GPU (issue 24;
-// docs/design/gpu-layouts.md §7). The controller, or an operator's pin,
+// Following the layouts asked for each GPU
+// (docs/design/gpu-layouts.md §7). The controller, or an operator's pin,
 // writes the layout it wants for a GPU in the node's dynamic metadata. Only
 // the device plugin can apply it: it is what offers the GPU's instances to
 // Nomad, what hands them to tasks (Reserve), and so the one process that

@@ -185,7 +185,7 @@ func (m *deviceMetrics) collectTelemetry(ch chan<- prometheus.Metric, lv []strin
 	}
 	if s.typ == contract.SliceMPS {
 		// Its task's utilisation of the share (0 without a task), where
-		// the driver measures it; else (an older driver, or NVML samples
+		// the driver measures it; else (a driver that writes none, or NVML samples
 		// no per-process utilisation) no series: the GPU's figures are
 		// every client's, not the share's. Nothing measures a share's
 		// memory bandwidth.

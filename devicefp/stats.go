@@ -104,7 +104,7 @@ func (s *sampler) shareUsage(gpuUUID string) map[string]uint64 {
 // shareUtilization is an MPS share's task's utilisation of the share, in
 // percent, as the driver published it: 0 for a share without a task; false
 // for a share whose task the driver does not measure (a driver that
-// predates it, or NVML samples no per-process utilisation).
+// writes no utilisation, or NVML samples no per-process utilisation).
 func shareUtilization(u gpu.ShareUsage, id string) (float64, bool) {
 	if v, ok := u.Util[id]; ok {
 		return v, true

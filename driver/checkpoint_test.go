@@ -115,8 +115,8 @@ func TestCheckpointOnStopThenRestore(t *testing.T) {
 	}
 }
 
-// A task without a checkpoint block is stopped as before: no signal but
-// the kill signal.
+// A task without a checkpoint block is stopped as any task is: no signal
+// but the kill signal.
 func TestNoCheckpointBlockNoCheckpoint(t *testing.T) {
 	e := newEnv(t)
 	d := e.plugin()

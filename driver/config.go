@@ -73,9 +73,9 @@ type NomadAPIConfig struct {
 	Token string `hcl:"token"`
 }
 
-// PreemptionConfig is what remains of the driver's preemption cooldown,
-// which moved to the controller: a config that still sets it is refused
-// with a message saying where it went, rather than silently left without
+// PreemptionConfig is the driver's preemption block. The preemption
+// cooldown is the controller's: a config that sets it here is refused
+// with a message naming the controller, rather than silently left without
 // protection.
 type PreemptionConfig struct {
 	Cooldown time.Duration `hcl:"cooldown"`

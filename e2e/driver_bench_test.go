@@ -364,7 +364,7 @@ func sampleSetup(s latencySample) time.Duration  { return s.setup }
 type latencyRatios struct{ client, api, setup float64 }
 
 // reportLatency reports the gpu and raw_exec figures of one comparison as
-// metrics named as they always were.
+// metrics whose names stay fixed, so that runs compare.
 func reportLatency(b *testing.B, prefix string, samples map[string][]latencySample) latencyRatios {
 	b.Helper()
 	for _, d := range []string{"gpu", "raw_exec"} {

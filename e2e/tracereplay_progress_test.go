@@ -21,9 +21,9 @@ import (
 // on gpu-5 committed 72025 ms of work when preempted; run 2 on gpu-7 was
 // preempted 57 ms (wall) after its start and logged nothing at all (the
 // checkpoint signal's default action killed its shell before its first
-// line); run 3 on gpu-8 restored those same 72025 ms. Nothing was lost,
-// but run 2's silence was read as "restored=-1" and the figure counted
-// the whole 72 s checkpoint lost: 0.02 GPU-hours.
+// line); run 3 on gpu-8 restored those same 72025 ms. Nothing was lost:
+// read as "restored=-1", run 2's silence would count the whole 72 s
+// checkpoint lost, 0.02 GPU-hours.
 func TestReplayProgressUntoldRestoreIsUnknown(t *testing.T) {
 	const compression = 25
 	trace := func(d time.Duration) time.Duration { return d * compression }

@@ -173,10 +173,11 @@ func cpuTimes(t testing.TB) (busy, total uint64) {
 // all (a request before it can commit is answered once it can), reads its
 // checkpoint with a builtin, and every child it forks may die of it: date
 // is asked again, and the work loop sleeps until the work is done, however
-// often its sleep is killed. (Before, a request in the first milliseconds
-// killed the task before it logged restored=, and every later one killed
-// its sleep, so that it ended as if done right after its commit and never
-// logged stopped=: no commit-to-exit gap was ever measured.) The driver
+// often its sleep is killed. (Otherwise a request in the first
+// milliseconds would kill the task before it logs restored=, and every
+// later one its sleep, so that it would end as if done right after its
+// commit and never log stopped=: no commit-to-exit gap would be
+// measured.) The driver
 // stops the task as soon as it sees the commit marker, which may be before
 // the line after it runs: the stop's trap logs the commit marked (m) that
 // ck had no time to log. It is quoted into the jobspec's HCL: no "${" or
@@ -213,9 +214,8 @@ func replayTask(work time.Duration, util float64, cli string) string {
 // With a commitTimeout the task checkpoints; 0 leaves the block out.
 // Movable opts the job in to the controller's moves (Features.Moves). Its
 // memory is 64 MiB: sim-load alone (the nomad-gpu binary) has a resident
-// set of about 23.5 MiB, and at 24 MiB a task could be killed for memory
-// when its shell forks to commit a checkpoint (suspected of the one
-// checkpointed preemption that lost work, session 31).
+// set of about 23.5 MiB, and at 24 MiB a task can be killed for memory
+// when its shell forks to commit a checkpoint, and lose its work.
 func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration, movable bool) string {
 	script := replayTask(work, j.EffectiveUtil(), cli)
 	ck, meta := "", ""

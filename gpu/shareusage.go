@@ -38,7 +38,7 @@ const maxShareUsageSize = 1 << 20
 // is not measured (NVML samples no per-process utilisation) is absent. The
 // driver always writes the key ("util": {} when nothing was measured), so a
 // nil Util after reading means a file from a driver that does not measure
-// utilisation. Readers that predate it ignore the key; files that predate
+// utilisation. Readers that do not know the key ignore it; files without
 // it read with Util nil.
 type ShareUsage struct {
 	UpdatedAt time.Time          `json:"updated_at"`

@@ -104,9 +104,9 @@ func TestShareUsageFile(t *testing.T) {
 	}
 }
 
-// The per-share utilisation is an addition to the file: a reader that
-// predates it reads a new file as before, and a file that predates it reads
-// with no utilisation (nil, told apart from the driver's empty map).
+// A reader that does not know the per-share utilisation reads a file
+// with it, and a file without it reads with no utilisation (nil, told
+// apart from the driver's empty map).
 func TestShareUsageUtilCompat(t *testing.T) {
 	root := t.TempDir()
 	const g = "GPU-a"
@@ -120,7 +120,8 @@ func TestShareUsageUtilCompat(t *testing.T) {
 	if err != nil || got.Util[g+"-mps-0"] != 87.5 || got.Shares[g+"-mps-0"] != 1000 {
 		t.Fatalf("read back %+v, %v", got, err)
 	}
-	// An older reader: the struct as it was, strict about nothing else.
+	// A reader that does not know Util: the struct without it, strict about
+	// nothing else.
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

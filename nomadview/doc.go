@@ -2,13 +2,14 @@
 // nomad-gpu's cluster-wide parts share: the APM (nomad-gpu-apm), `nomad-gpu
 // top` and the controller.
 //
-// It exists because each of them used to read Nomad on its own and apply
-// its own rules, and they disagreed: `top` showed a queue the autoscaler
-// called empty. Here the cluster is read once, by blocking-query watches
-// on nodes, node pools, blocked evaluations and jobs, and by Nomad's event
-// stream for the allocations, which change too often to list each time
-// (Watcher, stream.go), into an immutable Snapshot, and the rules about it
-// are written once, as methods of the snapshot:
+// It exists so that they agree: each reading Nomad on its own, with rules
+// of its own, `top` could show a queue the autoscaler calls empty.
+//
+// Here the cluster is read once, by blocking-query watches on nodes, node
+// pools, blocked evaluations and jobs, and by Nomad's event stream for the
+// allocations, which change too often to list each time (Watcher,
+// stream.go), into an immutable Snapshot, and the rules about it are
+// written once, as methods of the snapshot:
 //
 //   - QueuedGroups and PendingAllocs: the GPU work that waits (one rule for
 //     a job summary against a blocked evaluation, see queuedCount);

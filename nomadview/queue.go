@@ -122,16 +122,17 @@ func queuedGroup(e *api.Evaluation, job *api.Job, tg string, sum *api.JobSummary
 // later evaluation placed everything, the job was scaled down or
 // re-registered (the blocked-evals tracker untracks it; the record is
 // cancelled later), and counting its failures would show a queue that no
-// longer exists. A summary older than the evaluation has not caught up:
-// the scheduler writes the blocked evaluation before it submits the plan
-// and records the queued counts on the evaluation it was processing, and
-// this package's watches list jobs and evaluations apart. Then, as when
-// the job has no summary or the summary no such group, the evaluation's
-// own record counts: the placements that failed, CoalescedFailures+1.
+// longer exists.
 //
-// The APM used to keep summaries with Queued=0 out (after a settling
-// time), `top` counted CoalescedFailures+1 for them; both are this rule
-// now, decided by the indexes rather than by a clock.
+// A summary older than the evaluation has not caught up: the scheduler
+// writes the blocked evaluation before it submits the plan and records the
+// queued counts on the evaluation it was processing, and this package's
+// watches list jobs and evaluations apart. Then, as when the job has no
+// summary or the summary no such group, the evaluation's own record
+// counts: the placements that failed, CoalescedFailures+1.
+//
+// The APM, `top` and the controller all count by this rule, decided by
+// the indexes rather than by a clock (a settling time would only guess).
 func queuedCount(e *api.Evaluation, sum *api.JobSummary, tg string) int {
 	failed := 1
 	if m := e.FailedTGAllocs[tg]; m != nil {

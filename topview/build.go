@@ -438,8 +438,8 @@ func (b *nodeBuilder) addMPS(d *api.NodeDeviceResource, in *api.NodeDevice) {
 	// Its own: its task's utilisation of the share, never the GPU's.
 	s.UtilizationPct = numStat(ds, contract.StatShareUtil)
 	// Every share carries its GPU's figures: the GPU's. A share's stats
-	// always have "Physical GPU memory used" (its GPU's memory) unless the
-	// plugin predates it, and then has the GPU's under the plain names.
+	// have "Physical GPU memory used" (its GPU's memory) from a device
+	// plugin that publishes it; without it, the plain names are the GPU's.
 	gpuUtil, gpuMem := contract.StatPhysGPUUtil, contract.StatPhysMemUsed
 	if ds != nil && statValue(ds, contract.StatPhysMemUsed) == nil {
 		gpuUtil, gpuMem = contract.StatGPUUtil, contract.StatMemUsed

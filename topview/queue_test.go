@@ -40,8 +40,8 @@ func TestQueue(t *testing.T) {
 			want: []string{`big/g blocked nvidia/gpu x6 1 1m35s`, `notebook/g pending`},
 		},
 		{
-			// Settled with the APM (nomadview.queuedCount): top used to
-			// count the eval's failures here.
+			// The rule the APM applies too (nomadview.queuedCount): the
+			// summary, not the eval's failures.
 			name: "summary newer than the eval says 0 queued: the blocked eval is stale, nothing waits",
 			edit: func(in *Input) {
 				in.Jobs[JobKey{Namespace: "default", ID: "big"}].JobSummary.Summary["g"] = api.TaskGroupSummary{}

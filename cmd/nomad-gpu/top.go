@@ -45,7 +45,7 @@ Redraws every -interval until q or Ctrl-C. Keys, when stdin is a
 terminal: n, u, m, w sort by node, utilisation, memory, predicted wait;
 / filters by node or job name (Enter keeps the filter, Esc clears it).
 -once draws one frame, -json prints one JSON document (its fields:
-topview/doc.go). The table fits the terminal's width, 80 columns
+docs/top.md). The table fits the terminal's width, 80 columns
 when stdout is no terminal, or -width.
 
 Connection: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE and the

@@ -13,7 +13,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing/predict"
 )
 
-// Forecast is issue 12's runtime and wait prediction for what the cluster
+// Forecast is the runtime and wait prediction for what the cluster
 // holds now, the one computation behind the APM's
 // nomad_gpu_job_predicted_* metrics and `nomad-gpu top`: for every GPU
 // task of a pending or running allocation its predicted remaining and total

@@ -1,4 +1,4 @@
-// Package sizing right-sizes GPU tasks from their history (issue 12): it
+// Package sizing right-sizes GPU tasks from their history: it
 // reads a task's sizing policy from its Nomad meta, and from the history of
 // its utilisation, memory and run outcomes (package sizing/history) it
 // recommends the slice it should have: an MPS share count, a MIG profile or

@@ -103,7 +103,7 @@ func readStored(root, dir string) (Stored, error) {
 }
 
 // keyFromDir reads a key back from the names of its directory, for a key
-// whose state.json does not record it (a store written before it did).
+// whose state.json does not record it (the key is optional there).
 func keyFromDir(root, dir string) (Key, bool) {
 	rel, _ := filepath.Rel(root, dir)
 	parts := strings.Split(rel, string(filepath.Separator))

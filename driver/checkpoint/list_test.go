@@ -26,7 +26,8 @@ func TestListAndRemoveStored(t *testing.T) {
 	for _, k := range []Key{long, odd, empty, longKept} {
 		prepare(t, s, k)
 	}
-	// Old stores' state.json has no key: odd's names decode, long's were cut.
+	// A state.json may lack the key: then odd's names decode, long's were
+	// cut.
 	for _, k := range []Key{long, odd} {
 		forgetKey(t, s.KeyDir(k))
 	}

@@ -18,8 +18,8 @@
 //   - Grant saves the node's original owner and mode, with the task as holder,
 //     before it chowns. Had it chowned first, a kill in between would leave a
 //     node owned by the task's user with no record of who owned it before: the
-//     next Stat would see the task's uid and mistake it for the original, which
-//     is the very bug this package replaces. Saved first, a kill before the
+//     next Stat would see the task's uid and mistake it for the original,
+//     the mistake the record exists to prevent. Saved first, a kill before the
 //     chown leaves a record whose "original" is still the node's current state,
 //     so replaying it (Grant again) or undoing it (Release) are both right.
 //   - Release restores the node before it forgets the record. Forgetting first

@@ -396,8 +396,7 @@ func TestPipeRootShared(t *testing.T) {
 	}
 }
 
-// Files written by the previous version: clients without uid, daemon
-// without boot ID.
+// Version 1 state files: clients without uid, daemon without boot ID.
 func TestVersion1State(t *testing.T) {
 	needRoot(t)
 	root := testRoot(t)
@@ -410,7 +409,7 @@ func TestVersion1State(t *testing.T) {
 	pid := m1.Status()[gpuA].PID
 	start, _ := procStart(pid)
 	pipe := filepath.Join(cfg.PipeRoot, gpuA)
-	// As the old driver left it: version 1, root's 0755 directory.
+	// As a version 1 driver leaves it: root's 0755 directory.
 	v1 := `{"version":1,"gpu_uuid":"` + gpuA + `","pid":` + itoa(pid) + `,"start_ticks":` + strconvUitoa(start) +
 		`,"pipe_dir":"` + pipe + `","log_dir":"` + filepath.Join(cfg.LogRoot, gpuA) +
 		`","clients":{"old":{"thread_percentage":25,"pinned_mem_mib":1024}},"ceiling":{"thread_percentage":25,"pinned_mem_mib":1024}}`

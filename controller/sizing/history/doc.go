@@ -1,5 +1,5 @@
 // Package history stores and reads the utilisation history that the
-// nomad-gpu-apm sizer uses to right-size GPU tasks (issue 12).
+// nomad-gpu-apm sizer uses to right-size GPU tasks.
 //
 // Two kinds of record are kept, both per task, identified by a Key
 // (namespace, job, task group, task):

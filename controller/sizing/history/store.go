@@ -91,9 +91,9 @@ var (
 	metaRunCount        = []byte("run_count")
 )
 
-// dataBuckets are created in every file. Files of earlier builds may also
-// hold "priority_raises", the sizer's own record of its deadline raises:
-// unread now that the controller's priority ledger keeps every raise.
+// dataBuckets are created in every file. A file may also hold a
+// "priority_raises" bucket, which nothing reads or writes: the
+// controller's priority ledger keeps every raise.
 var dataBuckets = [][]byte{bucketSamples, bucketSampleCounts, bucketRuns, bucketRunsByCreated, bucketRunsByKey}
 
 // Store is the bbolt-file history: a Source and a Recorder. It is safe for

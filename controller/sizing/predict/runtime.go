@@ -1,5 +1,5 @@
 // Package predict estimates a GPU task's run time and queue wait from the
-// run history the sizer keeps (package sizing/history), for issue 12.
+// run history the sizer keeps (package sizing/history).
 //
 // It is a documented, simple model first, with simple baselines beside it
 // so that its error can be measured against them (MAPE; the replay in
