@@ -767,6 +767,10 @@ func DefaultPolicy() Policy {
 type Latencies struct {
 	// Start is from a placeable job's submission to its task running.
 	Start time.Duration
+	// StartP95 and StartP99 are the 95th and 99th percentiles of Start
+	// (Start being its median): the model draws each start from them. 0:
+	// every start takes Start.
+	StartP95, StartP99 time.Duration `json:",omitzero"`
 	// Boot is from a scale-out's request to its node being ready.
 	Boot time.Duration
 	// Remove is from a scale-in's request to its node being gone.
@@ -794,6 +798,20 @@ type Latencies struct {
 // the new layout's fingerprint in one of Nomad's 5–10 s node-update
 // batches.
 const DefaultLayoutLatency = 9 * time.Second
+
+// LayoutPoll is how long, wall clock, the device plugin takes to read a
+// layout the controller asked for: its layout.poll (devicefp's default,
+// which the replay's plugins keep), the period of its metadata reads. Until
+// then an allocation placed on the GPU holds it and the plugin does not
+// drain it. The replay's plugin logs show 0.9–2.5 s from the controller's
+// decision to the plugin's drain or hold (2026-12-06).
+const LayoutPoll = 2 * time.Second
+
+// LayoutSwitch is how long, wall clock, the device plugin drains a GPU
+// before it switches it: its drain_grace (3 s by default, which the
+// replay keeps) rounded up to its poll, since it decides once a poll.
+// The replay's plugin logs show 4.0–4.8 s (2026-12-06).
+const LayoutSwitch = 4 * time.Second
 
 // LayoutOr is l.Layout, or DefaultLayoutLatency where not measured.
 func (l Latencies) LayoutOr() time.Duration {

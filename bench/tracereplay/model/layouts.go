@@ -28,17 +28,20 @@ func (s *sim) addLayouts(n *node) {
 	per := s.cl.GPUsPerNode
 	n.mpsUsed, n.gpuMPS, n.moving = make([]int, per), make([]bool, per), make([]bool, per)
 	n.changed = make([]time.Duration, per)
+	n.drainAt, n.seenAt, n.resolveAt = make([]time.Duration, per), make([]time.Duration, per), make([]time.Duration, per)
+	n.withdrawn = make([]bool, per)
+	n.relayHeld, n.takers = make([]int, per), make([]int, per)
 	for i := range n.changed {
 		n.changed[i] = -1
 	}
 	n.free[s.mpsGroup] = 0
 }
 
-// isMPS says whether GPU gpu of n offers MPS shares now: with static
-// slices every MPS GPU does; with layouts one laid out as shares and not
-// being relaid.
+// isMPS says whether the servers offer GPU gpu of n as MPS shares now:
+// with static slices every MPS GPU; with layouts one laid out as shares,
+// unless they have seen it drained for a relayout (relayout.go).
 func (s *sim) isMPS(n *node, gpu int) bool {
-	return !s.f.Layouts || n.gpuMPS[gpu] && !n.moving[gpu]
+	return !s.f.Layouts || n.gpuMPS[gpu] && !n.withdrawn[gpu]
 }
 
 // mpsName names an MPS GPU as a Hold does: with layouts its physical
@@ -50,43 +53,31 @@ func (s *sim) mpsName(gpu int) string {
 	return fmt.Sprintf("mps%d", gpu)
 }
 
-// mpsGPUAffine is the MPS GPU of node n a request for k shares takes
-// with layouts: one GPU's shares (each GPU is a device group), and of the
-// groups that fit, Nomad's device allocator keeps the best affinity score
-// (the jobspec's affinity on unique.shares_in_use > 0: a GPU whose shares
-// are partly in use), ties in its map's order, random; -1 if none fits.
-func (s *sim) mpsGPUAffine(n *node, k int) int {
+// mpsGPURandom is the MPS GPU of node n a request for k shares takes
+// with layouts: one GPU's shares (each GPU is a device group of its own),
+// and of the groups that fit, the one Nomad's device allocator
+// (createOffer) keeps: with no device affinity every group scores 0 and
+// a later group replaces an earlier one of equal score, so the last that
+// fits in its range over the node's device map, which Go orders at
+// random; -1 if none fits. The replay's jobspecs (e2e replayJob) ask
+// nvidia/mps with no affinity: the affinity on unique.shares_in_use that
+// the shipped MPS jobspecs carry (jobs/) is not in them, and a model
+// that packed shares onto GPUs already in use (model-6) left MPS GPUs
+// idle that the real cluster had spread work over, and relaid them
+// whole.
+func (s *sim) mpsGPURandom(n *node, k int) int {
 	best, ties := -1, 0
-	bestUsed := false
 	for gpu := range n.mpsUsed {
 		if !s.isMPS(n, gpu) || s.mpsShares-n.mpsUsed[gpu] < k {
 			continue
 		}
-		used := n.mpsUsed[gpu] > 0
-		switch {
-		case best < 0 || used && !bestUsed:
-			best, bestUsed, ties = gpu, used, 1
-		case used == bestUsed:
-			// Reservoir sampling: each tie kept with equal chance.
-			ties++
-			if s.rng.IntN(ties) == 0 {
-				best = gpu
-			}
+		// Reservoir sampling: each GPU that fits kept with equal chance.
+		ties++
+		if s.rng.IntN(ties) == 0 {
+			best = gpu
 		}
 	}
 	return best
-}
-
-// affine says whether ready node nid has a GPU with shares in use where
-// k more fit: the device affinity's score for the node.
-func (s *sim) affine(nid int32, k int) bool {
-	n := &s.nodes[nid]
-	for gpu, used := range n.mpsUsed {
-		if used > 0 && s.isMPS(n, gpu) && s.mpsShares-used >= k {
-			return true
-		}
-	}
-	return false
 }
 
 // planRef is a GPU of the planner's input: its node and index.
@@ -147,7 +138,8 @@ func (s *sim) mayRelay() bool {
 		if n.ineligible || nid == reserved {
 			continue
 		}
-		if mps && n.free[wholeGroup] > 0 {
+		free := s.freeWhole(n)
+		if mps && free > 0 {
 			return true
 		}
 		idle, coming := 0, 0
@@ -159,7 +151,7 @@ func (s *sim) mayRelay() bool {
 				idle++
 			}
 		}
-		if idle > 0 && n.free[wholeGroup]+coming+idle >= whole {
+		if idle > 0 && free+coming+idle >= whole {
 			return true
 		}
 	}
@@ -180,7 +172,7 @@ func (s *sim) placesAll() bool {
 		if n.ineligible {
 			continue
 		}
-		w := n.free[wholeGroup]
+		w := s.freeWhole(n)
 		for gpu, on := range n.gpuMPS {
 			switch {
 			case n.moving[gpu] && on:
@@ -269,7 +261,7 @@ func (s *sim) planInput() (layoutplan.Input, []planRef) {
 // shares are all held. Only the decisions' fragmentation figures, which
 // the model does not read, count such a node.
 func (s *sim) full(n *node) bool {
-	if n.free[wholeGroup] > 0 {
+	if s.freeWhole(n) > 0 {
 		return false
 	}
 	for gpu, on := range n.gpuMPS {
@@ -293,7 +285,7 @@ func (s *sim) uuid(i int) string {
 // are the first whole GPUs not being relaid: whole GPUs are alike.
 func (s *sim) planGPUs(dst []layoutplan.GPU, nid int32) []layoutplan.GPU {
 	n := &s.nodes[nid]
-	heldWhole := s.wholeGPUs(n) - n.free[wholeGroup]
+	heldWhole := s.wholeGPUs(n) - s.freeWhole(n)
 	if s.heldMPS == nil {
 		// The planner only reads Held: every GPU holding k shares
 		// shares one list.
@@ -350,7 +342,14 @@ func (s *sim) wholeGPUs(n *node) int {
 func (s *sim) planQueue() ([]layoutplan.Ask, []fgd.Shape) {
 	var waiting []int32
 	for i := range s.sqs {
-		waiting = append(waiting, s.sqs[i].ids...)
+		for _, id := range s.sqs[i].ids {
+			// Before the scheduler's pass, the controller sees as queued
+			// only the jobs blocked before this instant: the scheduler
+			// places a new evaluation before the controller can see it.
+			if !s.prePass || s.jobs[id].evalAt < s.now {
+				waiting = append(waiting, id)
+			}
+		}
 	}
 	slices.SortFunc(waiting, func(a, b int32) int {
 		if s.before(a, b) {
@@ -384,52 +383,6 @@ func (s *sim) planQueue() ([]layoutplan.Ask, []fgd.Shape) {
 		}
 	}
 	return asks, mix
-}
-
-// startLayout withdraws a GPU the planner relays, unheld by construction
-// (the planner relays no held GPU), and schedules the change.
-func (s *sim) startLayout(r planRef, to gpulayout.Layout) {
-	n := &s.nodes[r.nid]
-	if n.moving[r.gpu] || n.gpuMPS[r.gpu] == (to.Kind == gpulayout.MPS) {
-		return
-	}
-	if n.gpuMPS[r.gpu] {
-		if n.mpsUsed[r.gpu] > 0 {
-			panic("model: the planner relaid an MPS GPU that holds shares")
-		}
-		s.changeFree(r.nid, s.mpsGroup, -s.mpsShares)
-	} else {
-		if n.free[wholeGroup] < 1 {
-			panic("model: the planner relaid a whole GPU that is held")
-		}
-		s.changeFree(r.nid, wholeGroup, -1)
-	}
-	n.moving[r.gpu], n.changed[r.gpu] = true, s.now
-	s.push(s.now+s.layoutDelay, evLayout, r.nid, uint32(r.gpu))
-}
-
-// applyLayout is the device plugin's switch: the GPU offers its new
-// layout's instances, and blocked jobs of that kind look again.
-func (s *sim) applyLayout(nid int32, gpu int) {
-	n := &s.nodes[nid]
-	if !n.moving[gpu] {
-		return
-	}
-	from := s.layoutOf(n.gpuMPS[gpu])
-	n.moving[gpu], n.gpuMPS[gpu] = false, !n.gpuMPS[gpu]
-	g, delta := wholeGroup, 1
-	if n.gpuMPS[gpu] {
-		g, delta = s.mpsGroup, s.mpsShares
-	}
-	s.changeFree(nid, g, delta)
-	if n.state != nodeReady {
-		return // a node being removed: nothing to record
-	}
-	s.capVer[g]++
-	s.dirty = true
-	s.layoutChanges = append(s.layoutChanges, tracereplay.LayoutChange{
-		At: s.now, Node: s.names[nid], GPU: s.mpsName(gpu), From: from.String(), To: s.layoutOf(n.gpuMPS[gpu]).String(),
-	})
 }
 
 // sampleLayouts are the ready nodes' MPS GPUs for a sample, as the plugin

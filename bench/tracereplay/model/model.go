@@ -23,14 +23,20 @@
 //     order), the running and queued jobs' shapes as the mix, shares
 //     Cluster.Shares, whole and MPS only (no MIG mode is toggled), and
 //     Policy.LayoutMinInterval × compression as its MinInterval. A GPU it
-//     relays (never a held one) is withdrawn at once, as the device
-//     plugin drains it, and offers its new layout's instances
-//     Latencies.Layout (DefaultLayoutLatency when 0) × compression later.
-//     MPS shares come from one GPU (each GPU is a device group); Nomad's
-//     device affinity on unique.shares_in_use > 0 (the jobspecs') makes it
-//     the GPU with shares in use where they fit, else any, at random (its
-//     allocator ranges over a map), and counts in the node's score above
-//     binpack: of the two nodes, one with such a GPU wins.
+//     relays (never a held one) offers its new layout's instances
+//     Latencies.Layout (DefaultLayoutLatency when 0) × compression later;
+//     until the servers see it drained, LayoutSwitch before that, they
+//     still offer its old ones: a placement on it before the plugin reads
+//     the decision (LayoutPoll / 2) holds it, and the relayout is
+//     abandoned; one after is refused at its start and placed again by
+//     Nomad's one reschedule (5 s later, away from that node where another
+//     fits) or the controller's forced one (relayout.go). When a node
+//     becomes ready the controller's round plans on it before the
+//     scheduler's pass, on the jobs blocked before that instant. MPS
+//     shares come from one GPU (each GPU is a device group), any that
+//     fits, at random: the replay's jobspecs have no device affinity, and
+//     Nomad's allocator keeps the last group that fits in its range over
+//     a map.
 //   - Scheduling. Waiting jobs are taken by effective priority (highest
 //     first), then the age of their evaluation (oldest first), then trace
 //     order: Nomad's eval broker. A job's evaluation is made at its
@@ -40,7 +46,9 @@
 //     Options.Seed), the first two that fit, the one scoring higher on
 //     binpack (every replayed task asks for the same CPU and memory, so
 //     the one with more allocations), ties to the first drawn. A placed
-//     job holds its devices at once and runs Latencies.Start later. A job
+//     job holds its devices at once and runs Latencies.Start later; where
+//     the run measured the start's tail (Latencies.StartP95, StartP99),
+//     each start is drawn from it, the median at least. A job
 //     that did not fit is retried only when capacity of its device kind
 //     is freed: a finish, a preemption's leftover, a node ready, a
 //     protection's raise ending or a minimum runtime reached. That is a
@@ -149,7 +157,15 @@ import (
 //
 // model-6: layouts that follow the queue (Features.Layouts); the rules of
 // every other configuration are model-5's.
-const Version = "model-6"
+//
+// model-7: the relayout window (relayout.go): a GPU being relaid is
+// offered as it was until the servers see it drained, a placement on it
+// abandons the relayout (before the plugin reads it) or is refused and
+// placed again (after); the controller plans on a node that becomes
+// ready before the scheduler's pass; MPS shares from any GPU that fits,
+// at random (the replay's jobspecs have no device affinity); starts drawn
+// from the measured tail where the run has one.
+const Version = "model-7"
 
 // Options say what the model replays on and how.
 type Options struct {

@@ -132,7 +132,7 @@ func (s *sim) moveFree() int {
 // no GPU being relaid (its free GPUs are in flux:
 // controller.Layouts.Relaying).
 func (s *sim) moveNode(n *node) bool {
-	return !n.ineligible && !slices.Contains(n.moving, true)
+	return !n.ineligible && n.nMoving == 0
 }
 
 // moveCandidates are the schedulable nodes with their free whole GPUs and
@@ -194,7 +194,7 @@ func (s *sim) placedMoved() {
 		return
 	}
 	for _, id := range m.moved {
-		if s.jobs[id].state == jobWaiting {
+		if st := s.jobs[id].state; st == jobWaiting || st == jobFailed {
 			return
 		}
 	}

@@ -166,7 +166,7 @@ func (s *sim) sample() {
 		Nodes:     s.nBooting + s.nReady + s.nRemoving,
 		GPUs:      float64(s.nReady * s.cl.GPUsPerNode),
 		Allocated: float64(s.heldUnit) / float64(s.unitsPerGPU),
-		Queued:    s.waiting + s.pending,
+		Queued:    s.waiting + s.pending + s.failed,
 	}
 	if s.f.Layouts {
 		smp.Layouts = s.sampleLayouts()
@@ -200,6 +200,9 @@ func (s *sim) result() tracereplay.Result {
 	notes := s.notes
 	if late > 0 {
 		notes = append(notes, fmt.Sprintf("%d jobs arrive after the horizon %s; never submitted", late, s.horizon))
+	}
+	if s.refusals > 0 || s.cancels > 0 {
+		notes = append(notes, fmt.Sprintf("%d placements on a GPU being relaid were refused and placed again, and %d relayouts were abandoned to a placement made before the plugin read them", s.refusals, s.cancels))
 	}
 	return tracereplay.Result{
 		Engine:             "model",

@@ -16,6 +16,15 @@ import (
 // maxPriority is Nomad's highest job priority.
 const maxPriority = 100
 
+// rescheduleDelay is the replay's jobs' reschedule delay (e2e replayJob's
+// reschedule block: attempts 1, delay 5s, constant), and refusedWait the
+// controller's wait for the servers to stop offering a refused
+// placement's devices (controller.refusedWait): wall clock.
+const (
+	rescheduleDelay = 5 * time.Second
+	refusedWait     = 30 * time.Second
+)
+
 // preemptGap is how far below a job's priority Nomad preempts.
 const preemptGap = 10
 
@@ -30,6 +39,10 @@ const (
 	jobPending                     // placed, waiting out its start latency
 	jobRunning
 	jobDone
+	// jobFailed: its placement was refused for a relayout (refuse); it is
+	// in no queue until Nomad's reschedule or the controller's forced
+	// reschedule places it again.
+	jobFailed
 )
 
 type nodeStateKind uint8
@@ -84,6 +97,18 @@ type job struct {
 	mps      []int16
 	mig      int32 // slot held, MIG GPU × len(profiles) + profile index
 	moves    int   // times moved (Features.Moves)
+	// relay are the GPUs being relaid it holds instances of (layouts.go),
+	// each as gpu<<1, | 1 where it took them before the plugin drained the
+	// GPU (it holds the GPU: the relayout is abandoned); refused: it took
+	// one while the plugin drained it, and its Reserve will be refused.
+	relay   []int16
+	refused bool
+	// rescheduled: Nomad's one reschedule (the replay's reschedule block,
+	// attempts 1) is spent.
+	rescheduled bool
+	// avoid is the node of its refused placement, which its reschedule
+	// avoids; -1: none.
+	avoid int32
 }
 
 type node struct {
@@ -99,8 +124,16 @@ type node struct {
 	// planner last changed it (-1: never).
 	gpuMPS, moving []bool
 	changed        []time.Duration
-	mig            []bool // held, per MIG slot
-	migUsed        []int  // instances held, per MIG GPU
+	// With layouts, per GPU being relaid (layouts.go): when the plugin
+	// reads the ask (drains it, or finds it held), when the servers learn
+	// of the outcome, the allocations holding its instances since the ask,
+	// and of them those placed before the drain (they hold the GPU).
+	drainAt, seenAt, resolveAt []time.Duration
+	withdrawn                  []bool
+	nMoving                    int // GPUs being relaid
+	relayHeld, takers          []int
+	mig                        []bool // held, per MIG slot
+	migUsed                    []int  // instances held, per MIG GPU
 	// ineligible: the move module holds it (moves.go); nothing is placed
 	// on it.
 	ineligible bool
@@ -121,6 +154,9 @@ const (
 	evSample
 	evLayout
 	evHoldEnd
+	evReschedule
+	evForce
+	evDrainSeen
 )
 
 // class orders an instant's events: every state change first, then (after
@@ -245,7 +281,11 @@ type sim struct {
 	mpsShares   int
 
 	// Trace-time figures.
-	start, preemptDelay, boot, remove     time.Duration
+	start, preemptDelay, boot, remove time.Duration
+	// startP95 and startP99 are the start's measured tail (0: none), drawn
+	// from startRng.
+	startP95, startP99                    time.Duration
+	startRng                              *rand.Rand
 	commitExit                            time.Duration
 	evalEvery, cooldown, scaleInAfter     time.Duration
 	protectFor, protectAfter, minRuntime  time.Duration
@@ -284,8 +324,22 @@ type sim struct {
 	// Layouts (Features.Layouts): the relayout latency and the planner's
 	// hysteresis in trace time, and the changes applied.
 	layoutDelay, layoutMinInterval time.Duration
-	layoutChanges                  []tracereplay.LayoutChange
-	moves                          moveState
+	// layoutDrain is LayoutPoll, and rescheduleDelay and refusedWait how
+	// long a refused placement waits for Nomad's reschedule and the
+	// controller's forced one, in trace time (layouts.go).
+	layoutDrain, layoutSwitch, rescheduleDelay, refusedWait time.Duration
+	relayBuf                                                []int
+	layoutChanges                                           []tracereplay.LayoutChange
+	// failed counts the jobs whose placement a relayout refused, not yet
+	// placed again; refusals and cancels count the refused placements and
+	// the relayouts abandoned to a placement, for the notes.
+	failed, refusals, cancels int
+	// nodeReadyAt is when a node last became ready; prePlanned that the
+	// controller's round on it ran; prePass that the round plans before
+	// the scheduler's pass at this instant (schedule).
+	nodeReadyAt         time.Duration
+	prePlanned, prePass bool
+	moves               moveState
 	// Scratch space for preemption.
 	cand, chosen, best []int32
 	// nodeBest are one node's victims; binOrder its device groups' order.
@@ -304,12 +358,18 @@ type sim struct {
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
-	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1, moves: moveState{held: -1, forJob: -1}}
+	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1, moves: moveState{held: -1, forJob: -1}, nodeReadyAt: -1}
 	s.merge.s = s
 	s.rng = rand.New(rand.NewPCG(uint64(o.Seed), 0x6e6f6d6164)) //nolint:gosec // a model's placement draw, not a secret
 	c := o.Compression
 	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * c)) }
 	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
+	if o.Latencies.StartP95 > o.Latencies.Start {
+		s.startP95, s.startP99 = scale(o.Latencies.StartP95), scale(max(o.Latencies.StartP95, o.Latencies.StartP99))
+		// Its own stream: the placements' draws stay those of a run
+		// without the spread.
+		s.startRng = rand.New(rand.NewPCG(uint64(o.Seed), 0x7374617274)) //nolint:gosec // a model's draw
+	}
 	s.boot, s.remove = scale(o.Latencies.Boot), scale(o.Latencies.Remove)
 	// The commit is part of the stop: at most all of it.
 	s.commitExit = scale(min(o.Latencies.CommitExit, o.Latencies.Preempt))
@@ -323,6 +383,9 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		// Wall-clock like the preemption cooldown: the controller's
 		// -layout-min-interval and the apply sequence's latency.
 		s.layoutDelay, s.layoutMinInterval = scale(o.Latencies.LayoutOr()), scale(o.Policy.LayoutMinInterval)
+		s.layoutDrain = min(scale(tracereplay.LayoutPoll/2), s.layoutDelay)
+		s.layoutSwitch = scale(tracereplay.LayoutSwitch)
+		s.rescheduleDelay, s.refusedWait = scale(rescheduleDelay), scale(refusedWait)
 	}
 
 	if s.f.Moves {
@@ -448,7 +511,7 @@ func (s *sim) buildJobs(tr tracereplay.Trace) {
 		s.jobs[i] = job{
 			g: g, k: sl.Count, units: sl.Count * s.groups[g].units, base: p, prio: p,
 			arrival: tj.Arrival, dur: tj.Duration, remaining: tj.Duration, util: tj.EffectiveUtil(),
-			node: -1, allocPos: -1, sq: q, qi: -1, mig: -1,
+			node: -1, allocPos: -1, sq: q, qi: -1, mig: -1, avoid: -1,
 		}
 		s.recs[i] = tj.Record(sl)
 	}
@@ -520,7 +583,12 @@ func (s *sim) handle(e event) {
 		if j.epoch != e.epoch || j.state != jobPending {
 			return
 		}
+		if j.refused {
+			s.refuse(e.id) // its Reserve, at the task's start
+			return
+		}
 		j.state = jobRunning
+		j.avoid = -1
 		s.pending--
 		j.since = s.now
 		s.recs[e.id].Runs = append(s.recs[e.id].Runs, tracereplay.Run{
@@ -545,6 +613,7 @@ func (s *sim) handle(e event) {
 	case evNodeReady:
 		if s.nodes[e.id].state == nodeBooting {
 			s.setReady(e.id)
+			s.nodeReadyAt, s.prePlanned = s.now, false
 			for g := range s.capVer {
 				s.capVer[g]++
 			}
@@ -572,6 +641,12 @@ func (s *sim) handle(e event) {
 		s.push(s.now+s.evalEvery, evScale, 0, 0)
 	case evLayout:
 		s.applyLayout(e.id, int(e.epoch))
+	case evDrainSeen:
+		s.drainSeen(e.id, int(e.epoch))
+	case evReschedule:
+		s.reschedule(e.id, e.epoch)
+	case evForce:
+		s.forceReschedule(e.id, e.epoch)
 	case evHoldEnd:
 		if s.moves.held == e.id && s.moves.heldEpoch == e.epoch {
 			s.endHold()
@@ -730,10 +805,15 @@ func (s *sim) place(id int32, nid int32, delay time.Duration) {
 	case j.g == s.mpsGroup:
 		gpu := s.mpsGPUFor(n, j.k)
 		if s.f.Layouts {
-			gpu = s.mpsGPUAffine(n, j.k)
+			gpu = s.mpsGPURandom(n, j.k)
+			if n.moving[gpu] {
+				s.takeRelaying(id, n, gpu)
+			}
 		}
 		n.mpsUsed[gpu] += j.k
 		j.mps = append(j.mps[:0], int16(gpu), int16(j.k))
+	case j.g == wholeGroup && s.f.Layouts:
+		s.takeWhole(id, n)
 	case s.groups[j.g].kind == "mig":
 		best := -1
 		p := len(s.slotGroup)
@@ -782,12 +862,14 @@ func (s *sim) release(id int32) {
 		n.mpsUsed[j.mps[i]] -= int(j.mps[i+1])
 	}
 	j.mps = j.mps[:0]
+	// Instances of a GPU the servers no longer offer do not come back.
+	gone := s.leaveRelaying(id, n)
 	if j.mig >= 0 {
 		n.mig[j.mig] = false
 		n.migUsed[int(j.mig)/len(s.slotGroup)]--
 		j.mig = -1
 	}
-	s.changeFree(nid, j.g, j.k)
+	s.changeFree(nid, j.g, j.k-gone)
 	s.heldInst[j.g] -= j.k
 	n.held -= j.units
 	s.heldUnit -= j.units
@@ -842,6 +924,15 @@ func (s *sim) setPrio(id int32, p int) {
 // left sub-queues worth another look (a preemption's leftover, a victim
 // that waits again).
 func (s *sim) schedule() {
+	if s.f.Layouts && s.waiting > 0 && s.nodeReadyAt == s.now && !s.prePlanned {
+		// A node ready unblocks the blocked jobs, which the scheduler
+		// places one evaluation at a time, while the controller's next
+		// round (its tick) plans on the node as it first sees it: every
+		// GPU free, the blocked jobs still queued (prePass).
+		s.prePlanned, s.prePass = true, true
+		s.planLayouts()
+		s.prePass = false
+	}
 	for {
 		s.merge.sqs = s.merge.sqs[:0]
 		for i := range s.sqs {
@@ -916,7 +1007,7 @@ func (s *sim) anyFree(g, k int) bool {
 // random order, the first two that fit scored by binpack, ties to the
 // first drawn. Binpack scores CPU and memory after placement, and every
 // replayed task asks for the same, so the node with more allocations wins.
-func (s *sim) pickNode(g, k int) int32 {
+func (s *sim) pickNode(g, k int, avoid int32) int32 {
 	s.scan = append(s.scan[:0], s.ready...)
 	first := int32(-1)
 	for i := range s.scan {
@@ -930,15 +1021,14 @@ func (s *sim) pickNode(g, k int) int32 {
 			first = nid
 			continue
 		}
-		if s.f.Layouts && g == s.mpsGroup {
-			// The device affinity (shares_in_use > 0) is a score of its
-			// own, which outweighs binpack's small differences.
-			if x, y := s.affine(nid, k), s.affine(first, k); x != y {
-				if x {
-					return nid
-				}
+		// A rescheduled allocation scores its failed allocation's node
+		// below any other (Nomad's NodeReschedulingPenaltyIterator: -1,
+		// against binpack's 0 to 1).
+		if x, y := nid == avoid, first == avoid; x != y {
+			if x {
 				return first
 			}
+			return nid
 		}
 		if len(s.nodes[nid].allocs) > len(s.nodes[first].allocs) {
 			return nid
@@ -953,11 +1043,11 @@ func (s *sim) tryPlace(id int32) bool {
 	if j.k > s.groups[j.g].perNode || !s.anyFree(j.g, j.k) {
 		return false
 	}
-	nid := s.pickNode(j.g, j.k)
+	nid := s.pickNode(j.g, j.k, j.avoid)
 	if nid < 0 {
 		return false
 	}
-	s.place(id, nid, s.start)
+	s.place(id, nid, s.startDelay())
 	return true
 }
 
@@ -1014,7 +1104,7 @@ func (s *sim) tryPreempt(id int32) bool {
 		s.evict(v)
 		freed += s.jobs[v].k
 	}
-	s.place(id, bestNode, s.start+s.preemptDelay)
+	s.place(id, bestNode, s.startDelay()+s.preemptDelay)
 	s.recs[id].PreemptingPlacements++
 	for _, v := range s.best {
 		vj := &s.jobs[v]
@@ -1086,7 +1176,9 @@ func (s *sim) victims(n *node, g, bin, k, lim, have int) bool {
 	s.cand = s.cand[:0]
 	for _, a := range n.allocs {
 		v := &s.jobs[a]
-		if v.g != g || v.prio > lim || g == s.mpsGroup && int(v.mps[0]) != bin || s.exempt(v) {
+		// A placement a relayout will refuse frees nothing its GPU
+		// offers: it is no candidate.
+		if v.g != g || v.prio > lim || g == s.mpsGroup && int(v.mps[0]) != bin || s.exempt(v) || v.refused {
 			continue
 		}
 		s.cand = append(s.cand, a)
@@ -1208,3 +1300,26 @@ func (s *sim) holds(id int32) []tracereplay.Hold {
 }
 
 func nodeName(id int32) string { return fmt.Sprintf("node-%d", id) }
+
+// startDelay is a placement's start latency: Latencies.Start, or, where
+// the run measured the start's tail, a draw from the distribution its
+// median, 95th and 99th percentiles make (the real run's starts are not
+// all its median: the client's start of a task waits on a busy machine,
+// and a wait that falls where most starts take the median tells that
+// spread); at or below the median it is the median, the run telling
+// nothing of the lower half.
+func (s *sim) startDelay() time.Duration {
+	if s.startRng == nil {
+		return s.start
+	}
+	u := s.startRng.Float64()
+	lerp := func(a, b time.Duration, f float64) time.Duration { return a + time.Duration(f*float64(b-a)) }
+	switch {
+	case u <= 0.5:
+		return s.start
+	case u <= 0.95:
+		return lerp(s.start, s.startP95, (u-0.5)/0.45)
+	default:
+		return lerp(s.startP95, s.startP99, min(1, (u-0.95)/0.04))
+	}
+}

@@ -27,6 +27,12 @@ func FromReal(dir, title string, setup tracereplay.Setup, rr tracereplay.RealRun
 		if d, ok := tracereplay.CommitToExit(r); ok {
 			lat.CommitExit = d
 		}
+		if d := r.Distortion; d != nil && d.StartP95 > d.StartP50 {
+			// Start is the median scheduling latency plus the median
+			// start (placement to running): the tail is the start's.
+			lat.StartP95 = lat.Start + d.StartP95 - d.StartP50
+			lat.StartP99 = lat.Start + max(d.StartP95, d.StartP99) - d.StartP50
+		}
 		m, err := model.Run(setup.Trace, model.Options{
 			Cluster: setup.Cluster, Config: r.Config, Policy: setup.Policy, Latencies: lat,
 			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
