@@ -90,12 +90,17 @@ func TestRefusedWaitsForTheServers(t *testing.T) {
 	cases := []struct {
 		name    string
 		healthy bool
+		devices []string
 		after   time.Duration
 		want    bool
 	}{
-		{"still offered", true, 5 * time.Second, false},
-		{"drained", false, 5 * time.Second, true},
-		{"still offered after the wait", true, refusedWait, true},
+		{"still offered", true, []string{"GPU-0"}, 5 * time.Second, false},
+		{"drained", false, []string{"GPU-0"}, 5 * time.Second, true},
+		{"still offered after the wait", true, []string{"GPU-0"}, refusedWait, true},
+		// A 2-GPU allocation refused for GPU-0: GPU-1 stays offered, yet
+		// the servers have seen the drain.
+		{"two GPUs, one drained", false, []string{"GPU-0", "GPU-1"}, 5 * time.Second, true},
+		{"two GPUs, both still offered", true, []string{"GPU-0", "GPU-1"}, 5 * time.Second, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,7 +108,7 @@ func TestRefusedWaitsForTheServers(t *testing.T) {
 			a.NodeID = "n1"
 			a.TaskStates["t"].FinishedAt = failedAt
 			a.AllocatedResources = &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
-				Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "H100", DeviceIDs: []string{"GPU-0"}}}}}}
+				Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "H100", DeviceIDs: tc.devices}}}}}
 			snap := cluster{jobs: map[string]int{"a": 50}, allocs: []*api.AllocationListStub{a}}.view().Snap
 			snap.Nodes = []*api.NodeListStub{node(tc.healthy)}
 			got := len(refusedToReplace(failedAt.Add(tc.after), snap, nil)) == 1

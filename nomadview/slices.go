@@ -106,28 +106,34 @@ func holdsDevices(a *api.AllocationListStub) bool {
 }
 
 // StillOffered says whether a's node, as the servers last listed it,
-// offers one of the devices a was given as a healthy instance: an
-// allocation that failed for its devices would likely be placed on it
-// again.
+// offers every device a was given as a healthy instance: the servers have
+// not seen the drain (or removal) that refused one of them yet, and an
+// allocation that failed for its devices would likely be placed on them
+// again. A multi-GPU allocation's other GPUs stay offered throughout, so
+// one device no longer offered is enough to say the servers caught up.
 func (s *Snapshot) StillOffered(a *api.AllocationListStub) bool {
 	n := s.Node(a.NodeID)
 	if n == nil || n.NodeResources == nil {
 		return false
 	}
-	given := map[string]bool{}
-	for _, h := range allocDevices(a) {
-		for _, id := range h.IDs {
-			given[id] = true
-		}
-	}
+	offered := map[string]bool{}
 	for _, d := range n.NodeResources.Devices {
 		for _, in := range d.Instances {
-			if in != nil && in.Healthy && given[in.ID] {
-				return true
+			if in != nil && in.Healthy {
+				offered[in.ID] = true
 			}
 		}
 	}
-	return false
+	given := 0
+	for _, h := range allocDevices(a) {
+		for _, id := range h.IDs {
+			if !offered[id] {
+				return false
+			}
+			given++
+		}
+	}
+	return given > 0
 }
 
 // FreeSlices counts the free GPU instances of a node pool: healthy, on a

@@ -165,7 +165,11 @@ import (
 // ready before the scheduler's pass; MPS shares from any GPU that fits,
 // at random (the replay's jobspecs have no device affinity); starts drawn
 // from the measured tail where the run has one.
-const Version = "model-7"
+//
+// model-8: the controller places a refused multi-GPU allocation again as
+// soon as the servers stop offering the GPU that refused it, as for one
+// GPU (nomadview.StillOffered), not 30 s after the failure.
+const Version = "model-8"
 
 // Options say what the model replays on and how.
 type Options struct {

@@ -34,11 +34,10 @@ import (
 //     policy (e2e replayJob: attempts 1, delay 5 s) places it again once,
 //     5 s later: an evaluation that cannot place it spends the attempt
 //     (Nomad reschedules a failed allocation only in its follow-up
-//     evaluation). The controller forces a reschedule once the servers no
-//     longer offer its devices (controller.refusedToReplace,
-//     nomadview.StillOffered): when they have seen the drain, for an
-//     allocation of that GPU alone; refusedWait (30 s) after the failure
-//     for a multi-GPU one, whose other GPUs they still offer.
+//     evaluation). The controller forces a reschedule once the servers
+//     stop offering one of its devices (controller.refusedToReplace,
+//     nomadview.StillOffered): when they have seen the drain, whatever
+//     the allocation's GPU count.
 //
 // Model-6 withdrew a GPU at the decision and placed nothing on it: no
 // relayout was ever abandoned and no placement refused, where the
@@ -192,11 +191,6 @@ func (s *sim) refuse(id int32) {
 	if !j.rescheduled {
 		j.rescheduled = true
 		s.push(s.now+s.rescheduleDelay, evReschedule, id, j.epoch)
-	}
-	if j.g == wholeGroup && j.k > 1 {
-		// Its other GPUs are still offered: StillOffered holds it back
-		// for refusedWait.
-		seen = s.now + s.refusedWait
 	}
 	s.push(seen, evForce, id, j.epoch)
 }

@@ -17,13 +17,8 @@ import (
 const maxPriority = 100
 
 // rescheduleDelay is the replay's jobs' reschedule delay (e2e replayJob's
-// reschedule block: attempts 1, delay 5s, constant), and refusedWait the
-// controller's wait for the servers to stop offering a refused
-// placement's devices (controller.refusedWait): wall clock.
-const (
-	rescheduleDelay = 5 * time.Second
-	refusedWait     = 30 * time.Second
-)
+// reschedule block: attempts 1, delay 5s, constant): wall clock.
+const rescheduleDelay = 5 * time.Second
 
 // preemptGap is how far below a job's priority Nomad preempts.
 const preemptGap = 10
@@ -324,12 +319,11 @@ type sim struct {
 	// Layouts (Features.Layouts): the relayout latency and the planner's
 	// hysteresis in trace time, and the changes applied.
 	layoutDelay, layoutMinInterval time.Duration
-	// layoutDrain is LayoutPoll, and rescheduleDelay and refusedWait how
-	// long a refused placement waits for Nomad's reschedule and the
-	// controller's forced one, in trace time (layouts.go).
-	layoutDrain, layoutSwitch, rescheduleDelay, refusedWait time.Duration
-	relayBuf                                                []int
-	layoutChanges                                           []tracereplay.LayoutChange
+	// layoutDrain is LayoutPoll, and rescheduleDelay how long a refused
+	// placement waits for Nomad's reschedule, in trace time (layouts.go).
+	layoutDrain, layoutSwitch, rescheduleDelay time.Duration
+	relayBuf                                   []int
+	layoutChanges                              []tracereplay.LayoutChange
 	// failed counts the jobs whose placement a relayout refused, not yet
 	// placed again; refusals and cancels count the refused placements and
 	// the relayouts abandoned to a placement, for the notes.
@@ -385,7 +379,7 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		s.layoutDelay, s.layoutMinInterval = scale(o.Latencies.LayoutOr()), scale(o.Policy.LayoutMinInterval)
 		s.layoutDrain = min(scale(tracereplay.LayoutPoll/2), s.layoutDelay)
 		s.layoutSwitch = scale(tracereplay.LayoutSwitch)
-		s.rescheduleDelay, s.refusedWait = scale(rescheduleDelay), scale(refusedWait)
+		s.rescheduleDelay = scale(rescheduleDelay)
 	}
 
 	if s.f.Moves {
