@@ -53,7 +53,7 @@ func (s *Snapshot) GPULayouts() []GPULayout {
 		if n == nil || n.NodeResources == nil {
 			continue
 		}
-		gpus := nodeLayouts(n)
+		gpus := NodeLayouts(n)
 		if len(gpus) == 0 {
 			continue
 		}
@@ -85,9 +85,14 @@ func (s *Snapshot) GPULayouts() []GPULayout {
 	return out
 }
 
-// nodeLayouts reads a node's layout groups.
-func nodeLayouts(n *api.NodeListStub) []GPULayout {
+// NodeLayouts reads a node's layout groups, in the node's order, leaving
+// out a group whose attributes do not read (a plugin of another version).
+// It is the one reading of them: the APM projects its layouts from it.
+func NodeLayouts(n *api.NodeListStub) []GPULayout {
 	var out []GPULayout
+	if n == nil || n.NodeResources == nil {
+		return nil
+	}
 	for _, d := range n.NodeResources.Devices {
 		if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceLayout || !strings.HasPrefix(d.Name, "GPU-") {
 			continue

@@ -263,9 +263,14 @@ func TestLayoutGroupsAreNoCapacity(t *testing.T) {
 // an MPS group's mps_shares attribute is its Shares.
 func TestSnapshotOfLayouts(t *testing.T) {
 	str := func(s string) *api.Attribute { return &api.Attribute{StringVal: &s} }
+	// As the device plugin publishes them (nomadview.NodeLayouts reads
+	// them): a group whose attributes do not read is left out.
+	index := int64(0)
 	layout := func(uuid, current, state string) *api.NodeDeviceResource {
+		index++
 		return &api.NodeDeviceResource{Vendor: "nvidia", Type: contract.SliceLayout, Name: uuid,
-			Attributes: map[string]*api.Attribute{contract.AttrLayoutCurrent: str(current), contract.AttrLayoutState: str(state)}}
+			Attributes: map[string]*api.Attribute{contract.AttrLayoutCurrent: str(current), contract.AttrLayoutState: str(state),
+				contract.AttrLayoutIndex: {IntVal: ptrTo(index - 1)}}}
 	}
 	node := &api.NodeListStub{ID: "n1", NodePool: "frac", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
 		NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{

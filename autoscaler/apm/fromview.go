@@ -58,12 +58,14 @@ func nodeOf(n *api.NodeListStub, held []nomadview.HeldSlice) Node {
 			switch {
 			case d == nil:
 			case d.Type == contract.SliceLayout:
-				// One per GPU, with no instances: no capacity.
-				out.Layouts = append(out.Layouts, layoutOf(d))
+				// One per GPU, with no instances: no capacity; read below.
 			default:
 				out.Devices = append(out.Devices, deviceGroupOf(d))
 			}
 		}
+	}
+	for _, g := range nomadview.NodeLayouts(n) {
+		out.Layouts = append(out.Layouts, LayoutGPU{UUID: g.UUID, Current: g.Current, State: g.State, Pinned: g.Pinned, Fault: g.Fault})
 	}
 	for _, h := range held {
 		out.Used = append(out.Used, UsedDevices{DeviceSpec: h.Device, IDs: h.IDs})
@@ -87,20 +89,6 @@ func deviceGroupOf(d *api.NodeDeviceResource) DeviceGroup {
 		}
 	}
 	return g
-}
-
-// layoutOf is a GPU's layout group: its UUID, its current layout and
-// state (each "" when the attribute is missing), whether it is pinned,
-// and its fault.
-func layoutOf(d *api.NodeDeviceResource) LayoutGPU {
-	a := d.Attributes
-	fault := nomadview.AttrString(a, contract.AttrLayoutFault)
-	if fault == contract.LayoutNone {
-		fault = ""
-	}
-	return LayoutGPU{UUID: d.Name, Current: nomadview.AttrString(a, contract.AttrLayoutCurrent),
-		State: contract.LayoutState(nomadview.AttrString(a, contract.AttrLayoutState)), Pinned: nomadview.AttrBool(a, contract.AttrLayoutPinned),
-		Fault: fault}
 }
 
 // blockedWork is a queued group as the queue figures count it.
