@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/predict"
 )
 
 func fixedCollector(in scrapeInput) *clusterCollector {
@@ -37,7 +39,9 @@ func fullInput() scrapeInput {
 				{Source: FromPendingAlloc, Pool: "mps", Priority: 50, Allocs: 1, Since: t0.Add(-time.Second), Asks: []DeviceAsk{{Device: DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-A"}, Count: 1}}},
 			},
 			Util: map[string][]InstanceUtil{"a": {{h100, "a-0", 80}, {h100, "a-7", 0}}},
-			Runs: runs},
+			Runs: runs,
+			// As the read model counts wholeGPUNodes: a 3, b 1, c 8, e 6.
+			Free: map[string]predict.Capacity{"gpu": {{Kind: "gpu"}: 18}}},
 		lists: []listState{{"nodes", true}, {"blocked_evaluations", true}, {"allocations", true}, {"finished_allocations", false}},
 		calls: map[string]uint64{EndpointNodes: 2, EndpointAllocs: 3},
 	}

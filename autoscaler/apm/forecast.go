@@ -1,9 +1,7 @@
 package apm
 
 import (
-	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
-	"github.com/nomad-gpu/nomad-gpu/controller/sizing/predict"
 )
 
 // ForecastOf is the runtime and wait forecast (sizing.Forecast) of the
@@ -15,7 +13,7 @@ import (
 // slices are FreeSlices'; pending allocations are not queued work here:
 // they hold their slices already.
 func ForecastOf(s *Snapshot) sizing.Forecasts {
-	in := sizing.ForecastInput{Runs: s.TaskRuns(), Free: FreeSlices(s)}
+	in := sizing.ForecastInput{Runs: s.TaskRuns(), Free: s.Free}
 	for i := range s.Work {
 		w := &s.Work[i]
 		if w.Source != FromBlockedEval || w.Allocs <= 0 {
@@ -29,45 +27,4 @@ func ForecastOf(s *Snapshot) sizing.Forecasts {
 		in.Queued = append(in.Queued, q)
 	}
 	return sizing.Forecast(in, s.Now)
-}
-
-// FreeSlices are, per node pool and unit (whole GPUs, MPS shares, MIG
-// instances of one profile), the healthy nvidia device instances of
-// schedulable nodes that no pending or running allocation holds.
-func FreeSlices(s *Snapshot) map[string]predict.Capacity {
-	out := map[string]predict.Capacity{}
-	held := map[string]bool{}
-	for i := range s.Nodes {
-		n := &s.Nodes[i]
-		if !n.Schedulable() {
-			continue
-		}
-		n.markHeld(held)
-		for gi := range n.Devices {
-			g := &n.Devices[gi]
-			if g.Vendor != contract.Vendor {
-				continue
-			}
-			var u predict.Unit
-			switch g.Type {
-			case contract.SliceGPU, contract.SliceMPS:
-				u = predict.Unit{Kind: g.Type}
-			case contract.SliceMIG:
-				u = predict.Unit{Kind: g.Type, Profile: g.Name}
-			default:
-				continue
-			}
-			c := out[n.Pool]
-			if c == nil {
-				c = predict.Capacity{}
-				out[n.Pool] = c
-			}
-			for _, in := range g.Instances {
-				if in.Healthy && !held[in.ID] {
-					c[u]++
-				}
-			}
-		}
-	}
-	return out
 }

@@ -55,6 +55,8 @@ func forecastSnapshot() *Snapshot {
 		Work: []Work{q("one", 80, 1), q("three", 50, 3), q("huge", 50, 8),
 			{Source: FromPendingAlloc, Namespace: "default", JobID: "warm", Group: "g", Pool: "gpu", Allocs: 1, Asks: []DeviceAsk{ask("nvidia/gpu", 1)}}},
 		Runs: runs,
+		// As the read model counts them: a2 and a3.
+		Free: map[string]predict.Capacity{"gpu": {{Kind: "gpu"}: 2}},
 	}
 }
 
@@ -101,38 +103,6 @@ func TestForecastOf(t *testing.T) {
 	}
 	if _, ok := waits["warm"]; ok || len(f.Queued) != 3 {
 		t.Errorf("queued %+v: want the three blocked groups only, not the pending allocation", f.Queued)
-	}
-}
-
-func TestFreeSlices(t *testing.T) {
-	mig := slicedGroup("nvidia", "mig", "1g.10gb", "m", "pci-0", 3, 10*gib)
-	mig.Instances[2].Healthy = false
-	mps := slicedGroup("nvidia", "mps", "GPU-X", "GPU-X-mps", "GPU-X", 4, 0)
-	other := devGroup("xilinx", "fpga", "u250", "f", 2, 0)[0]
-	drained := node("d", "gpu", "", nil, gpus("d", 8, 0)...)
-	drained.Eligible = false
-	s := &Snapshot{Nodes: []Node{
-		node("a", "gpu", "", []UsedDevices{{h100, ids("a", 0, 1)}, {DeviceSpec{Vendor: "nvidia", Type: "mig", Name: "1g.10gb"}, []string{"m-0"}}}, gpus("a", 4, 1)[0], mig, other),
-		node("b", "mps", "", []UsedDevices{{DeviceSpec{Vendor: "nvidia", Type: "mps", Name: "GPU-X"}, []string{"GPU-X-mps-3"}}}, mps),
-		drained,
-	}}
-	want := map[string]predict.Capacity{
-		"gpu": {{Kind: "gpu"}: 2, {Kind: "mig", Profile: "1g.10gb"}: 1},
-		"mps": {{Kind: "mps"}: 3},
-	}
-	got := FreeSlices(s)
-	if len(got) != len(want) {
-		t.Fatalf("free %v, want %v", got, want)
-	}
-	for pool, c := range want {
-		if len(got[pool]) != len(c) {
-			t.Errorf("%s: %v, want %v", pool, got[pool], c)
-		}
-		for u, n := range c {
-			if got[pool][u] != n {
-				t.Errorf("%s %v: %d free, want %d", pool, u, got[pool][u], n)
-			}
-		}
 	}
 }
 

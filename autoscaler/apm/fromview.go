@@ -43,6 +43,7 @@ func SnapshotOf(v *nomadview.Snapshot, runs bool) *Snapshot {
 	if runs {
 		s.Runs = allocRuns(v, held, byID)
 	}
+	s.Free = sizing.FreeCapacity(v.FreeSlices())
 	return s
 }
 

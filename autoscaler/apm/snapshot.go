@@ -12,6 +12,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/predict"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -36,6 +37,10 @@ type Snapshot struct {
 	// or running, and those that finished recently (the cache keeps the
 	// finished_window). Only the cluster figures read them.
 	Runs []AllocRun
+	// Free are the free slices per node pool and unit, as the read model
+	// counts them (nomadview.Snapshot.FreeSlices): what the predictions
+	// place queued work on.
+	Free map[string]predict.Capacity
 }
 
 // Node is one Nomad node and its devices.
