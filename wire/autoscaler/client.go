@@ -26,9 +26,8 @@ import (
 type LaunchOption func(*launchConfig)
 
 type launchConfig struct {
-	args   []string
-	nomad  *api.Config
-	logger hclog.Logger
+	args  []string
+	nomad *api.Config
 }
 
 // WithArgs is the plugin block's args: the binary's arguments.
@@ -44,12 +43,6 @@ func WithArgs(args ...string) LaunchOption {
 // block-query wait time of 5m.
 func WithNomad(cfg *api.Config) LaunchOption {
 	return func(c *launchConfig) { c.nomad = cfg }
-}
-
-// WithLogger receives the plugin's log lines, which go-plugin parses from
-// its stderr as the agent does (the agent names it "external_plugin").
-func WithLogger(l hclog.Logger) LaunchOption {
-	return func(c *launchConfig) { c.logger = l }
 }
 
 // AgentNomadDefault is the Nomad config of an agent without a nomad block
@@ -88,9 +81,6 @@ func Launch(ctx context.Context, path string, typ PluginType, config map[string]
 	for _, o := range opts {
 		o(&lc)
 	}
-	if lc.logger == nil {
-		lc.logger = hclog.NewNullLogger()
-	}
 	if _, err := typeName(typ); err != nil {
 		return nil, err
 	}
@@ -101,7 +91,7 @@ func Launch(ctx context.Context, path string, typ PluginType, config map[string]
 		Plugins:          set,
 		Cmd:              exec.Command(path, lc.args...),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           lc.logger,
+		Logger:           hclog.NewNullLogger(),
 	})
 	stop := context.AfterFunc(ctx, pc.Kill)
 	c, err := launch(pc, typ, driver)
