@@ -26,6 +26,15 @@ import (
 // sharing a checkpoint root; it returns their node IDs.
 func moveCluster(t *testing.T) (*cluster.Cluster, [2]string) {
 	t.Helper()
+	return moveClusterWith(t, nil, "")
+}
+
+// moveClusterWith is moveCluster with each node's device plugin config
+// extended by deviceHCL (when not nil) and clientHCL in each client block.
+// A node whose plugin follows layouts is ready once the servers show its
+// 8 GPUs' layout groups: the controller plans on them.
+func moveClusterWith(t *testing.T, deviceHCL func(gpuNode) string, clientHCL string) (*cluster.Cluster, [2]string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
@@ -38,14 +47,17 @@ func moveCluster(t *testing.T) (*cluster.Cluster, [2]string) {
 		n := fourGPUNode(t)
 		n.sharedCheckpoints = shared
 		n.driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())
-		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: n.hcl(t)})
+		if deviceHCL != nil {
+			n.deviceHCL = deviceHCL(n)
+		}
+		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: n.hcl(t), ClientHCL: clientHCL})
 	}
 	c.StartClients(t, opts...)
 	var ids [2]string
 	for i := range ids {
 		ids[i] = c.WaitForNode(t, fmt.Sprintf("gpu-%d", i+1), func(n *api.Node) bool {
 			d := n.Drivers["gpu"]
-			return d != nil && d.Healthy && wholeGPUsOf(n) == 4
+			return d != nil && d.Healthy && wholeGPUsOf(n) == 4 && (deviceHCL == nil || len(layoutGroups(n)) == 8)
 		}, 2*time.Minute).ID
 	}
 	return c, ids

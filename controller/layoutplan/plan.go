@@ -141,10 +141,13 @@ func (d Decision) String() string {
 // queue can run: in priority order (then oldest first), each waiting
 // allocation takes free instances it fits, the fullest first, as Nomad's
 // binpacking would; one that fits none has a free GPU relaid for it, the
-// one that leaves the least fragmentation for the mix. A GPU held, pinned,
-// never to be relaid, with an unhealthy instance, or whose last layout is
-// not yet applied, keeps its layout; one changed less than MinInterval
-// ago only serves an ask that no other GPU can; a failed one is left out.
+// one that leaves the least fragmentation for the mix. A multi-GPU
+// allocation of whole GPUs that no relay makes fit has a node's free
+// GPUs made whole (makeRoom), room to move work for it. A GPU held,
+// pinned, never to be relaid, with an unhealthy instance, or whose last
+// layout is not yet applied, keeps its layout; one changed less than
+// MinInterval ago only serves an ask that no other GPU can; a failed one
+// is left out.
 func Plan(in Input) []Decision {
 	p := newPlanner(in)
 	asks := slices.Clone(in.Queue)
@@ -157,7 +160,11 @@ func Plan(in Input) []Decision {
 			if p.place(a) {
 				continue
 			}
-			if !p.relay(a, p.waiting(a.Kind)) || !p.place(a) {
+			if !p.relay(a, p.waiting(a.Kind)) {
+				p.makeRoom(a)
+				break
+			}
+			if !p.place(a) {
 				break
 			}
 		}

@@ -63,6 +63,21 @@ func wholeAsks(n int) []Ask {
 	return []Ask{{Kind: "gpu", Count: 1, Allocs: n, Priority: 50, Job: "train"}}
 }
 
+// roomNodes are two nodes of 4 GPUs with 2 held whole GPUs each: n1's
+// others free and whole, n2's one free whole GPU and one idle shared GPU
+// (edit, when not nil, edits it). No node fits a 4-GPU ask, even relaid;
+// moving n1's 2 allocations would free it, were n2's shared GPU whole.
+func roomNodes(edit func(*GPU)) []GPU {
+	n1, n2 := node("n1", 4, gpulayout.WholeGPU), node("n2", 4, gpulayout.WholeGPU)
+	held(n1[:2])
+	held(n2[:2])
+	n2[3].Current = gpulayout.Shared(8)
+	if edit != nil {
+		edit(&n2[3])
+	}
+	return join(n1, n2)
+}
+
 // The planner's decisions over hand-made snapshots: the layout chosen for
 // a known queue, the hysteresis, the bounds, a pinned GPU.
 func TestPlan(t *testing.T) {
@@ -175,6 +190,29 @@ func TestPlan(t *testing.T) {
 				}
 				return g
 			}(), queue: wholeAsks(4), want: []string{"n1 0: mps:8 → whole"}},
+		{name: "a 4-GPU ask no node fits even relaid: the idle shared GPU of a node that could hold it is whole again, room to move work",
+			gpus: roomNodes(nil), queue: []Ask{{Kind: "gpu", Count: 4, Allocs: 1, Job: "hpc"}},
+			want: []string{"n2 3: mps:8 → whole"}},
+		{name: "room: of two nodes with an idle shared GPU, the one with more whole GPUs free after",
+			gpus: func() []GPU {
+				g := roomNodes(nil)
+				g[3].Current = gpulayout.Shared(8) // n1: 2 held, 1 free, 1 idle shared
+				g[5].Held = nil                    // n2: 1 held, 2 free, 1 idle shared
+				return g
+			}(), queue: []Ask{{Kind: "gpu", Count: 4, Allocs: 1, Job: "hpc"}},
+			want: []string{"n2 3: mps:8 → whole"}},
+		{name: "room: not on a node that could not hold the ask",
+			gpus: roomNodes(nil), queue: []Ask{{Kind: "gpu", Count: 5, Allocs: 1, Job: "hpc"}}},
+		{name: "room: a shared GPU with a share held stays",
+			gpus: roomNodes(func(g *GPU) { g.Held = []string{"mps"} }), queue: []Ask{{Kind: "gpu", Count: 4, Allocs: 1, Job: "hpc"}}},
+		{name: "room: a shared GPU changed a minute ago stays (hysteresis)",
+			gpus: roomNodes(func(g *GPU) { g.Changed = recently }), queue: []Ask{{Kind: "gpu", Count: 4, Allocs: 1, Job: "hpc"}},
+			b: Bounds{MinInterval: 10 * time.Minute}},
+		{name: "room: a shared GPU an MPS ask takes this round stays",
+			gpus: roomNodes(nil), queue: []Ask{{Kind: "gpu", Count: 4, Allocs: 1, Priority: 30, Job: "hpc"}, {Kind: "mps", Count: 1, Allocs: 1, Priority: 80, Job: "infer"}}},
+		{name: "room: not where whole GPUs are not allowed",
+			gpus: roomNodes(nil), queue: []Ask{{Kind: "gpu", Count: 4, Allocs: 1, Job: "hpc"}},
+			b: Bounds{Default: PoolBounds{Allowed: []gpulayout.Kind{gpulayout.MPS}}}},
 		{name: "higher priority first: the whole ask gets the only free GPU",
 			gpus:  join(node("n1", 1, gpulayout.Shared(8))),
 			queue: []Ask{{Kind: "mps", Count: 1, Allocs: 1, Priority: 30}, {Kind: "gpu", Count: 1, Allocs: 1, Priority: 80, Job: "urgent"}},

@@ -42,16 +42,63 @@ func (p *planner) relay(a Ask, waiting int) bool {
 		return false
 	}
 	for i, g := range best.gpus {
-		before := p.frag()
-		d := Decision{Node: g.Node, NodeName: g.NodeName, UUID: g.UUID, Index: g.Index, From: g.layout, To: best.to[i],
-			FragBefore: before,
-			Reason:     fmt.Sprintf("%d allocations wait for %s (job %q first), and no free one fits", waiting, a.Kind, a.Job)}
-		g.layout, g.free, g.fixed = best.to[i], instanceCounts(best.to[i]), true
-		p.touch(g)
-		d.FragAfter = p.frag()
-		p.decisions = append(p.decisions, d)
+		p.change(g, best.to[i], fmt.Sprintf("%d allocations wait for %s (job %q first), and no free one fits", waiting, a.Kind, a.Job))
 	}
 	return true
+}
+
+// change relays g to to this round, for reason.
+func (p *planner) change(g *gpuState, to gpulayout.Layout, reason string) {
+	d := Decision{Node: g.Node, NodeName: g.NodeName, UUID: g.UUID, Index: g.Index, From: g.layout, To: to,
+		FragBefore: p.frag(), Reason: reason}
+	g.layout, g.free, g.fixed = to, instanceCounts(to), true
+	p.touch(g)
+	d.FragAfter = p.frag()
+	p.decisions = append(p.decisions, d)
+}
+
+// makeRoom serves an allocation of several whole GPUs that no node fits,
+// even relaid, because allocations hold some of each node's GPUs. The
+// move module (controller/consolidate) can free a node for it by moving
+// such allocations, but it counts whole GPUs only, both the node to free
+// and the room for what it moves: a free GPU of another layout that no
+// queued allocation took this round strands the ask, for no one relay
+// makes it fit and so nothing would ever relay that GPU. So the GPUs of
+// one node that are free and not whole are relaid whole: the node whose
+// whole GPUs, held or not, and those would hold the ask, with the most
+// whole GPUs free after. A GPU changed less than MinInterval ago is left
+// as it is: the hysteresis holds it, and the ask waits for it (or for
+// work to end).
+func (p *planner) makeRoom(a Ask) {
+	if kindOf(a.Kind) != gpulayout.Whole || a.Count < 2 {
+		return
+	}
+	var best []*gpuState
+	bestFree := -1
+	for _, node := range p.nodes(a.Pool) {
+		if !p.in.Bounds.of(node[0].Pool).allows(gpulayout.Whole) {
+			continue
+		}
+		var relay []*gpuState
+		whole, free := 0, 0
+		for _, g := range node {
+			switch {
+			case g.MIGMode:
+			case g.layout.Kind == gpulayout.Whole:
+				whole++
+				free += max(0, g.free[a.Kind])
+			case p.relayable(g) && !p.recent(g):
+				relay = append(relay, g)
+			}
+		}
+		if len(relay) > 0 && whole+len(relay) >= a.Count && free+len(relay) > bestFree {
+			best, bestFree = relay, free+len(relay)
+		}
+	}
+	for _, g := range best {
+		p.change(g, gpulayout.WholeGPU, fmt.Sprintf("an allocation of %d whole GPUs waits (job %q) that no node fits, even relaid: "+
+			"free whole GPUs are room to move work for it", a.Count, a.Job))
+	}
 }
 
 // candidate is the best change of node's GPUs for one allocation of a,

@@ -114,7 +114,9 @@ func (s *sim) planLayouts() {
 // whole GPU on a node it may change, and a whole-GPU ask of k GPUs a node
 // with an unheld MPS GPU whose whole GPUs, free or coming, and unheld MPS
 // GPUs number k or more (the round's own placements only take from
-// these). True is no promise that it decides anything.
+// these); or, where no node fits it even relaid, one whose whole GPUs,
+// held or not, coming and unheld MPS GPUs do (room for moves, the
+// planner's makeRoom). True is no promise that it decides anything.
 func (s *sim) mayRelay() bool {
 	mps, whole := false, math.MaxInt
 	for i := range s.sqs {
@@ -142,17 +144,19 @@ func (s *sim) mayRelay() bool {
 		if mps && free > 0 {
 			return true
 		}
-		idle, coming := 0, 0
+		idle, coming, wholeGPUs := 0, 0, 0
 		for gpu, on := range n.gpuMPS {
 			switch {
 			case n.moving[gpu] && on:
 				coming++ // relaid to whole: the planner counts it free
 			case on && !n.moving[gpu] && n.mpsUsed[gpu] == 0:
 				idle++
+			case !on && !n.moving[gpu]:
+				wholeGPUs++
 			}
 		}
-		if idle > 0 && free+coming+idle >= whole {
-			return true
+		if idle > 0 && wholeGPUs+coming+idle >= whole {
+			return true // n.free[wholeGroup] ≤ wholeGPUs: the relay's case too
 		}
 	}
 	return false
