@@ -168,7 +168,10 @@ import (
 //
 // model-8: the controller places a refused multi-GPU allocation again as
 // soon as the servers stop offering the GPU that refused it, as for one
-// GPU (nomadview.StillOffered), not 30 s after the failure.
+// GPU (nomadview.StillOffered), not 30 s after the failure; the planner
+// relays a node's idle non-whole GPUs whole for a multi-GPU ask no node
+// fits even relaid (layoutplan's makeRoom), and the model plans a round
+// wherever it would.
 const Version = "model-8"
 
 // Options say what the model replays on and how.
