@@ -50,6 +50,10 @@ func (a *Agent) Name() string { return a.name }
 // DataDir is the agent's data_dir; it also holds agent.hcl and agent.log.
 func (a *Agent) DataDir() string { return a.dataDir }
 
+// LogPath is the file the agent's stdout and stderr go to (appended across
+// restarts).
+func (a *Agent) LogPath() string { return a.logPath }
+
 // HTTPAddr is the agent's HTTP API address, e.g. "http://127.0.0.1:12345".
 func (a *Agent) HTTPAddr() string { return fmt.Sprintf("http://127.0.0.1:%d", a.http) }
 
