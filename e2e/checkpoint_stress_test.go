@@ -366,11 +366,11 @@ func (rec *stressRecord) read(t *testing.T, c *cluster.Cluster, job string) {
 func (rec *stressRecord) check(t *testing.T, c *cluster.Cluster, job string, a *api.Allocation) {
 	t.Helper()
 	logs := c.AllocLogs(t, a.ID, "t", "stdout")
-	events := taskEvents(t, c, a.ID)
+	unasked := checkpointOutcome(a, contract.CheckpointNotHandled)
 	name := fmt.Sprintf("%s alloc %s on %s", job, a.ID[:8], a.NodeName)
 	restored, ok := logValue(logs, "restored")
 	switch {
-	case !ok && strings.Contains(events, "checkpoint not requested"):
+	case !ok && unasked:
 		// Stopped before its shell ran its first lines (a stop within
 		// milliseconds of the start, one that came while it restored
 		// included): the driver did not ask, the task's default action
@@ -393,7 +393,7 @@ func (rec *stressRecord) check(t *testing.T, c *cluster.Cluster, job string, a *
 	rec.stops++
 	run := stressRun{alloc: a}
 	switch {
-	case strings.Contains(events, "checkpoint not requested"):
+	case unasked:
 		rec.unasked++
 		if hasCommit {
 			rec.saved = committed

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
@@ -192,6 +193,19 @@ func nextAlloc(t testing.TB, c *cluster.Cluster, jobID string, seen int, timeout
 	t.Helper()
 	stubs := c.WaitForAllocs(t, jobID, seen+1, timeout)
 	return c.WaitForAllocStatus(t, stubs[seen].ID, "running", timeout)
+}
+
+// checkpointOutcome says whether one of the driver's events of task t
+// gave the checkpoint this outcome (contract.EventDetailCheckpoint).
+func checkpointOutcome(a *api.Allocation, outcome string) bool {
+	if st := a.TaskStates["t"]; st != nil {
+		for _, e := range st.Events {
+			if e.Details[contract.EventDetailCheckpoint] == outcome {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // taskEvents are the messages of the driver's task events of the alloc.
