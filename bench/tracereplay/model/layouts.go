@@ -61,10 +61,9 @@ func (s *sim) mpsName(gpu int) string {
 // fits in its range over the node's device map, which Go orders at
 // random; -1 if none fits. The replay's jobspecs (e2e replayJob) ask
 // nvidia/mps with no affinity: the affinity on unique.shares_in_use that
-// the shipped MPS jobspecs carry (jobs/) is not in them, and a model
-// that packed shares onto GPUs already in use (model-6) left MPS GPUs
-// idle that the real cluster had spread work over, and relaid them
-// whole.
+// the shipped MPS jobspecs carry (jobs/) is not in them, and packing
+// shares onto GPUs already in use would leave MPS GPUs idle that the real
+// cluster spreads work over, and relay them whole.
 func (s *sim) mpsGPURandom(n *node, k int) int {
 	best, ties := -1, 0
 	for gpu := range n.mpsUsed {

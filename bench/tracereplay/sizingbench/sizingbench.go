@@ -1,7 +1,7 @@
 // Package sizingbench is a deterministic benchmark, with no processes, of
 // two things on the Philly trace: the run-time and wait predictions of
-// package sizing/predict (issue 12), and the GPU-hours that auto sizing
-// (package sizing) saves or spends. Both replay recurring jobs through a
+// package controller/sizing/predict, and the GPU-hours that auto sizing
+// (package controller/sizing) saves or spends. Both replay recurring jobs through a
 // simple event loop over a fixed pool.
 //
 // The Philly trace has no recurring jobs to learn from, so the replay
