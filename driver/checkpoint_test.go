@@ -568,3 +568,47 @@ while :; do sleep 0.02; done`
 		t.Fatal(err)
 	}
 }
+
+// Two requests racing (an interval's tick and a stop's, each past its own
+// check) signal the task once: the second finds the first claimed and
+// waits for its checkpoint. Twice, the handler would run again while the
+// driver takes the first checkpoint.
+func TestCheckpointRacingRequestsSignalOnce(t *testing.T) {
+	e := newEnv(t)
+	d := e.plugin()
+	cfg := e.checkpointTask(defaultCheckpoint())
+	cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", `trap 'echo x >> "$NOMAD_TASK_DIR/asked"; sleep 1; echo 7 > "$NOMAD_GPU_CHECKPOINT_DIR/count"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"' USR1
+trap 'exit 0' INT TERM
+touch "$NOMAD_TASK_DIR/ready"
+while :; do sleep 0.02; done`}
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer destroyTask(t, d, cfg.ID)
+	dir := cfg.Env["NOMAD_TASK_DIR"]
+	eventually(t, "ready", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	ck := d.store.get(cfg.ID).ckpt
+	start := make(chan struct{})
+	done := make(chan bool, 2)
+	for _, trigger := range []string{"interval", "stop"} {
+		go func() { <-start; done <- ck.request(trigger, 10*time.Second) }()
+	}
+	close(start)
+	for range 2 {
+		if !<-done {
+			t.Error("a request was not asked")
+		}
+	}
+	eventually(t, "the commit", func() bool { return ckCommits(ck) > 0 })
+	time.Sleep(1500 * time.Millisecond) // a second handler would have begun by now
+	if b, _ := os.ReadFile(filepath.Join(dir, "asked")); string(b) != "x\n" {
+		t.Errorf("the task was signalled %d times, want once", strings.Count(string(b), "x"))
+	}
+}
+
+// ckCommits is how many checkpoints ck committed.
+func ckCommits(ck *checkpointer) int {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	return ck.commits
+}

@@ -260,10 +260,31 @@ func (c *checkpointer) busy() bool {
 // start, while its interpreter is still loading) has nothing newer than
 // what it restored to commit, and is stopped as it would be without a
 // checkpoint block instead, by its kill_signal. asked says whether it was
-// signalled.
+// signalled, or a request it raced (an interval's tick and a stop) is.
+//
+// A request claims asked before it signals, under mu: the other one finds
+// it claimed and waits for its checkpoint. A second signal would have the
+// task's handler run again while the driver takes the first checkpoint,
+// tearing it; a shell handler then fails to write into the taken staging
+// directory and exits before its stop trap runs.
 func (c *checkpointer) request(trigger string, allowed time.Duration) (asked bool) {
+	c.mu.Lock()
+	if c.asked {
+		c.mu.Unlock()
+		c.d.emit(c.t, fmt.Sprintf("checkpoint (%s): the task is answering an earlier request; its checkpoint serves this one", trigger),
+			map[string]string{contract.EventDetailCheckpoint: contract.CheckpointPending, contract.EventDetailTrigger: trigger})
+		return true
+	}
+	c.asked = true
+	c.mu.Unlock()
+	unclaim := func() {
+		c.mu.Lock()
+		c.asked = false
+		c.mu.Unlock()
+	}
 	if !harmlessByDefault(c.sig) {
 		if disp, err := c.t.proc.SignalDisposition(c.sig); err == nil && disp == procfs.SignalDefault {
+			unclaim()
 			c.d.emit(c.t, fmt.Sprintf("checkpoint not requested (%s): the task does not handle %s (yet), whose default action would end it; no new checkpoint", trigger, c.cfg.Signal),
 				map[string]string{contract.EventDetailCheckpoint: contract.CheckpointNotHandled, contract.EventDetailTrigger: trigger})
 			return false
@@ -273,13 +294,11 @@ func (c *checkpointer) request(trigger string, allowed time.Duration) (asked boo
 		map[string]string{contract.EventDetailCheckpoint: contract.CheckpointRequested, contract.EventDetailTrigger: trigger})
 	c.d.metrics.checkpointRequested(c.t)
 	if err := c.t.proc.Signal(c.sig); err != nil {
+		unclaim()
 		c.d.emit(c.t, "checkpoint request failed: "+err.Error(), map[string]string{contract.EventDetailCheckpoint: contract.CheckpointFailed})
 		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 		return true
 	}
-	c.mu.Lock()
-	c.asked = true
-	c.mu.Unlock()
 	return true
 }
 
