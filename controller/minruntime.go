@@ -33,7 +33,7 @@ type MinRuntime struct {
 }
 
 // Step raises the jobs with an allocation inside its minimum runtime, and
-// ends the raises of allocations past it or no longer running.
+// ends the raises of allocations past it or not running.
 func (m *MinRuntime) Step(now time.Time, v View, l *Ledger) []Decision {
 	var out []Decision
 	running := map[string]bool{}

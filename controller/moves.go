@@ -178,7 +178,7 @@ func (m *Mover) Step(ctx context.Context, now time.Time, v View, l *Ledger, spec
 	return consolidate.Plan{}, false
 }
 
-// settled ends a consolidation whose queued group no longer waits, or
+// settled ends a consolidation whose queued group does not wait now, or
 // that waited Settle; true while one is under way.
 func (m *Mover) settled(now time.Time, queued []queuedAsk) bool {
 	if m.pending == nil {

@@ -12,7 +12,7 @@ package controller
 // to place such an allocation again: a forced reschedule (`nomad job eval
 // -force-reschedule`), which Nomad grants at once whatever the attempts
 // left, where the task group's reschedule policy is on at all. It asks
-// once the servers no longer offer the refused devices (the node's update
+// once the servers stop offering the refused devices (the node's update
 // showing the drain, seconds), or refusedWait after the failure: asked
 // before, Nomad would place it on the same draining GPU again.
 
@@ -29,7 +29,7 @@ import (
 )
 
 // NomadUnknownDevice is how Nomad's client words a Reserve of a device
-// group its fingerprint no longer has (a relayout removed the group since
+// group its fingerprint lacks (a relayout removed the group since
 // the servers placed on it): client/devicemanager's UnknownDeviceError,
 // `operation on unknown device(s) "vendor/type/name" …`. It is the one
 // place the controller matches Nomad's own English, as Nomad gives no

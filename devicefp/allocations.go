@@ -188,7 +188,7 @@ func (w *allocWatcher) nodeIDOf(ctx context.Context) (string, error) {
 	return id, nil
 }
 
-// forgetNodeOn404 drops the node's ID when Nomad no longer knows it: the
+// forgetNodeOn404 drops the node's ID when Nomad does not know it: the
 // node registered again under a new ID.
 func (w *allocWatcher) forgetNodeOn404(err error) {
 	var re api.UnexpectedResponseError

@@ -127,7 +127,7 @@ func (lm *layoutManager) run(ctx context.Context) {
 	}
 }
 
-// reset forgets every GPU's progress (layouts are no longer followed);
+// reset forgets every GPU's progress (layouts are not followed now);
 // true if there was any.
 func (lm *layoutManager) reset() bool {
 	lm.mu.Lock()
@@ -555,7 +555,7 @@ func (lm *layoutManager) admit(ids []string, m *model, track bool) (time.Time, e
 	for _, id := range ids {
 		s, ok := m.byID[id]
 		if !ok {
-			continue // reserve says it no longer exists
+			continue // reserve says it is gone
 		}
 		if st := lm.gpus[s.gpuUUID]; st != nil && st.state == contract.LayoutDraining {
 			return time.Time{}, fmt.Errorf("device %s: GPU %s %s %s; Nomad will place the allocation again", id, s.gpuUUID, contract.ReserveRefusedRelayout, arrow(st.from, st.target))

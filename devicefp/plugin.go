@@ -415,7 +415,7 @@ func (p *Plugin) Reserve(ids []string) (*device.Reservation, error) {
 		return nil, err
 	}
 	// The model after admit: a GPU switched since the one admit looked
-	// at no longer has the old instances.
+	// at lacks the old instances.
 	res, err := p.model().reserveFor(ids, p.config(), p.logger)
 	if err != nil {
 		p.layout.unadmit(ids, at)

@@ -528,19 +528,8 @@ func TestCheckpointStopRaisesCPUWeight(t *testing.T) {
 	e := newEnv(t)
 	d := e.plugin()
 	// The handler says it was asked, then commits once the test lets it.
-	script := `trap 'touch "$NOMAD_TASK_DIR/asked"; while [ ! -e "$NOMAD_TASK_DIR/go" ]; do sleep 0.02; done; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"' USR1
-trap 'exit 0' INT TERM
-touch "$NOMAD_TASK_DIR/ready"
-while :; do sleep 0.02; done`
-	cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}, Checkpoint: []CheckpointConfig{defaultCheckpoint()}}, nil)
-	cfg.Namespace, cfg.JobID, cfg.TaskGroupName = "default", "train", "g"
-	cfg.Resources.CPUShares, cfg.Resources.Linux.CPUShares = 10, 10
-	if _, _, err := d.StartTask(cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { destroyTask(t, d, cfg.ID) })
-	dir := cfg.Env["NOMAD_TASK_DIR"]
-	eventually(t, "ready", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	cfg, dir := e.startHandler(t, d, `touch "$NOMAD_TASK_DIR/asked"; while [ ! -e "$NOMAD_TASK_DIR/go" ]; do sleep 0.02; done; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"`,
+		func(cfg *drivers.TaskConfig) { cfg.Resources.CPUShares, cfg.Resources.Linux.CPUShares = 10, 10 })
 	weight := func() string {
 		for _, dir := range d.store.get(cfg.ID).group.Paths() {
 			for _, file := range []string{"cpu.shares", "cpu.weight"} {
@@ -576,17 +565,7 @@ while :; do sleep 0.02; done`
 func TestCheckpointRacingRequestsSignalOnce(t *testing.T) {
 	e := newEnv(t)
 	d := e.plugin()
-	cfg := e.checkpointTask(defaultCheckpoint())
-	cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", `trap 'echo x >> "$NOMAD_TASK_DIR/asked"; sleep 1; echo 7 > "$NOMAD_GPU_CHECKPOINT_DIR/count"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"' USR1
-trap 'exit 0' INT TERM
-touch "$NOMAD_TASK_DIR/ready"
-while :; do sleep 0.02; done`}
-	if _, _, err := d.StartTask(cfg); err != nil {
-		t.Fatal(err)
-	}
-	defer destroyTask(t, d, cfg.ID)
-	dir := cfg.Env["NOMAD_TASK_DIR"]
-	eventually(t, "ready", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	cfg, dir := e.startHandler(t, d, `echo x >> "$NOMAD_TASK_DIR/asked"; sleep 1; echo 7 > "$NOMAD_GPU_CHECKPOINT_DIR/count"; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"`, nil)
 	ck := d.store.get(cfg.ID).ckpt
 	start := make(chan struct{})
 	done := make(chan bool, 2)
@@ -611,4 +590,27 @@ func ckCommits(ck *checkpointer) int {
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
 	return ck.commits
+}
+
+// startHandler starts a checkpointing task (checkpointTask's job, the
+// default checkpoint block, changed by adjust where not nil) whose shell
+// runs handler on SIGUSR1 and exits on SIGINT or SIGTERM, and waits until
+// it runs; it returns the task's config and task dir.
+func (e *env) startHandler(t *testing.T, d *Driver, handler string, adjust func(*drivers.TaskConfig)) (*drivers.TaskConfig, string) {
+	t.Helper()
+	cfg := e.checkpointTask(defaultCheckpoint())
+	cfg.DriverConfig.(*TaskConfig).Args = []string{"-c", "trap '" + handler + `' USR1
+trap 'exit 0' INT TERM
+touch "$NOMAD_TASK_DIR/ready"
+while :; do sleep 0.02; done`}
+	if adjust != nil {
+		adjust(cfg)
+	}
+	if _, _, err := d.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyTask(t, d, cfg.ID) })
+	dir := cfg.Env["NOMAD_TASK_DIR"]
+	eventually(t, "ready", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	return cfg, dir
 }

@@ -82,7 +82,7 @@ type checkpointer struct {
 	triggerKnown <-chan struct{}
 	commits      int // commits in this run
 	// takes counts the checkpoints taken for a commit (frozen, so the task
-	// can no longer change them); taken is closed and replaced at each.
+	// cannot change them any more); taken is closed and replaced at each.
 	takes int
 	taken chan struct{}
 	// asked: the task was signalled for a checkpoint and has not marked

@@ -455,22 +455,12 @@ func TestLayoutsPinAndRace(t *testing.T) {
 	ctl := startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
 	gpu0 := gpuByIndex(t, n, 0)
 	pinKey, pin := contract.MetaPinPrefix+gpu0, "mps:4"
-	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{pinKey: &pin}}, nil); err != nil {
-		t.Fatal(err)
-	}
 
 	// The plugin reads the pin within its poll and drains GPU 0 at once:
 	// Reserve refuses its instance from then on, while the servers still
 	// see it whole and healthy until the node's next update (5–10 s on a
 	// non-dev agent). A whole-GPU job placed now races the relayout.
-	client := c.Client(t, "client-1")
-	deadline := time.Now().Add(15 * time.Second)
-	for !drainLogged(client.CurrentLog(), gpu0) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the device plugin did not drain GPU 0 (%s) within 15s of the pin", gpu0)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	pinAndAwait(t, c, n.ID, gpu0, pin, "→ draining")
 	c.RunJob(t, racerJob)
 	first := settleAlloc(t, c, c.WaitForAllocs(t, "racer", 1, 30*time.Second)[0].ID, time.Minute)
 	if first.ClientStatus != api.AllocClientStatusFailed {
@@ -511,22 +501,10 @@ func TestLayoutsPinAndRace(t *testing.T) {
 // nvidia/gpu/H100 from the client's fingerprint. With no drain grace the
 // plugin switches at once; the servers, a node-update batch behind, still
 // place a whole-GPU job there, and Nomad's client refuses the Reserve of
-// a group it no longer has before our plugin is asked.
+// a group it lacks before our plugin is asked.
 func TestLayoutsNomadRefusesAGoneGroup(t *testing.T) {
 	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{1, 2, 3, 4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "0s")
-	gpu0 := gpuByIndex(t, n, 0)
-	pinKey, pin := contract.MetaPinPrefix+gpu0, "mps:4"
-	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{pinKey: &pin}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	client := c.Client(t, "client-1")
-	deadline := time.Now().Add(15 * time.Second)
-	for !switchLogged(client.CurrentLog(), gpu0) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the device plugin did not relay GPU 0 (%s) within 15s of the pin", gpu0)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	pinAndAwait(t, c, n.ID, gpuByIndex(t, n, 0), "mps:4", "draining → ready")
 	c.RunJob(t, racerJob)
 	a := settleAlloc(t, c, c.WaitForAllocs(t, "racer", 1, 30*time.Second)[0].ID, time.Minute)
 	if a.ClientStatus != api.AllocClientStatusFailed {
@@ -537,21 +515,28 @@ func TestLayoutsNomadRefusesAGoneGroup(t *testing.T) {
 	}
 }
 
-// switchLogged says the client's log has the device plugin done relaying
-// gpu.
-func switchLogged(log, gpu string) bool {
-	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, gpu) && strings.Contains(l, "draining → ready") {
-			return true
+// pinAndAwait pins gpu of client-1 (node nodeID) to layout and waits
+// until the device plugin logs the GPU's state change transition
+// ("→ draining", "draining → ready").
+func pinAndAwait(t *testing.T, c *cluster.Cluster, nodeID, gpu, layout, transition string) {
+	t.Helper()
+	key := contract.MetaPinPrefix + gpu
+	if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: nodeID, Meta: map[string]*string{key: &layout}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := c.Client(t, "client-1")
+	for deadline := time.Now().Add(15 * time.Second); !stateLogged(client.CurrentLog(), gpu, transition); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the device plugin did not log %s %q within 15s of the pin", gpu, transition)
 		}
 	}
-	return false
 }
 
-// drainLogged says the client's log has the device plugin draining gpu.
-func drainLogged(log, gpu string) bool {
+// stateLogged says the client's log has the device plugin's state change
+// transition of gpu.
+func stateLogged(log, gpu, transition string) bool {
 	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, gpu) && strings.Contains(l, "→ draining") {
+		if strings.Contains(l, gpu) && strings.Contains(l, transition) {
 			return true
 		}
 	}

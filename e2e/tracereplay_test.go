@@ -727,7 +727,7 @@ type recordCollector struct {
 	// preemptor-placement-to-victim-stopped ones (wall clock).
 	places, starts, preempts []time.Duration
 	// preempted counts the preemptions and moves; unread those whose
-	// progress the task logs no longer tell: the node that ran the
+	// progress the task logs do not tell: the node that ran the
 	// allocation was removed (scaled in) before they were read.
 	preempted, unread int
 	// untold are the task logs read around preemptions that tell no

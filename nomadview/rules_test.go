@@ -225,7 +225,7 @@ func TestDatacenterMatch(t *testing.T) {
 // A blocked evaluation outlives the queue it recorded: once a summary at
 // least as new as it says a group has nothing queued, the group must not
 // be listed at all, not listed with a count of 0, or the APM, `top` and
-// the controller would each see a queue that no longer exists.
+// the controller would each see a queue that is gone.
 func TestQueuedGroupsLeavesOutGroupsWithNothingQueued(t *testing.T) {
 	tests := []struct {
 		name   string

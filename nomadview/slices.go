@@ -110,7 +110,7 @@ func holdsDevices(a *api.AllocationListStub) bool {
 // not seen the drain (or removal) that refused one of them yet, and an
 // allocation that failed for its devices would likely be placed on them
 // again. A multi-GPU allocation's other GPUs stay offered throughout, so
-// one device no longer offered is enough to say the servers caught up.
+// one device not offered is enough to say the servers caught up.
 func (s *Snapshot) StillOffered(a *api.AllocationListStub) bool {
 	n := s.Node(a.NodeID)
 	if n == nil || n.NodeResources == nil {

@@ -129,7 +129,7 @@ func jobPriority(v *nomadview.Snapshot, a *api.AllocationListStub) int {
 // allocRuns are the allocations holding devices, finished ones first (an
 // allocation both lists show, having finished between them, counts as
 // finished), each with its node's pool and datacenter and its job's
-// priority. Allocations of nodes no longer listed are left out.
+// priority. Allocations of nodes not listed are left out.
 func allocRuns(v *nomadview.Snapshot, held map[string][]nomadview.HeldSlice, byID map[string]*Node) []AllocRun {
 	holding := map[string]bool{}
 	for _, hs := range held {

@@ -347,7 +347,7 @@ func (p *planner) place(a Ask) bool {
 	left := a.Count
 	for _, g := range best {
 		// A GPU with none of the kind is not written to: an entry of 0
-		// would make it look used to relayable.
+		// would make a relayable GPU look used.
 		if take := min(left, g.free[a.Kind]); take > 0 {
 			g.free[a.Kind] -= take
 			left -= take

@@ -302,7 +302,7 @@ func TestParse(t *testing.T) {
 // Instances the round has just given to a higher-priority allocation are
 // spoken for: a lower-priority ask that fits nowhere must not have their
 // GPU relaid from under it, or the higher-priority allocation would be
-// planned onto instances that no longer exist.
+// planned onto instances that are gone.
 func TestPlanNeverRelaysInstancesGivenThisRound(t *testing.T) {
 	tests := []struct {
 		name  string

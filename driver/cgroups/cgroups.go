@@ -447,7 +447,7 @@ func CanFenceDevices() bool {
 
 // Find opens what exists of the group Create makes for root/name, so that a
 // group can be cleaned up from its name alone (after a crash, or from a
-// record that no longer says where it lives); false when nothing exists.
+// record that does not say where it lives now); false when nothing exists.
 func Find(root, name string) (*Group, bool) {
 	var paths []string
 	for _, d := range createdDirs(probe(), root, name) {

@@ -172,7 +172,7 @@ func (s *Store) CommitWith(r *Run, keep int, h CommitHooks) (*Generation, error)
 		errs = append(errs, err)
 	}
 	s.at("staging-created")
-	// A generation that no longer matches its manifest (the task wrote on
+	// A generation that does not match its manifest (the task wrote on
 	// through a descriptor it kept open) is one the next Prepare discards:
 	// the generations before it must stay, or none would be left intact.
 	if sealErr == nil {

@@ -47,7 +47,7 @@
 // and what the next Prepare (or Reattach) makes of it:
 //
 //  1. Freeze: the staging directory becomes root's, 0700, so the task can
-//     no longer change what is read. Left: a root-owned staging
+//     not change what is read. Left: a root-owned staging
 //     directory, discarded like any other staging directory.
 //  2. Remove COMMIT. Left: the same. From here on nothing the task does
 //     changes what is committed: CommitWith tells its caller so (Taken),
@@ -102,5 +102,5 @@
 // replacement while the allocation it replaces still runs (on a node that
 // lost touch): the key's current run is the one Prepare made last, recorded
 // in state.json, and the older one, its staging directory discarded, can
-// no longer commit or be reattached (ErrSuperseded).
+// not commit or be reattached (ErrSuperseded).
 package checkpoint

@@ -78,7 +78,7 @@ func TestMarkerWatchWithoutMarkers(t *testing.T) {
 	}
 }
 
-// CommitWith says the checkpoint is taken once the task can no longer
+// CommitWith says the checkpoint is taken once the task cannot
 // change it (its staging directory root's, its marker gone), and only then
 // asks for the trigger it records.
 func TestCommitWithHooks(t *testing.T) {

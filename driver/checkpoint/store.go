@@ -274,7 +274,7 @@ func (s *Store) lockKey(k Key, create bool) (dir string, unlock func(), err erro
 }
 
 // lockFile takes an exclusive lock on path; nil without an error when the
-// file it locked is no longer at path (Remove moved the key's directory
+// file it locked is not at path any more (Remove moved the key's directory
 // away while this waited), to be tried again.
 func lockFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)

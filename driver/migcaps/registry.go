@@ -294,7 +294,7 @@ func (r *Registry) grantOne(taskID, p string, uid, gid uint32) (bool, error) {
 
 	if n := r.tab.Nodes[p]; n != nil && !n.same(st) {
 		// The node was destroyed and made again since it was recorded, so the
-		// recorded original belongs to a node that no longer exists and the
+		// recorded original belongs to a node that is gone and the
 		// present one has never been changed by us. Re-base the record on it;
 		// the holders keep their claim, and a grant below re-applies to it.
 		t := r.tab.clone()

@@ -510,7 +510,7 @@ func (m *Manager) Release(gpuUUID, taskID string) error {
 	return m.stopLocked(d)
 }
 
-// ReleaseTask releases taskID on every GPU, for callers that no longer know
+// ReleaseTask releases taskID on every GPU, for callers that do not know
 // which GPUs a task held (e.g. DestroyTask after a failed recovery).
 func (m *Manager) ReleaseTask(taskID string) error {
 	var errs []error

@@ -89,7 +89,7 @@ func sessionMembers(sid int) []int {
 }
 
 // cgroupMembers lists the live processes of a cgroup.procs file; a cgroup
-// that no longer exists has none.
+// that is gone has none.
 func cgroupMembers(procsFile string) ([]int, error) {
 	b, err := os.ReadFile(procsFile)
 	if errors.Is(err, os.ErrNotExist) {

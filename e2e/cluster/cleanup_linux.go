@@ -105,7 +105,7 @@ func listProcs() []procInfo {
 // agents started: they carry its marker, which no process of another
 // cluster, of a `make dev` agent or of a production node has. A plugin a
 // client reattached to after a restart is found too, though its parent is
-// no longer the agent.
+// not the agent now.
 func (c *Cluster) PluginPIDs(name string) []int {
 	var pids []int
 	for _, p := range listProcs() {

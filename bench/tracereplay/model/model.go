@@ -141,37 +141,11 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 )
 
-// Version is the model's Result.Version: bump it when a rule above
-// changes, so reports can tell results of different rules apart.
-//
-// model-5: preemption picks Nomad's victims (PreemptForDevice,
-// selectBestAllocs: within one priority a random order, not the newest
-// job first; the largest kept first, free instances not counted; MPS GPUs
-// by the lowest sum of distinct priorities) and Nomad's node (binpack
-// after the preemption, then the preemption score), not the node freeing
-// the fewest GPU-equivalents. A checkpointed victim's checkpoint commits
-// Latencies.CommitExit before its exit (the real run's commit to exit),
-// not at the preemption: it keeps the work up to the commit, and only the
-// work after it is its commit-to-exit gap (model-4 counted the whole
-// Latencies.Preempt).
-//
-// model-6: layouts that follow the queue (Features.Layouts); the rules of
-// every other configuration are model-5's.
-//
-// model-7: the relayout window (relayout.go): a GPU being relaid is
-// offered as it was until the servers see it drained, a placement on it
-// abandons the relayout (before the plugin reads it) or is refused and
-// placed again (after); the controller plans on a node that becomes
-// ready before the scheduler's pass; MPS shares from any GPU that fits,
-// at random (the replay's jobspecs have no device affinity); starts drawn
-// from the measured tail where the run has one.
-//
-// model-8: the controller places a refused multi-GPU allocation again as
-// soon as the servers stop offering the GPU that refused it, as for one
-// GPU (nomadview.StillOffered), not 30 s after the failure; the planner
-// relays a node's idle non-whole GPUs whole for a multi-GPU ask no node
-// fits even relaid (layoutplan's makeRoom), and the model plans a round
-// wherever it would.
+// Version is the model's Result.Version: bump it when a rule of the
+// model changes, so reports can tell results of different rules apart.
+// What each version changed is in git log (git log -S'const Version'
+// bench/tracereplay/model); the rules themselves are in the package
+// comment and beside the code that applies them.
 const Version = "model-8"
 
 // Options say what the model replays on and how.

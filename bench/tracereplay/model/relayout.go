@@ -7,7 +7,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 )
 
-// The relayout window (model-7). The controller writes a layout decision
+// The relayout window. The controller writes a layout decision
 // to the node's metadata; the device plugin reads it at its next poll
 // (tracereplay.LayoutPoll: half a poll on average) and, where no
 // allocation holds the GPU, drains it (devicefp: its instances unhealthy
@@ -108,7 +108,7 @@ func (s *sim) takeWhole(id int32, n *node) {
 }
 
 // leaveRelaying undoes takeRelaying as job id releases node n's devices,
-// and says how many of its instances the servers no longer offer (a
+// and says how many of its instances the servers stop offering (a
 // drained GPU's, once they have seen the drain). A GPU its last holder
 // since before the drain leaves is drained at the plugin's next read.
 func (s *sim) leaveRelaying(id int32, n *node) int {
@@ -174,7 +174,7 @@ func (s *sim) drainSeen(nid int32, gpu int) {
 func (s *sim) refuse(id int32) {
 	j := &s.jobs[id]
 	n := &s.nodes[j.node]
-	seen := s.now // when the servers no longer offer its devices
+	seen := s.now // when the servers stop offering its devices
 	for _, r := range j.relay {
 		if gpu := int(r >> 1); r&1 == 0 && n.moving[gpu] {
 			seen = max(seen, n.seenAt[gpu])

@@ -856,7 +856,7 @@ func (s *sim) release(id int32) {
 		n.mpsUsed[j.mps[i]] -= int(j.mps[i+1])
 	}
 	j.mps = j.mps[:0]
-	// Instances of a GPU the servers no longer offer do not come back.
+	// Instances of a GPU the servers stopped offering do not come back.
 	gone := s.leaveRelaying(id, n)
 	if j.mig >= 0 {
 		n.mig[j.mig] = false
