@@ -45,9 +45,12 @@ func NewMetrics() *Metrics {
 		calls:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: calls.Name, Help: calls.Help}, calls.Labels),
 		relaid:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: relaid.Name, Help: relaid.Help}, relaid.Labels),
 		// From a few seconds (a dev agent, a free GPU) to the minutes a
-		// held GPU waits for its allocations to end.
+		// held GPU waits for its allocations to end; seconds apart up to
+		// 15 s, where most relayouts of a free GPU land (the plugin's
+		// poll and drain grace, then Nomad's 5–10 s node-update batch),
+		// so that their median can be read from the buckets.
 		applied: prometheus.NewHistogram(prometheus.HistogramOpts{Name: applied.Name, Help: applied.Help,
-			Buckets: []float64{2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}}),
+			Buckets: []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 30, 60, 120, 300, 600, 1800, 3600}}),
 		moves:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: moves.Name, Help: moves.Help}, moves.Labels),
 		moveCost: prometheus.NewCounter(prometheus.CounterOpts{Name: moveCost.Name, Help: moveCost.Help}),
 	}

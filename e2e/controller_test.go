@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	promdto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	promodel "github.com/prometheus/common/model"
 
@@ -76,9 +77,8 @@ func (p *controllerProc) tryMetric(name string) (float64, bool) {
 	return sum, true
 }
 
-// metricByLabel is the replica's series of a counter or gauge, summed by
-// the value of one label.
-func (p *controllerProc) metricByLabel(t testing.TB, name, label string) map[string]float64 {
+// families are the replica's metrics, parsed.
+func (p *controllerProc) families(t testing.TB) map[string]*promdto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get(p.MetricsURL)
 	if err != nil {
@@ -90,8 +90,24 @@ func (p *controllerProc) metricByLabel(t testing.TB, name, label string) map[str
 	if err != nil {
 		t.Fatalf("%s metrics: %v", p.Name(), err)
 	}
+	return families
+}
+
+// histogram is the replica's unlabelled histogram name; nil if it has none.
+func (p *controllerProc) histogram(t testing.TB, name string) *promdto.Histogram {
+	t.Helper()
+	if f := p.families(t)[name]; f != nil && len(f.Metric) > 0 {
+		return f.Metric[0].GetHistogram()
+	}
+	return nil
+}
+
+// metricByLabel is the replica's series of a counter or gauge, summed by
+// the value of one label.
+func (p *controllerProc) metricByLabel(t testing.TB, name, label string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	if f := families[name]; f != nil {
+	if f := p.families(t)[name]; f != nil {
 		for _, m := range f.Metric {
 			key := ""
 			for _, l := range m.Label {

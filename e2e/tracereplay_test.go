@@ -406,7 +406,8 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if err != nil {
 		t.Fatalf("listing allocations: %v", err)
 	}
-	rc := recordCollector{c: c, t0: t0, horizon: t0.Add(wall(s.Horizon)), trace: trace, byID: map[string]*api.AllocationListStub{}, moved: movedAllocs(t, c, cfg)}
+	rc := recordCollector{c: c, t0: t0, horizon: t0.Add(wall(s.Horizon)), trace: trace, byID: map[string]*api.AllocationListStub{},
+		moved: movedAllocs(t, c, cfg), startsByKind: map[string][]time.Duration{}}
 	byJob := map[string][]*api.AllocationListStub{}
 	for _, a := range stubs {
 		byJob[a.JobID] = append(byJob[a.JobID], a)
@@ -430,11 +431,12 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if d := median(rc.places) + median(rc.starts); d > 0 {
 		lat.Start = d
 	}
+	lat.StartByKind = startSpreads(median(rc.places), rc.startsByKind)
 	if d := median(rc.preempts); d > 0 {
 		lat.Preempt = d
 	}
-	if d := meanLayoutApply(t, ctl); cfg.Layouts && d > 0 {
-		lat.Layout = d
+	if p50, p95 := layoutApplyQuantiles(t, ctl); cfg.Layouts && p50 > 0 {
+		lat.Layout, lat.LayoutP95 = p50, p95
 	}
 	_, _, removed, errs := pool.snapshot()
 	for _, e := range errs {
@@ -535,18 +537,45 @@ func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, 
 	return startController(t, c, "controller", args...)
 }
 
-// meanLayoutApply is the controller's mean time from asking a GPU for a
-// layout to the node list showing it offered: the model's relayout
-// latency. 0 without a controller or a layout applied.
-func meanLayoutApply(t *testing.T, ctl *controllerProc) time.Duration {
+// startSpreads are the starts' median and tail by kind of slice, each
+// the scheduler's median placement (place) plus the kind's starts, for
+// the kinds with at least minSpreadStarts starts.
+func startSpreads(place time.Duration, byKind map[string][]time.Duration) map[string]tracereplay.Spread {
+	out := map[string]tracereplay.Spread{}
+	for kind, ds := range byKind {
+		if len(ds) < minSpreadStarts {
+			continue
+		}
+		p50 := place + median(ds)
+		out[kind] = tracereplay.Spread{P50: p50, P95: p50 + quantileOf(ds, 0.95) - median(ds), P99: p50 + quantileOf(ds, 0.99) - median(ds)}
+	}
+	return out
+}
+
+// minSpreadStarts is the fewest starts of a kind that tell its spread.
+const minSpreadStarts = 10
+
+// layoutApplyQuantiles are the median and 95th percentile of the
+// controller's relayouts, decision to applied
+// (nomad_gpu_controller_layout_apply_seconds), interpolated within its
+// buckets as Prometheus's histogram_quantile does; 0 without a relayout
+// or a controller.
+func layoutApplyQuantiles(t *testing.T, ctl *controllerProc) (p50, p95 time.Duration) {
 	if ctl == nil {
-		return 0
+		return 0, 0
 	}
-	n := ctl.metric(t, contract.MetricControllerLayoutApplied+"_count")
-	if n <= 0 {
-		return 0
+	h := ctl.histogram(t, contract.MetricControllerLayoutApplied)
+	if h == nil || h.GetSampleCount() == 0 {
+		return 0, 0
 	}
-	return time.Duration(ctl.metric(t, contract.MetricControllerLayoutApplied+"_sum") / n * float64(time.Second))
+	var bounds, counts []float64
+	for _, b := range h.GetBucket() {
+		bounds, counts = append(bounds, b.GetUpperBound()), append(counts, float64(b.GetCumulativeCount()))
+	}
+	at := func(q float64) time.Duration {
+		return time.Duration(quantile.FromBuckets(bounds, counts, float64(h.GetSampleCount()), q) * float64(time.Second))
+	}
+	return at(0.5), at(0.95)
 }
 
 // replayLayoutHCL is the device plugin's layout block of a replay node:
@@ -726,6 +755,8 @@ type recordCollector struct {
 	// their first evaluation, starts placement-to-running ones, preempts
 	// preemptor-placement-to-victim-stopped ones (wall clock).
 	places, starts, preempts []time.Duration
+	// startsByKind are starts by the kind of slice started (Slice.Kind).
+	startsByKind map[string][]time.Duration
 	// preempted counts the preemptions and moves; unread those whose
 	// progress the task logs do not tell: the node that ran the
 	// allocation was removed (scaled in) before they were read.
@@ -771,6 +802,7 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 			}
 		}
 		rc.starts = append(rc.starts, st.StartedAt.Sub(time.Unix(0, a.CreateTime)))
+		rc.startsByKind[rec.Slice.Kind] = append(rc.startsByKind[rec.Slice.Kind], rc.starts[len(rc.starts)-1])
 		run := tracereplay.Run{Start: rc.at(st.StartedAt), Node: a.NodeName, Held: held(a)}
 		preempted := a.PreemptedByAllocation != "" || a.DesiredStatus == api.AllocDesiredStatusEvict
 		switch {

@@ -771,6 +771,12 @@ type Latencies struct {
 	// (Start being its median): the model draws each start from them. 0:
 	// every start takes Start.
 	StartP95, StartP99 time.Duration `json:",omitzero"`
+	// StartByKind is Start and its tail for the starts of one kind of
+	// slice (Slice.Kind: "gpu", "mps", "mig"), where the run measured
+	// them: a whole GPU's task starts at once, an MPS share's after its
+	// control daemon's client setup, a restore after its checkpoint's
+	// copy. A kind not in it takes Start.
+	StartByKind map[string]Spread `json:",omitempty"`
 	// Boot is from a scale-out's request to its node being ready.
 	Boot time.Duration
 	// Remove is from a scale-in's request to its node being gone.
@@ -784,9 +790,19 @@ type Latencies struct {
 	// as none.
 	CommitExit time.Duration
 	// Layout is from the planner's decision to the new layout's
-	// instances placeable (Features.Layouts); 0: not measured, taken as
-	// DefaultLatencies' (LayoutOr).
+	// instances placeable (Features.Layouts): the median, where LayoutP95
+	// is set, else the mean; 0: not measured, taken as DefaultLatencies'
+	// (LayoutOr).
 	Layout time.Duration
+	// LayoutP95 is Layout's 95th percentile: the model draws each
+	// relayout's latency from Layout and it. 0: every relayout takes
+	// Layout.
+	LayoutP95 time.Duration `json:",omitzero"`
+}
+
+// Spread is a latency's median and upper percentiles, wall clock.
+type Spread struct {
+	P50, P95, P99 time.Duration
 }
 
 // DefaultLayoutLatency is a relayout's latency, wall clock: what real

@@ -203,6 +203,7 @@ func validate(tr tracereplay.Trace, o *Options) error {
 		{"latencies.start", o.Latencies.Start}, {"latencies.boot", o.Latencies.Boot},
 		{"latencies.remove", o.Latencies.Remove}, {"latencies.preempt", o.Latencies.Preempt},
 		{"latencies.commit_exit", o.Latencies.CommitExit}, {"latencies.layout", o.Latencies.Layout},
+		{"latencies.layout_p95", o.Latencies.LayoutP95},
 		{"policy.layout_min_interval", o.Policy.LayoutMinInterval},
 		{"policy.eval_interval", o.Policy.EvalInterval}, {"policy.cooldown", o.Policy.Cooldown},
 		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
@@ -210,6 +211,11 @@ func validate(tr tracereplay.Trace, o *Options) error {
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: %s; allowed: 0 or more", d.name, d.v)
+		}
+	}
+	for kind, sp := range o.Latencies.StartByKind {
+		if sp.P50 < 0 || sp.P95 < 0 || sp.P99 < 0 {
+			return fmt.Errorf("latencies.start_by_kind.%s: %+v; allowed: percentiles of 0 or more", kind, sp)
 		}
 	}
 	switch o.Config.Autoscale {

@@ -57,7 +57,8 @@ func (s *sim) startLayout(r planRef, to gpulayout.Layout) {
 	}
 	n.moving[r.gpu], n.changed[r.gpu] = true, s.now
 	n.nMoving++
-	n.drainAt[r.gpu], n.resolveAt[r.gpu] = s.now+s.layoutDrain, s.now+s.layoutDelay
+	d := s.layoutLat.draw(s.layoutRng)
+	n.drainAt[r.gpu], n.resolveAt[r.gpu] = s.now+min(s.layoutDrain, d), s.now+d
 	n.seenAt[r.gpu] = max(n.drainAt[r.gpu], n.resolveAt[r.gpu]-s.layoutSwitch)
 	s.push(n.seenAt[r.gpu], evDrainSeen, r.nid, uint32(r.gpu))
 	s.push(n.resolveAt[r.gpu], evLayout, r.nid, uint32(r.gpu))

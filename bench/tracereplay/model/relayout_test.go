@@ -3,6 +3,7 @@ package model
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 )
@@ -82,7 +83,7 @@ func TestStartSpread(t *testing.T) {
 	o := relayOptions(1)
 	o.Config.Features = tracereplay.Features{}
 	s := newSim(tracereplay.Trace{}, o)
-	if d := s.startDelay(); d != sec {
+	if d := s.startDelay(wholeGroup); d != sec {
 		t.Errorf("start %s, want 1s without a tail", d)
 	}
 	o.Latencies.StartP95, o.Latencies.StartP99 = 3*sec, 5*sec
@@ -90,7 +91,7 @@ func TestStartSpread(t *testing.T) {
 	median, over3 := 0, 0
 	const n = 10000
 	for range n {
-		d := s.startDelay()
+		d := s.startDelay(wholeGroup)
 		if d < sec || d > 5*sec {
 			t.Fatalf("start %s outside [1s, 5s]", d)
 		}
@@ -103,5 +104,46 @@ func TestStartSpread(t *testing.T) {
 	}
 	if median < n*45/100 || median > n*55/100 || over3 < n*3/100 || over3 > n*7/100 {
 		t.Errorf("%d of %d at the median, %d over the 95th percentile; want about half and 5 %%", median, n, over3)
+	}
+}
+
+// A kind whose starts the run measured takes its own latency; the others
+// take Start.
+func TestStartByKind(t *testing.T) {
+	o := relayOptions(1)
+	o.Latencies.StartByKind = map[string]tracereplay.Spread{"mps": {P50: 4 * sec}}
+	s := newSim(tracereplay.Trace{}, o)
+	if d := s.startDelay(wholeGroup); d != sec {
+		t.Errorf("whole GPU start %s, want Start (1s)", d)
+	}
+	if d := s.startDelay(s.mpsGroup); d != 4*sec {
+		t.Errorf("MPS start %s, want its kind's 4s", d)
+	}
+}
+
+// A relayout takes Layout without a measured tail; with one, its
+// latency is drawn: the median at least, the 95th percentile at most.
+func TestRelayoutLatencySpread(t *testing.T) {
+	for _, tc := range []struct {
+		p95      time.Duration
+		min, max time.Duration
+	}{
+		{0, 20 * sec, 20 * sec},
+		{40 * sec, 20 * sec, 40 * sec},
+	} {
+		o := relayOptions(1)
+		o.Latencies.LayoutP95 = tc.p95
+		s := newSim(tracereplay.Trace{}, o)
+		seen := map[time.Duration]bool{}
+		for range 1000 {
+			d := s.layoutLat.draw(s.layoutRng)
+			if d < tc.min || d > tc.max {
+				t.Fatalf("p95 %s: relayout latency %s outside [%s, %s]", tc.p95, d, tc.min, tc.max)
+			}
+			seen[d] = true
+		}
+		if tc.p95 > 0 && len(seen) < 100 {
+			t.Errorf("p95 %s: %d distinct latencies in 1000 draws, want a spread", tc.p95, len(seen))
+		}
 	}
 }

@@ -276,10 +276,10 @@ type sim struct {
 	mpsShares   int
 
 	// Trace-time figures.
-	start, preemptDelay, boot, remove time.Duration
-	// startP95 and startP99 are the start's measured tail (0: none), drawn
-	// from startRng.
-	startP95, startP99                    time.Duration
+	preemptDelay, boot, remove time.Duration
+	// starts are each group's start latency (its kind's where the run
+	// measured one, else Start), drawn from startRng.
+	starts                                []latency
 	startRng                              *rand.Rand
 	commitExit                            time.Duration
 	evalEvery, cooldown, scaleInAfter     time.Duration
@@ -316,9 +316,12 @@ type sim struct {
 
 	timeline []tracereplay.Sample
 	notes    []string
-	// Layouts (Features.Layouts): the relayout latency and the planner's
-	// hysteresis in trace time, and the changes applied.
-	layoutDelay, layoutMinInterval time.Duration
+	// Layouts (Features.Layouts): the relayout latency, drawn from
+	// layoutRng, and the planner's hysteresis in trace time, and the
+	// changes applied.
+	layoutLat         latency
+	layoutRng         *rand.Rand
+	layoutMinInterval time.Duration
 	// layoutDrain is LayoutPoll, and rescheduleDelay how long a refused
 	// placement waits for Nomad's reschedule, in trace time (layouts.go).
 	layoutDrain, layoutSwitch, rescheduleDelay time.Duration
@@ -357,13 +360,11 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	s.rng = rand.New(rand.NewPCG(uint64(o.Seed), 0x6e6f6d6164)) //nolint:gosec // a model's placement draw, not a secret
 	c := o.Compression
 	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * c)) }
-	s.start, s.preemptDelay = scale(o.Latencies.Start), scale(o.Latencies.Preempt)
-	if o.Latencies.StartP95 > o.Latencies.Start {
-		s.startP95, s.startP99 = scale(o.Latencies.StartP95), scale(max(o.Latencies.StartP95, o.Latencies.StartP99))
-		// Its own stream: the placements' draws stay those of a run
-		// without the spread.
-		s.startRng = rand.New(rand.NewPCG(uint64(o.Seed), 0x7374617274)) //nolint:gosec // a model's draw
-	}
+	s.preemptDelay = scale(o.Latencies.Preempt)
+	// Their own streams: the placements' draws stay those of a run
+	// without the spreads.
+	s.startRng = rand.New(rand.NewPCG(uint64(o.Seed), 0x7374617274))    //nolint:gosec // a model's draw
+	s.layoutRng = rand.New(rand.NewPCG(uint64(o.Seed), 0x6c61796f7574)) //nolint:gosec // a model's draw
 	s.boot, s.remove = scale(o.Latencies.Boot), scale(o.Latencies.Remove)
 	// The commit is part of the stop: at most all of it.
 	s.commitExit = scale(min(o.Latencies.CommitExit, o.Latencies.Preempt))
@@ -376,8 +377,9 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	if s.f.Layouts {
 		// Wall-clock like the preemption cooldown: the controller's
 		// -layout-min-interval and the apply sequence's latency.
-		s.layoutDelay, s.layoutMinInterval = scale(o.Latencies.LayoutOr()), scale(o.Policy.LayoutMinInterval)
-		s.layoutDrain = min(scale(tracereplay.LayoutPoll/2), s.layoutDelay)
+		s.layoutLat = latency{p50: scale(o.Latencies.LayoutOr()), p95: scale(o.Latencies.LayoutP95)}
+		s.layoutMinInterval = scale(o.Policy.LayoutMinInterval)
+		s.layoutDrain = scale(tracereplay.LayoutPoll / 2)
 		s.layoutSwitch = scale(tracereplay.LayoutSwitch)
 		s.rescheduleDelay = scale(rescheduleDelay)
 	}
@@ -387,6 +389,14 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	}
 
 	s.buildGroups()
+	s.starts = make([]latency, len(s.groups))
+	for g := range s.groups {
+		sp, ok := o.Latencies.StartByKind[s.groups[g].kind]
+		if !ok {
+			sp = tracereplay.Spread{P50: o.Latencies.Start, P95: o.Latencies.StartP95, P99: o.Latencies.StartP99}
+		}
+		s.starts[g] = latency{p50: scale(sp.P50), p95: scale(sp.P95), p99: scale(max(sp.P95, sp.P99))}
+	}
 	s.buildJobs(tr)
 	s.horizon = o.Horizon
 	if s.horizon == 0 {
@@ -1041,7 +1051,7 @@ func (s *sim) tryPlace(id int32) bool {
 	if nid < 0 {
 		return false
 	}
-	s.place(id, nid, s.startDelay())
+	s.place(id, nid, s.startDelay(s.jobs[id].g))
 	return true
 }
 
@@ -1098,7 +1108,7 @@ func (s *sim) tryPreempt(id int32) bool {
 		s.evict(v)
 		freed += s.jobs[v].k
 	}
-	s.place(id, bestNode, s.startDelay()+s.preemptDelay)
+	s.place(id, bestNode, s.startDelay(s.jobs[id].g)+s.preemptDelay)
 	s.recs[id].PreemptingPlacements++
 	for _, v := range s.best {
 		vj := &s.jobs[v]
@@ -1295,25 +1305,32 @@ func (s *sim) holds(id int32) []tracereplay.Hold {
 
 func nodeName(id int32) string { return fmt.Sprintf("node-%d", id) }
 
-// startDelay is a placement's start latency: Latencies.Start, or, where
-// the run measured the start's tail, a draw from the distribution its
-// median, 95th and 99th percentiles make (the real run's starts are not
-// all its median: the client's start of a task waits on a busy machine,
-// and a wait that falls where most starts take the median tells that
-// spread); at or below the median it is the median, the run telling
-// nothing of the lower half.
-func (s *sim) startDelay() time.Duration {
-	if s.startRng == nil {
-		return s.start
+// latency is a latency the model draws (trace time): its median, and
+// its 95th and 99th percentiles where the real run measured them (0:
+// none).
+type latency struct{ p50, p95, p99 time.Duration }
+
+// draw is a draw from the distribution l's percentiles make (the real
+// run's latencies are not all its median: a task's start waits on a busy
+// machine, a relayout on Nomad's node-update batch, and a wait that falls
+// where most take the median tells that spread); at or below the median
+// it is the median, the run telling nothing of the lower half. Without a
+// measured tail it is the median.
+func (l latency) draw(rng *rand.Rand) time.Duration {
+	if l.p95 <= l.p50 {
+		return l.p50
 	}
-	u := s.startRng.Float64()
+	u := rng.Float64()
 	lerp := func(a, b time.Duration, f float64) time.Duration { return a + time.Duration(f*float64(b-a)) }
 	switch {
 	case u <= 0.5:
-		return s.start
-	case u <= 0.95:
-		return lerp(s.start, s.startP95, (u-0.5)/0.45)
+		return l.p50
+	case u <= 0.95 || l.p99 <= l.p95:
+		return lerp(l.p50, l.p95, min(1, (u-0.5)/0.45))
 	default:
-		return lerp(s.startP95, s.startP99, min(1, (u-0.95)/0.04))
+		return lerp(l.p95, l.p99, min(1, (u-0.95)/0.04))
 	}
 }
+
+// startDelay is a placement's start latency for a job of group g.
+func (s *sim) startDelay(g int) time.Duration { return s.starts[g].draw(s.startRng) }

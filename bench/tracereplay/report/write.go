@@ -257,9 +257,9 @@ func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []trace
 	if len(lats) != len(model) {
 		return
 	}
-	b.WriteString("The model's latencies, from the real run of each configuration (wall clock, × compression in trace time): start is the scheduler's placement of a job its first evaluation placed plus placement to running (medians), and its tail that start plus the run's 95th and 99th percentiles of placement to running less their median (the model draws each start from these; – where the run measured none); preemption is a preemptor's placement to its victim stopped (median), and of it, with checkpoints, commit to exit is the victim's checkpoint commit to its exit (median); boot is a node's start to its GPUs offered, where the run started nodes, else the pool's first nodes' start.\n\n")
-	b.WriteString("Relayout is a GPU layout change's latency, from the controller's decision to the new layout placeable, with layouts that follow the queue: the real run's mean from the controller's ask to the node list showing the layout offered (its nomad_gpu_controller_layout_apply_seconds; tracereplay.DefaultLayoutLatency where the run applied none). Until tracereplay.LayoutSwitch before that the model offers the GPU as it was, as the servers do until they see it drained: a placement on it before the plugin reads the decision (tracereplay.LayoutPoll / 2) abandons the relayout, one after is refused and placed again.\n\n")
-	b.WriteString("| configuration | start | start p95 / p99 | preemption | commit to exit | boot | relayout |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("The model's latencies, from the real run of each configuration (wall clock, × compression in trace time): start is the scheduler's placement of a job its first evaluation placed plus placement to running (medians), and its tail that start plus the run's 95th and 99th percentiles of placement to running less their median (the model draws each start from these; – where the run measured none); by kind, the same for the starts of whole GPUs, MPS shares and MIG instances apart, where the run measured at least 10 of a kind (a kind without takes the start); preemption is a preemptor's placement to its victim stopped (median), and of it, with checkpoints, commit to exit is the victim's checkpoint commit to its exit (median); boot is a node's start to its GPUs offered, where the run started nodes, else the pool's first nodes' start.\n\n")
+	b.WriteString("Relayout is a GPU layout change's latency, from the controller's decision to the new layout placeable, with layouts that follow the queue: the real run's median and 95th percentile (its mean in records without the percentile) from the controller's ask to the node list showing the layout offered (its nomad_gpu_controller_layout_apply_seconds, interpolated within its buckets; tracereplay.DefaultLayoutLatency where the run applied none), each relayout's latency drawn from them as a start's is. Until tracereplay.LayoutSwitch before that the model offers the GPU as it was, as the servers do until they see it drained: a placement on it before the plugin reads the decision (tracereplay.LayoutPoll / 2) abandons the relayout, one after is refused and placed again.\n\n")
+	b.WriteString("| configuration | start | start p95 / p99 | start by kind | preemption | commit to exit | boot | relayout |\n|---|---:|---:|---|---:|---:|---:|---:|\n")
 	wall := func(d time.Duration) string {
 		if d < time.Second {
 			return fmt.Sprintf("%d ms", d.Milliseconds())
@@ -278,12 +278,24 @@ func writeLatencies(b *strings.Builder, model []tracereplay.Result, lats []trace
 		relayout := "–"
 		if m.Config.Layouts {
 			relayout = wall(l.LayoutOr())
+			if l.LayoutP95 > l.Layout {
+				relayout += " (p95 " + wall(l.LayoutP95) + ")"
+			}
 		}
 		tail := "–"
 		if l.StartP95 > l.Start {
 			tail = wall(l.StartP95) + " / " + wall(max(l.StartP95, l.StartP99))
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", cellText(m.Config.Name), wall(l.Start), tail, preempt, commit, wall(l.Boot), relayout)
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(l.StartByKind)) {
+			sp := l.StartByKind[k]
+			kinds = append(kinds, fmt.Sprintf("%s %s (p95 %s)", k, wall(sp.P50), wall(sp.P95)))
+		}
+		byKind := "–"
+		if len(kinds) > 0 {
+			byKind = strings.Join(kinds, ", ")
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", cellText(m.Config.Name), wall(l.Start), tail, byKind, preempt, commit, wall(l.Boot), relayout)
 	}
 	b.WriteString("\n")
 }
