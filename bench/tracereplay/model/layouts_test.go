@@ -105,8 +105,8 @@ func TestLayoutPlanInput(t *testing.T) {
 	if !in.GPUs[0].Changed.IsZero() || !in.GPUs[0].Desired.IsZero() {
 		t.Errorf("the other GPU: %+v", in.GPUs[0])
 	}
-	// Model-6 withdrew the GPU at the decision; the servers offer it until
-	// they see it drained (relayout.go), the planner does not.
+	// The servers offer the GPU until they see it drained (relayout.go);
+	// the planner does not.
 	if n := &s.nodes[0]; n.free[wholeGroup] != 2 || s.freeWhole(n) != 1 {
 		t.Errorf("free whole GPUs %d, %d not being relaid; want 2 and 1: the relaid one is still offered", n.free[wholeGroup], s.freeWhole(n))
 	}

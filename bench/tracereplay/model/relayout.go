@@ -39,10 +39,10 @@ import (
 //     nomadview.StillOffered): when they have seen the drain, whatever
 //     the allocation's GPU count.
 //
-// Model-6 withdrew a GPU at the decision and placed nothing on it: no
-// relayout was ever abandoned and no placement refused, where the
-// committed default run's controller abandoned 16 of its 25 asks for
-// shares to a placement and 7 placements were refused.
+// Withdrawing a GPU at the decision, with nothing placed on it, would
+// abandon no relayout and refuse no placement, where the committed
+// default run's controller abandoned 16 of its 25 asks for shares to a
+// placement and 7 placements were refused.
 
 // startLayout is a decision of the planner's, on a GPU no allocation
 // holds (the planner relays no held GPU): the GPU is being relaid from
