@@ -401,7 +401,7 @@ func freeWholeGPUs(snap *nomadview.Snapshot, q queuedAsk, skip map[string]bool) 
 			gpus = true
 			fits = fits && q.device.Compatible(nomadview.DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name})
 			for _, in := range d.Instances {
-				if in != nil && in.Healthy && !held[n.ID][in.ID] {
+				if in != nil && (nomadview.FreeRule{}).Free(in.Healthy, held[n.ID][in.ID]) {
 					node.Free++
 				}
 			}

@@ -147,9 +147,9 @@ type FreeSlices struct {
 	MPS int
 }
 
-// FreeSlices maps node pool → its free GPU instances. Every pool with a
-// schedulable node with GPU devices is there, with zeros when nothing is
-// free.
+// FreeSlices maps node pool → its free GPU instances (FreeRule, counting
+// no relaying GPU). Every pool with a schedulable node with GPU devices is
+// there, with zeros when nothing is free.
 func (s *Snapshot) FreeSlices() map[string]FreeSlices {
 	held := s.HeldIDs()
 	acc := map[string]*FreeSlices{}
@@ -167,7 +167,7 @@ func (s *Snapshot) FreeSlices() map[string]FreeSlices {
 				acc[n.NodePool] = f
 			}
 			for _, in := range d.Instances {
-				if in != nil && in.Healthy && !held[n.ID][in.ID] {
+				if in != nil && (FreeRule{}).Free(in.Healthy, held[n.ID][in.ID]) {
 					f.add(d.Type, d.Name)
 				}
 			}

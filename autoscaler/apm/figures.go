@@ -283,10 +283,10 @@ func CapacityFigures(s *Snapshot) map[CapacityKey]*CapacityFigure {
 				}
 				if sched && in.Healthy {
 					f.Devices++
-					if h {
-						f.Allocated++
-					} else {
+					if freeRule.Free(in.Healthy, h) {
 						free++
+					} else {
+						f.Allocated++
 					}
 				}
 			}
@@ -298,7 +298,7 @@ func CapacityFigures(s *Snapshot) map[CapacityKey]*CapacityFigure {
 			unfit := len(asks) > 0 && !fits(asks, g.DeviceSpec, free)
 			for ii := range g.Instances {
 				in := &g.Instances[ii]
-				if !in.Healthy || held[in.ID] {
+				if !freeRule.Free(in.Healthy, held[in.ID]) {
 					continue
 				}
 				c := perGPU[gpuKey(in)]

@@ -209,7 +209,7 @@ func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, alloc
 					continue
 				}
 				capacity += w
-				if held[in.ID] {
+				if !freeRule.Free(in.Healthy, held[in.ID]) {
 					allocated += w
 				} else {
 					grp.Free++
@@ -236,7 +236,7 @@ func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, alloc
 			c.all++
 			if in.Healthy {
 				c.healthy++
-				if held[in.ID] {
+				if !freeRule.Free(in.Healthy, held[in.ID]) {
 					c.held++
 				}
 			}

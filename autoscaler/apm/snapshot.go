@@ -107,9 +107,7 @@ func (l LayoutGPU) Relayable() bool {
 // holds it, its instances are unhealthy), or it is in MIG mode with no
 // instance ("mig:"). The controller lays it out for the queue, unless it
 // has failed.
-func (l LayoutGPU) Relaying() bool {
-	return l.Fault == "" && (l.State == contract.LayoutDraining || l.State != contract.LayoutError && l.Current == "mig:")
-}
+func (l LayoutGPU) Relaying() bool { return nomadview.Relaying(l.State, l.Current, l.Fault) }
 
 // DeviceGroup is one vendor/type/name group of a node's devices.
 type DeviceGroup struct {
@@ -359,21 +357,25 @@ func (n *Node) inventory(f Filter) (total, healthy, used int) {
 }
 
 // freeGPUs is, for device=any, a schedulable node's free capacity in
-// GPU-equivalents: its healthy GPU, MIG and MPS instances that no
-// allocation holds (nodeGPUs), plus one for each GPU its layout groups say
-// is being laid out anew or is in MIG mode with no instance
-// (LayoutGPU.Relaying). held is scratch space.
+// GPU-equivalents by freeRule: its free GPU, MIG and MPS instances
+// (nodeGPUs) and its relaying GPUs (LayoutGPU.Relaying). held is scratch
+// space.
 func (n *Node) freeGPUs(held map[string]bool) float64 {
 	n.markHeld(held)
 	_, capacity, allocated := nodeGPUs(n, held)
-	free := capacity - allocated
+	relaying := 0
 	for _, l := range n.Layouts {
 		if l.Relaying() {
-			free++
+			relaying++
 		}
 	}
-	return free
+	return capacity - allocated + float64(freeRule.Relaying(relaying))
 }
+
+// freeRule is the free-capacity rule of the autoscaler's figures: a GPU
+// the controller is laying out for the queue counts as free, since a node
+// added for that work would come too late to serve it.
+var freeRule = nomadview.FreeRule{CountRelaying: true}
 
 // gpuCount is, for device=any, how many GPUs a node has: one per layout
 // group where it publishes them; else its whole GPUs, plus the GPUs its
