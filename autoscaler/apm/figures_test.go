@@ -20,11 +20,13 @@ const gib = int64(1) << 30
 func slicedGroup(vendor, typ, name, prefix, gpu string, n int, mem int64) DeviceGroup {
 	g := DeviceGroup{DeviceSpec: DeviceSpec{Vendor: vendor, Type: typ, Name: name}, MemoryBytes: mem}
 	for i := range n {
-		in := DeviceInstance{ID: fmt.Sprintf("%s-%d", prefix, i), Healthy: true, GPU: nomadview.PhysicalGPU{PCIBusID: gpu}}
-		if gpu == "" {
-			in.GPU = nomadview.PhysicalGPUOf(typ, &api.NodeDevice{ID: in.ID})
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		nd := &api.NodeDevice{ID: id}
+		if gpu != "" {
+			nd.Locality = &api.NodeDeviceLocality{PciBusID: gpu}
 		}
-		g.Instances = append(g.Instances, in)
+		// As the read model gives it (SnapshotOf).
+		g.Instances = append(g.Instances, DeviceInstance{ID: id, Healthy: true, GPU: nomadview.PhysicalGPUOf(typ, nd)})
 	}
 	return g
 }

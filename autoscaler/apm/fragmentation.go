@@ -170,14 +170,10 @@ type gpuGroup struct {
 
 // mpsGPU names the GPU an MPS share is of by its UUID, as layouts name
 // GPUs: the read model's (nomadview.PhysicalGPUOf, from the share's ID),
-// else its group's name (a GPU UUID: one group per GPU), else the GPU's
-// key.
-func mpsGPU(g *DeviceGroup, in *DeviceInstance) string {
-	switch {
-	case in.GPU.UUID != "":
+// else the GPU's key.
+func mpsGPU(in *DeviceInstance) string {
+	if in.GPU.UUID != "" {
 		return in.GPU.UUID
-	case g.Name != "":
-		return g.Name
 	}
 	return in.GPU.Key()
 }
@@ -226,7 +222,7 @@ func nodeGPUs(n *Node, held map[string]bool) (groups []gpuGroup, capacity, alloc
 		perGPU := map[string]*share{}
 		for ii := range g.Instances {
 			in := &g.Instances[ii]
-			k := mpsGPU(g, in)
+			k := mpsGPU(in)
 			c := perGPU[k]
 			if c == nil {
 				c = &share{}

@@ -401,7 +401,7 @@ func (n *Node) gpuCount() int {
 				whole++
 				continue
 			case contract.SliceMPS:
-				gpus[mpsGPU(g, in)] = true
+				gpus[mpsGPU(in)] = true
 				continue
 			}
 			if k := in.GPU.Key(); k != "" {
