@@ -104,6 +104,7 @@ var workloadSkips = map[string]string{
 	"autoscaler/inference-horizontal.nomad.hcl": "runs vLLM on a real model (/opt/vllm, /models); its scaling policy is checked by nomad job validate",
 	"controller/controller.nomad.hcl":           "run by TestControllerJob (raw_exec, on nodes without GPUs)",
 	"examples/checkpoint.nomad.hcl":             "run by TestExampleJobs",
+	"examples/gang-sim.nomad.hcl":               "registered by TestExampleJobs (a gang waits at count 0 for the controller)",
 	"examples/gpu.nomad.hcl":                    "run by TestExampleJobs",
 	"examples/inference-mps.nomad.hcl":          "run by TestExampleJobs",
 	"examples/mig.nomad.hcl":                    "run by TestExampleJobs",

@@ -12,12 +12,13 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/controller/gang"
 	"github.com/nomad-gpu/nomad-gpu/driver"
 )
 
 func init() {
 	register("validate", command{
-		summary: "check each gpu task's driver config in jobspecs before they are submitted",
+		summary: "check each gpu task's driver config, and a gang's conventions, in jobspecs before they are submitted",
 		run:     runValidate,
 	})
 }
@@ -28,9 +29,12 @@ Checks the config block of every task with driver = "gpu" in each
 JOBSPEC ("-" reads stdin) against the gpu driver's schema and rules: a key
 it does not know, a value of the wrong type or out of range. nomad job
 validate passes such a config, and the agent reports it only when the
-task is placed on a GPU node. Each error names the job, group and task,
-the key path and what is allowed; the exit status is 1 when any task has
-one, 0 when all pass. It changes nothing.
+task is placed on a GPU node. A gang (job meta nomad_gpu_gang = "true")
+is checked against the gang conventions too: batch, each group with GPUs
+at count 0 with meta nomad_gpu_gang_members, no restarts or reschedules,
+a port labelled rendezvous in the first member group. Each error names
+the job, group and task, the key path and what is allowed; the exit
+status is 1 when any has one, 0 when all pass. It changes nothing.
 
 The jobspec is parsed by the Nomad agent (its /v1/jobs/parse endpoint,
 as nomad job run -output does), so HCL2 functions and variables work as
@@ -137,11 +141,17 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		problems, tasks := validateGPUTasks(job)
+		gangProblems, members := validateGang(job)
+		problems = append(problems, gangProblems...)
 		for _, p := range problems {
 			fmt.Fprintf(stderr, "%s: %s\n", spec, p)
 		}
 		if len(problems) > 0 {
 			code = 1
+			continue
+		}
+		if members > 0 {
+			fmt.Fprintf(stdout, "%s: %d gpu task(s) valid; a gang of %d members\n", spec, tasks, members)
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: %d gpu task(s) valid\n", spec, tasks)
@@ -187,4 +197,34 @@ func validateGPUTasks(job *api.Job) (problems []string, tasks int) {
 		}
 	}
 	return problems, tasks
+}
+
+// validateGang checks job's gang conventions (gang.ParseSpec): one line
+// per broken rule, naming the job, the group where it is one's, the key
+// path and what is allowed; and the gang's members (0 when job is no
+// gang).
+func validateGang(job *api.Job) (problems []string, members int) {
+	spec, isGang, err := gang.ParseSpec(job)
+	id := ""
+	if job.ID != nil {
+		id = *job.ID
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *gang.FieldError
+		switch {
+		case e == nil:
+		case errors.As(e, &fe) && fe.Group != "":
+			problems = append(problems, fmt.Sprintf("job %q group %q: %s: %s", id, fe.Group, fe.Path, fe.Problem))
+		default:
+			problems = append(problems, fmt.Sprintf("job %q: %v", id, e))
+		}
+	}
+	if !isGang {
+		return problems, 0
+	}
+	return problems, spec.Members()
 }

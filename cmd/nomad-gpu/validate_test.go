@@ -44,10 +44,31 @@ func gpuJob(id string, configs ...map[string]any) *api.Job {
 	return &api.Job{ID: new(id), TaskGroups: []*api.TaskGroup{g}}
 }
 
+// gangJob is a gang of one group "trainer" of members, at count, with
+// or without the policies and the rendezvous port that gangs need; with
+// config, a service job whose gpu task has that config.
+func gangJob(id, members string, count int, conventions bool, config map[string]any) *api.Job {
+	g := &api.TaskGroup{Name: new("trainer"), Count: new(count), Meta: map[string]string{"nomad_gpu_gang_members": members},
+		Tasks: []*api.Task{{Name: "train", Driver: "gpu", Config: map[string]any{"command": "/bin/sh"},
+			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: new(uint64(1))}}}}}}
+	j := &api.Job{ID: new(id), Type: new("batch"), Meta: map[string]string{"nomad_gpu_gang": "true"}, TaskGroups: []*api.TaskGroup{g}}
+	if conventions {
+		g.RestartPolicy = &api.RestartPolicy{Attempts: new(0)}
+		g.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0)}
+		g.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "rendezvous"}}}}
+	}
+	if config != nil {
+		j.Type = nil
+		g.Tasks[0].Config = config
+	}
+	return j
+}
+
 // Each gpu task's config is checked against the driver's schema before
 // submission: a typo, a bad value and a parse error are each named with
 // the file, job, group, task and key path, exit status 1; valid jobspecs
-// pass with 0; other drivers' tasks are left alone; bad flags exit 2.
+// pass with 0; other drivers' tasks are left alone; bad flags exit 2. A
+// gang's conventions are checked too, each broken one a line of its own.
 func TestValidateCommand(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -58,11 +79,16 @@ func TestValidateCommand(t *testing.T) {
 		return p
 	}
 	good, typo, bad, broken := write("good.hcl", "good"), write("typo.hcl", "typo"), write("bad.hcl", "bad"), write("broken.hcl", "broken")
+	gang, badGang, notGang := write("gang.hcl", "gang"), write("badgang.hcl", "badgang"), write("notgang.hcl", "notgang")
 	jobs := map[string]*api.Job{
-		"good": gpuJob("train-p1", map[string]any{"command": "/bin/sh", "checkpoint": []any{map[string]any{"commit_timeout": "45s"}}}),
-		"typo": gpuJob("train-p2", map[string]any{"command": "/bin/sh"}, map[string]any{"command": "/bin/sh", "checkpoint": []any{map[string]any{"comit_timeout": "45s"}}}),
-		"bad":  gpuJob("gpu-example", map[string]any{"command": "/bin/sh", "pid_mode": "shared"}),
+		"good":    gpuJob("train-p1", map[string]any{"command": "/bin/sh", "checkpoint": []any{map[string]any{"commit_timeout": "45s"}}}),
+		"typo":    gpuJob("train-p2", map[string]any{"command": "/bin/sh"}, map[string]any{"command": "/bin/sh", "checkpoint": []any{map[string]any{"comit_timeout": "45s"}}}),
+		"bad":     gpuJob("gpu-example", map[string]any{"command": "/bin/sh", "pid_mode": "shared"}),
+		"gang":    gangJob("gang-sim", "2", 0, true, nil),
+		"badgang": gangJob("gang-bad", "x", 2, false, map[string]any{"command": "/bin/sh", "pid_mode": "shared"}),
+		"notgang": gpuJob("train-p3", map[string]any{"command": "/bin/sh"}),
 	}
+	jobs["notgang"].TaskGroups[0].Meta = map[string]string{"nomad_gpu_gang_members": "2"}
 	var vars string
 	addr := parseAgent(t, jobs, &vars).URL
 	cases := []struct {
@@ -74,6 +100,18 @@ func TestValidateCommand(t *testing.T) {
 		{"valid", []string{"-var", "tier=P1", good}, 0, []string{good + ": 1 gpu task(s) valid"}, nil},
 		{"typo", []string{typo}, 1, nil, []string{typo + `: job "train-p2" group "trainer" task "sidecar": config.checkpoint[0].comit_timeout: no such key; allowed in config.checkpoint[0]: signal, commit_timeout, interval, keep`}},
 		{"bad value, others still checked", []string{bad, good}, 1, []string{good + ": 1 gpu task(s) valid"}, []string{bad + `: job "gpu-example" group "trainer" task "train": config.pid_mode: "shared" is not a mode; allowed: "private", "host"`}},
+		{"gang", []string{gang}, 0, []string{gang + ": 1 gpu task(s) valid; a gang of 2 members"}, nil},
+		{"gang: every convention broken is named, with the driver's errors", []string{badGang}, 1, nil, []string{
+			badGang + `: job "gang-bad" group "trainer" task "train": config.pid_mode: "shared" is not a mode; allowed: "private", "host"`,
+			badGang + `: job "gang-bad": type: "service"; allowed: "batch" (a gang runs to completion)`,
+			badGang + `: job "gang-bad" group "trainer": meta.nomad_gpu_gang_members: "x" is not an integer; allowed: 1 or more`,
+			badGang + `: job "gang-bad" group "trainer": count: 2; allowed: 0 (the controller scales the group to its members when it admits the gang)`,
+			badGang + `: job "gang-bad" group "trainer": restart.attempts: 3; allowed: 0 (a member's failure is the gang's`,
+			badGang + `: job "gang-bad" group "trainer": reschedule.attempts: 1; allowed: 0`,
+		}},
+		{"gang meta on a job that is none", []string{notGang}, 1, nil, []string{
+			notGang + `: job "train-p3" group "trainer": meta.nomad_gpu_gang_members: set, but the job is no gang; allowed: only with the job's meta.nomad_gpu_gang = "true"`,
+		}},
 		{"parse error", []string{broken}, 1, nil, []string{broken + ": the agent at " + addr + " could not parse it: ", "unexpected token"}},
 		{"missing file", []string{filepath.Join(dir, "nope.hcl")}, 1, nil, []string{"nope.hcl: no such file"}},
 		{"no jobspec", nil, 2, nil, []string{"name a jobspec: nomad-gpu validate [flags] JOBSPEC [JOBSPEC ...] (- reads stdin)"}},

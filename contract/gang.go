@@ -1,0 +1,47 @@
+package contract
+
+// Gangs (docs/design/gangs.md): a batch job whose members run on several
+// nodes all at once or not at all. The jobspec says it is one in its
+// meta; the controller admits it by scaling its groups from 0 to their
+// members; the gpu driver hands each member its peers in the environment.
+const (
+	// MetaGang, job meta, "true": the job is a gang.
+	MetaGang = "nomad_gpu_gang"
+	// MetaGangMembers, group meta, an integer ≥ 1: the group's count once
+	// the controller admits the gang (the jobspec's count is 0).
+	MetaGangMembers = "nomad_gpu_gang_members"
+	// MetaGangLocality, job meta, a node attribute interpolation such as
+	// "${meta.rack}" or "${node.class}": every member is placed on nodes
+	// sharing one value of it.
+	MetaGangLocality = "nomad_gpu_gang_locality"
+)
+
+// GangVariablePrefix is the Nomad variable path under which the
+// controller keeps a gang's state, GangVariablePath(namespace, job).
+const GangVariablePrefix = "nomad-gpu/gangs"
+
+// GangVariablePath is <GangVariablePrefix>/<namespace>/<job>: the
+// variable holding the gang's consistent checkpoint generation.
+func GangVariablePath(namespace, job string) string {
+	return GangVariablePrefix + "/" + namespace + "/" + job
+}
+
+// Task environment the gpu driver sets for a member of a gang.
+const (
+	// EnvGangRank is 0 … world size − 1: the members in the job's group
+	// order, then allocation index.
+	EnvGangRank = "NOMAD_GPU_GANG_RANK"
+	// EnvGangWorldSize is the gang's members.
+	EnvGangWorldSize = "NOMAD_GPU_GANG_WORLD_SIZE"
+	// EnvGangMasterAddr is rank 0's node address.
+	EnvGangMasterAddr = "NOMAD_GPU_GANG_MASTER_ADDR"
+	// EnvGangMasterPort is rank 0's port labelled GangRendezvousPort.
+	EnvGangMasterPort = "NOMAD_GPU_GANG_MASTER_PORT"
+	// EnvGangHostfile is a file in the task's local/: one line per
+	// member, "<address> slots=<GPUs>" (Open MPI's hostfile).
+	EnvGangHostfile = "NOMAD_GPU_GANG_HOSTFILE"
+)
+
+// GangRendezvousPort is the label of the port, in the network block of
+// the group holding rank 0, that is EnvGangMasterPort.
+const GangRendezvousPort = "rendezvous"

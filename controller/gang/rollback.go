@@ -1,0 +1,54 @@
+package gang
+
+import (
+	"fmt"
+	"time"
+)
+
+// Member is what the controller knows of one member it wanted placed
+// when it admitted the gang.
+type Member struct {
+	// Name is its allocation's name (job.group[i]), or the group and
+	// index it is wanted as when it has no allocation.
+	Name string
+	// Placed: an allocation of it is on a node, holding its GPUs.
+	Placed bool
+	// Running: its tasks run.
+	Running bool
+	// Done: it completed successfully, so it neither waits nor holds.
+	Done bool
+}
+
+// Rollback says whether an admitted gang must be rolled back (every group
+// scaled to 0, its allocations stopped) and why: once bound has passed
+// since admittedAt, when a member is not running while another holds
+// GPUs (placed or running) that wait for it. Never before the bound
+// (members take a while to start), never when no other member holds GPUs
+// (nothing is held idle: the gang waits as Nomad's blocked evaluation
+// does), never for a zero admittedAt (not admitted).
+func Rollback(members []Member, admittedAt, now time.Time, bound time.Duration) (bool, string) {
+	if admittedAt.IsZero() || now.Sub(admittedAt) < bound {
+		return false, ""
+	}
+	var waiting, holding []int
+	for i, m := range members {
+		if m.Done {
+			continue
+		}
+		if !m.Running {
+			waiting = append(waiting, i)
+		}
+		if m.Placed || m.Running {
+			holding = append(holding, i)
+		}
+	}
+	for _, w := range waiting {
+		for _, h := range holding {
+			if h != w {
+				return true, fmt.Sprintf("%d of %d members not running %s after admission (%s) while %s holds GPUs",
+					len(waiting), len(members), bound, members[w].Name, members[h].Name)
+			}
+		}
+	}
+	return false, ""
+}
