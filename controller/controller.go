@@ -45,6 +45,8 @@ type Config struct {
 	Layouts *layoutplan.Bounds
 	// Moves bounds the move module (Mover); nil: off.
 	Moves *MoveConfig
+	// Gangs bounds gang admission (Gangs); nil: off.
+	Gangs *GangConfig
 }
 
 // Controller is one replica.
@@ -58,6 +60,7 @@ type Controller struct {
 	resize   *Resizer   // nil: off
 	layouts  *Layouts   // nil: off; made when the replica leads
 	mover    *Mover     // nil: off; made when the replica leads
+	gangs    *Gangs     // nil: off; made when the replica leads
 	// replaced are the allocations a relayout refused that the leader
 	// asked Nomad to place again (replaceRefused), while listed.
 	replaced map[string]bool
@@ -124,6 +127,9 @@ func (c *Controller) lead(ctx context.Context) error {
 		// A hold the leader before died with ends on the first tick.
 		c.mover.hold = hold
 	}
+	if c.cfg.Gangs != nil {
+		c.gangs = NewGangs(*c.cfg.Gangs, c.log.Named("gangs"))
+	}
 	w := c.watcher()
 	defer w.Close()
 	if err := w.Sync(ctx, c.viewLists()...); err != nil {
@@ -178,6 +184,11 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 	}
 	for _, jr := range c.resizes(ctx, now, view) {
 		c.registerResize(ctx, jr)
+	}
+	if c.gangs != nil {
+		for _, d := range c.gangs.Step(ctx, now, view.Snap, c.specs.get(c.api, view), nomadGangs{c.api}) {
+			c.decided(d)
+		}
 	}
 	c.relayout(ctx, now, view.Snap)
 	c.replaceRefused(ctx, now, view.Snap)

@@ -73,6 +73,13 @@ cluster every -tick (a blocking query on allocations) and runs its modules:
   busiest movable client moves, the GPU held meanwhile through node
   metadata nomad_gpu.hold.<GPU-UUID>.
 
+  gangs (-gangs): a batch job whose meta nomad_gpu_gang is "true" waits
+  with its groups at count 0; when Nomad's plan of it with every group at
+  its meta nomad_gpu_gang_members places them all, its groups are scaled
+  up; a member not running -gang-admit-timeout after that while another
+  holds GPUs rolls the gang back to 0, planned again after a back-off
+  (docs/design/gangs.md).
+
 Every priority change goes through the priority ledger, one Nomad variable
 per job at nomad-gpu/priority/<job> in the job's namespace: the job's own
 priority and each raise in force (preemption protection, deadline), with
@@ -103,6 +110,7 @@ type controllerOptions struct {
 	logLevel       string
 	layouts        layoutFlags
 	moves          moveFlags
+	gangs          gangFlags
 }
 
 func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, error) {
@@ -126,6 +134,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	o.modules.add(fs)
 	o.layouts.add(fs)
 	o.moves.add(fs)
+	o.gangs.add(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -155,6 +164,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 		return nil, err
 	}
 	if o.cfg.Layouts, err = o.layouts.bounds(); err != nil {
+		return nil, err
+	}
+	if o.cfg.Gangs, err = o.gangs.gangs(); err != nil {
 		return nil, err
 	}
 	if o.cfg.Moves, err = o.moves.moves(); err != nil {
@@ -220,7 +232,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("started", "nomad", client.Address(), "preemption_cooldown", o.cfg.Cooldown, "lock_ttl", o.cfg.LockTTL,
-		"deadlines", o.cfg.Deadlines != nil, "sizing", o.cfg.Sizing != nil, "layouts", o.cfg.Layouts != nil, "moves", o.cfg.Moves != nil)
+		"deadlines", o.cfg.Deadlines != nil, "sizing", o.cfg.Sizing != nil, "layouts", o.cfg.Layouts != nil, "moves", o.cfg.Moves != nil, "gangs", o.cfg.Gangs != nil)
 	if err := controller.New(client, o.cfg, log, m).Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "nomad-gpu controller: %v\n", err)
 		return 1

@@ -35,6 +35,8 @@ func TestControllerFlagErrors(t *testing.T) {
 		{[]string{"-layout-min-whole", "a=-1"}, `-layout-min-whole: pool "a": "-1" is not a GPU count of 0 or more`},
 		{[]string{"-layout-never", "3"}, `-layout-never: "3" is not a GPU- UUID`},
 		{[]string{"-move-budget-hour", "0"}, "-move-budget-hour: 0; allowed: 1 to 1000 (-moves=false turns moving off)"},
+		{[]string{"-gang-admit-timeout", "0s"}, "-gang-admit-timeout: 0s; allowed: 1s to 1h"},
+		{[]string{"-gang-retry", "2h"}, "-gang-retry: 2h0m0s; allowed: 1s to 1h0m0s"},
 		{[]string{"-move-budget-job-day", "0"}, "-move-budget-job-day: 0; allowed: 1 to 1000"},
 		{[]string{"-move-settle", "10ms"}, "-move-settle: 10ms; allowed: 1s to 1h"},
 		{[]string{"-move-pools", "training,*"}, `-move-pools: "*" is not a node pool name`},
@@ -75,6 +77,19 @@ func TestControllerMoveFlags(t *testing.T) {
 	}
 	if off, err := parseControllerFlags([]string{"-moves=false"}, io.Discard); err != nil || off.cfg.Moves != nil {
 		t.Errorf("-moves=false: %+v, %v", off.cfg.Moves, err)
+	}
+}
+
+func TestControllerGangFlags(t *testing.T) {
+	o, err := parseControllerFlags([]string{"-gang-admit-timeout", "45s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := o.cfg.Gangs; g == nil || g.AdmitTimeout != 45*time.Second || g.RetryMin != time.Minute || g.RetryMax != time.Hour {
+		t.Errorf("gangs %+v", g)
+	}
+	if off, err := parseControllerFlags([]string{"-gangs=false"}, io.Discard); err != nil || off.cfg.Gangs != nil {
+		t.Errorf("-gangs=false: %+v, %v", off.cfg.Gangs, err)
 	}
 }
 

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/controller"
+)
+
+// gangFlags are the gang module's flags.
+type gangFlags struct {
+	on     bool
+	config controller.GangConfig
+}
+
+func (g *gangFlags) add(fs *flag.FlagSet) {
+	d := controller.DefaultGangConfig()
+	fs.BoolVar(&g.on, "gangs", true, `admit gang jobs (job meta nomad_gpu_gang = "true", groups at count 0) all or nothing, on Nomad's own plan`)
+	fs.DurationVar(&g.config.AdmitTimeout, "gang-admit-timeout", d.AdmitTimeout, "the longest an admitted gang may have a member not running while another holds GPUs before it is rolled back to count 0")
+	fs.DurationVar(&g.config.RetryMin, "gang-retry", d.RetryMin, "the first wait before a rolled-back gang is planned again; it doubles up to an hour")
+	g.config.RetryMax = d.RetryMax
+}
+
+// gangs checks the flags; nil when -gangs=false.
+func (g *gangFlags) gangs() (*controller.GangConfig, error) {
+	if !g.on {
+		return nil, nil
+	}
+	switch {
+	case g.config.AdmitTimeout < time.Second || g.config.AdmitTimeout > time.Hour:
+		return nil, fmt.Errorf("-gang-admit-timeout: %s; allowed: 1s to 1h", g.config.AdmitTimeout)
+	case g.config.RetryMin < time.Second || g.config.RetryMin > g.config.RetryMax:
+		return nil, fmt.Errorf("-gang-retry: %s; allowed: 1s to %s", g.config.RetryMin, g.config.RetryMax)
+	}
+	c := g.config
+	return &c, nil
+}

@@ -1,0 +1,307 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller/gang"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// Gang admission (docs/design/gangs.md). A gang job waits at count 0;
+// the leader plans it with every group at its members, and when Nomad's
+// own plan places every member it scales the groups up. Admitted, the
+// gang must have every member running within AdmitTimeout, or be rolled
+// back to 0 and tried again after a back-off: no member holds GPUs idle
+// for long while another waits.
+
+// GangConfig bounds the gang module.
+type GangConfig struct {
+	// AdmitTimeout is the longest an admitted gang may have a member
+	// not running while another holds GPUs.
+	AdmitTimeout time.Duration
+	// RetryMin and RetryMax bound the back-off after a rollback: it
+	// starts at RetryMin and doubles up to RetryMax.
+	RetryMin, RetryMax time.Duration
+}
+
+// DefaultGangConfig is what the controller's flags default to.
+func DefaultGangConfig() GangConfig {
+	return GangConfig{AdmitTimeout: 30 * time.Second, RetryMin: time.Minute, RetryMax: time.Hour}
+}
+
+// gangNomad is what the gang module asks of Nomad.
+type gangNomad interface {
+	// plan is Nomad's plan of job, which is not registered as it is.
+	plan(ctx context.Context, job *api.Job) (*api.JobPlanResponse, error)
+	// scale sets one group's count; index, when not 0, must be the job's
+	// modify index still.
+	scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) error
+}
+
+// Gangs is the gang module's state. Only the leader's loop uses it.
+type Gangs struct {
+	cfg GangConfig
+	log hclog.Logger
+	// admitted is when this leader admitted each gang, or first saw it
+	// admitted (a gang another leader admitted gets AdmitTimeout from
+	// then).
+	admitted map[JobKey]time.Time
+	// retry is when a rolled-back gang may be planned again, and its
+	// next back-off.
+	retry map[JobKey]gangRetry
+	// waiting is the last reason logged for each waiting gang.
+	waiting map[JobKey]string
+}
+
+type gangRetry struct {
+	at   time.Time
+	wait time.Duration
+}
+
+// NewGangs is the module with its bounds.
+func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
+	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}}
+}
+
+// Step admits the waiting gangs that fit, oldest first within a
+// priority, and rolls back the admitted ones whose members do not all
+// run in time. It returns what it decided.
+func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad) []Decision {
+	var out []Decision
+	seen := map[JobKey]bool{}
+	for _, k := range gangJobs(snap) {
+		seen[k] = true
+		job, err := specs(ctx, k)
+		if err != nil {
+			g.log.Debug("gang: cannot read its job; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)
+			continue
+		}
+		spec, ok, err := gang.ParseSpec(waitingCopy(job))
+		switch {
+		case !ok:
+			continue
+		case err != nil:
+			out = append(out, g.refuse(k, err)...)
+			continue
+		}
+		if admitted(job, spec) {
+			out = append(out, g.check(ctx, now, snap, k, job, spec, n)...)
+			continue
+		}
+		delete(g.admitted, k)
+		out = append(out, g.admit(ctx, now, k, job, spec, n)...)
+	}
+	for k := range g.admitted {
+		if !seen[k] {
+			delete(g.admitted, k)
+		}
+	}
+	return out
+}
+
+// gangJobs are the listed batch jobs whose meta says gang, by priority
+// (highest first), then submission (oldest first).
+func gangJobs(snap *nomadview.Snapshot) []JobKey {
+	var stubs []*api.JobListStub
+	for _, j := range snap.Jobs {
+		if j != nil && j.Type == api.JobTypeBatch && j.Meta[contract.MetaGang] == "true" && !j.Stop {
+			stubs = append(stubs, j)
+		}
+	}
+	sort.Slice(stubs, func(a, b int) bool {
+		if stubs[a].Priority != stubs[b].Priority {
+			return stubs[a].Priority > stubs[b].Priority
+		}
+		if stubs[a].SubmitTime != stubs[b].SubmitTime {
+			return stubs[a].SubmitTime < stubs[b].SubmitTime
+		}
+		return stubs[a].ID < stubs[b].ID
+	})
+	out := make([]JobKey, len(stubs))
+	for i, j := range stubs {
+		out[i] = JobKey{Namespace: j.Namespace, ID: j.ID}
+	}
+	return out
+}
+
+// waitingCopy is job with every gang group at count 0, as it is
+// submitted: the spec's rules are those of a waiting gang, and an
+// admitted one keeps them.
+func waitingCopy(job *api.Job) *api.Job {
+	cp := *job
+	cp.TaskGroups = make([]*api.TaskGroup, len(job.TaskGroups))
+	for i, tg := range job.TaskGroups {
+		t := *tg
+		if _, ok := tg.Meta[contract.MetaGangMembers]; ok {
+			zero := 0
+			t.Count = &zero
+		}
+		cp.TaskGroups[i] = &t
+	}
+	return &cp
+}
+
+// admitted says whether every group of the gang has its members.
+func admitted(job *api.Job, spec gang.Spec) bool {
+	for _, sg := range spec.Groups {
+		tg := groupNamed(job, sg.Name)
+		if tg == nil || tg.Count == nil || *tg.Count != sg.Members {
+			return false
+		}
+	}
+	return len(spec.Groups) > 0
+}
+
+func groupNamed(job *api.Job, name string) *api.TaskGroup {
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && *tg.Name == name {
+			return tg
+		}
+	}
+	return nil
+}
+
+// admit plans a waiting gang with every member and, when every one fits,
+// scales its groups up.
+func (g *Gangs) admit(ctx context.Context, now time.Time, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
+	if r, ok := g.retry[k]; ok && now.Before(r.at) {
+		return nil
+	}
+	want := *job
+	want.TaskGroups = make([]*api.TaskGroup, len(job.TaskGroups))
+	for i, tg := range job.TaskGroups {
+		t := *tg
+		for _, sg := range spec.Groups {
+			if tg.Name != nil && *tg.Name == sg.Name {
+				m := sg.Members
+				t.Count = &m
+			}
+		}
+		want.TaskGroups[i] = &t
+	}
+	plan, err := n.plan(ctx, &want)
+	if err != nil {
+		g.log.Warn("gang: Nomad's plan failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)
+		return nil
+	}
+	if ok, why := gang.Admit(plan); !ok {
+		return g.wait(k, why)
+	}
+	index := plan.JobModifyIndex
+	for _, sg := range spec.Groups {
+		reason := fmt.Sprintf("gang admitted: Nomad's plan places all %d members", spec.Members())
+		if err := n.scale(ctx, k, sg.Name, sg.Members, index, reason); err != nil {
+			g.log.Warn("gang: scaling a group up failed; its members are rolled back if they do not all run", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
+			break
+		}
+		index = 0 // the first scale changed it
+	}
+	g.admitted[k] = now
+	delete(g.waiting, k)
+	return []Decision{{Kind: "gang-admitted", Job: k, Reason: fmt.Sprintf("Nomad's plan places all %d members", spec.Members())}}
+}
+
+// wait notes why a gang waits, as a decision when the reason changed.
+func (g *Gangs) wait(k JobKey, why string) []Decision {
+	if g.waiting[k] == why {
+		return nil
+	}
+	g.waiting[k] = why
+	return []Decision{{Kind: "gang-waiting", Job: k, Reason: why}}
+}
+
+// refuse reports a gang whose spec breaks a rule, once per reason.
+func (g *Gangs) refuse(k JobKey, err error) []Decision {
+	why := "not admitted: " + strings.ReplaceAll(err.Error(), "\n", "; ")
+	if g.waiting[k] == why {
+		return nil
+	}
+	g.waiting[k] = why
+	return []Decision{{Kind: "gang-invalid", Job: k, Reason: why}}
+}
+
+// check rolls an admitted gang back to 0 when a member does not run
+// within AdmitTimeout while another holds GPUs.
+func (g *Gangs) check(ctx context.Context, now time.Time, snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
+	at, ok := g.admitted[k]
+	if !ok {
+		at = now
+		g.admitted[k] = at
+	}
+	back, why := gang.Rollback(gangMembers(snap, k, spec), at, now, g.cfg.AdmitTimeout)
+	if !back {
+		return nil
+	}
+	for _, sg := range spec.Groups {
+		if err := n.scale(ctx, k, sg.Name, 0, 0, "gang rolled back: "+why); err != nil {
+			g.log.Warn("gang: rolling a group back failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
+			return nil
+		}
+	}
+	r := g.retry[k]
+	r.wait = min(max(g.cfg.RetryMin, 2*r.wait), g.cfg.RetryMax)
+	r.at = now.Add(r.wait)
+	g.retry[k] = r
+	delete(g.admitted, k)
+	return []Decision{{Kind: "gang-rolled-back", Job: k, Reason: fmt.Sprintf("%s; planned again in %s", why, r.wait)}}
+}
+
+// gangMembers are the members the gang wants, each with what its newest
+// allocation of the read model shows.
+func gangMembers(snap *nomadview.Snapshot, k JobKey, spec gang.Spec) []gang.Member {
+	byName := map[string]*api.AllocationListStub{}
+	for _, list := range [][]*api.AllocationListStub{snap.Allocs, snap.Finished} {
+		for _, a := range list {
+			if a.JobID != k.ID || a.Namespace != k.Namespace {
+				continue
+			}
+			if b := byName[a.Name]; b == nil || a.CreateIndex > b.CreateIndex {
+				byName[a.Name] = a
+			}
+		}
+	}
+	var out []gang.Member
+	for _, sg := range spec.Groups {
+		for i := range sg.Members {
+			name := fmt.Sprintf("%s.%s[%d]", k.ID, sg.Name, i)
+			m := gang.Member{Name: name}
+			if a := byName[name]; a != nil {
+				// Completed on its own: one a rollback stopped is complete
+				// too, but desired to stop.
+				m.Done = a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun
+				m.Running = a.ClientStatus == api.AllocClientStatusRunning
+				m.Placed = m.Running || a.ClientStatus == api.AllocClientStatusPending
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// nomadGangs is gangNomad on Nomad's API.
+type nomadGangs struct{ c *api.Client }
+
+func (n nomadGangs) plan(ctx context.Context, job *api.Job) (*api.JobPlanResponse, error) {
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	resp, _, err := n.c.Jobs().Plan(job, false, (&api.WriteOptions{Namespace: ns}).WithContext(ctx))
+	return resp, err
+}
+
+func (n nomadGangs) scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) error {
+	c := int64(count)
+	req := &api.ScalingRequest{Count: &c, Target: map[string]string{"Job": k.ID, "Group": group},
+		Message: "nomad-gpu controller: " + why, JobModifyIndex: index}
+	_, _, err := n.c.Jobs().ScaleWithRequest(k.ID, req, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx))
+	return err
+}
