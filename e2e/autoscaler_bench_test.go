@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 )
 
@@ -34,35 +35,6 @@ const (
 	burstJobs = 11
 	burstHold = 30 * time.Second
 )
-
-// targetValuePolicy scales the pool with the built-in target-value on the
-// GPUs allocated.
-func targetValuePolicy(controlURL string, min, max int, p tracereplay.Policy) string {
-	return fmt.Sprintf(`
-scaling "gpu-pool" {
-  enabled = true
-  min     = %d
-  max     = %d
-
-  policy {
-    cooldown            = %q
-    evaluation_interval = %q
-
-    check "allocated" {
-      source = "nomad-gpu"
-      query  = "gpu_alloc_pct{node_pool=gpu}"
-      strategy "target-value" {
-        target = %g
-      }
-    }
-
-    target "sim-pool" {
-      control_url = %q
-    }
-  }
-}
-`, min, max, p.Cooldown, p.EvalInterval, p.TargetAlloc, controlURL)
-}
 
 type burstResult struct {
 	waits       []float64 // seconds
@@ -81,7 +53,7 @@ func BenchmarkAutoscalerBurst(b *testing.B) {
 		{"gpu-queue", func(u string) string { return gpuPoolPolicy(u, 0, 4) }, 0},
 		{"gpu-queue-min1", func(u string) string { return gpuPoolPolicy(u, 1, 4) }, 1},
 		{"target-value", func(u string) string {
-			return targetValuePolicy(u, 1, 4, tracereplay.Policy{EvalInterval: 2 * time.Second, Cooldown: 4 * time.Second, TargetAlloc: 70})
+			return harness.TargetValuePolicy(u, 1, 4, tracereplay.Policy{EvalInterval: 2 * time.Second, Cooldown: 4 * time.Second, TargetAlloc: 70})
 		}, 1},
 	}
 	for _, v := range variants {
@@ -101,10 +73,10 @@ func replayBurst(b *testing.B, policy func(string) string, minNodes int) burstRe
 	if minNodes > 0 {
 		// The floor a target-value pool keeps, there before the burst as
 		// it would be in a cluster that has run for a while.
-		pool.scaleTo(b, minNodes, 2*time.Minute)
+		pool.ScaleTo(b, minNodes, 2*time.Minute)
 	}
 	var r burstResult
-	before := pool.scalings()
+	before := pool.Scalings()
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
 	start := time.Now()
@@ -118,7 +90,7 @@ func replayBurst(b *testing.B, policy func(string) string, minNodes int) burstRe
 			case <-stop:
 				return
 			case now := <-tick.C:
-				ready, starting, _, _ := pool.snapshot()
+				ready, starting, _, _ := pool.Snapshot()
 				n := ready + starting
 				r.nodeMinutes += float64(n) * now.Sub(last).Minutes()
 				r.peak = max(r.peak, n)
@@ -142,7 +114,7 @@ func replayBurst(b *testing.B, policy func(string) string, minNodes int) burstRe
 	time.Sleep(60 * time.Second)
 	close(stop)
 	<-sampled
-	r.scalings = pool.scalings() - before
+	r.scalings = pool.Scalings() - before
 	b.Logf("burst of %d × %s: %.1f GPU-node-minutes in %s, peak %d nodes, waits %v s",
 		burstJobs, burstHold, r.nodeMinutes, time.Since(start).Round(time.Second), r.peak, r.waits)
 	return r

@@ -3,7 +3,7 @@ package e2e
 // Cluster scaling of a GPU node pool with a real nomad-autoscaler running
 // our plugins: nomad-gpu-apm reads the queue, gpu-queue decides, and the
 // test-only target nomad-gpu-e2e-target grows and shrinks a pool of
-// simulated GPU nodes (simPool). The pool starts empty: it scales from zero
+// simulated GPU nodes (harness.SimPool). The pool starts empty: it scales from zero
 // when GPU work arrives, grows until a burst larger than one node is
 // placed, and once the work is done and the GPUs idle it is drained and
 // removed, never a node still running work.
@@ -26,113 +26,17 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/strategy/gpuqueue"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
-
-// autoscalerPlugins makes the autoscaler's plugin dir: our APM and
-// strategy from bin/, and the e2e target built for the test.
-func autoscalerPlugins(t testing.TB) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "plugins")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"nomad-gpu-apm", "gpu-queue"} {
-		if err := os.Symlink(cluster.RequireBinary(t, name), filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "nomad-gpu-e2e-target"), "./e2e/autoscaletarget")
-	cmd.Dir = cluster.RepoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the e2e target plugin: %v\n%s", err, out)
-	}
-	return dir
-}
-
-const autoscalerAgentHCL = `
-apm "nomad-gpu" {
-  driver = "nomad-gpu-apm"
-}
-strategy "gpu-queue" {
-  driver = "gpu-queue"
-}
-target "sim-pool" {
-  driver = "nomad-gpu-e2e-target"
-}
-`
 
 // gpuPoolPolicy scales the sim pool on the queue (from zero, as fast as
 // the queue needs) and in when its GPUs idle.
 func gpuPoolPolicy(controlURL string, min, max int) string {
-	return gpuQueuePolicy(controlURL, min, max, 5, tracereplay.Policy{
+	return harness.GPUQueuePolicy(controlURL, min, max, 5, tracereplay.Policy{
 		EvalInterval: 2 * time.Second, Cooldown: 4 * time.Second, MaxScaleUp: 4, MaxScaleDown: 4,
 		IdleFloor: 30, ScaleInAfter: 15 * time.Second,
 	}, 20*time.Second)
-}
-
-// gpuQueuePolicy is the gpu-queue scaling policy of the sim pool: out on
-// the nodes the queue needs (nodes of gpusPerNode whole GPUs) or on any
-// queued allocation, in when the GPUs allocated stay under the floor.
-func gpuQueuePolicy(controlURL string, min, max, gpusPerNode int, p tracereplay.Policy, boot time.Duration) string {
-	return fmt.Sprintf(`
-scaling "gpu-pool" {
-  enabled = true
-  min     = %d
-  max     = %d
-
-  policy {
-    cooldown            = %q
-    evaluation_interval = %q
-
-    check "capacity" {
-      source       = "nomad-gpu"
-      query        = "nodes_needed{node_pool=gpu,gpus_per_node=%d}"
-      query_window = "1m"
-      strategy "gpu-queue" {
-        signal       = "nodes_needed"
-        pool         = "gpu"
-        max_scale_up = %d
-        boot_time    = %q
-      }
-    }
-    check "queue" {
-      source = "nomad-gpu"
-      query  = "allocs_queued{node_pool=gpu}"
-      strategy "gpu-queue" {
-        signal     = "queued"
-        pool       = "gpu"
-        activation = 1
-      }
-    }
-    check "nodes" {
-      source = "nomad-gpu"
-      query  = "nodes_ready{node_pool=gpu}"
-      strategy "gpu-queue" {
-        signal = "nodes"
-        pool   = "gpu"
-      }
-    }
-    check "idle" {
-      source = "nomad-gpu"
-      query  = "gpu_alloc_pct{node_pool=gpu}"
-      strategy "gpu-queue" {
-        signal         = "util"
-        pool           = "gpu"
-        floor          = %g
-        scale_in_after = %q
-        max_scale_down = %d
-      }
-    }
-
-    target "sim-pool" {
-      control_url = %q
-    }
-  }
-}
-`, min, max, p.Cooldown, p.EvalInterval, gpusPerNode, p.MaxScaleUp, boot, p.IdleFloor, p.ScaleInAfter, p.MaxScaleDown, controlURL)
 }
 
 // burstJob is a batch job on the gpu pool holding one whole GPU for hold.
@@ -170,7 +74,7 @@ job %q {
 
 // scaledPool starts a server, an empty sim pool "gpu" and an autoscaler
 // scaling it with the policy made for the pool's control URL.
-func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.Cluster, *simPool, *cluster.Autoscaler) {
+func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.Cluster, *harness.SimPool, *cluster.Autoscaler) {
 	t.Helper()
 	cluster.AutoscalerBinary(t)
 	cluster.RequirePlugin(t, "nomad-device-gpu")
@@ -178,12 +82,12 @@ func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.C
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
-	plugins := autoscalerPlugins(t)
+	plugins := harness.AutoscalerPlugins(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})
-	pool := newSimPool(t, c, "gpu")
+	pool := harness.NewSimPool(t, c, "gpu")
 	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{
 		PluginDir: plugins,
-		HCL:       autoscalerAgentHCL,
+		HCL:       harness.AutoscalerAgentHCL,
 		Policies:  map[string]string{"gpu-pool.hcl": policy(pool.URL())},
 	})
 	return c, pool, as
@@ -194,7 +98,7 @@ func TestAutoscalerScalesGPUPool(t *testing.T) {
 
 	// An empty pool answers 0 and nothing scales.
 	time.Sleep(6 * time.Second)
-	if ready, starting, _, _ := pool.snapshot(); ready+starting != 0 {
+	if ready, starting, _, _ := pool.Snapshot(); ready+starting != 0 {
 		t.Fatalf("the idle empty pool grew to %d nodes", ready+starting)
 	}
 
@@ -219,12 +123,12 @@ func TestAutoscalerScalesGPUPool(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			ready, starting, _, errs := pool.snapshot()
+			ready, starting, _, errs := pool.Snapshot()
 			t.Fatalf("%d of %d burst jobs placed after 4m; pool %d ready, %d starting, errors %v", placed, jobs, ready, starting, errs)
 		}
 		time.Sleep(time.Second)
 	}
-	if n := pool.started(); n != 3 {
+	if n := pool.Started(); n != 3 {
 		t.Errorf("the pool started %d nodes for the burst; 11 GPUs need 3 nodes of 5", n)
 	}
 
@@ -243,14 +147,14 @@ func TestAutoscalerScalesGPUPool(t *testing.T) {
 	// Idle GPUs: the pool is drained and removed, back to zero.
 	deadline = time.Now().Add(3 * time.Minute)
 	for {
-		ready, starting, removed, errs := pool.snapshot()
+		ready, starting, removed, errs := pool.Snapshot()
 		if len(errs) > 0 {
 			t.Fatalf("sim pool errors: %v", errs)
 		}
-		if ready+starting == 0 && len(removed) == pool.started() {
+		if ready+starting == 0 && len(removed) == pool.Started() {
 			for _, r := range removed {
-				if len(r.running) > 0 {
-					t.Errorf("node %s was removed while running %v", r.name, r.running)
+				if len(r.Running) > 0 {
+					t.Errorf("node %s was removed while running %v", r.Name, r.Running)
 				}
 			}
 			break
@@ -341,7 +245,7 @@ func TestAutoscalerPoliciesInJobs(t *testing.T) {
 		blocks += strings.Count(string(b), "\nscaling \"")
 	}
 	c := cluster.Start(t, cluster.Options{Clients: 0})
-	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{PluginDir: autoscalerPlugins(t), HCL: autoscalerAgentHCL, Policies: policies})
+	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{PluginDir: harness.AutoscalerPlugins(t), HCL: harness.AutoscalerAgentHCL, Policies: policies})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		log := as.Log()
@@ -367,8 +271,8 @@ func TestAutoscalerPoliciesInJobs(t *testing.T) {
 // block is one the agent accepts and every plugin it names launches.
 func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 	bin := cluster.AutoscalerBinary(t)
-	plugins := autoscalerPlugins(t)
-	addr := freeAddr(t)
+	plugins := harness.AutoscalerPlugins(t)
+	addr := harness.FreeAddr(t)
 	// The APM's and the strategy's metrics on ports of the test's own: their
 	// answering shows the plugins launched with the file's config.
 	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "autoscaler", "agent.hcl"))
@@ -381,7 +285,7 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 			t.Fatalf("jobs/autoscaler/agent.hcl has no %s (jobs/monitoring/prometheus.yml scrapes it)", m)
 		}
 	}
-	metrics, strategyMetrics := freeAddr(t), freeAddr(t)
+	metrics, strategyMetrics := harness.FreeAddr(t), harness.FreeAddr(t)
 	// Nor the file's Nomad, 127.0.0.1:4646, which may be a make dev agent:
 	// one of the test's own that knows nothing.
 	const fileNomad = `address = "http://127.0.0.1:4646"`
@@ -429,13 +333,13 @@ func TestAutoscalerAgentConfigInJobs(t *testing.T) {
 // counts it in its metrics while the pool's other checks count as ok.
 func TestAutoscalerCountsRefusedChecks(t *testing.T) {
 	cluster.AutoscalerBinary(t)
-	plugins := autoscalerPlugins(t)
+	plugins := harness.AutoscalerPlugins(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})
-	pool := newSimPool(t, c, "gpu")
-	metrics := "http://" + freeAddr(t) + gpuqueue.MetricsPath
-	hcl := strings.Replace(autoscalerAgentHCL, `driver = "gpu-queue"`,
+	pool := harness.NewSimPool(t, c, "gpu")
+	metrics := "http://" + harness.FreeAddr(t) + gpuqueue.MetricsPath
+	hcl := strings.Replace(harness.AutoscalerAgentHCL, `driver = "gpu-queue"`,
 		fmt.Sprintf("driver = \"gpu-queue\"\n  config = {\n    metrics_address = %q\n  }", strings.TrimSuffix(strings.TrimPrefix(metrics, "http://"), gpuqueue.MetricsPath)), 1)
-	policy := gpuQueuePolicy(pool.URL(), 0, 2, 5, tracereplay.Policy{
+	policy := harness.GPUQueuePolicy(pool.URL(), 0, 2, 5, tracereplay.Policy{
 		EvalInterval: time.Second, Cooldown: 4 * time.Second, MaxScaleUp: 2, MaxScaleDown: 1,
 		IdleFloor: 30, ScaleInAfter: time.Minute,
 	}, 512*time.Millisecond)

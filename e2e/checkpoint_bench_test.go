@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
@@ -43,9 +44,9 @@ func BenchmarkPreemption(b *testing.B) {
 		testenv.Skip(b, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	b.StopTimer()
-	nodes := []gpuNode{newGPUNode(b)}
+	nodes := []harness.GPUNode{harness.NewGPUNode(b)}
 	c := checkpointCluster(b, nodes, "")
-	enablePreemption(b, c)
+	c.EnablePreemption(b)
 	gpus := wholeGPUs(b, c, "gpu-1")
 
 	samples := map[bool][]preemptionSample{}

@@ -2,7 +2,7 @@ package e2e
 
 // Checkpointed stops under stress, against a real Nomad, in two parts.
 //
-// Preemptions: the trace replay's own task (replayScript) on every whole
+// Preemptions: the trace replay's own task (harness.ReplayTask) on every whole
 // GPU of a node, all of them preempted together, round after round, at
 // moments from the first milliseconds after a start or restore to seconds
 // into the work, with interval checkpoints committing meanwhile.
@@ -41,6 +41,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 )
 
@@ -126,7 +127,7 @@ job %q {
       }
     }
   }
-}`, id, meta, reschedule, replayTask(time.Hour, 40, cli))
+}`, id, meta, reschedule, harness.ReplayTask(time.Hour, 40, cli))
 }
 
 // stressHolder is a batch job that holds count instances of device for
@@ -202,11 +203,11 @@ func TestCheckpointStress(t *testing.T) {
 // were checkpointed.
 func stressPreemptionPart(t *testing.T, want int) stressCounts {
 	cli := cluster.RequireBinary(t, "nomad-gpu")
-	nodes := []gpuNode{newGPUNode(t)}
+	nodes := []harness.GPUNode{harness.NewGPUNode(t)}
 	// The client keeps every allocation until the records are read (by
 	// default it collects all but 50 terminal ones).
 	c := checkpointCluster(t, nodes, "", "gc_max_allocs = 2000")
-	enablePreemption(t, c)
+	c.EnablePreemption(t)
 	gpus := wholeGPUs(t, c, "gpu-1")
 
 	var victims []string
@@ -368,7 +369,7 @@ func (rec *stressRecord) check(t *testing.T, c *cluster.Cluster, job string, a *
 	logs := c.AllocLogs(t, a.ID, "t", "stdout")
 	unasked := checkpointOutcome(a, contract.CheckpointNotHandled)
 	name := fmt.Sprintf("%s alloc %s on %s", job, a.ID[:8], a.NodeName)
-	restored, ok := logValue(logs, "restored")
+	restored, ok := harness.LogValue(logs, "restored")
 	switch {
 	case !ok && unasked:
 		// Stopped before its shell ran its first lines (a stop within
@@ -388,8 +389,8 @@ func (rec *stressRecord) check(t *testing.T, c *cluster.Cluster, job string, a *
 	if restored != rec.saved {
 		t.Errorf("%s restored %d ms, its predecessor's last commit was %d ms%s", name, restored, rec.saved, stressDiagnosis(c, a, logs))
 	}
-	committed, hasCommit := logValue(logs, "committed")
-	stopped, hasStop := logValue(logs, "stopped")
+	committed, hasCommit := harness.LogValue(logs, "committed")
+	stopped, hasStop := harness.LogValue(logs, "stopped")
 	rec.stops++
 	run := stressRun{alloc: a}
 	switch {
@@ -412,7 +413,7 @@ func (rec *stressRecord) check(t *testing.T, c *cluster.Cluster, job string, a *
 // stressDiagnosis is an incomplete record's evidence, as the trace
 // replay keeps it.
 func stressDiagnosis(c *cluster.Cluster, a *api.Allocation, logs string) string {
-	in := incompleteEvidence(c, a.JobID, a.ID, a.NodeName, logs)
+	in := harness.IncompleteEvidence(c, a.JobID, a.ID, a.NodeName, logs)
 	return fmt.Sprintf("\ntask log:\n%s\ntask events:\n%s\nagent log:\n%s", in.TaskLog, in.Events, in.AgentLog)
 }
 
@@ -439,7 +440,7 @@ func waitJobDone(t *testing.T, c *cluster.Cluster, job string, timeout time.Dura
 // and 4 movable victims.
 type moveStress struct {
 	c       *cluster.Cluster
-	ctl     *controllerProc
+	ctl     *cluster.Controller
 	nodes   [2]string // names
 	victims []string
 	records map[string]*stressRecord
@@ -455,8 +456,8 @@ const stressMoveCount = 4
 // there and back (moveStress.relayoutRound).
 func stressMovePart(t *testing.T, rounds int) stressCounts {
 	cli := cluster.RequireBinary(t, "nomad-gpu")
-	c, ids := moveClusterWith(t, func(n gpuNode) string { return layoutNodeHCL(n, "3s") }, "gc_max_allocs = 2000")
-	enablePreemption(t, c)
+	c, ids := moveClusterWith(t, func(n harness.GPUNode) string { return layoutNodeHCL(n, "3s") }, "gc_max_allocs = 2000")
+	c.EnablePreemption(t)
 	s := &moveStress{c: c, nodes: [2]string{"gpu-1", "gpu-2"}, records: map[string]*stressRecord{}}
 	s.layouts = followLayouts(t, []*cluster.Agent{c.Client(t, s.nodes[0]), c.Client(t, s.nodes[1])})
 	var owners []*ownershipRecord
@@ -468,7 +469,7 @@ func stressMovePart(t *testing.T, rounds int) stressCounts {
 	// victims unmovable and out of the preemptors' reach), relayouts as
 	// often as the queue asks, on any GPU, into 2 shares; relief off (no
 	// MPS client here is movable).
-	s.ctl = startController(t, c, "controller", "-tick", "200ms", "-log-level", "debug", "-preemption-cooldown", "0",
+	s.ctl = c.StartController(t, "controller", "-tick", "200ms", "-log-level", "debug", "-preemption-cooldown", "0",
 		"-move-budget-hour", "1000", "-move-budget-job-day", "1000", "-move-settle", "30s",
 		"-layout-min-interval", "0s", "-layout-min-whole", "*=0", "-layout-shares", "*=2", "-relief-high", "0")
 	for i := range stressMoveCount {
@@ -533,7 +534,7 @@ func (s *moveStress) settle(t *testing.T) map[string][]string {
 			return on
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("victims running by node after 2m: %v, want all %d\ncontroller log:\n%s", on, len(s.victims), tail(s.ctl.log(), 40))
+			t.Fatalf("victims running by node after 2m: %v, want all %d\ncontroller log:\n%s", on, len(s.victims), tail(s.ctl.Log(), 40))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -634,7 +635,7 @@ func (s *moveStress) relayoutRound(t *testing.T, r int) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for on = s.where(t); len(on[other]) < stressMoveCount; on = s.where(t) {
 		if time.Now().After(deadline) {
-			t.Fatalf("round %d: victims by node %v 2m after %s took %s, want all on %s\ncontroller log:\n%s", r, on, hold, full, other, tail(s.ctl.log(), 40))
+			t.Fatalf("round %d: victims by node %v 2m after %s took %s, want all on %s\ncontroller log:\n%s", r, on, hold, full, other, tail(s.ctl.Log(), 40))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -675,7 +676,7 @@ func (s *moveStress) waitDone(t *testing.T, job string) {
 			for _, a := range stubs {
 				got = append(got, fmt.Sprintf("%s on %s: %s/%s", a.ID[:8], a.NodeName, a.DesiredStatus, a.ClientStatus))
 			}
-			t.Fatalf("%s not done after 2m (allocations %v); queued %d\ncontroller log:\n%s", job, got, queued(t, s.c, job), tail(s.ctl.log(), 40))
+			t.Fatalf("%s not done after 2m (allocations %v); queued %d\ncontroller log:\n%s", job, got, queued(t, s.c, job), tail(s.ctl.Log(), 40))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -728,9 +729,9 @@ func (s *moveStress) check(t *testing.T, rounds, mixed, relayouts int, owners []
 	}
 	ontoRelaid := restoredOntoRelaid(runs, drains)
 
-	moves := s.ctl.metricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)
-	layouts := s.ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind)
-	replaced := s.ctl.metricByLabel(t, contract.MetricControllerDecisions, contract.LabelKind)["replaced"]
+	moves := s.ctl.MetricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)
+	layouts := s.ctl.MetricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind)
+	replaced := s.ctl.MetricByLabel(t, contract.MetricControllerDecisions, contract.LabelKind)["replaced"]
 	t.Logf("%d stops: %d checkpointed (%d preemptions, %d moves, %d stopped by the test), %d stopped before the task handled the signal; commit-to-stop gap median %.0f ms, p95 %.0f ms",
 		counts.stops, counts.checkpointed, counts.byCause[causePreempted], counts.byCause[causeMoved], counts.byCause[causeStopped], counts.unasked,
 		quantile.Of(counts.gaps, 0.5), quantile.Of(counts.gaps, 0.95))

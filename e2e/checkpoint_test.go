@@ -20,6 +20,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
 
 // counterScript counts (a stand-in for training steps), resumes from its
@@ -111,31 +112,19 @@ job %q {
 }`, id, priority, int(hold.Seconds()))
 }
 
-// enablePreemption turns on preemption for every scheduler; Nomad has it
-// on for system jobs only by default.
-func enablePreemption(t testing.TB, c *cluster.Cluster) {
-	t.Helper()
-	cfg := &api.SchedulerConfiguration{PreemptionConfig: api.PreemptionConfig{
-		SystemSchedulerEnabled: true, SysBatchSchedulerEnabled: true, BatchSchedulerEnabled: true, ServiceSchedulerEnabled: true,
-	}}
-	if _, _, err := c.API().Operator().SchedulerSetConfiguration(cfg, nil); err != nil {
-		t.Fatalf("enabling preemption: %v", err)
-	}
-}
-
 // checkpointCluster starts a server and one client per node, each client
 // named gpu-<i> and running both plugins; the driver reaches the Nomad API
 // through the server, whose address the client config needs.
 // clientHCL, when given, goes into each client's client block.
-func checkpointCluster(t testing.TB, nodes []gpuNode, driverHCL string, clientHCL ...string) *cluster.Cluster {
+func checkpointCluster(t testing.TB, nodes []harness.GPUNode, driverHCL string, clientHCL ...string) *cluster.Cluster {
 	t.Helper()
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	var opts []cluster.ClientOptions
 	for i := range nodes {
-		nodes[i].driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), driverHCL)
-		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: nodes[i].hcl(t),
+		nodes[i].DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), driverHCL)
+		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: nodes[i].HCL(t),
 			ClientHCL: strings.Join(clientHCL, "\n")})
 	}
 	c.StartClients(t, opts...)
@@ -247,9 +236,9 @@ func jobPriority(t testing.TB, c *cluster.Cluster, id string) int {
 // protects it from being preempted again at once is the controller's:
 // TestPreemptionProtection.)
 func TestCheckpointedPreemption(t *testing.T) {
-	nodes := []gpuNode{newGPUNode(t)}
+	nodes := []harness.GPUNode{harness.NewGPUNode(t)}
 	c := checkpointCluster(t, nodes, "")
-	enablePreemption(t, c)
+	c.EnablePreemption(t)
 	gpus := wholeGPUs(t, c, "gpu-1")
 
 	const low, high = 30, 80
@@ -304,10 +293,10 @@ func TestCheckpointedPreemption(t *testing.T) {
 }
 
 func TestCheckpointedDrain(t *testing.T) {
-	shared := filepath.Join(newGPUNode(t).dir, "shared-checkpoints")
-	nodes := []gpuNode{newGPUNode(t), newGPUNode(t)}
+	shared := filepath.Join(harness.NewGPUNode(t).Dir, "shared-checkpoints")
+	nodes := []harness.GPUNode{harness.NewGPUNode(t), harness.NewGPUNode(t)}
 	for i := range nodes {
-		nodes[i].sharedCheckpoints = shared
+		nodes[i].SharedCheckpoints = shared
 	}
 	c := checkpointCluster(t, nodes, "")
 

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
@@ -20,35 +21,35 @@ func TestPluginConfigRefusedAtAgentStart(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	c := cluster.Start(t, cluster.Options{})
 
-	mpsOnMIG := defaultLayout
-	mpsOnMIG.mps = []int{4, 6}
+	mpsOnMIG := harness.DefaultLayout
+	mpsOnMIG.MPS = []int{4, 6}
 	cases := []struct {
 		name string
-		node func(gpuNode) gpuNode
+		node func(harness.GPUNode) harness.GPUNode
 		want string
 	}{
-		{"nested cgroup_root", func(n gpuNode) gpuNode {
-			n.driverHCL = `cgroup_root = "a/b"`
+		{"nested cgroup_root", func(n harness.GPUNode) harness.GPUNode {
+			n.DriverHCL = `cgroup_root = "a/b"`
 			return n
 		}, `cgroup_root: "a/b" is not a cgroup name (one name without "/" is allowed)`},
-		{"relative supervisor_binary", func(n gpuNode) gpuNode {
-			n.driverHCL = `supervisor_binary = "libexec/nomad-driver-gpu-supervisor"`
+		{"relative supervisor_binary", func(n harness.GPUNode) harness.GPUNode {
+			n.DriverHCL = `supervisor_binary = "libexec/nomad-driver-gpu-supervisor"`
 			return n
 		}, `supervisor_binary: "libexec/nomad-driver-gpu-supervisor" must be an absolute path`},
-		{"denied default_user", func(n gpuNode) gpuNode {
-			n.driverHCL = `default_user = "root"`
+		{"denied default_user", func(n harness.GPUNode) harness.GPUNode {
+			n.DriverHCL = `default_user = "root"`
 			return n
 		}, `default_user: "root" would fail every task without a user: user: "root" (uid 0) is denied by the plugin config`},
-		{"mps on a MIG GPU", func(n gpuNode) gpuNode {
-			n.layout = &mpsOnMIG
+		{"mps on a MIG GPU", func(n harness.GPUNode) harness.GPUNode {
+			n.Layout = &mpsOnMIG
 			return n
 		}, "mps[0].gpus[1]: GPU 6 (GPU-"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			node := tc.node(newGPUNode(t))
+			node := tc.node(harness.NewGPUNode(t))
 			a, err := c.TryAddClient(cluster.ClientOptions{
-				Name: strings.ReplaceAll(tc.name, " ", "-"), PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t),
+				Name: strings.ReplaceAll(tc.name, " ", "-"), PluginDir: cluster.PluginDir(t), ExtraHCL: node.HCL(t),
 			})
 			if err == nil {
 				t.Fatalf("client with %s started", tc.name)
@@ -66,8 +67,8 @@ func TestPluginConfigRefusedAtAgentStart(t *testing.T) {
 		if os.Geteuid() != 0 {
 			testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 		}
-		node := newGPUNode(t)
-		a := c.AddClient(t, cluster.ClientOptions{Name: "good", PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)})
+		node := harness.NewGPUNode(t)
+		a := c.AddClient(t, cluster.ClientOptions{Name: "good", PluginDir: cluster.PluginDir(t), ExtraHCL: node.HCL(t)})
 		c.WaitForNode(t, "good", func(n *api.Node) bool {
 			d := n.Drivers["gpu"]
 			return d != nil && d.Healthy && len(deviceGroups(n)) == 5

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 )
 
@@ -26,11 +27,11 @@ const protectionRounds = 4
 func BenchmarkProtectionReaction(b *testing.B) {
 	for _, tick := range []struct{ name, tick string }{
 		{"default-tick-1s", "1s"},
-		{"replay-tick-200ms", replayControllerTick.String()},
+		{"replay-tick-200ms", harness.ReplayControllerTick.String()},
 	} {
 		b.Run(tick.name, func(b *testing.B) {
 			c := protectionCluster(b)
-			startController(b, c, "controller", "-preemption-cooldown", "5m", "-tick", tick.tick)
+			c.StartController(b, "controller", "-preemption-cooldown", "5m", "-tick", tick.tick)
 			var ms, fromServer []float64
 			for round := range protectionRounds {
 				r := measureProtection(b, c, round)

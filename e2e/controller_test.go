@@ -4,127 +4,28 @@ package e2e
 // leader replaced when it is killed.
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-	promdto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	promodel "github.com/prometheus/common/model"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
-// controllerProc is a `nomad-gpu controller` replica the test started.
-type controllerProc struct{ *cluster.Controller }
-
-func (p *controllerProc) log() string { return p.Log() }
-
-// startController runs a replica against the cluster until it is torn
-// down; its log is the cluster's (cluster.StartController).
-func startController(t testing.TB, c *cluster.Cluster, name string, args ...string) *controllerProc {
-	t.Helper()
-	return &controllerProc{c.StartController(t, name, args...)}
-}
-
-// metric is the value of an unlabelled series (or the sum over labels) of
-// the replica's metrics; -1 when it has none.
-func (p *controllerProc) metric(t testing.TB, name string) float64 {
-	t.Helper()
-	v, ok := p.tryMetric(name)
-	if !ok {
-		t.Fatalf("%s: no metrics at %s", p.Name(), p.MetricsURL)
-	}
-	return v
-}
-
-// tryMetric is metric, false when the metrics cannot be read.
-func (p *controllerProc) tryMetric(name string) (float64, bool) {
-	resp, err := http.Get(p.MetricsURL)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 1<<20))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum, found = sum+v, true
-		}
-	}
-	if !found {
-		return -1, true
-	}
-	return sum, true
-}
-
-// families are the replica's metrics, parsed.
-func (p *controllerProc) families(t testing.TB) map[string]*promdto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(p.MetricsURL)
-	if err != nil {
-		t.Fatalf("%s metrics: %v", p.Name(), err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(promodel.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("%s metrics: %v", p.Name(), err)
-	}
-	return families
-}
-
-// histogram is the replica's unlabelled histogram name; nil if it has none.
-func (p *controllerProc) histogram(t testing.TB, name string) *promdto.Histogram {
-	t.Helper()
-	if f := p.families(t)[name]; f != nil && len(f.Metric) > 0 {
-		return f.Metric[0].GetHistogram()
-	}
-	return nil
-}
-
-// metricByLabel is the replica's series of a counter or gauge, summed by
-// the value of one label.
-func (p *controllerProc) metricByLabel(t testing.TB, name, label string) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	if f := p.families(t)[name]; f != nil {
-		for _, m := range f.Metric {
-			key := ""
-			for _, l := range m.Label {
-				if l.GetName() == label {
-					key = l.GetValue()
-				}
-			}
-			out[key] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return out
-}
-
 // fourGPUNode is a sim node with 4 whole GPUs: the other 4 are in MIG mode.
-func fourGPUNode(t testing.TB) gpuNode {
-	n := newGPUNode(t)
-	n.layout = &nodeLayout{mig: []int{4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}
+func fourGPUNode(t testing.TB) harness.GPUNode {
+	n := harness.NewGPUNode(t)
+	n.Layout = &harness.NodeLayout{MIG: []int{4, 5, 6, 7}, MIGProfiles: []string{"3g.40gb", "3g.40gb"}}
 	return n
 }
 
@@ -139,13 +40,13 @@ func protectionCluster(t testing.TB) *cluster.Cluster {
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	n := fourGPUNode(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})
-	n.driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())
-	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: n.hcl(t)})
+	n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())
+	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: n.HCL(t)})
 	c.WaitForNode(t, "gpu-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]
 		return d != nil && d.Healthy && wholeGPUsOf(n) == 4
 	}, 2*time.Minute)
-	enablePreemption(t, c)
+	c.EnablePreemption(t)
 	return c
 }
 
@@ -200,7 +101,7 @@ const protectCooldown = 40 * time.Second
 // priority and a third can. The agent started seconds before.
 func TestPreemptionProtection(t *testing.T) {
 	c := protectionCluster(t)
-	ctl := startController(t, c, "controller", "-preemption-cooldown", protectCooldown.String(), "-tick", "200ms")
+	ctl := c.StartController(t, "controller", "-preemption-cooldown", protectCooldown.String(), "-tick", "200ms")
 	const low, high = 30, 90
 	c.RunJob(t, counterJob("low-a", "batch", low, 2, true))
 	c.RunJob(t, counterJob("low-b", "batch", low, 2, true))
@@ -234,7 +135,7 @@ func TestPreemptionProtection(t *testing.T) {
 		t.Fatalf("the replacement restored %d; the preempted task committed %d", got, committed)
 	}
 	protectedAt := waitPriority(t, c, victim, high, 10*time.Second)
-	if !strings.Contains(ctl.log(), "kind=protected") {
+	if !strings.Contains(ctl.Log(), "kind=protected") {
 		t.Errorf("the controller logged no protection")
 	}
 	topShowsProtection(t, c, victim, low, high)
@@ -305,11 +206,11 @@ func TestControllerFailover(t *testing.T) {
 	// The shortest TTL with a 1s lock delay (Nomad is given 10s, its least).
 	const ttl, cooldown = 23 * time.Second, 30 * time.Second
 	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", "200ms", "-lock-ttl", ttl.String(), "-lock-delay", "1s"}
-	r1 := startController(t, c, "replica-1", args...)
+	r1 := c.StartController(t, "replica-1", args...)
 	waitMetric(t, r1, contract.MetricControllerLeader, 1, 30*time.Second)
-	r2 := startController(t, c, "replica-2", args...)
+	r2 := c.StartController(t, "replica-2", args...)
 	time.Sleep(2 * time.Second)
-	if v := r2.metric(t, contract.MetricControllerLeader); v != 0 {
+	if v := r2.Metric(t, contract.MetricControllerLeader); v != 0 {
 		t.Fatalf("replica-2 leader=%v while replica-1 leads", v)
 	}
 
@@ -332,7 +233,7 @@ func TestControllerFailover(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	protectedAt := waitPriority(t, c, victim, 90, 2*time.Minute)
-	w1, w2 := r1.metric(t, contract.MetricControllerLedgerWrite), r2.metric(t, contract.MetricControllerLedgerWrite)
+	w1, w2 := r1.Metric(t, contract.MetricControllerLedgerWrite), r2.Metric(t, contract.MetricControllerLedgerWrite)
 	if w1 <= 0 || w2 != 0 {
 		t.Fatalf("ledger writes before the kill: replica-1 %v, replica-2 %v; want some and none", w1, w2)
 	}
@@ -349,18 +250,18 @@ func TestControllerFailover(t *testing.T) {
 	if late := back.Sub(protectedAt.Add(cooldown)); late > 3*time.Second {
 		t.Errorf("priority restored %s after the cooldown's end", late)
 	}
-	if w := r2.metric(t, contract.MetricControllerLedgerWrite); w <= 0 {
+	if w := r2.Metric(t, contract.MetricControllerLedgerWrite); w <= 0 {
 		t.Errorf("replica-2 wrote nothing to the ledger after taking the lead")
 	}
 }
 
 // waitMetric waits until the replica's metric is want, and says when.
-func waitMetric(t testing.TB, p *controllerProc, name string, want float64, within time.Duration) time.Time {
+func waitMetric(t testing.TB, p *cluster.Controller, name string, want float64, within time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for p.metric(t, name) != want {
+	for p.Metric(t, name) != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s is %v after %s, want %v", p.Name(), name, p.metric(t, name), within, want)
+			t.Fatalf("%s: %s is %v after %s, want %v", p.Name(), name, p.Metric(t, name), within, want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -389,8 +290,8 @@ func TestControllerJob(t *testing.T) {
 		regs, _, err := c.API().Services().Get("nomad-gpu-controller", nil)
 		leaders, answered := 0.0, 0
 		for _, r := range regs {
-			p := &controllerProc{&cluster.Controller{MetricsURL: fmt.Sprintf("http://%s:%d/metrics", r.Address, r.Port)}}
-			if v, ok := p.tryMetric(contract.MetricControllerLeader); ok {
+			p := &cluster.Controller{MetricsURL: fmt.Sprintf("http://%s:%d/metrics", r.Address, r.Port)}
+			if v, ok := p.TryMetric(contract.MetricControllerLeader); ok {
 				leaders += v
 				answered++
 			}

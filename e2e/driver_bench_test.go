@@ -53,6 +53,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
@@ -82,7 +83,7 @@ var isoVariants = []isoVariant{
 func (v isoVariant) node() string { return "gpu-" + v.name }
 
 // withIsolation puts an isolation block into the driver's plugin config
-// that gpuNode.hcl writes.
+// that harness.GPUNode.HCL writes.
 func withIsolation(t testing.TB, hcl, body string) string {
 	t.Helper()
 	if body == "" {
@@ -154,11 +155,11 @@ func BenchmarkStartLatency(b *testing.B) {
 	b.StopTimer()
 	c := cluster.Start(b, cluster.Options{})
 	var opts []cluster.ClientOptions
-	var nodes []gpuNode
+	var nodes []harness.GPUNode
 	for _, v := range isoVariants {
-		n := newGPUNode(b)
+		n := harness.NewGPUNode(b)
 		nodes = append(nodes, n)
-		opts = append(opts, cluster.ClientOptions{Name: v.node(), PluginDir: cluster.PluginDir(b), ExtraHCL: withIsolation(b, n.hcl(b), v.isolation)})
+		opts = append(opts, cluster.ClientOptions{Name: v.node(), PluginDir: cluster.PluginDir(b), ExtraHCL: withIsolation(b, n.HCL(b), v.isolation)})
 	}
 	c.StartClients(b, opts...)
 	for _, v := range isoVariants {
@@ -225,7 +226,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	var rss, anon, pss []float64
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		sups := supervisorPIDs(filepath.Join(nodes[0].dir, "state"))
+		sups := supervisorPIDs(filepath.Join(nodes[0].Dir, "state"))
 		if len(sups) >= rssTasks {
 			rss, anon, pss = nil, nil, nil
 			for _, pid := range sups {

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
@@ -173,7 +174,7 @@ func TestDriverChurn(t *testing.T) {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	start := time.Now()
-	node := newGPUNode(t)
+	node := harness.NewGPUNode(t)
 	cgroupRoot := "nomad-gpu-e2e-" + randHex(t, 4)
 	// Registered before the cluster, so it runs after the cluster's own
 	// cleanup has killed everything: only the (then empty) roots remain.
@@ -183,10 +184,10 @@ func TestDriverChurn(t *testing.T) {
 			removeCgroupDirs(d)
 		}
 	})
-	hcl := node.hcl(t)
+	hcl := node.HCL(t)
 	const anchor = `watchdog_interval = "500ms"`
 	if !strings.Contains(hcl, anchor) {
-		t.Fatalf("gpuNode.hcl lacks %q to place cgroup_root after", anchor)
+		t.Fatalf("GPUNode.HCL lacks %q to place cgroup_root after", anchor)
 	}
 	hcl = strings.Replace(hcl, anchor, fmt.Sprintf("%s\n    cgroup_root       = %q", anchor, cgroupRoot), 1)
 	c := cluster.Start(t, cluster.Options{
@@ -204,7 +205,7 @@ func TestDriverChurn(t *testing.T) {
 	waitJobTerminal(t, c, "churn-warm", churnPerJob, 2*time.Minute)
 
 	probe := churnProbe{
-		stateDir:   filepath.Join(node.dir, "state"),
+		stateDir:   filepath.Join(node.Dir, "state"),
 		marker:     marker,
 		clusterDir: c.Dir(),
 		plugin:     clusterPluginPID(t, c, "nomad-driver-gpu"),

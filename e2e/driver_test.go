@@ -7,14 +7,12 @@ package e2e
 // not its neighbour; and bad input rejected with the field named.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,168 +23,10 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
-
-// gpuNode is the plugin config of a simulated GPU node running both plugins.
-// MPS shares only GPU 4, so two MPS tasks land on the same GPU.
-type gpuNode struct {
-	dir, control      string
-	sharedCheckpoints string // "" for the node's own
-	// driverHCL and deviceHCL are extra HCL in the gpu driver's and the
-	// device plugin's config blocks.
-	driverHCL, deviceHCL string
-	// layout is how the node's GPUs are split; nil: defaultLayout.
-	layout *nodeLayout
-}
-
-// nodeLayout says which of a sim node's 8 GPUs are in MIG mode (with
-// which instances) and which are offered as MPS shares.
-type nodeLayout struct {
-	mig         []int
-	migProfiles []string
-	mps         []int
-	mpsShares   int
-}
-
-// defaultLayout: MIG on GPUs 6 and 7, GPU 4 as 4 MPS shares, 5 whole GPUs.
-var defaultLayout = nodeLayout{
-	mig: []int{6, 7}, migProfiles: []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"},
-	mps: []int{4}, mpsShares: 4,
-}
-
-// blocks is the layout's sim mig block and device plugin mps block.
-func (l nodeLayout) blocks() (mig, mps string) {
-	list := func(xs []int, quote bool) string {
-		var b strings.Builder
-		for i, x := range xs {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			if quote {
-				fmt.Fprintf(&b, "%q", fmt.Sprint(x))
-			} else {
-				fmt.Fprint(&b, x)
-			}
-		}
-		return b.String()
-	}
-	if len(l.mig) > 0 {
-		profiles, _ := json.Marshal(l.migProfiles)
-		mig = fmt.Sprintf("\n      mig {\n        gpus     = [%s]\n        profiles = %s\n      }", list(l.mig, false), profiles)
-	}
-	if len(l.mps) > 0 {
-		mps = fmt.Sprintf("\n    mps {\n      gpus   = [%s]\n      shares = %d\n    }", list(l.mps, true), l.mpsShares)
-	}
-	return mig, mps
-}
-
-func newGPUNode(t testing.TB) gpuNode {
-	// Short: MPS pipes are unix sockets under the pipe root.
-	dir, err := os.MkdirTemp("", "nge2e-gpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopMPSDaemons(t, filepath.Join(dir, "mps"))
-		os.RemoveAll(dir)
-	})
-	// Passable: tasks run as nobody reach their checkpoints below it.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return gpuNode{dir: dir, control: filepath.Join(dir, "sim.json")}
-}
-
-// stopMPSDaemons kills the MPS control daemons serving pipe directories
-// under pipeRoot: the node's own, started by its driver. A daemon outlives
-// the node by design (its clients may be tasks that outlive the agent);
-// the driver quits it when its last client goes, but a torn-down cluster's
-// tasks are killed, not stopped through the driver. Each is checked to
-// serve a pipe directory of this node before it is killed.
-func stopMPSDaemons(t testing.TB, pipeRoot string) {
-	pidFiles, _ := filepath.Glob(filepath.Join(pipeRoot, "*", "nvidia-cuda-mps-control.pid"))
-	for _, f := range pidFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 1 {
-			continue
-		}
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil || !bytes.Contains(env, []byte("CUDA_MPS_PIPE_DIRECTORY="+filepath.Dir(f)+"\x00")) {
-			continue // gone, or a pid reused by a process not ours
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Logf("e2e: killing the MPS daemon %d of %s: %v", pid, filepath.Dir(f), err)
-		}
-	}
-}
-
-// checkpointRoot is where the node's tasks checkpoint; nodes made with the
-// same shared root restore each other's checkpoints, as on a shared
-// filesystem.
-func (n gpuNode) checkpointRoot() string {
-	if n.sharedCheckpoints != "" {
-		return n.sharedCheckpoints
-	}
-	return filepath.Join(n.dir, "checkpoints")
-}
-
-func (n gpuNode) hcl(t testing.TB) string {
-	fake := filepath.Join(cluster.RepoRoot(t), "driver/mps/testdata/fake-nvidia-cuda-mps-control")
-	// The driver asks the local agent why a task stopped: its own client's,
-	// unless the test points it elsewhere.
-	driverHCL := n.driverHCL
-	if !strings.Contains(driverHCL, "nomad {") {
-		driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", cluster.SelfHTTPAddr, driverHCL)
-	}
-	layout := defaultLayout
-	if n.layout != nil {
-		layout = *n.layout
-	}
-	mig, mps := layout.blocks()
-	sim := fmt.Sprintf(`
-      system       = "dgxh100"
-      seed         = "e2e-driver"
-      control_file = %q%s`, n.control, mig)
-	return fmt.Sprintf(`
-telemetry {
-  publish_allocation_metrics = true
-  collection_interval        = "1s"
-}
-plugin "nomad-device-gpu" {
-  config {
-    backend            = "sim"
-    fingerprint_period = "2s"
-    mps_pipe_root      = %[1]q
-    sim {%[2]s
-    }%[9]s%[8]s
-  }
-}
-plugin "nomad-driver-gpu" {
-  config {
-    state_dir         = %[3]q
-    watchdog_interval = "500ms"
-    checkpoint {
-      root = %[6]q
-    }%[7]s
-    mps {
-      control_binary = %[4]q
-      pipe_root      = %[1]q
-      log_root       = %[5]q
-    }
-    gpu {
-      backend = "sim"
-      sim {%[2]s
-      }
-    }
-  }
-}`, filepath.Join(n.dir, "mps"), sim, filepath.Join(n.dir, "state"), fake, filepath.Join(n.dir, "mpslog"), n.checkpointRoot(), indentHCL(driverHCL, "    "), indentHCL(n.deviceHCL, "    "), mps)
-}
 
 // gpuJob is a service job whose task prints its GPU env, then loops; it
 // answers SIGHUP in its log.
@@ -226,27 +66,27 @@ job %q {
 // both plugins, and waits until the gpu driver is healthy and the node has
 // its 5 device groups (whole GPUs, three MIG profiles, MPS shares of GPU 4).
 // edits change the node's config before it starts.
-func startGPUCluster(t *testing.T, edits ...func(*gpuNode)) (*cluster.Cluster, gpuNode) {
+func startGPUCluster(t *testing.T, edits ...func(*harness.GPUNode)) (*cluster.Cluster, harness.GPUNode) {
 	t.Helper()
 	return startGPUClusterWhen(t, func(n *api.Node) bool { return len(deviceGroups(n)) == 5 }, edits...)
 }
 
 // startGPUClusterWhen is startGPUCluster waiting until the gpu driver is
 // healthy and ready says the node's devices are.
-func startGPUClusterWhen(t *testing.T, ready func(*api.Node) bool, edits ...func(*gpuNode)) (*cluster.Cluster, gpuNode) {
+func startGPUClusterWhen(t *testing.T, ready func(*api.Node) bool, edits ...func(*harness.GPUNode)) (*cluster.Cluster, harness.GPUNode) {
 	t.Helper()
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
-	node := newGPUNode(t)
+	node := harness.NewGPUNode(t)
 	for _, edit := range edits {
 		edit(&node)
 	}
 	c := cluster.Start(t, cluster.Options{
 		Clients: 1,
-		Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)},
+		Client:  cluster.ClientOptions{PluginDir: cluster.PluginDir(t), ExtraHCL: node.HCL(t)},
 	})
 	c.WaitForNode(t, "client-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]
@@ -395,7 +235,7 @@ func TestDriver(t *testing.T) {
 			pids[id] = allocTaskPID(t, c, node, allocs[id])
 		}
 		gpuUUID := envs["mps-a"]["CUDA_VISIBLE_DEVICES"]
-		ctl := gpu.OpenControl(node.control)
+		ctl := gpu.OpenControl(node.Control)
 		if err := ctl.SetProcessMemory(uint32(pids["mps-a"]), gpuUUID, 30000); err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +297,7 @@ func TestDriver(t *testing.T) {
 		deadline := time.Now().Add(time.Minute)
 		for {
 			left := taskPIDs(t, node)
-			entries, _ := os.ReadDir(filepath.Join(node.dir, "state", "tasks"))
+			entries, _ := os.ReadDir(filepath.Join(node.Dir, "state", "tasks"))
 			var cgroups []string
 			for _, j := range jobs {
 				cgroups = append(cgroups, cluster.TaskCgroups(cluster.TaskRef{AllocID: allocs[j.id], Task: "t"})...)
@@ -531,10 +371,10 @@ func nodeID(t *testing.T, c *cluster.Cluster) string {
 
 // taskPIDs lists the live task processes of this node, from the
 // supervisors' records.
-func taskPIDs(t *testing.T, n gpuNode) []string {
+func taskPIDs(t *testing.T, n harness.GPUNode) []string {
 	t.Helper()
 	var out []string
-	files, _ := filepath.Glob(filepath.Join(n.dir, "state", "tasks", "*", "supervisor", "task.json"))
+	files, _ := filepath.Glob(filepath.Join(n.Dir, "state", "tasks", "*", "supervisor", "task.json"))
 	for _, f := range files {
 		pid, err := pidFromTaskJSON(f)
 		if err != nil {
@@ -562,9 +402,9 @@ func pidFromTaskJSON(path string) (int, error) {
 }
 
 // allocTaskPID reads the task's pid from the supervisor's task.json.
-func allocTaskPID(t *testing.T, c *cluster.Cluster, n gpuNode, allocID string) int {
+func allocTaskPID(t *testing.T, c *cluster.Cluster, n harness.GPUNode, allocID string) int {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(n.dir, "state", "tasks", allocID+".t.*", "supervisor", "task.json"))
+	files, _ := filepath.Glob(filepath.Join(n.Dir, "state", "tasks", allocID+".t.*", "supervisor", "task.json"))
 	if len(files) != 1 {
 		t.Fatalf("task state for %s: %v", allocID, files)
 	}
@@ -590,16 +430,4 @@ func recoveredTasks(log string) map[string]int {
 		}
 	}
 	return n
-}
-
-// indentHCL puts each line of block on a line of its own, indented.
-func indentHCL(block, indent string) string {
-	if strings.TrimSpace(block) == "" {
-		return ""
-	}
-	var b strings.Builder
-	for _, l := range strings.Split(strings.TrimSpace(block), "\n") {
-		b.WriteString("\n" + indent + strings.TrimSpace(l))
-	}
-	return b.String()
 }

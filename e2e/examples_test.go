@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
 
 // The jobspecs in jobs/examples are what docs/install.md tells people to
@@ -26,8 +27,8 @@ func TestExampleJobs(t *testing.T) {
 		t.Fatalf("no example jobs: %v", err)
 	}
 	cli := cluster.RequireBinary(t, "nomad-gpu")
-	c, _ := startGPUCluster(t, func(n *gpuNode) {
-		n.driverHCL = fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cli))
+	c, _ := startGPUCluster(t, func(n *harness.GPUNode) {
+		n.DriverHCL = fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cli))
 	})
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -79,7 +79,7 @@ func TestDriverIsolation(t *testing.T) {
 	c.WaitForAllocLogs(t, allocA.ID, "t", "stdout", "READY", 30*time.Second)
 	pidA := allocTaskPID(t, c, node, allocA.ID)
 	allocDirA := filepath.Join(c.Client(t, "client-1").DataDir(), "alloc", allocA.ID)
-	pipeRoot := filepath.Join(node.dir, "mps")
+	pipeRoot := filepath.Join(node.Dir, "mps")
 	controls, _ := filepath.Glob(filepath.Join(pipeRoot, "GPU-*", "control"))
 	if len(controls) != 1 {
 		t.Fatalf("A's MPS daemon pipes: %v", controls)

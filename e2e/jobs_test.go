@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
@@ -129,8 +130,8 @@ func TestWorkloadJobs(t *testing.T) {
 	pools := []string{"training", "inference", "hpc"}
 	var opts []cluster.ClientOptions
 	for _, p := range pools {
-		n := newGPUNode(t)
-		opts = append(opts, cluster.ClientOptions{Name: "gpu-" + p, PluginDir: cluster.PluginDir(t), ExtraHCL: n.hcl(t), ClientHCL: fmt.Sprintf("node_pool = %q", p)})
+		n := harness.NewGPUNode(t)
+		opts = append(opts, cluster.ClientOptions{Name: "gpu-" + p, PluginDir: cluster.PluginDir(t), ExtraHCL: n.HCL(t), ClientHCL: fmt.Sprintf("node_pool = %q", p)})
 	}
 	c.StartClients(t, opts...)
 	for _, p := range pools {
@@ -330,8 +331,8 @@ func simClientPlugins(t *testing.T, src, root, nomadAddr string) string {
 		"/run/nomad-gpu", root + "/run/nomad-gpu",
 		"/var/log/nomad-gpu", root + "/var/log/nomad-gpu",
 		"/opt/nomad/libexec/", filepath.Join(cluster.RepoRoot(t), "bin", "libexec") + "/",
-		`"0.0.0.0:9401"`, fmt.Sprintf("%q", freeAddr(t)),
-		`"0.0.0.0:9402"`, fmt.Sprintf("%q", freeAddr(t)),
+		`"0.0.0.0:9401"`, fmt.Sprintf("%q", harness.FreeAddr(t)),
+		`"0.0.0.0:9402"`, fmt.Sprintf("%q", harness.FreeAddr(t)),
 		"\n    state_dir", fmt.Sprintf("\n    nomad {\n      address = %q\n    }\n    state_dir", nomadAddr),
 	}
 	for i := 0; i < len(moves); i += 2 {

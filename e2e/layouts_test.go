@@ -19,13 +19,14 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // layoutNodeHCL is the device plugin's config for a node that follows
 // the layouts in its metadata, quickly.
-func layoutNodeHCL(n gpuNode, drainGrace string) string {
+func layoutNodeHCL(n harness.GPUNode, drainGrace string) string {
 	return fmt.Sprintf(`nomad {
   address = %q
 }
@@ -34,17 +35,17 @@ layout {
   poll        = "500ms"
   drain_grace = %q
   state_file  = %q
-}`, cluster.SelfHTTPAddr, drainGrace, filepath.Join(n.dir, "layouts.json"))
+}`, cluster.SelfHTTPAddr, drainGrace, filepath.Join(n.Dir, "layouts.json"))
 }
 
 // startLayoutCluster is one simulated GPU node laid out as l, following
 // its metadata's layouts; it waits until the node shows all 8 GPUs'
 // layout groups.
-func startLayoutCluster(t *testing.T, l nodeLayout, drainGrace string) (*cluster.Cluster, gpuNode, *api.Node) {
+func startLayoutCluster(t *testing.T, l harness.NodeLayout, drainGrace string) (*cluster.Cluster, harness.GPUNode, *api.Node) {
 	t.Helper()
-	c, node := startGPUClusterWhen(t, func(n *api.Node) bool { return len(layoutGroups(n)) == 8 }, func(n *gpuNode) {
-		n.layout = &l
-		n.deviceHCL = layoutNodeHCL(*n, drainGrace)
+	c, node := startGPUClusterWhen(t, func(n *api.Node) bool { return len(layoutGroups(n)) == 8 }, func(n *harness.GPUNode) {
+		n.Layout = &l
+		n.DeviceHCL = layoutNodeHCL(*n, drainGrace)
 	})
 	return c, node, c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(layoutGroups(n)) == 8 }, time.Minute)
 }
@@ -263,9 +264,9 @@ func waitRunningCount(t *testing.T, c *cluster.Cluster, jobs []string, n int, ti
 // until the shares are free, when the shared GPU is whole again. No GPU
 // is relaid while an allocation holds one of its instances.
 func TestLayoutsFollowTheQueue(t *testing.T) {
-	c, _, n := startLayoutCluster(t, nodeLayout{}, "2s")
+	c, _, n := startLayoutCluster(t, harness.NodeLayout{}, "2s")
 	record := recordOwnership(t, c, n.ID)
-	ctl := startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+	ctl := c.StartController(t, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
 
 	var mpsJobs []string
 	start := time.Now()
@@ -309,14 +310,14 @@ func TestLayoutsFollowTheQueue(t *testing.T) {
 	waitRunning(t, c, wholeJobs, 90*time.Second)
 	changes := record.check(t)
 	t.Logf("layout changes seen: %s", strings.Join(changes, "; "))
-	if got := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); got["mps"] < 1 || got["whole"] < 1 {
+	if got := ctl.MetricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); got["mps"] < 1 || got["whole"] < 1 {
 		t.Errorf("layout changes by kind %v; want at least one to mps and one back to whole", got)
 	}
 	// The controller times a layout once its own read of the node list
 	// shows it offered, which may come a tick after the jobs placed on
 	// it run.
 	deadline := time.Now().Add(10 * time.Second)
-	for n := ctl.metric(t, contract.MetricControllerLayoutApplied+"_count"); n < 2; n = ctl.metric(t, contract.MetricControllerLayoutApplied+"_count") {
+	for n := ctl.Metric(t, contract.MetricControllerLayoutApplied+"_count"); n < 2; n = ctl.Metric(t, contract.MetricControllerLayoutApplied+"_count") {
 		if time.Now().After(deadline) {
 			t.Errorf("%s_count %v; want the two layouts' times from asked to applied", contract.MetricControllerLayoutApplied, n)
 			break
@@ -353,13 +354,13 @@ func envValue(out, name string) string {
 // other profile waits, through NVML's GPU and compute instance calls;
 // the task sees the new instance's MIG- UUID in CUDA_VISIBLE_DEVICES.
 func TestLayoutsMIGGeometry(t *testing.T) {
-	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "1s")
+	c, _, n := startLayoutCluster(t, harness.NodeLayout{MIG: []int{7}, MIGProfiles: []string{"3g.40gb", "3g.40gb"}}, "1s")
 	before := migInstances(n)
 	if len(before) != 2 {
 		t.Fatalf("node has MIG instances %v, want the two 3g.40gb", before)
 	}
 	record := recordOwnership(t, c, n.ID)
-	startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+	c.StartController(t, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
 	c.RunJob(t, gpuJob("small", "nvidia/mig/1g.10gb", 1, ""))
 	a := waitRunning(t, c, []string{"small"}, 60*time.Second)["small"]
 	out := c.WaitForAllocLogs(t, a.ID, "t", "stdout", "READY", 30*time.Second)
@@ -450,9 +451,9 @@ func settleAlloc(t *testing.T, c *cluster.Cluster, id string, timeout time.Durat
 // the pin is gone.
 func TestLayoutsPinAndRace(t *testing.T) {
 	// GPU 0 is the node's only whole GPU: the others are in MIG mode.
-	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{1, 2, 3, 4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "3s")
+	c, _, n := startLayoutCluster(t, harness.NodeLayout{MIG: []int{1, 2, 3, 4, 5, 6, 7}, MIGProfiles: []string{"3g.40gb", "3g.40gb"}}, "3s")
 	record := recordOwnership(t, c, n.ID)
-	ctl := startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+	ctl := c.StartController(t, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
 	gpu0 := gpuByIndex(t, n, 0)
 	pinKey, pin := contract.MetaPinPrefix+gpu0, "mps:4"
 
@@ -479,7 +480,7 @@ func TestLayoutsPinAndRace(t *testing.T) {
 		return d != nil && attrText(d, contract.AttrLayoutCurrent) == pin && attrText(d, contract.AttrLayoutPinned) == "true"
 	}, 30*time.Second)
 	time.Sleep(5 * time.Second) // rounds of the controller with the racer queued
-	if got := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); len(got) != 0 {
+	if got := ctl.MetricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); len(got) != 0 {
 		t.Errorf("the controller relaid GPUs %v while the only candidate was pinned", got)
 	}
 
@@ -489,7 +490,7 @@ func TestLayoutsPinAndRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRunning(t, c, []string{"racer"}, 90*time.Second)
-	if got := ctl.metricByLabel(t, contract.MetricControllerDecisions, contract.LabelKind)["replaced"]; got != 1 {
+	if got := ctl.MetricByLabel(t, contract.MetricControllerDecisions, contract.LabelKind)["replaced"]; got != 1 {
 		t.Errorf("the controller placed the refused allocation again %v times, want 1", got)
 	}
 	t.Logf("layout changes seen: %s", strings.Join(record.check(t), "; "))
@@ -503,7 +504,7 @@ func TestLayoutsPinAndRace(t *testing.T) {
 // place a whole-GPU job there, and Nomad's client refuses the Reserve of
 // a group it lacks before our plugin is asked.
 func TestLayoutsNomadRefusesAGoneGroup(t *testing.T) {
-	c, _, n := startLayoutCluster(t, nodeLayout{mig: []int{1, 2, 3, 4, 5, 6, 7}, migProfiles: []string{"3g.40gb", "3g.40gb"}}, "0s")
+	c, _, n := startLayoutCluster(t, harness.NodeLayout{MIG: []int{1, 2, 3, 4, 5, 6, 7}, MIGProfiles: []string{"3g.40gb", "3g.40gb"}}, "0s")
 	pinAndAwait(t, c, n.ID, gpuByIndex(t, n, 0), "mps:4", "draining → ready")
 	c.RunJob(t, racerJob)
 	a := settleAlloc(t, c, c.WaitForAllocs(t, "racer", 1, 30*time.Second)[0].ID, time.Minute)
@@ -549,10 +550,10 @@ func stateLogged(log, gpu, transition string) bool {
 // the relayout time; the failed GPU keeps its layout even when an
 // operator pins it; and the APM's capacity leaves it out.
 func TestLayoutsFailedGPU(t *testing.T) {
-	c, node, n := startLayoutCluster(t, nodeLayout{}, "2s")
+	c, node, n := startLayoutCluster(t, harness.NodeLayout{}, "2s")
 	record := recordOwnership(t, c, n.ID)
 	failed := gpuByIndex(t, n, 0)
-	if err := gpu.OpenControl(node.control).InjectXID(failed, 79); err != nil {
+	if err := gpu.OpenControl(node.Control).InjectXID(failed, 79); err != nil {
 		t.Fatal(err)
 	}
 	n = c.WaitForNode(t, "client-1", func(n *api.Node) bool {
@@ -562,7 +563,7 @@ func TestLayoutsFailedGPU(t *testing.T) {
 		t.Errorf("APM capacity %v GPUs with GPU 0 failed, want 7", got)
 	}
 
-	ctl := startController(t, c, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
+	ctl := c.StartController(t, "ctl", "-tick", "500ms", "-preemption-cooldown", "0")
 	start := time.Now()
 	c.RunJob(t, gpuJob("frac", "nvidia/mps", 1, ""))
 	stub := waitRunning(t, c, []string{"frac"}, 30*time.Second)["frac"]
@@ -599,7 +600,7 @@ func TestLayoutsFailedGPU(t *testing.T) {
 			t.Errorf("the failed GPU was relaid: %s", ch)
 		}
 	}
-	if got := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); got["mps"] != 1 {
+	if got := ctl.MetricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind); got["mps"] != 1 {
 		t.Errorf("layout changes by kind %v; want one to mps", got)
 	}
 }

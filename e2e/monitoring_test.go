@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/autoscaler/apm"
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/gpu"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/wire/autoscaler"
@@ -139,23 +139,13 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	}
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // monitored is a Nomad server with one sim GPU client (gpu-1) whose
 // device plugin and driver export metrics, nomad-gpu-apm exporting the
 // cluster figures, gpu-queue exporting its check runs (one check has run
 // once), and a Prometheus server scraping all four.
 type monitored struct {
 	c    *cluster.Cluster
-	node gpuNode
+	node harness.GPUNode
 	n    *api.Node
 	prom *cluster.Prometheus
 	// cli is bin/nomad-gpu, which tasks may run (sim-load).
@@ -178,14 +168,14 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
-	devAddr, drvAddr, apmAddr, strategyAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	devAddr, drvAddr, apmAddr, strategyAddr := harness.FreeAddr(t), harness.FreeAddr(t), harness.FreeAddr(t), harness.FreeAddr(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})
-	node := newGPUNode(t)
+	node := harness.NewGPUNode(t)
 	// The plugins reach Nomad through the server here, whose agent is not
 	// the node's: node_name says which node they are.
-	node.deviceHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}", devAddr, c.Server().HTTPAddr())
-	node.driverHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", drvAddr, c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
-	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)})
+	node.DeviceHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}", devAddr, c.Server().HTTPAddr())
+	node.DriverHCL = fmt.Sprintf("metrics {\naddress = %q\nnode_name = \"gpu-1\"\n}\nnomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", drvAddr, c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
+	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: node.HCL(t)})
 	n := c.WaitForNode(t, "gpu-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]
 		return d != nil && d.Healthy && len(deviceGroups(n)) == 5
@@ -279,7 +269,7 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 
 	c.RunJob(t, loadJob("greedy", "service", "nvidia/mps", 1, 1, "sleep 3600"))
 	greedy := nextAlloc(t, c, "greedy", 0, 2*time.Minute)
-	ctl := gpu.OpenControl(node.control)
+	ctl := gpu.OpenControl(node.Control)
 	if err := ctl.SetProcessMemory(uint32(allocTaskPID(t, c, node, greedy.ID)), deviceGPU(t, greedy), 70000); err != nil {
 		t.Fatal(err)
 	}

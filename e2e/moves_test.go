@@ -19,6 +19,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
@@ -33,24 +34,24 @@ func moveCluster(t *testing.T) (*cluster.Cluster, [2]string) {
 // extended by deviceHCL (when not nil) and clientHCL in each client block.
 // A node whose plugin follows layouts is ready once the servers show its
 // 8 GPUs' layout groups: the controller plans on them.
-func moveClusterWith(t *testing.T, deviceHCL func(gpuNode) string, clientHCL string) (*cluster.Cluster, [2]string) {
+func moveClusterWith(t *testing.T, deviceHCL func(harness.GPUNode) string, clientHCL string) (*cluster.Cluster, [2]string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
-	shared := filepath.Join(newGPUNode(t).dir, "shared-checkpoints")
+	shared := filepath.Join(harness.NewGPUNode(t).Dir, "shared-checkpoints")
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	var opts []cluster.ClientOptions
 	for i := range 2 {
 		n := fourGPUNode(t)
-		n.sharedCheckpoints = shared
-		n.driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())
+		n.SharedCheckpoints = shared
+		n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())
 		if deviceHCL != nil {
-			n.deviceHCL = deviceHCL(n)
+			n.DeviceHCL = deviceHCL(n)
 		}
-		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: n.hcl(t), ClientHCL: clientHCL})
+		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: n.HCL(t), ClientHCL: clientHCL})
 	}
 	c.StartClients(t, opts...)
 	var ids [2]string
@@ -131,7 +132,7 @@ func holdsWaiting(t *testing.T, c *cluster.Cluster, job string, allocs map[strin
 
 func TestConsolidation(t *testing.T) {
 	c, nodes := moveCluster(t)
-	ctl := startController(t, c, "controller", "-tick", "200ms", "-move-budget-hour", "1", "-move-settle", "30s", "-log-level", "debug")
+	ctl := c.StartController(t, "controller", "-tick", "200ms", "-move-budget-hour", "1", "-move-settle", "30s", "-log-level", "debug")
 
 	// Jobs that did not opt in are never moved: the 4-GPU job waits.
 	fixed := runOn(t, c, nodes[0], nodes[1], "fixed-1", "fixed-2")
@@ -182,10 +183,10 @@ func TestConsolidation(t *testing.T) {
 	if len(moved) != 2 {
 		t.Fatalf("moved %v, want two jobs of one node", moved)
 	}
-	if got := ctl.metricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)["consolidate"]; got != 2 {
+	if got := ctl.MetricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)["consolidate"]; got != 2 {
 		t.Errorf("%s{reason=consolidate} = %v, want 2", contract.MetricControllerMoves, got)
 	}
-	if !strings.Contains(ctl.log(), "moved alloc") {
+	if !strings.Contains(ctl.Log(), "moved alloc") {
 		t.Errorf("the controller logged no move")
 	}
 
@@ -201,7 +202,7 @@ func TestConsolidation(t *testing.T) {
 	more := runOn(t, c, free, other, "train-5", "train-6")
 	c.RunJob(t, holderJob2("hpc-2", 50, 4, 10*time.Second))
 	holdsWaiting(t, c, "hpc-2", more, 15*time.Second)
-	if got := ctl.metricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)["consolidate"]; got != 2 {
+	if got := ctl.MetricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)["consolidate"]; got != 2 {
 		t.Errorf("moves after the budget was spent: %v, want still 2", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
 
 // loadedClientJob is a movable batch job whose task holds one MPS share,
@@ -136,11 +137,11 @@ func shareGPU(t *testing.T, a *api.Allocation) string {
 
 func TestReliefOfOverloadedMPSGPU(t *testing.T) {
 	cli := cluster.RequireBinary(t, "nomad-gpu")
-	layout := nodeLayout{mps: []int{4, 5}, mpsShares: 4}
-	c, _ := startGPUClusterWhen(t, func(n *api.Node) bool { return len(mpsShares(n)) == 2 }, func(n *gpuNode) {
-		n.layout = &layout
-		n.deviceHCL = layoutNodeHCL(*n, "1s")
-		n.driverHCL = fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cli))
+	layout := harness.NodeLayout{MPS: []int{4, 5}, MPSShares: 4}
+	c, _ := startGPUClusterWhen(t, func(n *api.Node) bool { return len(mpsShares(n)) == 2 }, func(n *harness.GPUNode) {
+		n.Layout = &layout
+		n.DeviceHCL = layoutNodeHCL(*n, "1s")
+		n.DriverHCL = fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cli))
 	})
 	n := c.WaitForNode(t, "client-1", func(n *api.Node) bool { return len(mpsShares(n)) == 2 }, time.Minute)
 	gpus := slices.Sorted(func(yield func(string) bool) {
@@ -173,7 +174,7 @@ func TestReliefOfOverloadedMPSGPU(t *testing.T) {
 	}
 	waitUtil(t, c, n.ID, busy, func(u float64) bool { return u >= 70 }, "at least 70 (three clients at 25 % each)")
 
-	ctl := startController(t, c, "controller", "-tick", "200ms", "-layouts=false", "-relief-high", "60", "-relief-low", "30",
+	ctl := c.StartController(t, "controller", "-tick", "200ms", "-layouts=false", "-relief-high", "60", "-relief-low", "30",
 		"-relief-window", "5s", "-relief-interval", "1s", "-log-level", "debug")
 
 	// One client moves: stopped, its next run on the idle GPU, resumed
@@ -187,7 +188,7 @@ func TestReliefOfOverloadedMPSGPU(t *testing.T) {
 			}
 		}
 		if moved == "" && time.Now().After(deadline) {
-			t.Fatalf("no client moved within 90s; controller log:\n%s", ctl.log())
+			t.Fatalf("no client moved within 90s; controller log:\n%s", ctl.Log())
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -220,7 +221,7 @@ func TestReliefOfOverloadedMPSGPU(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	time.Sleep(10 * time.Second) // two windows: a second relief would be planned by now
-	if got := ctl.metricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)["relief"]; got != 1 {
+	if got := ctl.MetricByLabel(t, contract.MetricControllerMoves, contract.LabelMoveReason)["relief"]; got != 1 {
 		t.Errorf("%s{reason=relief} = %v, want 1", contract.MetricControllerMoves, got)
 	}
 	for id, a := range clients {
@@ -231,7 +232,7 @@ func TestReliefOfOverloadedMPSGPU(t *testing.T) {
 			t.Errorf("%s was stopped too (%v)", id, err)
 		}
 	}
-	if !strings.Contains(ctl.log(), "moved alloc") {
+	if !strings.Contains(ctl.Log(), "moved alloc") {
 		t.Errorf("the controller logged no move")
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
 
 // shareLoadJob is a service job whose task holds one MPS share and keeps
@@ -59,8 +60,8 @@ job %q {
 // 25 %, and each share's own figure is its task's U.
 func TestMPSShareStatsAreTheTasksOwn(t *testing.T) {
 	cli := cluster.RequireBinary(t, "nomad-gpu")
-	c, _ := startGPUCluster(t, func(n *gpuNode) {
-		n.driverHCL = fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cli))
+	c, _ := startGPUCluster(t, func(n *harness.GPUNode) {
+		n.DriverHCL = fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cli))
 	})
 	const gpuUtil = 25.0 // (20 + 80) × 25/100
 	levels := map[string]int{"share-low": 20, "share-high": 80}

@@ -22,6 +22,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
@@ -101,14 +102,14 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
 	c := cluster.Start(t, cluster.Options{Clients: 0})
-	node := newGPUNode(t)
+	node := harness.NewGPUNode(t)
 	// GPUs 4 and 5 as 8 MPS shares each: every size asked fits on one GPU
 	// whatever the other jobs hold.
-	layout := defaultLayout
-	layout.mps, layout.mpsShares = []int{4, 5}, 8
-	node.layout = &layout
-	node.driverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
-	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: node.hcl(t)})
+	layout := harness.DefaultLayout
+	layout.MPS, layout.MPSShares = []int{4, 5}, 8
+	node.Layout = &layout
+	node.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
+	c.StartClients(t, cluster.ClientOptions{Name: "gpu-1", PluginDir: cluster.PluginDir(t), ExtraHCL: node.HCL(t)})
 	c.WaitForNode(t, "gpu-1", func(n *api.Node) bool {
 		d := n.Drivers["gpu"]
 		return d != nil && d.Healthy && len(deviceGroups(n)) == 6
@@ -127,7 +128,7 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	}
 
 	history := filepath.Join(t.TempDir(), "history.db")
-	ctl := startController(t, c, "controller", "-history", history, "-sizing-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m")
+	ctl := c.StartController(t, "controller", "-history", history, "-sizing-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m")
 
 	// resumed checks that next restored what prev committed on its way out.
 	resumed := func(id string, prev, next *api.Allocation) {
@@ -193,7 +194,7 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	if last := j.TaskGroups[0].Tasks[0].Meta[sizing.MetaLastResize]; !strings.Contains(last, "→ 4 MPS shares") {
 		t.Errorf("task meta %s = %q, want the last resize's reason", sizing.MetaLastResize, last)
 	}
-	log := ctl.log()
+	log := ctl.Log()
 	for _, want := range []string{"kind=resized namespace=default job=starved reason=\"default/starved/g/t: 1 MPS share → 2 MPS shares", "task=default/watched/g/t", "recommended only"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("controller log lacks %q", want)
@@ -202,7 +203,7 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	if n := strings.Count(log, "kind=resized"); n != 3 {
 		t.Errorf("the controller logged %d resizes, want 3 (starved twice, idle once)", n)
 	}
-	if n := ctl.metric(t, contract.MetricControllerDecisions); n < 3 {
+	if n := ctl.Metric(t, contract.MetricControllerDecisions); n < 3 {
 		t.Errorf("%s is %v, want the 3 resizes counted at least", contract.MetricControllerDecisions, n)
 	}
 	// The dry run reads the same file once the leader lets go of it, and
@@ -226,8 +227,8 @@ func TestControllerDeadline(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
-	c := checkpointCluster(t, []gpuNode{newGPUNode(t)}, "")
-	enablePreemption(t, c)
+	c := checkpointCluster(t, []harness.GPUNode{harness.NewGPUNode(t)}, "")
+	c.EnablePreemption(t)
 	gpus := wholeGPUs(t, c, "gpu-1")
 	c.RunJob(t, counterJob("busy", "batch", 30, gpus, true))
 	busy := nextAlloc(t, c, "busy", 0, 2*time.Minute)
@@ -260,7 +261,7 @@ job "urgent" {
     }
   }
 }`, sizing.MetaDeadline, deadline.UTC().Format(time.RFC3339)))
-	ctl := startController(t, c, "controller", "-deadline-lead", "60s", "-raise-every", "10s", "-priority-tiers", "70,40", "-max-priority", "80")
+	ctl := c.StartController(t, "controller", "-deadline-lead", "60s", "-raise-every", "10s", "-priority-tiers", "70,40", "-max-priority", "80")
 
 	urgent := nextAlloc(t, c, "urgent", 0, 90*time.Second)
 	if p := jobPriority(t, c, "urgent"); p != 40 && p != 70 {
@@ -285,7 +286,7 @@ job "urgent" {
 			t.Fatalf("urgent's priority is %d after it ran, want 30 back", jobPriority(t, c, "urgent"))
 		}
 	}
-	log := ctl.log()
+	log := ctl.Log()
 	for _, want := range []string{"kind=deadline-raised namespace=default job=urgent reason=\"to 40: ", "kind=deadline-restored namespace=default job=urgent", "kind=restored namespace=default job=urgent"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("controller log lacks %q", want)

@@ -108,7 +108,7 @@ func TestTop(t *testing.T) {
 			}
 		}
 	}
-	ctl := gpu.OpenControl(gnode.control)
+	ctl := gpu.OpenControl(gnode.Control)
 	if err := ctl.SetUtilization(busy, 80, 30); err != nil {
 		t.Fatal(err)
 	}

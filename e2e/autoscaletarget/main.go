@@ -1,6 +1,6 @@
 // Command nomad-gpu-e2e-target is a nomad-autoscaler target plugin for the
 // e2e suite only: it scales a pool of simulated GPU nodes that the test
-// process runs (e2e's simPool), which it reaches at the policy target's
+// process runs (e2e/harness.SimPool), which it reaches at the policy target's
 // control_url. The nodes it adds and removes are real Nomad clients with
 // the real plugins; only the "cloud" that starts and stops them is the
 // test. It is not a product binary and is built by the tests that use it.

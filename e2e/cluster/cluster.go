@@ -514,6 +514,18 @@ func (c *Cluster) cleanup(t testing.TB) {
 	}
 }
 
+// EnablePreemption turns on preemption for every scheduler; Nomad has it
+// on for system jobs only by default.
+func (c *Cluster) EnablePreemption(t testing.TB) {
+	t.Helper()
+	cfg := &api.SchedulerConfiguration{PreemptionConfig: api.PreemptionConfig{
+		SystemSchedulerEnabled: true, SysBatchSchedulerEnabled: true, BatchSchedulerEnabled: true, ServiceSchedulerEnabled: true,
+	}}
+	if _, _, err := c.api.Operator().SchedulerSetConfiguration(cfg, nil); err != nil {
+		t.Fatalf("enabling preemption: %v", err)
+	}
+}
+
 // AfterTeardown runs f once the cluster's agents and what they left are
 // gone: for what a test made after Start that the agents write into (a
 // node's plugin dirs), which a t.Cleanup of its own would remove while

@@ -1,12 +1,21 @@
 package cluster
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	promdto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	promodel "github.com/prometheus/common/model"
 )
 
 // Controller is a `nomad-gpu controller` replica of the cluster.
@@ -70,4 +79,87 @@ func (c *Cluster) StartController(t testing.TB, name string, args ...string) *Co
 		t.Fatalf("e2e: %v", err)
 	}
 	return p
+}
+
+// Metric is the value of an unlabelled series (or the sum over labels) of
+// the replica's metrics; -1 when it has none.
+func (p *Controller) Metric(t testing.TB, name string) float64 {
+	t.Helper()
+	v, ok := p.TryMetric(name)
+	if !ok {
+		t.Fatalf("%s: no metrics at %s", p.Name(), p.MetricsURL)
+	}
+	return v
+}
+
+// TryMetric is Metric, false when the metrics cannot be read. It needs
+// MetricsURL alone: a Controller{MetricsURL: ...} reads a replica this
+// cluster did not start (one Nomad runs as a job).
+func (p *Controller) TryMetric(name string) (float64, bool) {
+	resp, err := http.Get(p.MetricsURL)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	sum, found := 0.0, false
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 1<<20))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum, found = sum+v, true
+		}
+	}
+	if !found {
+		return -1, true
+	}
+	return sum, true
+}
+
+// families are the replica's metrics, parsed.
+func (p *Controller) families(t testing.TB) map[string]*promdto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(p.MetricsURL)
+	if err != nil {
+		t.Fatalf("%s metrics: %v", p.Name(), err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(promodel.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("%s metrics: %v", p.Name(), err)
+	}
+	return families
+}
+
+// Histogram is the replica's unlabelled histogram name; nil if it has none.
+func (p *Controller) Histogram(t testing.TB, name string) *promdto.Histogram {
+	t.Helper()
+	if f := p.families(t)[name]; f != nil && len(f.Metric) > 0 {
+		return f.Metric[0].GetHistogram()
+	}
+	return nil
+}
+
+// MetricByLabel is the replica's series of a counter or gauge, summed by
+// the value of one label.
+func (p *Controller) MetricByLabel(t testing.TB, name, label string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	if f := p.families(t)[name]; f != nil {
+		for _, m := range f.Metric {
+			key := ""
+			for _, l := range m.Label {
+				if l.GetName() == label {
+					key = l.GetValue()
+				}
+			}
+			out[key] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return out
 }

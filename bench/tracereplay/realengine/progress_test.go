@@ -1,10 +1,9 @@
-package e2e
+package realengine
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
 	"github.com/nomad-gpu/nomad-gpu/driver/procfs"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
 
 // These tests need no cluster: they read task logs as the replay's
@@ -96,7 +96,7 @@ func TestReplayTaskCheckpointsWhenAskedEarly(t *testing.T) {
 				t.Fatal(err)
 			}
 			commit := filepath.Join(staging, "COMMIT")
-			cmd := exec.Command("/bin/sh", "-c", replayTask(time.Minute, 50, "/bin/true"))
+			cmd := exec.Command("/bin/sh", "-c", harness.ReplayTask(time.Minute, 50, "/bin/true"))
 			cmd.Env = append(os.Environ(), "NOMAD_GPU_RESTORE_DIR="+restore, "NOMAD_GPU_CHECKPOINT_DIR="+staging, "NOMAD_GPU_CHECKPOINT_COMMIT="+commit)
 			// A file, not a pipe: Wait must not wait for the children
 			// left holding it (the driver kills those after the task).
@@ -166,7 +166,7 @@ func TestReplayTaskCheckpointsWhenAskedEarly(t *testing.T) {
 				t.Errorf("restored %s, saved %s (%v), reached %s; want restored 2.881s <= saved <= reached; it logged:\n%s",
 					run.Restored, run.Saved, run.Checkpointed, run.Reached, out.String())
 			}
-			if _, ok := logValue(out.String(), "stopped"); !ok {
+			if _, ok := harness.LogValue(out.String(), "stopped"); !ok {
 				t.Errorf("no stopped= logged:\n%s", out.String())
 			}
 		})
@@ -179,14 +179,4 @@ type fileText string
 func (f fileText) String() string {
 	b, _ := os.ReadFile(string(f))
 	return string(b)
-}
-
-// The replayed task goes into the jobspec as a quoted HCL string, where
-// "${" and "%{" would start a template: the script must have neither.
-func TestReplayScriptIsNoHCLTemplate(t *testing.T) {
-	for _, seq := range []string{"${", "%{"} {
-		if strings.Contains(replayScript, seq) {
-			t.Errorf("replayScript contains %q, which HCL reads as a template", seq)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package e2e
+package harness
 
 import (
 	"encoding/json"
@@ -16,13 +16,13 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
-// simPool is a group of simulated GPU nodes that a scaling target grows
+// SimPool is a group of simulated GPU nodes that a scaling target grows
 // and shrinks, as a cloud node group would: the test's side of the e2e
 // target plugin (e2e/autoscaletarget), which reaches it over HTTP.
 // Growing starts Nomad clients with sim GPUs in a node pool; shrinking
 // picks nodes that run no allocation, drains them, stops their agents and
 // purges their nodes. A node that runs work is never picked.
-type simPool struct {
+type SimPool struct {
 	t    testing.TB
 	c    *cluster.Cluster
 	pool string
@@ -34,12 +34,13 @@ type simPool struct {
 	busy  int // scale operations under way
 	// removed lists each removed node and what ran on it, for the test to
 	// check no node was removed under work.
-	removed []removedNode
+	removed []RemovedNode
 	errs    []error
 	// scales counts the scale requests that changed the count.
 	scales int
-	// configure, when set, shapes each new node before it starts.
-	configure func(*gpuNode)
+	// Configure, when set, shapes each new node before it starts (the
+	// replay gives its nodes its layout and a shared checkpoint root).
+	Configure func(*GPUNode)
 	// boots are how long each node took to start.
 	boots []time.Duration
 }
@@ -50,17 +51,20 @@ type simNode struct {
 	state string // starting, ready, removing
 }
 
-type removedNode struct {
-	name    string
-	running []string // allocations not terminal when it was stopped
+// RemovedNode is a node the pool removed, and what ran on it.
+type RemovedNode struct {
+	Name    string
+	Running []string // allocations not terminal when it was stopped
 }
 
-func newSimPool(t testing.TB, c *cluster.Cluster, pool string) *simPool {
+// NewSimPool registers the node pool and serves its control URL (URL)
+// until the test ends; the pool starts with no node.
+func NewSimPool(t testing.TB, c *cluster.Cluster, pool string) *SimPool {
 	t.Helper()
 	if _, err := c.API().NodePools().Register(&api.NodePool{Name: pool, Description: "simulated GPU nodes, scaled by the e2e target"}, nil); err != nil {
 		t.Fatalf("node pool %s: %v", pool, err)
 	}
-	p := &simPool{t: t, c: c, pool: pool, nodes: map[string]*simNode{}}
+	p := &SimPool{t: t, c: c, pool: pool, nodes: map[string]*simNode{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", p.status)
 	mux.HandleFunc("POST /scale", p.scale)
@@ -70,10 +74,10 @@ func newSimPool(t testing.TB, c *cluster.Cluster, pool string) *simPool {
 }
 
 // URL is what the target plugin's control_url is set to.
-func (p *simPool) URL() string { return p.srv.URL }
+func (p *SimPool) URL() string { return p.srv.URL }
 
 // count is the nodes the pool has or is starting, less those going.
-func (p *simPool) count() int {
+func (p *SimPool) count() int {
 	n := 0
 	for _, s := range p.nodes {
 		if s.state != "removing" {
@@ -83,13 +87,13 @@ func (p *simPool) count() int {
 	return n
 }
 
-func (p *simPool) status(w http.ResponseWriter, _ *http.Request) {
+func (p *SimPool) status(w http.ResponseWriter, _ *http.Request) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	json.NewEncoder(w).Encode(map[string]any{"count": p.count(), "ready": p.busy == 0})
 }
 
-func (p *simPool) scale(w http.ResponseWriter, r *http.Request) {
+func (p *SimPool) scale(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Count  int    `json:"count"`
 		Reason string `json:"reason"`
@@ -127,24 +131,24 @@ func (p *simPool) scale(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (p *simPool) fail(err error) {
+func (p *SimPool) fail(err error) {
 	p.mu.Lock()
 	p.errs = append(p.errs, err)
 	p.mu.Unlock()
 }
 
-func (p *simPool) start(s *simNode) {
+func (p *SimPool) start(s *simNode) {
 	defer func() { p.mu.Lock(); p.busy--; p.mu.Unlock() }()
-	n := newGPUNode(p.t)
+	n := NewGPUNode(p.t)
 	// The node's own cleanup runs before the cluster's, while its agent
 	// still writes there.
-	p.c.AfterTeardown(func() { os.RemoveAll(n.dir) })
-	if p.configure != nil {
-		p.configure(&n)
+	p.c.AfterTeardown(func() { os.RemoveAll(n.Dir) })
+	if p.Configure != nil {
+		p.Configure(&n)
 	}
 	begun := time.Now()
 	a, err := p.c.TryAddClient(cluster.ClientOptions{
-		Name: s.name, PluginDir: cluster.PluginDir(p.t), ExtraHCL: n.hcl(p.t),
+		Name: s.name, PluginDir: cluster.PluginDir(p.t), ExtraHCL: n.HCL(p.t),
 		// gc_max_allocs: a replay's preempted allocations keep their logs.
 		ClientHCL: fmt.Sprintf("node_pool = %q\ngc_max_allocs = 5000", p.pool),
 	})
@@ -160,7 +164,7 @@ func (p *simPool) start(s *simNode) {
 
 // idle picks up to n ready nodes running no allocation. Asked for more
 // than are idle, it gives fewer: a node with work stays.
-func (p *simPool) idle(n int) []*simNode {
+func (p *SimPool) idle(n int) []*simNode {
 	var out []*simNode
 	for _, s := range p.nodes {
 		if len(out) == n {
@@ -178,7 +182,7 @@ func (p *simPool) idle(n int) []*simNode {
 
 // nonTerminal lists the allocations on the named node that its client has
 // not finished.
-func (p *simPool) nonTerminal(name string) ([]string, error) {
+func (p *SimPool) nonTerminal(name string) ([]string, error) {
 	node, err := p.node(name)
 	if err != nil {
 		return nil, err
@@ -196,7 +200,7 @@ func (p *simPool) nonTerminal(name string) ([]string, error) {
 	return ids, nil
 }
 
-func (p *simPool) node(name string) (*api.NodeListStub, error) {
+func (p *SimPool) node(name string) (*api.NodeListStub, error) {
 	nodes, _, err := p.c.API().Nodes().List(&api.QueryOptions{Filter: fmt.Sprintf("Name == %q", name)})
 	if err != nil {
 		return nil, err
@@ -211,7 +215,7 @@ func (p *simPool) node(name string) (*api.NodeListStub, error) {
 
 // remove drains the node (long enough for a checkpoint), then stops its
 // agent and purges it, as a cloud target terminates an instance.
-func (p *simPool) remove(s *simNode) {
+func (p *SimPool) remove(s *simNode) {
 	defer func() { p.mu.Lock(); p.busy--; p.mu.Unlock() }()
 	node, err := p.node(s.name)
 	if err != nil {
@@ -243,13 +247,13 @@ func (p *simPool) remove(s *simNode) {
 	}
 	p.mu.Lock()
 	delete(p.nodes, s.name)
-	p.removed = append(p.removed, removedNode{name: s.name, running: running})
+	p.removed = append(p.removed, RemovedNode{Name: s.name, Running: running})
 	p.mu.Unlock()
 }
 
-// scaleTo asks the pool for n nodes, as the target plugin does, and waits
+// ScaleTo asks the pool for n nodes, as the target plugin does, and waits
 // until n are ready.
-func (p *simPool) scaleTo(t testing.TB, n int, timeout time.Duration) {
+func (p *SimPool) ScaleTo(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
 	resp, err := http.Post(p.URL()+"/scale", "application/json", strings.NewReader(fmt.Sprintf(`{"count":%d,"reason":"test"}`, n)))
 	if err != nil {
@@ -261,7 +265,7 @@ func (p *simPool) scaleTo(t testing.TB, n int, timeout time.Duration) {
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		ready, _, _, errs := p.snapshot()
+		ready, _, _, errs := p.Snapshot()
 		if len(errs) > 0 {
 			t.Fatalf("scaling the pool to %d: %v", n, errs)
 		}
@@ -275,37 +279,51 @@ func (p *simPool) scaleTo(t testing.TB, n int, timeout time.Duration) {
 	}
 }
 
-// up is the nodes the pool has in any state: starting, ready or being
+// Up is the nodes the pool has in any state: starting, ready or being
 // removed, each of which a cloud would bill.
-func (p *simPool) up() int {
+func (p *SimPool) Up() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.nodes)
 }
 
-// bootTimes are how long the pool's nodes took to start.
-func (p *simPool) bootTimes() []time.Duration {
+// ReadyNodes are the names of the nodes that have started and are not
+// being removed.
+func (p *SimPool) ReadyNodes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var names []string
+	for name, n := range p.nodes {
+		if n.state == "ready" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// BootTimes are how long the pool's nodes took to start.
+func (p *SimPool) BootTimes() []time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]time.Duration(nil), p.boots...)
 }
 
-// scalings is how many scale requests changed the pool's count.
-func (p *simPool) scalings() int {
+// Scalings is how many scale requests changed the pool's count.
+func (p *SimPool) Scalings() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.scales
 }
 
-// started is how many nodes the pool has started in all.
-func (p *simPool) started() int {
+// Started is how many nodes the pool has started in all.
+func (p *SimPool) Started() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.seq
 }
 
-// snapshot is the pool's nodes by state, what it removed, and its errors.
-func (p *simPool) snapshot() (ready, starting int, removed []removedNode, errs []error) {
+// Snapshot is the pool's nodes by state, what it removed, and its errors.
+func (p *SimPool) Snapshot() (ready, starting int, removed []RemovedNode, errs []error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.nodes {
@@ -316,5 +334,5 @@ func (p *simPool) snapshot() (ready, starting int, removed []removedNode, errs [
 			starting++
 		}
 	}
-	return ready, starting, append([]removedNode(nil), p.removed...), append([]error(nil), p.errs...)
+	return ready, starting, append([]RemovedNode(nil), p.removed...), append([]error(nil), p.errs...)
 }

@@ -1,4 +1,4 @@
-package e2e
+package realengine
 
 // The trace replay's real engine (`make bench-trace`): each configuration
 // replays the same sampled trace on a fresh real Nomad cluster of sim GPU
@@ -28,7 +28,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -48,6 +47,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract/gpulayout"
 	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/quantile"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
@@ -57,7 +57,7 @@ import (
 func TestTraceReplay(t *testing.T) {
 	out := os.Getenv("BENCH_TRACE_DIR")
 	if out == "" {
-		t.Skip("e2e: BENCH_TRACE_DIR not set (make bench-trace sets it); skipping")
+		t.Skip("bench-trace: BENCH_TRACE_DIR not set (make bench-trace sets it); skipping")
 	}
 	var p tracereplay.Params
 	fs := flag.NewFlagSet("bench-trace", flag.ContinueOnError)
@@ -161,55 +161,6 @@ func cpuTimes(t testing.TB) (busy, total uint64) {
 	return busy, total
 }
 
-// replayScript is the task of a replayed job: it works for WORK ms in all
-// under sim-load, resuming from its checkpoint's count when it has one,
-// and on the checkpoint signal commits the count of ms done so far. It
-// logs restored=, committed= and stopped= with that count.
-//
-// The checkpoint signal (SIGUSR1) goes to the task's whole process group
-// and may come at any moment, a preemption following its placement at
-// once included, and its default action is to terminate. The driver
-// sends it only once the shell handles it; the shell traps it first of
-// all (a request before it can commit is answered once it can), reads its
-// checkpoint with a builtin, and every child it forks may die of it: date
-// is asked again, and the work loop sleeps until the work is done, however
-// often its sleep is killed. (Otherwise a request in the first
-// milliseconds would kill the task before it logs restored=, and every
-// later one its sleep, so that it would end as if done right after its
-// commit and never log stopped=: no commit-to-exit gap would be
-// measured.) The driver
-// stops the task as soon as it sees the commit marker, which may be before
-// the line after it runs: the stop's trap logs the commit marked (m) that
-// ck had no time to log. It is quoted into the jobspec's HCL: no "${" or
-// "%{" in it.
-const replayScript = `trap 'asked=1' USR1
-done=0
-if [ -n "$NOMAD_GPU_RESTORE_DIR" ] && [ -f "$NOMAD_GPU_RESTORE_DIR/done" ]; then read -r done < "$NOMAD_GPU_RESTORE_DIR/done"; fi
-echo "restored=$done"
-now() { t=; while [ -z "$t" ]; do t=$(date +%s%3N); done; }
-now; start=$t
-sofar() { now; d=$((done + t - start)); }
-ck() { sofar; echo $d > "$NOMAD_GPU_CHECKPOINT_DIR/done"; m=$d; : > "$NOMAD_GPU_CHECKPOINT_COMMIT"; echo "committed=$m"; m=; }
-trap ck USR1
-trap 'sofar; [ -z "$m" ] || echo "committed=$m"; echo "stopped=$d"; exit 0' INT TERM
-[ -z "$asked" ] || ck
-left=$((WORK - done))
-if [ $left -gt 0 ]; then
-  "$CLI" sim-load --util UTIL --duration "$left"ms &
-  while sofar; [ $d -lt WORK ]; do
-    l=$((WORK - d))
-    sleep $((l / 1000)).$((l % 1000 / 100))$((l % 100 / 10))$((l % 10)) & s=$!
-    while kill -0 $s 2>/dev/null; do wait $s; done
-  done
-fi
-sofar; echo "finished=$d"`
-
-// replayTask is replayScript for work ms at util percent, run by cli.
-func replayTask(work time.Duration, util float64, cli string) string {
-	return strings.NewReplacer("WORK", strconv.FormatInt(work.Milliseconds(), 10),
-		"UTIL", strconv.FormatFloat(util, 'f', 0, 64), `"$CLI"`, "'"+cli+"'").Replace(replayScript)
-}
-
 // replayJob is the Nomad job of a trace job.
 // With a commitTimeout the task checkpoints; 0 leaves the block out.
 // Movable opts the job in to the controller's moves (Features.Moves). Its
@@ -217,7 +168,7 @@ func replayTask(work time.Duration, util float64, cli string) string {
 // set of about 23.5 MiB, and at 24 MiB a task can be killed for memory
 // when its shell forks to commit a checkpoint, and lose its work.
 func replayJob(j tracereplay.Job, s tracereplay.Slice, work time.Duration, cli string, commitTimeout time.Duration, movable bool) string {
-	script := replayTask(work, j.EffectiveUtil(), cli)
+	script := harness.ReplayTask(work, j.EffectiveUtil(), cli)
 	ck, meta := "", ""
 	if commitTimeout > 0 {
 		ck = fmt.Sprintf(`
@@ -268,22 +219,22 @@ job %q {
 }
 
 // layoutFor is the sim node layout a configuration's nodes have.
-func layoutFor(c tracereplay.Cluster, f tracereplay.Features) *nodeLayout {
-	l := &nodeLayout{}
+func layoutFor(c tracereplay.Cluster, f tracereplay.Features) *harness.NodeLayout {
+	l := &harness.NodeLayout{}
 	if !f.Slices {
 		return l
 	}
 	gpu := c.GPUsPerNode - 1
 	for i := 0; i < c.MIGGPUs; i++ {
-		l.mig = append(l.mig, gpu)
+		l.MIG = append(l.MIG, gpu)
 		gpu--
 	}
-	l.migProfiles = c.MIGProfiles
+	l.MIGProfiles = c.MIGProfiles
 	for i := 0; i < c.MPSGPUs; i++ {
-		l.mps = append(l.mps, gpu)
+		l.MPS = append(l.MPS, gpu)
 		gpu--
 	}
-	l.mpsShares = c.MPSShares
+	l.MPSShares = c.MPSShares
 	return l
 }
 
@@ -294,25 +245,25 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	if cfg.Preemption {
-		enablePreemption(t, c)
+		c.EnablePreemption(t)
 	}
-	pool := newSimPool(t, c, "gpu")
+	pool := harness.NewSimPool(t, c, "gpu")
 	layout := layoutFor(s.Cluster, cfg.Features)
 	driverHCL := fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
 	ctl := replayController(t, c, cfg, s)
 	// One checkpoint root for the pool, as on a shared filesystem: a
 	// preempted job may resume on another node.
-	shared := newGPUNode(t).checkpointRoot()
-	pool.configure = func(n *gpuNode) {
-		n.layout, n.driverHCL, n.sharedCheckpoints = layout, driverHCL, shared
+	shared := harness.NewGPUNode(t).CheckpointRoot()
+	pool.Configure = func(n *harness.GPUNode) {
+		n.Layout, n.DriverHCL, n.SharedCheckpoints = layout, driverHCL, shared
 		if cfg.Layouts {
-			n.deviceHCL = replayLayoutHCL(*n)
+			n.DeviceHCL = replayLayoutHCL(*n)
 		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	apmAddr := freeAddr(t)
+	apmAddr := harness.FreeAddr(t)
 	apmc, err := autoscaler.Launch(ctx, apmBin, autoscaler.TypeAPM, map[string]string{"metrics_address": apmAddr, "stats_ttl": "1s"},
 		autoscaler.WithNomad(&api.Config{Address: c.Server().HTTPAddr()}))
 	if err != nil {
@@ -320,33 +271,33 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	}
 	t.Cleanup(apmc.Kill)
 
-	pool.scaleTo(t, cfg.StartNodes(s.Cluster), 3*time.Minute)
+	pool.ScaleTo(t, cfg.StartNodes(s.Cluster), 3*time.Minute)
 	// The nodes' devices are fingerprinted a moment after they are ready;
 	// wait for them before an autoscaler starts, which may remove nodes
 	// at once (target-value scales in an idle pool).
 	waitDevices(t, c, pool, s.Cluster.GPUsPerNode)
 	lat := tracereplay.DefaultLatencies()
-	if d := median(pool.bootTimes()); d > 0 {
+	if d := median(pool.BootTimes()); d > 0 {
 		lat.Boot = d
 	}
 	var strategyMetrics string
 	if cfg.Autoscale != "" {
 		var policy string
-		hcl := autoscalerAgentHCL
+		hcl := harness.AutoscalerAgentHCL
 		if cfg.Autoscale == tracereplay.AutoscaleTargetValue {
-			policy = targetValuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Policy)
+			policy = harness.TargetValuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Policy)
 		} else {
 			// gpu-queue takes a boot_time of at least 1s: the real one,
 			// not the compressed one.
 			boot := max(time.Second, lat.Boot.Round(time.Second))
-			policy = gpuQueuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Cluster.WholeGPUs(cfg.Features), s.Policy, boot)
+			policy = harness.GPUQueuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Cluster.WholeGPUs(cfg.Features), s.Policy, boot)
 			// Its check runs tell whether the policy ran as written.
-			addr := freeAddr(t)
+			addr := harness.FreeAddr(t)
 			strategyMetrics = "http://" + addr + gpuqueue.MetricsPath
 			hcl = strings.Replace(hcl, `driver = "gpu-queue"`, fmt.Sprintf("driver = \"gpu-queue\"\n  config = {\n    metrics_address = %q\n  }", addr), 1)
 		}
 		c.StartAutoscaler(t, cluster.AutoscalerOptions{
-			PluginDir: autoscalerPlugins(t), HCL: hcl,
+			PluginDir: harness.AutoscalerPlugins(t), HCL: hcl,
 			Policies: map[string]string{"gpu-pool.hcl": policy},
 		})
 	}
@@ -438,13 +389,13 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if p50, p95 := layoutApplyQuantiles(t, ctl); cfg.Layouts && p50 > 0 {
 		lat.Layout, lat.LayoutP95 = p50, p95
 	}
-	_, _, removed, errs := pool.snapshot()
+	_, _, removed, errs := pool.Snapshot()
 	for _, e := range errs {
 		t.Errorf("sim pool: %v", e)
 	}
 	for _, r := range removed {
-		if len(r.running) > 0 {
-			t.Errorf("the pool removed %s while it ran %v", r.name, r.running)
+		if len(r.Running) > 0 {
+			t.Errorf("the pool removed %s while it ran %v", r.Name, r.Running)
 		}
 	}
 	t.Logf("%s: %d jobs submitted in %s, %d allocations", cfg.Name, len(submitted), time.Since(t0).Round(time.Second), len(stubs))
@@ -513,7 +464,7 @@ func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
 // configuration protects preempted work (checkpointed preemption with a
 // cooldown): it raises a preempted job once its replacement runs, as the
 // model's Policy says. Nil when the configuration has no protection.
-func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, s tracereplay.Setup) *controllerProc {
+func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, s tracereplay.Setup) *cluster.Controller {
 	p := s.Policy
 	protect := cfg.Checkpoints && p.PreemptionCooldown > 0
 	if !protect && !cfg.Layouts && !cfg.Moves {
@@ -523,7 +474,7 @@ func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, 
 	if protect {
 		cooldown = p.PreemptionCooldown
 	}
-	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", replayControllerTick.String(), "-layouts=" + strconv.FormatBool(cfg.Layouts),
+	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", harness.ReplayControllerTick.String(), "-layouts=" + strconv.FormatBool(cfg.Layouts),
 		"-moves=" + strconv.FormatBool(cfg.Moves)}
 	if cfg.Layouts {
 		args = append(args, "-layout-shares", "*="+strconv.Itoa(s.Cluster.Shares()), "-layout-min-interval", p.LayoutMinInterval.String())
@@ -534,7 +485,7 @@ func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, 
 		args = append(args, "-move-budget-hour", strconv.Itoa(p.MoveBudgetHour), "-move-budget-job-day", strconv.Itoa(p.MoveBudgetJobDay),
 			"-move-settle", p.MoveSettle.String(), "-move-hold", p.MoveHold.String(), "-relief-high", "0")
 	}
-	return startController(t, c, "controller", args...)
+	return c.StartController(t, "controller", args...)
 }
 
 // startSpreads are the starts' median and tail by kind of slice, each
@@ -560,11 +511,11 @@ const minSpreadStarts = 10
 // (nomad_gpu_controller_layout_apply_seconds), interpolated within its
 // buckets as Prometheus's histogram_quantile does; 0 without a relayout
 // or a controller.
-func layoutApplyQuantiles(t *testing.T, ctl *controllerProc) (p50, p95 time.Duration) {
+func layoutApplyQuantiles(t *testing.T, ctl *cluster.Controller) (p50, p95 time.Duration) {
 	if ctl == nil {
 		return 0, 0
 	}
-	h := ctl.histogram(t, contract.MetricControllerLayoutApplied)
+	h := ctl.Histogram(t, contract.MetricControllerLayoutApplied)
 	if h == nil || h.GetSampleCount() == 0 {
 		return 0, 0
 	}
@@ -581,8 +532,8 @@ func layoutApplyQuantiles(t *testing.T, ctl *controllerProc) (p50, p95 time.Dura
 // replayLayoutHCL is the device plugin's layout block of a replay node:
 // the defaults an operator runs (poll 2s, drain grace 3s), its agent's
 // metadata, a state file of its own.
-func replayLayoutHCL(n gpuNode) string {
-	return fmt.Sprintf("nomad {\n  address = %q\n}\nlayout {\n  enabled    = true\n  state_file = %q\n}", cluster.SelfHTTPAddr, filepath.Join(n.dir, "layouts.json"))
+func replayLayoutHCL(n harness.GPUNode) string {
+	return fmt.Sprintf("nomad {\n  address = %q\n}\nlayout {\n  enabled    = true\n  state_file = %q\n}", cluster.SelfHTTPAddr, filepath.Join(n.Dir, "layouts.json"))
 }
 
 // layoutSampler reads the pool's GPU layouts from the node list, one
@@ -641,15 +592,11 @@ func sharesGroup(n *api.NodeListStub, gpu string) map[string]*api.Attribute {
 	return nil
 }
 
-// replayControllerTick is the controller's -tick in a replay: short, so
-// that its reaction stays under the model's Policy.ProtectReaction.
-const replayControllerTick = 200 * time.Millisecond
-
 // featuresAsWritten fails the replay when a feature of the configuration
 // is off: a node's gpu driver reporting no MPS with slices, or no leading
 // controller with protection (ctl). A configuration that did not happen
 // must not be reported.
-func featuresAsWritten(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, ctl *controllerProc) {
+func featuresAsWritten(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, ctl *cluster.Controller) {
 	t.Helper()
 	if ctl != nil {
 		if v := waitLeader(t, ctl, 30*time.Second); v != 1 {
@@ -684,11 +631,11 @@ func featuresAsWritten(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config,
 
 // waitLeader is the controller's leader gauge once it is 1, or its last
 // value when within has passed first.
-func waitLeader(t testing.TB, ctl *controllerProc, within time.Duration) float64 {
+func waitLeader(t testing.TB, ctl *cluster.Controller, within time.Duration) float64 {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		v := ctl.metric(t, contract.MetricControllerLeader)
+		v := ctl.Metric(t, contract.MetricControllerLeader)
 		if v == 1 || time.Now().After(deadline) {
 			return v
 		}
@@ -697,14 +644,14 @@ func waitLeader(t testing.TB, ctl *controllerProc, within time.Duration) float64
 }
 
 // controllerDecisions are the controller's decisions by kind, for the log.
-func controllerDecisions(t testing.TB, ctl *controllerProc) string {
+func controllerDecisions(t testing.TB, ctl *cluster.Controller) string {
 	t.Helper()
-	kinds := ctl.metricByLabel(t, contract.MetricControllerDecisions, "kind")
+	kinds := ctl.MetricByLabel(t, contract.MetricControllerDecisions, "kind")
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(kinds)) {
 		out = append(out, fmt.Sprintf("%s %v", k, kinds[k]))
 	}
-	relaid := ctl.metricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind)
+	relaid := ctl.MetricByLabel(t, contract.MetricControllerLayoutChanges, contract.LabelLayoutKind)
 	for _, k := range slices.Sorted(maps.Keys(relaid)) {
 		out = append(out, fmt.Sprintf("relaid to %s %v", k, relaid[k]))
 	}
@@ -847,45 +794,12 @@ func (rc *recordCollector) progress(job, allocID string, run *tracereplay.Run) {
 		rc.untold++
 		return
 	}
-	_, stopped := logValue(logs, "stopped")
-	_, committed := logValue(logs, "committed")
+	_, stopped := harness.LogValue(logs, "stopped")
+	_, committed := harness.LogValue(logs, "committed")
 	if run.Interrupted() && !stopped && !committed {
 		rc.silent++
-		rc.incomplete = append(rc.incomplete, incompleteEvidence(rc.c, job, allocID, run.Node, logs))
+		rc.incomplete = append(rc.incomplete, harness.IncompleteEvidence(rc.c, job, allocID, run.Node, logs))
 	}
-}
-
-// incompleteEvidence is an incomplete record's: the task's log and
-// events, and the lines of its node's agent log naming the allocation
-// (none when its node is gone).
-func incompleteEvidence(c *cluster.Cluster, job, allocID, node, logs string) tracereplay.IncompleteRecord {
-	rec := tracereplay.IncompleteRecord{Job: job, Alloc: allocID, Node: node, TaskLog: logs}
-	if a, _, err := c.API().Allocations().Info(allocID, nil); err == nil && a.TaskStates["t"] != nil {
-		var events []string
-		for _, e := range a.TaskStates["t"].Events {
-			events = append(events, fmt.Sprintf("%s %s: %s", time.Unix(0, e.Time).UTC().Format("15:04:05.000"), e.Type, e.DisplayMessage))
-			if o := e.Details[contract.EventDetailCheckpoint]; o != "" {
-				rec.Checkpoint = append(rec.Checkpoint, o)
-			}
-			if e.Type == api.TaskTerminated {
-				rec.KilledBy = e.Signal
-			}
-		}
-		rec.Events = strings.Join(events, "\n")
-	}
-	for _, agent := range c.Clients() {
-		if agent.Name() != node {
-			continue
-		}
-		var lines []string
-		for _, l := range strings.Split(agent.CurrentLog(), "\n") {
-			if strings.Contains(l, allocID) {
-				lines = append(lines, l)
-			}
-		}
-		rec.AgentLog = strings.Join(lines, "\n")
-	}
-	return rec
 }
 
 // readProgress fills the run's progress from its task's log: restored=,
@@ -897,7 +811,7 @@ func incompleteEvidence(c *cluster.Cluster, job, allocID, node, logs string) tra
 // predecessor's checkpoint lost.
 func readProgress(logs string, run *tracereplay.Run, trace func(time.Duration) time.Duration) (told bool) {
 	ms := func(key string) (time.Duration, bool) {
-		v, ok := logValue(logs, key)
+		v, ok := harness.LogValue(logs, key)
 		return time.Duration(v) * time.Millisecond, ok
 	}
 	restored, restoredOK := ms("restored")
@@ -991,17 +905,6 @@ func held(a *api.AllocationListStub) []tracereplay.Hold {
 	return out
 }
 
-// logValue is the last key=N a task logged; ok is false if none.
-func logValue(logs, key string) (n int, ok bool) {
-	re := regexp.MustCompile(`(?m)^` + key + `=(\d+)`)
-	ms := re.FindAllStringSubmatch(logs, -1)
-	if len(ms) == 0 {
-		return -1, false
-	}
-	n, _ = strconv.Atoi(ms[len(ms)-1][1])
-	return n, true
-}
-
 func nomadVersion(t testing.TB, c *cluster.Cluster) string {
 	self, err := c.API().Agent().Self()
 	if err != nil {
@@ -1022,17 +925,9 @@ func prerelease(v any) string {
 
 // waitDevices waits until every ready node of the pool shows the devices
 // of its layout, so that the first jobs are not queued for a fingerprint.
-func waitDevices(t testing.TB, c *cluster.Cluster, pool *simPool, gpus int) {
+func waitDevices(t testing.TB, c *cluster.Cluster, pool *harness.SimPool, gpus int) {
 	t.Helper()
-	pool.mu.Lock()
-	var names []string
-	for name, n := range pool.nodes {
-		if n.state == "ready" {
-			names = append(names, name)
-		}
-	}
-	pool.mu.Unlock()
-	for _, name := range names {
+	for _, name := range pool.ReadyNodes() {
 		c.WaitForNode(t, name, func(n *api.Node) bool {
 			d := n.Drivers["gpu"]
 			if d == nil || !d.Healthy || n.NodeResources == nil {
@@ -1061,7 +956,7 @@ type sampler struct {
 	layouts *layoutSampler
 }
 
-func startSampler(t testing.TB, url string, pool *simPool, mpsShares int, t0 time.Time, compression float64, horizon time.Duration, layouts *layoutSampler) *sampler {
+func startSampler(t testing.TB, url string, pool *harness.SimPool, mpsShares int, t0 time.Time, compression float64, horizon time.Duration, layouts *layoutSampler) *sampler {
 	s := &sampler{done: make(chan struct{}), layouts: layouts}
 	go func() {
 		defer close(s.done)
@@ -1079,7 +974,7 @@ func startSampler(t testing.TB, url string, pool *simPool, mpsShares int, t0 tim
 				continue
 			}
 			smp.At = time.Duration(float64(now.Sub(t0)) * compression)
-			smp.Nodes = pool.up()
+			smp.Nodes = pool.Up()
 			if s.layouts != nil {
 				smp.Layouts = s.layouts.look(smp.At)
 			}
