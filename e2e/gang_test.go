@@ -77,7 +77,7 @@ func liveAllocs(t *testing.T, c interface{ API() *api.Client }, id string) []*ap
 // run.
 func TestGangAdmission(t *testing.T) {
 	c, _ := startGPUCluster(t)
-	ctl := startController(t, c, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	ctl := c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
 
 	c.RunJob(t, gangJobSpec("gang-a", 1))
 	for _, a := range c.WaitForAllocs(t, "gang-a", 2, time.Minute) {
@@ -92,7 +92,7 @@ func TestGangAdmission(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if log := ctl.log(); !strings.Contains(log, "gang-waiting") || !strings.Contains(log, "gang-b") {
+	if log := ctl.Log(); !strings.Contains(log, "gang-waiting") || !strings.Contains(log, "gang-b") {
 		t.Errorf("no gang-waiting decision for gang-b in the controller's log")
 	}
 
@@ -102,7 +102,7 @@ func TestGangAdmission(t *testing.T) {
 	for _, a := range c.WaitForAllocs(t, "gang-b", 2, time.Minute) {
 		c.WaitForAllocStatus(t, a.ID, "running", time.Minute)
 	}
-	if log := ctl.log(); strings.Count(log, "gang-admitted") < 2 {
+	if log := ctl.Log(); strings.Count(log, "gang-admitted") < 2 {
 		t.Errorf("the controller's log has %d gang-admitted decisions, want 2 (gang-a, gang-b)", strings.Count(log, "gang-admitted"))
 	}
 }
