@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -59,7 +60,22 @@ type Gangs struct {
 	retry map[JobKey]gangRetry
 	// waiting is the last reason logged for each waiting gang.
 	waiting map[JobKey]string
+	// refused is, for each gang Nomad's plan did not place, the free
+	// capacity it was planned on: it is planned again once that changed,
+	// or replanEvery after, not every tick (a plan runs the scheduler on
+	// the servers).
+	refused map[JobKey]gangPlan
 }
+
+type gangPlan struct {
+	free string
+	at   time.Time
+}
+
+// replanEvery is the longest a refused gang waits for another plan while
+// the free capacity stays as it was (other gangs and jobs leaving the
+// queue change what fits too).
+const replanEvery = time.Minute
 
 type gangRetry struct {
 	at   time.Time
@@ -68,7 +84,8 @@ type gangRetry struct {
 
 // NewGangs is the module with its bounds.
 func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
-	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}}
+	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{},
+		refused: map[JobKey]gangPlan{}}
 }
 
 // Step admits the waiting gangs that fit, oldest first within a
@@ -77,6 +94,7 @@ func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
 func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad) []Decision {
 	var out []Decision
 	seen := map[JobKey]bool{}
+	free := fmt.Sprint(snap.FreeSlices())
 	for _, k := range gangJobs(snap) {
 		seen[k] = true
 		job, err := specs(ctx, k)
@@ -97,14 +115,18 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			continue
 		}
 		delete(g.admitted, k)
-		out = append(out, g.admit(ctx, now, k, job, spec, n)...)
+		out = append(out, g.admit(ctx, now, free, k, job, spec, n)...)
 	}
-	for k := range g.admitted {
-		if !seen[k] {
-			delete(g.admitted, k)
-		}
-	}
+	g.forget(seen)
 	return out
+}
+
+// forget drops the state of gangs no longer listed.
+func (g *Gangs) forget(seen map[JobKey]bool) {
+	maps.DeleteFunc(g.admitted, func(k JobKey, _ time.Time) bool { return !seen[k] })
+	maps.DeleteFunc(g.retry, func(k JobKey, _ gangRetry) bool { return !seen[k] })
+	maps.DeleteFunc(g.waiting, func(k JobKey, _ string) bool { return !seen[k] })
+	maps.DeleteFunc(g.refused, func(k JobKey, _ gangPlan) bool { return !seen[k] })
 }
 
 // gangJobs are the listed batch jobs whose meta says gang, by priority
@@ -170,9 +192,12 @@ func groupNamed(job *api.Job, name string) *api.TaskGroup {
 }
 
 // admit plans a waiting gang with every member and, when every one fits,
-// scales its groups up.
-func (g *Gangs) admit(ctx context.Context, now time.Time, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
+// scales its groups up. free is the cluster's free capacity now.
+func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
 	if r, ok := g.retry[k]; ok && now.Before(r.at) {
+		return nil
+	}
+	if p, ok := g.refused[k]; ok && p.free == free && now.Sub(p.at) < replanEvery {
 		return nil
 	}
 	want := *job
@@ -189,12 +214,13 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, k JobKey, job *api.Job
 	}
 	plan, err := n.plan(ctx, &want)
 	if err != nil {
-		g.log.Warn("gang: Nomad's plan failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)
-		return nil
+		return g.wait(k, "Nomad's plan failed: "+err.Error())
 	}
 	if ok, why := gang.Admit(plan); !ok {
+		g.refused[k] = gangPlan{free: free, at: now}
 		return g.wait(k, why)
 	}
+	delete(g.refused, k)
 	index := plan.JobModifyIndex
 	for _, sg := range spec.Groups {
 		reason := fmt.Sprintf("gang admitted: Nomad's plan places all %d members", spec.Members())

@@ -102,10 +102,31 @@ func TestGangAdmission(t *testing.T) {
 			t.Errorf("%s: scales %v, decisions %v; want %v, %v", tc.name, n.scales, kinds(got), tc.scales, tc.kinds)
 		}
 		if !tc.fits {
-			if again := g.Step(ctx, now.Add(time.Second), gangSnapshot(), gangSpecs(gangSpecJob(0)), n); len(again) != 0 {
-				t.Errorf("%s: the same reason decided again: %v", tc.name, kinds(again))
+			// Free capacity as it was: not planned again before a minute.
+			if again := g.Step(ctx, now.Add(time.Second), gangSnapshot(), gangSpecs(gangSpecJob(0)), n); len(again) != 0 || n.plans != 1 {
+				t.Errorf("%s: planned %d times, decided %v again, with the free capacity unchanged", tc.name, n.plans, kinds(again))
+			}
+			g.Step(ctx, now.Add(replanEvery), gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
+			if n.plans != 2 {
+				t.Errorf("%s: planned %d times after a minute, want 2", tc.name, n.plans)
 			}
 		}
+	}
+}
+
+// A refused gang is planned again as soon as the free capacity changes.
+func TestGangReplannedWhenCapacityFrees(t *testing.T) {
+	ctx, now := context.Background(), time.Unix(1000, 0)
+	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{}
+	g.Step(ctx, now, gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
+	freed := gangSnapshot()
+	freed.Nodes = []*api.NodeListStub{{ID: "n1", NodePool: "default", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
+		NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "H100",
+			Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}}}}}}}
+	n.fits = true
+	got := g.Step(ctx, now.Add(time.Second), freed, gangSpecs(gangSpecJob(0)), n)
+	if n.plans != 2 || len(got) != 1 || got[0].Kind != "gang-admitted" {
+		t.Errorf("after a GPU freed: %d plans, decisions %v; want 2 and gang-admitted", n.plans, kinds(got))
 	}
 }
 
