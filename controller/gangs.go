@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -88,13 +89,15 @@ func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
 		refused: map[JobKey]gangPlan{}}
 }
 
-// Step admits the waiting gangs that fit, oldest first within a
-// priority, and rolls back the admitted ones whose members do not all
-// run in time. It returns what it decided.
+// Step admits a waiting gang that fits, the first in priority then age,
+// and rolls back the admitted ones whose members do not all run in time.
+// It admits one gang a tick: the next one's plan must see the members
+// Nomad places for it. It returns what it decided.
 func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad) []Decision {
 	var out []Decision
 	seen := map[JobKey]bool{}
 	free := fmt.Sprint(snap.FreeSlices())
+	admittedNow := false
 	for _, k := range gangJobs(snap) {
 		seen[k] = true
 		job, err := specs(ctx, k)
@@ -115,7 +118,11 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			continue
 		}
 		delete(g.admitted, k)
-		out = append(out, g.admit(ctx, now, free, k, job, spec, n)...)
+		if !admittedNow {
+			ds := g.admit(ctx, now, free, k, job, spec, n)
+			admittedNow = slices.ContainsFunc(ds, func(d Decision) bool { return d.Kind == "gang-admitted" })
+			out = append(out, ds...)
+		}
 	}
 	g.forget(seen)
 	return out

@@ -130,6 +130,24 @@ func TestGangReplannedWhenCapacityFrees(t *testing.T) {
 	}
 }
 
+// One gang is admitted a tick: the next one's plan must see the first's
+// members placed.
+func TestGangOneAdmissionATick(t *testing.T) {
+	ctx, now := context.Background(), time.Unix(1000, 0)
+	snap := gangSnapshot()
+	snap.Jobs[JobKey{Namespace: "default", ID: "train"}].SubmitTime = 5
+	other := JobKey{Namespace: "default", ID: "eval"}
+	snap.Jobs[other] = &api.JobListStub{ID: "eval", Namespace: "default", Type: "batch", SubmitTime: 1, Meta: map[string]string{"nomad_gpu_gang": "true"}}
+	second := gangSpecJob(0)
+	second.ID = new("eval")
+	specs := specsOf(map[JobKey]*api.Job{{Namespace: "default", ID: "train"}: gangSpecJob(0), other: second})
+	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
+	got := g.Step(ctx, now, snap, specs, n)
+	if n.plans != 1 || len(got) != 1 || got[0].Job != other {
+		t.Errorf("one tick: %d plans, decisions %+v; want one plan, eval (submitted first) admitted", n.plans, got)
+	}
+}
+
 // A gang whose spec breaks a rule is reported and never planned.
 func TestGangInvalidNotPlanned(t *testing.T) {
 	job := gangSpecJob(0)
