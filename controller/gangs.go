@@ -32,11 +32,16 @@ type GangConfig struct {
 	// RetryMin and RetryMax bound the back-off after a rollback: it
 	// starts at RetryMin and doubles up to RetryMax.
 	RetryMin, RetryMax time.Duration
+	// KeepEvery is how often a waiting gang is evaluated again. Nomad
+	// takes a batch job at count 0 for dead and garbage-collects it once
+	// it and its newest evaluation are older than the servers'
+	// job_gc_threshold (4h by default): a fresh evaluation keeps it.
+	KeepEvery time.Duration
 }
 
 // DefaultGangConfig is what the controller's flags default to.
 func DefaultGangConfig() GangConfig {
-	return GangConfig{AdmitTimeout: 30 * time.Second, RetryMin: time.Minute, RetryMax: time.Hour}
+	return GangConfig{AdmitTimeout: 30 * time.Second, RetryMin: time.Minute, RetryMax: time.Hour, KeepEvery: time.Hour}
 }
 
 // gangNomad is what the gang module asks of Nomad.
@@ -46,6 +51,8 @@ type gangNomad interface {
 	// scale sets one group's count; index, when not 0, must be the job's
 	// modify index still.
 	scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) error
+	// evaluate asks Nomad for a new evaluation of the job.
+	evaluate(ctx context.Context, k JobKey) error
 }
 
 // Gangs is the gang module's state. Only the leader's loop uses it.
@@ -66,6 +73,8 @@ type Gangs struct {
 	// or replanEvery after, not every tick (a plan runs the scheduler on
 	// the servers).
 	refused map[JobKey]gangPlan
+	// kept is when this leader last evaluated each waiting gang again.
+	kept map[JobKey]time.Time
 }
 
 type gangPlan struct {
@@ -86,7 +95,7 @@ type gangRetry struct {
 // NewGangs is the module with its bounds.
 func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
 	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{},
-		refused: map[JobKey]gangPlan{}}
+		refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{}}
 }
 
 // Step admits a waiting gang that fits, the first in priority then age,
@@ -118,6 +127,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			continue
 		}
 		delete(g.admitted, k)
+		g.keep(ctx, now, k, time.Unix(0, snap.Jobs[k].SubmitTime), n)
 		if !admittedNow {
 			ds := g.admit(ctx, now, free, k, job, spec, n)
 			admittedNow = slices.ContainsFunc(ds, func(d Decision) bool { return d.Kind == "gang-admitted" })
@@ -134,6 +144,26 @@ func (g *Gangs) forget(seen map[JobKey]bool) {
 	maps.DeleteFunc(g.retry, func(k JobKey, _ gangRetry) bool { return !seen[k] })
 	maps.DeleteFunc(g.waiting, func(k JobKey, _ string) bool { return !seen[k] })
 	maps.DeleteFunc(g.refused, func(k JobKey, _ gangPlan) bool { return !seen[k] })
+	maps.DeleteFunc(g.kept, func(k JobKey, _ time.Time) bool { return !seen[k] })
+}
+
+// keep evaluates a waiting gang again once KeepEvery has passed since it
+// was submitted or last kept, so that Nomad does not garbage-collect it
+// as a dead batch job while it waits.
+func (g *Gangs) keep(ctx context.Context, now time.Time, k JobKey, submitted time.Time, n gangNomad) {
+	last := submitted
+	if t, ok := g.kept[k]; ok && t.After(last) {
+		last = t
+	}
+	if now.Sub(last) < g.cfg.KeepEvery {
+		return
+	}
+	if err := n.evaluate(ctx, k); err != nil {
+		g.log.Warn("gang: evaluating a waiting gang again failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)
+		return
+	}
+	g.kept[k] = now
+	g.log.Debug("gang: evaluated a waiting gang again so that Nomad keeps it", "namespace", k.Namespace, "job", k.ID)
 }
 
 // gangJobs are the listed batch jobs whose meta says gang, by priority
@@ -329,6 +359,11 @@ func (n nomadGangs) plan(ctx context.Context, job *api.Job) (*api.JobPlanRespons
 	}
 	resp, _, err := n.c.Jobs().Plan(job, false, (&api.WriteOptions{Namespace: ns}).WithContext(ctx))
 	return resp, err
+}
+
+func (n nomadGangs) evaluate(ctx context.Context, k JobKey) error {
+	_, _, err := n.c.Jobs().EvaluateWithOpts(k.ID, api.EvalOptions{}, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx))
+	return err
 }
 
 func (n nomadGangs) scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) error {

@@ -18,6 +18,12 @@ type fakeGangNomad struct {
 	fits   bool
 	plans  int
 	scales []string // "group=count@index"
+	evals  int
+}
+
+func (f *fakeGangNomad) evaluate(context.Context, JobKey) error {
+	f.evals++
+	return nil
 }
 
 func (f *fakeGangNomad) plan(_ context.Context, job *api.Job) (*api.JobPlanResponse, error) {
@@ -145,6 +151,27 @@ func TestGangOneAdmissionATick(t *testing.T) {
 	got := g.Step(ctx, now, snap, specs, n)
 	if n.plans != 1 || len(got) != 1 || got[0].Job != other {
 		t.Errorf("one tick: %d plans, decisions %+v; want one plan, eval (submitted first) admitted", n.plans, got)
+	}
+}
+
+// A waiting gang is evaluated again every KeepEvery after its
+// submission, so that Nomad does not collect it as a dead batch job.
+func TestGangKeptFromGarbageCollection(t *testing.T) {
+	ctx, t0 := context.Background(), time.Unix(1000, 0)
+	cfg := DefaultGangConfig()
+	g, n := NewGangs(cfg, hclog.NewNullLogger()), &fakeGangNomad{}
+	snap := gangSnapshot()
+	snap.Jobs[JobKey{Namespace: "default", ID: "train"}].SubmitTime = t0.UnixNano()
+	for _, tc := range []struct {
+		at    time.Duration
+		evals int
+	}{
+		{time.Minute, 0}, {cfg.KeepEvery, 1}, {cfg.KeepEvery + time.Minute, 1}, {2 * cfg.KeepEvery, 2},
+	} {
+		g.Step(ctx, t0.Add(tc.at), snap, gangSpecs(gangSpecJob(0)), n)
+		if n.evals != tc.evals {
+			t.Errorf("at %s: %d evaluations, want %d", tc.at, n.evals, tc.evals)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
 // gangJobSpec is a gang of two members of gpus whole GPUs each, submitted
@@ -104,5 +106,34 @@ func TestGangAdmission(t *testing.T) {
 	}
 	if log := ctl.Log(); strings.Count(log, "gang-admitted") < 2 {
 		t.Errorf("the controller's log has %d gang-admitted decisions, want 2 (gang-a, gang-b)", strings.Count(log, "gang-admitted"))
+	}
+}
+
+// A waiting gang outlives Nomad's garbage collection of dead batch jobs:
+// on servers that collect them after 10 s, the same job at count 0
+// without the gang meta is collected, while the controller's fresh
+// evaluations (-gang-keep) keep the gang (it cannot fit: there is no
+// client).
+func TestGangKeptWhileWaiting(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Clients: 0, ServerHCL: "job_gc_threshold = \"10s\"\njob_gc_interval = \"2s\"\neval_gc_threshold = \"10s\"\nbatch_eval_gc_threshold = \"10s\""})
+	c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false", "-gang-keep", "3s")
+	c.RunJob(t, gangJobSpec("gang", 1))
+	c.RunJob(t, strings.Replace(gangJobSpec("plain", 1), `nomad_gpu_gang = "true"`, `purpose = "a batch job at count 0, no gang"`, 1))
+	exists := func(id string) bool {
+		_, _, err := c.API().Jobs().Info(id, nil)
+		return err == nil
+	}
+	deadline := time.Now().Add(time.Minute)
+	for exists("plain") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plain count-0 batch job was not garbage-collected in a minute: the servers' GC settings did not take")
+		}
+		time.Sleep(time.Second)
+	}
+	for range 15 { // 15 s more: past another threshold
+		if !exists("gang") {
+			t.Fatalf("the waiting gang was garbage-collected")
+		}
+		time.Sleep(time.Second)
 	}
 }

@@ -37,6 +37,7 @@ func TestControllerFlagErrors(t *testing.T) {
 		{[]string{"-move-budget-hour", "0"}, "-move-budget-hour: 0; allowed: 1 to 1000 (-moves=false turns moving off)"},
 		{[]string{"-gang-admit-timeout", "0s"}, "-gang-admit-timeout: 0s; allowed: 1s to 1h"},
 		{[]string{"-gang-retry", "2h"}, "-gang-retry: 2h0m0s; allowed: 1s to 1h0m0s"},
+		{[]string{"-gang-keep", "0s"}, "-gang-keep: 0s; allowed: 1s to 24h"},
 		{[]string{"-move-budget-job-day", "0"}, "-move-budget-job-day: 0; allowed: 1 to 1000"},
 		{[]string{"-move-settle", "10ms"}, "-move-settle: 10ms; allowed: 1s to 1h"},
 		{[]string{"-move-pools", "training,*"}, `-move-pools: "*" is not a node pool name`},

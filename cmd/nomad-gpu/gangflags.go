@@ -19,6 +19,7 @@ func (g *gangFlags) add(fs *flag.FlagSet) {
 	fs.BoolVar(&g.on, "gangs", true, `admit gang jobs (job meta nomad_gpu_gang = "true", groups at count 0) all or nothing, on Nomad's own plan`)
 	fs.DurationVar(&g.config.AdmitTimeout, "gang-admit-timeout", d.AdmitTimeout, "the longest an admitted gang may have a member not running while another holds GPUs before it is rolled back to count 0")
 	fs.DurationVar(&g.config.RetryMin, "gang-retry", d.RetryMin, "the first wait before a rolled-back gang is planned again; it doubles up to an hour")
+	fs.DurationVar(&g.config.KeepEvery, "gang-keep", d.KeepEvery, "how often a waiting gang is evaluated again so that Nomad does not garbage-collect it as a dead batch job: keep it below the servers' job_gc_threshold (4h by default)")
 	g.config.RetryMax = d.RetryMax
 }
 
@@ -32,6 +33,8 @@ func (g *gangFlags) gangs() (*controller.GangConfig, error) {
 		return nil, fmt.Errorf("-gang-admit-timeout: %s; allowed: 1s to 1h", g.config.AdmitTimeout)
 	case g.config.RetryMin < time.Second || g.config.RetryMin > g.config.RetryMax:
 		return nil, fmt.Errorf("-gang-retry: %s; allowed: 1s to %s", g.config.RetryMin, g.config.RetryMax)
+	case g.config.KeepEvery < time.Second || g.config.KeepEvery > 24*time.Hour:
+		return nil, fmt.Errorf("-gang-keep: %s; allowed: 1s to 24h", g.config.KeepEvery)
 	}
 	c := g.config
 	return &c, nil
