@@ -164,10 +164,12 @@ func (c *Controller) watcher() *nomadview.Watcher {
 // allocations and jobs, a minimum runtime by pool the nodes (their
 // pools); the deadlines' forecast and the sizer read the blocked
 // evaluations too; the layout and move modules the nodes (their GPUs'
-// layouts and free GPUs) and the blocked evaluations (the queue).
+// layouts and free GPUs) and the blocked evaluations (the queue); the
+// gang module the nodes (a refused gang is planned again when their free
+// GPUs change).
 func (c *Controller) viewLists() []nomadview.List {
 	lists := []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs}
-	if len(c.minRun.ByPool) > 0 || c.cfg.Layouts != nil || c.cfg.Moves != nil {
+	if len(c.minRun.ByPool) > 0 || c.cfg.Layouts != nil || c.cfg.Moves != nil || c.cfg.Gangs != nil {
 		lists = append(lists, nomadview.Nodes)
 	}
 	if c.deadline != nil || c.resize != nil || c.cfg.Layouts != nil || c.cfg.Moves != nil {

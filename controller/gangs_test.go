@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -239,5 +240,20 @@ func TestGangIgnoresOtherJobs(t *testing.T) {
 	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
 	if got := g.Step(context.Background(), time.Unix(1000, 0), snap, gangSpecs(gangSpecJob(0)), n); len(got) != 0 || n.plans != 0 {
 		t.Errorf("a job without the gang meta: decisions %v, %d plans", kinds(got), n.plans)
+	}
+}
+
+// The gang module reads the nodes: a refused gang is planned again when
+// their free GPUs change.
+func TestGangsWatchNodes(t *testing.T) {
+	on := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()).cfg
+	for _, tc := range []struct {
+		gangs *GangConfig
+		want  bool
+	}{{nil, false}, {&on, true}} {
+		c := &Controller{cfg: Config{Gangs: tc.gangs}}
+		if got := slices.Contains(c.viewLists(), nomadview.Nodes); got != tc.want {
+			t.Errorf("gangs %v: nodes watched %v, want %v", tc.gangs != nil, got, tc.want)
+		}
 	}
 }

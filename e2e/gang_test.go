@@ -1,58 +1,39 @@
 package e2e
 
 import (
-	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 )
 
-// gangJobSpec is a gang of two members of gpus whole GPUs each, submitted
-// at count 0 as the gang conventions ask (docs/design/gangs.md).
-func gangJobSpec(id string, gpus int) string {
-	return fmt.Sprintf(`
-job %q {
-  type = "batch"
-  meta {
-    nomad_gpu_gang = "true"
-  }
-  group "worker" {
-    count = 0
-    meta {
-      nomad_gpu_gang_members = "2"
-    }
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    network {
-      port "rendezvous" {}
-    }
-    task "t" {
-      driver       = "gpu"
-      kill_timeout = "3s"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", "echo READY; while true; do sleep 0.2; done"]
-      }
-      resources {
-        cpu    = 50
-        memory = 32
-        device "nvidia/gpu" {
-          count = %d
-        }
-      }
-    }
-  }
-}`, id, gpus)
+// runGang registers jobs/examples/gang-sim.nomad.hcl, the gang users are
+// shown, as job id with each member asking gpus whole GPUs; without
+// gang, the same job with no gang meta (a plain batch job at count 0).
+func runGang(t *testing.T, c *cluster.Cluster, id string, gpus int, gang bool) {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "gang-sim.nomad.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := c.API().Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Canonicalize: true})
+	if err != nil {
+		t.Fatalf("parsing the gang example: %v", err)
+	}
+	job.ID, job.Name = new(id), new(id)
+	job.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(gpus))
+	if !gang {
+		delete(job.Meta, contract.MetaGang)
+	}
+	if _, _, err := c.API().Jobs().Register(job, nil); err != nil {
+		t.Fatalf("registering %s: %v", id, err)
+	}
 }
 
 // liveAllocs are the job's allocations that hold or will hold devices.
@@ -81,12 +62,12 @@ func TestGangAdmission(t *testing.T) {
 	c, _ := startGPUCluster(t)
 	ctl := c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
 
-	c.RunJob(t, gangJobSpec("gang-a", 1))
+	runGang(t, c, "gang-a", 1, true)
 	for _, a := range c.WaitForAllocs(t, "gang-a", 2, time.Minute) {
 		c.WaitForAllocStatus(t, a.ID, "running", time.Minute)
 	}
 
-	c.RunJob(t, gangJobSpec("gang-b", 2))
+	runGang(t, c, "gang-b", 2, true)
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
 		if n := len(liveAllocs(t, c, "gang-b")); n != 0 {
@@ -101,7 +82,9 @@ func TestGangAdmission(t *testing.T) {
 	if _, _, err := c.API().Jobs().Deregister("gang-a", false, nil); err != nil {
 		t.Fatalf("stopping gang-a: %v", err)
 	}
-	for _, a := range c.WaitForAllocs(t, "gang-b", 2, time.Minute) {
+	// Within the minute a refused gang waits for another plan while the
+	// free GPUs stay as they were: the freed GPUs make it planned at once.
+	for _, a := range c.WaitForAllocs(t, "gang-b", 2, 40*time.Second) {
 		c.WaitForAllocStatus(t, a.ID, "running", time.Minute)
 	}
 	if log := ctl.Log(); strings.Count(log, "gang-admitted") < 2 {
@@ -117,8 +100,8 @@ func TestGangAdmission(t *testing.T) {
 func TestGangKeptWhileWaiting(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Clients: 0, ServerHCL: "job_gc_threshold = \"10s\"\njob_gc_interval = \"2s\"\neval_gc_threshold = \"10s\"\nbatch_eval_gc_threshold = \"10s\""})
 	c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false", "-gang-keep", "3s")
-	c.RunJob(t, gangJobSpec("gang", 1))
-	c.RunJob(t, strings.Replace(gangJobSpec("plain", 1), `nomad_gpu_gang = "true"`, `purpose = "a batch job at count 0, no gang"`, 1))
+	runGang(t, c, "gang", 1, true)
+	runGang(t, c, "plain", 1, false)
 	exists := func(id string) bool {
 		_, _, err := c.API().Jobs().Info(id, nil)
 		return err == nil
