@@ -195,13 +195,21 @@ func gangJobs(snap *nomadview.Snapshot) []JobKey {
 // submitted: the spec's rules are those of a waiting gang, and an
 // admitted one keeps them.
 func waitingCopy(job *api.Job) *api.Job {
+	return withCounts(job, func(tg *api.TaskGroup) (int, bool) {
+		_, ok := tg.Meta[contract.MetaGangMembers]
+		return 0, ok
+	})
+}
+
+// withCounts is a copy of job whose groups have the count count gives
+// them, where it gives one; job is not modified.
+func withCounts(job *api.Job, count func(*api.TaskGroup) (int, bool)) *api.Job {
 	cp := *job
 	cp.TaskGroups = make([]*api.TaskGroup, len(job.TaskGroups))
 	for i, tg := range job.TaskGroups {
 		t := *tg
-		if _, ok := tg.Meta[contract.MetaGangMembers]; ok {
-			zero := 0
-			t.Count = &zero
+		if n, ok := count(tg); ok {
+			t.Count = &n
 		}
 		cp.TaskGroups[i] = &t
 	}
@@ -237,19 +245,15 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey,
 	if p, ok := g.refused[k]; ok && p.free == free && now.Sub(p.at) < replanEvery {
 		return nil
 	}
-	want := *job
-	want.TaskGroups = make([]*api.TaskGroup, len(job.TaskGroups))
-	for i, tg := range job.TaskGroups {
-		t := *tg
+	want := withCounts(job, func(tg *api.TaskGroup) (int, bool) {
 		for _, sg := range spec.Groups {
 			if tg.Name != nil && *tg.Name == sg.Name {
-				m := sg.Members
-				t.Count = &m
+				return sg.Members, true
 			}
 		}
-		want.TaskGroups[i] = &t
-	}
-	plan, err := n.plan(ctx, &want)
+		return 0, false
+	})
+	plan, err := n.plan(ctx, want)
 	if err != nil {
 		return g.wait(k, "Nomad's plan failed: "+err.Error())
 	}

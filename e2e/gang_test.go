@@ -37,7 +37,7 @@ func runGang(t *testing.T, c *cluster.Cluster, id string, gpus int, gang bool) {
 }
 
 // liveAllocs are the job's allocations that hold or will hold devices.
-func liveAllocs(t *testing.T, c interface{ API() *api.Client }, id string) []*api.AllocationListStub {
+func liveAllocs(t *testing.T, c *cluster.Cluster, id string) []*api.AllocationListStub {
 	t.Helper()
 	all, _, err := c.API().Jobs().Allocations(id, false, nil)
 	if err != nil {
