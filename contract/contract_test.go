@@ -230,7 +230,7 @@ func TestImportsNothingOfOurs(t *testing.T) {
 func TestGangNamesAreTheDocumentedOnes(t *testing.T) {
 	for got, want := range map[string]string{
 		MetaGang: "nomad_gpu_gang", MetaGangMembers: "nomad_gpu_gang_members", MetaGangLocality: "nomad_gpu_gang_locality",
-		GangVariablePrefix: "nomad-gpu/gangs", GangVariablePath("default", "train"): "nomad-gpu/gangs/default/train",
+		EventDetailStep: "step", EnvCheckpointCommit: "NOMAD_GPU_CHECKPOINT_COMMIT",
 		EnvGangRank: "NOMAD_GPU_GANG_RANK", EnvGangWorldSize: "NOMAD_GPU_GANG_WORLD_SIZE",
 		EnvGangMasterAddr: "NOMAD_GPU_GANG_MASTER_ADDR", EnvGangMasterPort: "NOMAD_GPU_GANG_MASTER_PORT",
 		EnvGangHostfile: "NOMAD_GPU_GANG_HOSTFILE", GangRendezvousPort: "rendezvous",

@@ -23,6 +23,10 @@ const (
 const (
 	EventDetailCheckpoint = "checkpoint"
 	EventDetailTrigger    = "trigger"
+	// EventDetailStep is the training step a committed checkpoint is of,
+	// as its task named it in the commit marker; absent where it named
+	// none. A gang restores the newest step every member committed.
+	EventDetailStep = "step"
 )
 
 // What became of a checkpoint (EventDetailCheckpoint); CheckpointCommitted,

@@ -1,5 +1,10 @@
 package contract
 
+import (
+	"fmt"
+	"strconv"
+)
+
 // Gangs (docs/design/gangs.md): a batch job whose members run on several
 // nodes all at once or not at all. The jobspec says it is one in its
 // meta; the controller admits it by scaling its groups from 0 to their
@@ -16,14 +21,17 @@ const (
 	MetaGangLocality = "nomad_gpu_gang_locality"
 )
 
-// GangVariablePrefix is the Nomad variable path under which the
-// controller keeps a gang's state, GangVariablePath(namespace, job).
-const GangVariablePrefix = "nomad-gpu/gangs"
-
-// GangVariablePath is <GangVariablePrefix>/<namespace>/<job>: the
-// variable holding the gang's consistent checkpoint generation.
-func GangVariablePath(namespace, job string) string {
-	return GangVariablePrefix + "/" + namespace + "/" + job
+// GangMembers reads a group's MetaGangMembers value: an integer ≥ 1.
+// The controller's spec rules and the driver's rendezvous read it alike.
+func GangMembers(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q is not an integer; allowed: 1 or more", v)
+	case n < 1:
+		return 0, fmt.Errorf("%d; allowed: 1 or more", n)
+	}
+	return n, nil
 }
 
 // Task environment the gpu driver sets for a member of a gang.

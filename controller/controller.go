@@ -191,6 +191,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 		for _, d := range c.gangs.Step(ctx, now, view.Snap, c.specs.get(c.api, view), nomadGangs{c.api}) {
 			c.decided(d)
 		}
+		c.metrics.gangCensus(c.gangs.Census())
 	}
 	c.relayout(ctx, now, view.Snap)
 	c.replaceRefused(ctx, now, view.Snap)

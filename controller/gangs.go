@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -49,8 +50,8 @@ type gangNomad interface {
 	// plan is Nomad's plan of job, which is not registered as it is.
 	plan(ctx context.Context, job *api.Job) (*api.JobPlanResponse, error)
 	// scale sets one group's count; index, when not 0, must be the job's
-	// modify index still.
-	scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) error
+	// modify index still. It returns the job's modify index after it.
+	scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) (uint64, error)
 	// evaluate asks Nomad for a new evaluation of the job.
 	evaluate(ctx context.Context, k JobKey) error
 }
@@ -63,6 +64,14 @@ type Gangs struct {
 	// admitted (a gang another leader admitted gets AdmitTimeout from
 	// then).
 	admitted map[JobKey]time.Time
+	// admittedAt is the job's modify index after this leader's admission
+	// of each gang: allocations created before it are an earlier run's
+	// (0 where another leader admitted it).
+	admittedAt map[JobKey]uint64
+	// ranWhole notes the admitted gangs seen with every member running:
+	// a gang whose run ended after that is no failed admission, and its
+	// back-off starts again from RetryMin.
+	ranWhole map[JobKey]bool
 	// retry is when a rolled-back gang may be planned again, and its
 	// next back-off.
 	retry map[JobKey]gangRetry
@@ -75,7 +84,22 @@ type Gangs struct {
 	refused map[JobKey]gangPlan
 	// kept is when this leader last evaluated each waiting gang again.
 	kept map[JobKey]time.Time
+	// census is what the last Step saw.
+	census GangCensus
 }
+
+// GangCensus counts the gangs a Step saw, and their members.
+type GangCensus struct {
+	// Waiting gangs are at count 0; Placing ones admitted with a member
+	// not running; Running ones have every member running.
+	Waiting, Placing, Running int
+	// Wanted counts every gang's members, Placed those holding GPUs
+	// (running or not), MembersRunning those running.
+	Wanted, Placed, MembersRunning int
+}
+
+// Census is what the last Step saw.
+func (g *Gangs) Census() GangCensus { return g.census }
 
 type gangPlan struct {
 	free string
@@ -94,8 +118,8 @@ type gangRetry struct {
 
 // NewGangs is the module with its bounds.
 func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
-	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{},
-		refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{}}
+	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, admittedAt: map[JobKey]uint64{}, ranWhole: map[JobKey]bool{},
+		retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}, refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{}}
 }
 
 // Step admits a waiting gang that fits, the first in priority then age,
@@ -107,6 +131,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	seen := map[JobKey]bool{}
 	free := fmt.Sprint(snap.FreeSlices())
 	admittedNow := false
+	g.census = GangCensus{}
 	for _, k := range gangJobs(snap) {
 		seen[k] = true
 		job, err := specs(ctx, k)
@@ -122,12 +147,20 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			out = append(out, g.refuse(k, err)...)
 			continue
 		}
+		g.count(snap, k, job, spec)
 		if admitted(job, spec) {
+			if r, ok := g.retry[k]; ok && now.Before(r.at) {
+				continue // scaled to 0 within this back-off: the spec read predates it
+			}
 			out = append(out, g.check(ctx, now, snap, k, job, spec, n)...)
 			continue
 		}
-		delete(g.admitted, k)
+		g.forgetRun(k)
 		g.keep(ctx, now, k, time.Unix(0, snap.Jobs[k].SubmitTime), n)
+		if why := neverFits(snap, job, spec); why != "" {
+			out = append(out, g.refuse(k, errors.New(why))...)
+			continue
+		}
 		if !admittedNow {
 			ds := g.admit(ctx, now, free, k, job, spec, n)
 			admittedNow = slices.ContainsFunc(ds, func(d Decision) bool { return d.Kind == "gang-admitted" })
@@ -138,9 +171,36 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	return out
 }
 
+// count adds a gang to the census.
+func (g *Gangs) count(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.Spec) {
+	c := &g.census
+	c.Wanted += spec.Members()
+	if !admitted(job, spec) {
+		c.Waiting++
+		return
+	}
+	all := true
+	for _, m := range gangMembers(snap, k, spec, g.admittedAt[k]) {
+		if m.Placed || m.Running {
+			c.Placed++
+		}
+		if m.Running {
+			c.MembersRunning++
+		}
+		all = all && (m.Running || m.Done)
+	}
+	if all {
+		c.Running++
+	} else {
+		c.Placing++
+	}
+}
+
 // forget drops the state of gangs no longer listed.
 func (g *Gangs) forget(seen map[JobKey]bool) {
 	maps.DeleteFunc(g.admitted, func(k JobKey, _ time.Time) bool { return !seen[k] })
+	maps.DeleteFunc(g.admittedAt, func(k JobKey, _ uint64) bool { return !seen[k] })
+	maps.DeleteFunc(g.ranWhole, func(k JobKey, _ bool) bool { return !seen[k] })
 	maps.DeleteFunc(g.retry, func(k JobKey, _ gangRetry) bool { return !seen[k] })
 	maps.DeleteFunc(g.waiting, func(k JobKey, _ string) bool { return !seen[k] })
 	maps.DeleteFunc(g.refused, func(k JobKey, _ gangPlan) bool { return !seen[k] })
@@ -262,18 +322,32 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey,
 		return g.wait(k, why)
 	}
 	delete(g.refused, k)
-	index := plan.JobModifyIndex
+	index, guard := plan.JobModifyIndex, plan.JobModifyIndex
 	for _, sg := range spec.Groups {
 		reason := fmt.Sprintf("gang admitted: Nomad's plan places all %d members", spec.Members())
-		if err := n.scale(ctx, k, sg.Name, sg.Members, index, reason); err != nil {
+		after, err := n.scale(ctx, k, sg.Name, sg.Members, guard, reason)
+		if err != nil {
 			g.log.Warn("gang: scaling a group up failed; its members are rolled back if they do not all run", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
 			break
 		}
-		index = 0 // the first scale changed it
+		index, guard = after, 0 // the first scale changed it
 	}
-	g.admitted[k] = now
+	g.admitted[k], g.admittedAt[k] = now, index
 	delete(g.waiting, k)
 	return []Decision{{Kind: "gang-admitted", Job: k, Reason: fmt.Sprintf("Nomad's plan places all %d members", spec.Members())}}
+}
+
+// neverFits says which member group of a waiting gang no node of its
+// pool could ever take, and why; "" when every one could.
+func neverFits(snap *nomadview.Snapshot, job *api.Job, spec gang.Spec) string {
+	for _, sg := range spec.Groups {
+		if tg := groupNamed(job, sg.Name); tg != nil {
+			if why := snap.GroupNeverFits(job, tg); why != "" {
+				return fmt.Sprintf("group %q: a member %s", sg.Name, why)
+			}
+		}
+	}
+	return ""
 }
 
 // wait notes why a gang waits, as a decision when the reason changed.
@@ -303,31 +377,50 @@ func (g *Gangs) check(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 		at = now
 		g.admitted[k] = at
 	}
-	back, why := gang.Rollback(gangMembers(snap, k, spec), at, now, g.cfg.AdmitTimeout)
+	members := gangMembers(snap, k, spec, g.admittedAt[k])
+	if !slices.ContainsFunc(members, func(m gang.Member) bool { return !m.Running && !m.Done }) {
+		g.ranWhole[k] = true
+	}
+	back, restart, why := gang.Rollback(members, at, now, g.cfg.AdmitTimeout)
 	if !back {
 		return nil
 	}
+	kind, verb := "gang-rolled-back", "gang rolled back: "
+	if restart {
+		kind, verb = "gang-requeued", "gang requeued: "
+	}
 	for _, sg := range spec.Groups {
-		if err := n.scale(ctx, k, sg.Name, 0, 0, "gang rolled back: "+why); err != nil {
-			g.log.Warn("gang: rolling a group back failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
+		if _, err := n.scale(ctx, k, sg.Name, 0, 0, verb+why); err != nil {
+			g.log.Warn("gang: scaling a group to 0 failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
 			return nil
 		}
 	}
 	r := g.retry[k]
+	if g.ranWhole[k] {
+		r.wait = 0 // it ran: no failed admission to back off from
+	}
 	r.wait = min(max(g.cfg.RetryMin, 2*r.wait), g.cfg.RetryMax)
 	r.at = now.Add(r.wait)
 	g.retry[k] = r
+	g.forgetRun(k)
+	return []Decision{{Kind: kind, Job: k, Reason: fmt.Sprintf("%s; planned again in %s", why, r.wait)}}
+}
+
+// forgetRun drops what is known of a gang's admitted run.
+func (g *Gangs) forgetRun(k JobKey) {
 	delete(g.admitted, k)
-	return []Decision{{Kind: "gang-rolled-back", Job: k, Reason: fmt.Sprintf("%s; planned again in %s", why, r.wait)}}
+	delete(g.admittedAt, k)
+	delete(g.ranWhole, k)
 }
 
 // gangMembers are the members the gang wants, each with what its newest
-// allocation of the read model shows.
-func gangMembers(snap *nomadview.Snapshot, k JobKey, spec gang.Spec) []gang.Member {
+// allocation of the read model shows; allocations created before index
+// (the admission's) are an earlier run's and left out.
+func gangMembers(snap *nomadview.Snapshot, k JobKey, spec gang.Spec, index uint64) []gang.Member {
 	byName := map[string]*api.AllocationListStub{}
 	for _, list := range [][]*api.AllocationListStub{snap.Allocs, snap.Finished} {
 		for _, a := range list {
-			if a.JobID != k.ID || a.Namespace != k.Namespace {
+			if a.JobID != k.ID || a.Namespace != k.Namespace || a.CreateIndex < index {
 				continue
 			}
 			if b := byName[a.Name]; b == nil || a.CreateIndex > b.CreateIndex {
@@ -344,13 +437,33 @@ func gangMembers(snap *nomadview.Snapshot, k JobKey, spec gang.Spec) []gang.Memb
 				// Completed on its own: one a rollback stopped is complete
 				// too, but desired to stop.
 				m.Done = a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun
-				m.Running = a.ClientStatus == api.AllocClientStatusRunning
+				m.Running = a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun
 				m.Placed = m.Running || a.ClientStatus == api.AllocClientStatusPending
+				m.Ended = ended(a)
 			}
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// ended says why a member's allocation ended before it was done: it
+// failed or was lost on its node, or Nomad stops it (preempted, drained,
+// moved, stopped by hand); "" otherwise. A stop the controller's own
+// rollback asked for is no member's end: the gang is at 0 then, no longer
+// admitted, and its allocations are older than the next admission.
+func ended(a *api.AllocationListStub) string {
+	switch {
+	case a.ClientStatus == api.AllocClientStatusFailed:
+		return "failed"
+	case a.ClientStatus == api.AllocClientStatusLost:
+		return "was lost with its node"
+	case a.DesiredStatus == api.AllocDesiredStatusEvict:
+		return "was preempted"
+	case a.DesiredStatus == api.AllocDesiredStatusStop:
+		return "was stopped (drained, moved or stopped by hand)"
+	}
+	return ""
 }
 
 // nomadGangs is gangNomad on Nomad's API.
@@ -370,10 +483,13 @@ func (n nomadGangs) evaluate(ctx context.Context, k JobKey) error {
 	return err
 }
 
-func (n nomadGangs) scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) error {
+func (n nomadGangs) scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) (uint64, error) {
 	c := int64(count)
 	req := &api.ScalingRequest{Count: &c, Target: map[string]string{"Job": k.ID, "Group": group},
 		Message: "nomad-gpu controller: " + why, JobModifyIndex: index}
-	_, _, err := n.c.Jobs().ScaleWithRequest(k.ID, req, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx))
-	return err
+	resp, _, err := n.c.Jobs().ScaleWithRequest(k.ID, req, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx))
+	if err != nil {
+		return 0, err
+	}
+	return resp.JobModifyIndex, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,9 +42,9 @@ func (f *fakeGangNomad) plan(_ context.Context, job *api.Job) (*api.JobPlanRespo
 	return resp, nil
 }
 
-func (f *fakeGangNomad) scale(_ context.Context, _ JobKey, group string, count int, index uint64, _ string) error {
+func (f *fakeGangNomad) scale(_ context.Context, _ JobKey, group string, count int, index uint64, _ string) (uint64, error) {
 	f.scales = append(f.scales, fmt.Sprintf("%s=%d@%d", group, count, index))
-	return nil
+	return uint64(10 + len(f.scales)), nil
 }
 
 // gangSpecJob is a gang of two 1-GPU members in group "worker", at count.
@@ -188,38 +189,55 @@ func TestGangInvalidNotPlanned(t *testing.T) {
 }
 
 // An admitted gang with a member not running AdmitTimeout after its
-// admission while another holds GPUs is scaled back to 0 and not planned
-// again before the back-off; one whose members run, or whose other
-// member completed, stays.
+// admission while another holds GPUs is scaled back to 0
+// (gang-rolled-back); one whose member failed, was preempted or stopped
+// is scaled back at once (gang-requeued). Neither is planned again before
+// the back-off. One whose members run, or whose other member completed,
+// stays; an allocation of an earlier run counts for nothing.
 func TestGangRollback(t *testing.T) {
 	ctx, t0 := context.Background(), time.Unix(1000, 0)
 	cfg := DefaultGangConfig()
 	done := member(1, api.AllocClientStatusComplete)
-	stopped := member(1, api.AllocClientStatusComplete)
-	stopped.DesiredStatus = api.AllocDesiredStatusStop
+	with := func(a *api.AllocationListStub, edit func(*api.AllocationListStub)) *api.AllocationListStub {
+		edit(a)
+		return a
+	}
+	stopped := with(member(1, api.AllocClientStatusComplete), func(a *api.AllocationListStub) { a.DesiredStatus = api.AllocDesiredStatusStop })
+	preempted := with(member(1, api.AllocClientStatusRunning), func(a *api.AllocationListStub) { a.DesiredStatus = api.AllocDesiredStatusEvict })
+	earlier := with(member(1, api.AllocClientStatusFailed), func(a *api.AllocationListStub) { a.CreateIndex = 5 })
 	for _, tc := range []struct {
 		name   string
 		allocs []*api.AllocationListStub
 		after  time.Duration
-		back   bool
+		kind   string // "" for none
 	}{
-		{"both run", []*api.AllocationListStub{member(0, "running"), member(1, "running")}, time.Minute, false},
-		{"one pending within the timeout", []*api.AllocationListStub{member(0, "running"), member(1, "pending")}, 10 * time.Second, false},
-		{"one pending past the timeout", []*api.AllocationListStub{member(0, "running"), member(1, "pending")}, time.Minute, true},
-		{"one never placed", []*api.AllocationListStub{member(0, "running")}, time.Minute, true},
-		{"the other completed", []*api.AllocationListStub{member(0, "running"), done}, time.Minute, false},
-		{"the other stopped by a rollback", []*api.AllocationListStub{member(0, "running"), stopped}, time.Minute, true},
+		{"both run", []*api.AllocationListStub{member(0, "running"), member(1, "running")}, time.Minute, ""},
+		{"one pending within the timeout", []*api.AllocationListStub{member(0, "running"), member(1, "pending")}, 10 * time.Second, ""},
+		{"one pending past the timeout", []*api.AllocationListStub{member(0, "running"), member(1, "pending")}, time.Minute, "gang-rolled-back"},
+		{"one never placed", []*api.AllocationListStub{member(0, "running")}, time.Minute, "gang-rolled-back"},
+		{"the other completed", []*api.AllocationListStub{member(0, "running"), done}, time.Minute, ""},
+		{"one failed, within the timeout", []*api.AllocationListStub{member(0, "running"), member(1, "failed")}, time.Second, "gang-requeued"},
+		{"one preempted", []*api.AllocationListStub{member(0, "running"), preempted}, time.Second, "gang-requeued"},
+		{"one stopped (drained, by hand)", []*api.AllocationListStub{member(0, "running"), stopped}, time.Second, "gang-requeued"},
+		{"an earlier run's failure", []*api.AllocationListStub{member(0, "running"), earlier}, time.Second, ""},
 	} {
 		g, n := NewGangs(cfg, hclog.NewNullLogger()), &fakeGangNomad{fits: true}
-		g.admitted[JobKey{Namespace: "default", ID: "train"}] = t0
+		k := JobKey{Namespace: "default", ID: "train"}
+		g.admitted[k], g.admittedAt[k] = t0, 8
 		got := g.Step(ctx, t0.Add(tc.after), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(2)), n)
-		rolled := fmt.Sprint(n.scales) == "[worker=0@0]" && len(got) == 1 && got[0].Kind == "gang-rolled-back"
-		if rolled != tc.back || (!tc.back && len(n.scales) != 0) {
-			t.Errorf("%s: scales %v, decisions %v; want rolled back %v", tc.name, n.scales, kinds(got), tc.back)
+		rolled := fmt.Sprint(n.scales) == "[worker=0@0]" && len(got) == 1 && got[0].Kind == tc.kind
+		if rolled != (tc.kind != "") || (tc.kind == "" && len(n.scales) != 0) {
+			t.Errorf("%s: scales %v, decisions %v; want %q", tc.name, n.scales, kinds(got), tc.kind)
 			continue
 		}
-		if !tc.back {
+		if tc.kind == "" {
 			continue
+		}
+		// A spec read before the scale took (still at its members) is not
+		// rolled back twice.
+		g.Step(ctx, t0.Add(tc.after+time.Second), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(2)), n)
+		if len(n.scales) != 1 {
+			t.Errorf("%s: scaled %v; a stale spec within the back-off scaled it again", tc.name, n.scales)
 		}
 		// Back at count 0: not planned within the back-off, planned after.
 		g.Step(ctx, t0.Add(tc.after+cfg.RetryMin/2), gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
@@ -229,6 +247,56 @@ func TestGangRollback(t *testing.T) {
 		g.Step(ctx, t0.Add(tc.after+cfg.RetryMin), gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
 		if n.plans != 1 {
 			t.Errorf("%s: planned %d times after the back-off, want 1", tc.name, n.plans)
+		}
+	}
+}
+
+// The back-off doubles for a gang that never ran whole, and starts again
+// from its least for one that ran whole before a member failed: that is
+// no failed admission.
+func TestGangBackOff(t *testing.T) {
+	ctx, t0 := context.Background(), time.Unix(1000, 0)
+	cfg := DefaultGangConfig()
+	k := JobKey{Namespace: "default", ID: "train"}
+	for _, tc := range []struct {
+		name     string
+		ranWhole bool
+		want     time.Duration
+	}{{"never ran whole", false, 4 * cfg.RetryMin}, {"ran whole", true, cfg.RetryMin}} {
+		g, n := NewGangs(cfg, hclog.NewNullLogger()), &fakeGangNomad{fits: true}
+		g.retry[k] = gangRetry{at: t0, wait: 2 * cfg.RetryMin}
+		g.admitted[k], g.admittedAt[k] = t0, 8
+		if tc.ranWhole {
+			g.Step(ctx, t0.Add(time.Minute), gangSnapshot(member(0, "running"), member(1, "running")), gangSpecs(gangSpecJob(2)), n)
+		}
+		g.Step(ctx, t0.Add(2*time.Minute), gangSnapshot(member(0, "running"), member(1, "failed")), gangSpecs(gangSpecJob(2)), n)
+		if got := g.retry[k].wait; got != tc.want {
+			t.Errorf("%s: back-off %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A gang whose member no node of its pool could ever take is refused,
+// naming the group and why, and never planned; one that fits a node is
+// planned.
+func TestGangNeverFits(t *testing.T) {
+	for _, tc := range []struct {
+		gpus  uint64
+		plans int
+		kind  string
+	}{{8, 0, "gang-invalid"}, {4, 1, "gang-admitted"}} {
+		snap := gangSnapshot()
+		snap.Nodes = []*api.NodeListStub{layoutNode("n1", "whole", "whole", "whole", "whole")}
+		job := gangSpecJob(0)
+		job.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(tc.gpus)
+		g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
+		got := g.Step(context.Background(), time.Unix(1000, 0), snap, gangSpecs(job), n)
+		if n.plans != tc.plans || len(got) != 1 || got[0].Kind != tc.kind {
+			t.Errorf("%d GPUs a member on 4-GPU nodes: %d plans, decisions %v; want %d, %s", tc.gpus, n.plans, kinds(got), tc.plans, tc.kind)
+			continue
+		}
+		if want := `group "worker": a member never fits: asks 8 GPUs on one node`; tc.plans == 0 && !strings.Contains(got[0].Reason, want) {
+			t.Errorf("reason %q, want %q", got[0].Reason, want)
 		}
 	}
 }
@@ -254,6 +322,28 @@ func TestGangsWatchNodes(t *testing.T) {
 		c := &Controller{cfg: Config{Gangs: tc.gangs}}
 		if got := slices.Contains(c.viewLists(), nomadview.Nodes); got != tc.want {
 			t.Errorf("gangs %v: nodes watched %v, want %v", tc.gangs != nil, got, tc.want)
+		}
+	}
+}
+
+// The census counts gangs by state and their members.
+func TestGangCensus(t *testing.T) {
+	k := JobKey{Namespace: "default", ID: "train"}
+	for _, tc := range []struct {
+		name   string
+		count  int
+		allocs []*api.AllocationListStub
+		want   GangCensus
+	}{
+		{"waiting", 0, nil, GangCensus{Waiting: 1, Wanted: 2}},
+		{"placing", 2, []*api.AllocationListStub{member(0, "running"), member(1, "pending")}, GangCensus{Placing: 1, Wanted: 2, Placed: 2, MembersRunning: 1}},
+		{"running", 2, []*api.AllocationListStub{member(0, "running"), member(1, "running")}, GangCensus{Running: 1, Wanted: 2, Placed: 2, MembersRunning: 2}},
+	} {
+		g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: false}
+		g.admitted[k] = time.Unix(1000, 0)
+		g.Step(context.Background(), time.Unix(1001, 0), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(tc.count)), n)
+		if got := g.Census(); got != tc.want {
+			t.Errorf("%s: census %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -24,6 +24,8 @@ type Metrics struct {
 	applied   prometheus.Histogram
 	moves     *prometheus.CounterVec
 	moveCost  prometheus.Counter
+	gangs     *prometheus.GaugeVec
+	members   *prometheus.GaugeVec
 	ticked    sync.Once // registers lastTick with the first tick
 }
 
@@ -36,6 +38,7 @@ func NewMetrics() *Metrics {
 	calls := find(contract.MetricControllerNomadCalls)
 	relaid, applied := find(contract.MetricControllerLayoutChanges), find(contract.MetricControllerLayoutApplied)
 	moves, moveCost := find(contract.MetricControllerMoves), find(contract.MetricControllerMoveGPUSeconds)
+	gangs, members := find(contract.MetricControllerGangs), find(contract.MetricControllerGangMembers)
 	m := &Metrics{
 		reg:       prometheus.NewRegistry(),
 		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: leader.Name, Help: leader.Help}),
@@ -53,8 +56,10 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 30, 60, 120, 300, 600, 1800, 3600}}),
 		moves:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: moves.Name, Help: moves.Help}, moves.Labels),
 		moveCost: prometheus.NewCounter(prometheus.CounterOpts{Name: moveCost.Name, Help: moveCost.Help}),
+		gangs:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: gangs.Name, Help: gangs.Help}, gangs.Labels),
+		members:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: members.Name, Help: members.Help}, members.Labels),
 	}
-	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost)
+	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost, m.gangs, m.members)
 	return m
 }
 
@@ -89,6 +94,16 @@ func (m *Metrics) moved(reason string) { m.moves.WithLabelValues(reason).Inc() }
 
 // moveGPUSeconds adds GPU-seconds spent moving.
 func (m *Metrics) moveGPUSeconds(s float64) { m.moveCost.Add(s) }
+
+// gangCensus sets the gang gauges from the leader's last tick.
+func (m *Metrics) gangCensus(c GangCensus) {
+	for state, n := range map[string]int{"waiting": c.Waiting, "placing": c.Placing, "running": c.Running} {
+		m.gangs.WithLabelValues(state).Set(float64(n))
+	}
+	for state, n := range map[string]int{"wanted": c.Wanted, "placed": c.Placed, "running": c.MembersRunning} {
+		m.members.WithLabelValues(state).Set(float64(n))
+	}
+}
 
 // tick records a leader's tick; the series appears with the first.
 func (m *Metrics) tick(at time.Time) {

@@ -453,7 +453,7 @@ func (m *Mover) movable(ctx context.Context, now time.Time, v View, l *Ledger, s
 }
 
 // movableWhy says why an allocation may not be moved now, "" when it
-// may: it runs; its job is a batch job that opted in (job meta, or its
+// may: it runs; its job is a batch job, no gang, that opted in (job meta, or its
 // node pool) whose GPU tasks all checkpoint on this driver; no raise of
 // the ledger (preemption protection, minimum runtime, deadline) is in
 // force on it; the budget has room.
@@ -467,6 +467,8 @@ func (m *Mover) movableWhy(ctx context.Context, now time.Time, v View, l *Ledger
 		return "job not listed"
 	case job.Type != api.JobTypeBatch:
 		return "not a batch job (services are not moved)"
+	case job.Meta[contract.MetaGang] == "true":
+		return "a gang's member (moving one restarts the whole gang)"
 	case !m.optedIn(v, job, a):
 		return fmt.Sprintf("not opted in (job meta %s, or a node pool of -move-pools)", MetaMovable)
 	case budget <= 0:

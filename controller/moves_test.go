@@ -87,6 +87,11 @@ func TestMoverStep(t *testing.T) {
 				s.Jobs[JobKey{Namespace: "default", ID: "train-n1-1"}].Type = api.JobTypeService
 			},
 			want: []string{"alloc-train-n2-0", "alloc-train-n2-1"}},
+		{name: "a gang's member is not moved", meta: optedIn, cfg: moveBudget,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, _ *Ledger, _ *Mover) {
+				s.Jobs[JobKey{Namespace: "default", ID: "train-n1-1"}].Meta = map[string]string{MetaMovable: "true", contract.MetaGang: "true"}
+			},
+			want: []string{"alloc-train-n2-0", "alloc-train-n2-1"}},
 		{name: "protected jobs are not moved", meta: optedIn, cfg: moveBudget,
 			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job, l *Ledger, _ *Mover) {
 				for _, id := range []string{"train-n1-1", "train-n2-0"} {

@@ -40,7 +40,7 @@ func ViewOf(snap *nomadview.Snapshot) View {
 // Decision is one thing a module decided, logged with its reason and
 // counted by kind.
 type Decision struct {
-	Kind   string // "protection-pending", "protected", "protection-dropped", "protection-over", "deadline-raised", "deadline-restored", "resized", "raised", "restored", "hand-change", "moved", "replaced", "gang-admitted", "gang-waiting", "gang-invalid", "gang-rolled-back"
+	Kind   string // "protection-pending", "protected", "protection-dropped", "protection-over", "deadline-raised", "deadline-restored", "resized", "raised", "restored", "hand-change", "moved", "replaced", "gang-admitted", "gang-waiting", "gang-invalid", "gang-rolled-back", "gang-requeued"
 	Job    JobKey
 	Reason string
 }

@@ -16,26 +16,6 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
-// The checkpoint protocol's environment, as a task sees it. These names are
-// a contract with every checkpointing task: never change one.
-const (
-	// EnvCheckpointDir is where the task writes its next checkpoint.
-	EnvCheckpointDir = "NOMAD_GPU_CHECKPOINT_DIR"
-	// EnvCheckpointCommit is the file the task creates, empty, once the
-	// last byte of a checkpoint is written and closed: the commit.
-	EnvCheckpointCommit = "NOMAD_GPU_CHECKPOINT_COMMIT"
-	// EnvCheckpointSignal names the signal that asks for a checkpoint.
-	EnvCheckpointSignal = "NOMAD_GPU_CHECKPOINT_SIGNAL"
-	// EnvRestoreDir is the newest committed checkpoint, read-only; unset
-	// when there is none.
-	EnvRestoreDir = "NOMAD_GPU_RESTORE_DIR"
-	// EnvRestoreGeneration is that checkpoint's generation number.
-	EnvRestoreGeneration = "NOMAD_GPU_RESTORE_GENERATION"
-	// EnvResumeCount is how many times this task has been resumed from a
-	// checkpoint, this run included.
-	EnvResumeCount = "NOMAD_GPU_RESUME_COUNT"
-)
-
 // How often the driver looks for a task's commit marker. inotify tells it
 // the moment the marker is created (checkpoint.Markers), so looking is the
 // fallback: often where inotify does not watch the staging directory (no
@@ -145,14 +125,14 @@ func (d *Driver) reattachCheckpoints(rt *runtimeState, t *task, j *journal, u ta
 // env is what the task is told of its checkpoints.
 func (c *checkpointer) env() map[string]string {
 	env := map[string]string{
-		EnvCheckpointDir:    c.run.Staging,
-		EnvCheckpointCommit: c.run.Staging + "/" + checkpoint.CommitMarker,
-		EnvCheckpointSignal: c.cfg.Signal,
-		EnvResumeCount:      strconv.Itoa(c.run.Resumes),
+		contract.EnvCheckpointDir:    c.run.Staging,
+		contract.EnvCheckpointCommit: c.run.Staging + "/" + checkpoint.CommitMarker,
+		contract.EnvCheckpointSignal: c.cfg.Signal,
+		contract.EnvResumeCount:      strconv.Itoa(c.run.Resumes),
 	}
 	if g := c.run.Restore; g != nil {
-		env[EnvRestoreDir] = g.Dir
-		env[EnvRestoreGeneration] = strconv.Itoa(g.Seq)
+		env[contract.EnvRestoreDir] = g.Dir
+		env[contract.EnvRestoreGeneration] = strconv.Itoa(g.Seq)
 	}
 	return env
 }
@@ -352,16 +332,24 @@ func (c *checkpointer) commitLocked() {
 		c.d.metrics.checkpointFailed(c.t, contract.CheckpointFailed)
 		return
 	}
+	note := ""
 	if err != nil {
-		// Committed and restorable; only the tidying after it failed.
+		// Committed and restorable; only the tidying after it failed, or
+		// the marker named no step.
 		c.d.logger.Warn("checkpoint committed with errors", "task", c.t.id, "error", err)
+		note = "; " + err.Error()
 	}
 	// What the commit took, less the wait for the stop's reason (the
 	// Nomad API's, not the store's).
 	took := time.Since(start) - waited
-	c.d.emit(c.t, fmt.Sprintf("checkpoint committed: generation %d, %s in %d files, in %s (%s)", g.Seq, byteSize(g.Bytes), g.Files, took.Round(time.Millisecond), trigger),
-		map[string]string{contract.EventDetailCheckpoint: contract.CheckpointCommitted, "generation": strconv.Itoa(g.Seq), "bytes": strconv.FormatInt(g.Bytes, 10),
-			"duration_ms": strconv.FormatInt(took.Milliseconds(), 10), "trigger": trigger})
+	details := map[string]string{contract.EventDetailCheckpoint: contract.CheckpointCommitted, "generation": strconv.Itoa(g.Seq), "bytes": strconv.FormatInt(g.Bytes, 10),
+		"duration_ms": strconv.FormatInt(took.Milliseconds(), 10), "trigger": trigger}
+	of := ""
+	if g.Step != nil {
+		details[contract.EventDetailStep] = strconv.FormatInt(*g.Step, 10)
+		of = fmt.Sprintf(" of step %d", *g.Step)
+	}
+	c.d.emit(c.t, fmt.Sprintf("checkpoint committed: generation %d%s, %s in %d files, in %s (%s)%s", g.Seq, of, byteSize(g.Bytes), g.Files, took.Round(time.Millisecond), trigger, note), details)
 	c.d.metrics.checkpointCommitted(c.t, took, g.Bytes)
 	c.mu.Lock()
 	defer c.mu.Unlock()

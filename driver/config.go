@@ -66,10 +66,12 @@ func (c MetricsConfig) exporter() metrics.Config {
 
 // NomadAPIConfig is how the driver reaches the Nomad API: the local client
 // agent, to learn why a task is stopped (preempted, and by which
-// allocation; drained). The driver only reads.
+// allocation; drained) and, for a gang's member, where its peers are. The
+// driver only reads.
 type NomadAPIConfig struct {
 	Address string `hcl:"address" default:"http://127.0.0.1:4646"`
-	// Token is an ACL token, where ACLs are on: read-job is all it needs.
+	// Token is an ACL token, where ACLs are on: read-job, and node:read
+	// for gangs (a member's peers' node addresses).
 	Token string `hcl:"token"`
 }
 

@@ -32,6 +32,10 @@ type startPlan struct {
 	iso       isolationPlan
 	// ckptKey names the task's checkpoints, when it has a checkpoint block.
 	ckptKey *checkpoint.Key
+	// gangEnv is a gang member's rendezvous (joinGang), gangKeys its
+	// gang's checkpoint keys, every member's; nil for others.
+	gangEnv  map[string]string
+	gangKeys []checkpoint.Key
 }
 
 // errTaskDirExists: the start took nothing, so it has nothing to undo (the
@@ -39,7 +43,7 @@ type startPlan struct {
 var errTaskDirExists = errors.New("task state dir already exists")
 
 // startSteps are StartTask's steps, in order, by the names fault tests use.
-var startSteps = []string{"journal", "cgroups", "mps", "mig", "checkpoint", "supervisor", "commit"}
+var startSteps = []string{"journal", "cgroups", "mps", "mig", "gang", "checkpoint", "supervisor", "commit"}
 
 func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.NetworkOverride, error) {
 	rt, err := d.runtime()
@@ -66,6 +70,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		"cgroups":    func() error { return d.createCgroups(t, plan) },
 		"mps":        func() error { return d.acquireMPS(rt, t, plan) },
 		"mig":        func() error { return grantMIG(rt, t, plan) },
+		"gang":       func() error { return d.joinGang(rt, t, plan) },
 		"checkpoint": func() error { return d.prepareCheckpoints(rt, t, plan) },
 		"supervisor": func() error { return d.startSupervisor(t, plan) },
 		"commit": func() error {
@@ -299,6 +304,7 @@ func (d *Driver) startSupervisor(t *task, p *startPlan) error {
 		env[contract.EnvCUDAVisibleDevices] = ""
 		env[contract.EnvNvidiaVisibleDevices] = contract.NvidiaVisibleDevicesNone
 	}
+	maps.Copy(env, p.gangEnv)
 	if t.ckpt != nil {
 		maps.Copy(env, t.ckpt.env())
 	}
@@ -355,17 +361,35 @@ func (d *Driver) prepareCheckpoints(rt *runtimeState, t *task, p *startPlan) err
 		return nil
 	}
 	d.awaitPredecessors(rt, t, p.tc.checkpoint().CommitTimeout+predecessorSlack)
-	run, discarded, err := rt.ckpt.Prepare(*p.ckptKey, p.user.uid, p.user.gid)
+	rule, step := checkpoint.RestoreRule(checkpoint.RestoreNewest), (*int64)(nil)
+	if p.gangEnv != nil {
+		var what string
+		var err error
+		if rule, step, what, err = gangRestore(rt.ckpt, p.gangKeys); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		p.iso.notes = append(p.iso.notes, what)
+	}
+	run, discarded, err := rt.ckpt.PrepareWith(*p.ckptKey, p.user.uid, p.user.gid, rule)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if step != nil && run.Restore == nil {
+		// Its generation of the step was discarded (not intact): the gang
+		// fails this start, and its next one finds the step gone.
+		return fmt.Errorf("checkpoint: this member holds no intact generation of step %d, the gang's newest common one; the gang is restarted without it", *step)
 	}
 	t.ckpt = newCheckpointer(d, t, *p.tc.checkpoint(), rt.ckpt, run)
 	for _, x := range discarded {
 		p.iso.notes = append(p.iso.notes, fmt.Sprintf("checkpoint: discarded %s: %s", x.Path, x.Reason))
 	}
 	if g := run.Restore; g != nil {
-		p.iso.notes = append(p.iso.notes, fmt.Sprintf("restoring checkpoint generation %d (%s, committed %s, %s); resume %d",
-			g.Seq, byteSize(g.Bytes), g.CommittedAt.UTC().Format(time.RFC3339), g.Trigger, run.Resumes))
+		of := ""
+		if g.Step != nil {
+			of = fmt.Sprintf(" of step %d", *g.Step)
+		}
+		p.iso.notes = append(p.iso.notes, fmt.Sprintf("restoring checkpoint generation %d%s (%s, committed %s, %s); resume %d",
+			g.Seq, of, byteSize(g.Bytes), g.CommittedAt.UTC().Format(time.RFC3339), g.Trigger, run.Resumes))
 	}
 	return nil
 }

@@ -197,15 +197,22 @@ func checkpointOutcome(a *api.Allocation, outcome string) bool {
 	return false
 }
 
-// taskEvents are the messages of the driver's task events of the alloc.
+// taskEvents are the messages of the driver's task events of the alloc's
+// task t.
 func taskEvents(t testing.TB, c *cluster.Cluster, allocID string) string {
+	t.Helper()
+	return taskEventsOf(t, c, allocID, "t")
+}
+
+// taskEventsOf are the messages of the task events of the alloc's task.
+func taskEventsOf(t testing.TB, c *cluster.Cluster, allocID, task string) string {
 	t.Helper()
 	a, _, err := c.API().Allocations().Info(allocID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var msgs []string
-	if st := a.TaskStates["t"]; st != nil {
+	if st := a.TaskStates[task]; st != nil {
 		for _, e := range st.Events {
 			if e.DisplayMessage != "" {
 				msgs = append(msgs, e.DisplayMessage)

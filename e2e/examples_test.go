@@ -19,8 +19,9 @@ import (
 // run: each must place and run on a simulated GPU node and print its GPU
 // environment. sim-load.nomad.hcl runs bin/nomad-gpu, unveiled as make dev
 // does, and its GPU's utilisation must follow the load. A gang
-// (gang-sim.nomad.hcl) waits at count 0 for the controller's admission,
-// which is not built yet: registered, it must place nothing.
+// (gang-sim.nomad.hcl) waits at count 0 for the controller's admission
+// (TestGangAdmission, TestGangLifecycle); with no controller here,
+// registered, it must place nothing.
 func TestExampleJobs(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "*.nomad.hcl"))
 	if err != nil || len(files) == 0 {
@@ -37,7 +38,7 @@ func TestExampleJobs(t *testing.T) {
 				t.Fatal(err)
 			}
 			var vars string
-			if filepath.Base(f) == "sim-load.nomad.hcl" {
+			if b := filepath.Base(f); b == "sim-load.nomad.hcl" || b == "gang-sim.nomad.hcl" {
 				vars = fmt.Sprintf("nomad_gpu = %q", cli)
 			}
 			job := c.RunJobVars(t, string(src), vars)

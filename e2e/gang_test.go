@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,18 +12,22 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
 
 // runGang registers jobs/examples/gang-sim.nomad.hcl, the gang users are
-// shown, as job id with each member asking gpus whole GPUs; without
-// gang, the same job with no gang meta (a plain batch job at count 0).
-func runGang(t *testing.T, c *cluster.Cluster, id string, gpus int, gang bool) {
+// shown, running the build's nomad-gpu sim-train, as job id with each
+// member asking gpus whole GPUs; without gang, the same job with no gang
+// meta (a plain batch job at count 0). edit, when set, changes the job
+// before it is registered.
+func runGang(t *testing.T, c *cluster.Cluster, id string, gpus int, gang bool, edit ...func(*api.Job)) *api.Job {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "gang-sim.nomad.hcl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, err := c.API().Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Canonicalize: true})
+	vars := fmt.Sprintf("nomad_gpu = %q", cluster.RequireBinary(t, "nomad-gpu"))
+	job, err := c.API().Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: vars, Canonicalize: true})
 	if err != nil {
 		t.Fatalf("parsing the gang example: %v", err)
 	}
@@ -31,9 +36,19 @@ func runGang(t *testing.T, c *cluster.Cluster, id string, gpus int, gang bool) {
 	if !gang {
 		delete(job.Meta, contract.MetaGang)
 	}
+	for _, e := range edit {
+		e(job)
+	}
 	if _, _, err := c.API().Jobs().Register(job, nil); err != nil {
 		t.Fatalf("registering %s: %v", id, err)
 	}
+	return job
+}
+
+// unveilNomadGPU is driver HCL letting tasks run the build's nomad-gpu
+// (sim-train), as make dev does.
+func unveilNomadGPU(t *testing.T) string {
+	return fmt.Sprintf("isolation {\nunveil_paths = [%q]\n}", "rx:"+filepath.Dir(cluster.RequireBinary(t, "nomad-gpu")))
 }
 
 // liveAllocs are the job's allocations that hold or will hold devices.
@@ -59,7 +74,7 @@ func liveAllocs(t *testing.T, c *cluster.Cluster, id string) []*api.AllocationLi
 // once the first is stopped, the second is admitted and both its members
 // run.
 func TestGangAdmission(t *testing.T) {
-	c, _ := startGPUCluster(t)
+	c, _ := startGPUCluster(t, func(n *harness.GPUNode) { n.DriverHCL = unveilNomadGPU(t) })
 	ctl := c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
 
 	runGang(t, c, "gang-a", 1, true)

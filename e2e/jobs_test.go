@@ -48,9 +48,10 @@ func nomadTool(t testing.TB, addr string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// Every jobspec passes `nomad job validate`, every agent config `nomad
-// config validate`, every node pool spec `nomad node pool apply` on a real
-// server. (Scaling policies: TestAutoscalerPoliciesInJobs.)
+// Every jobspec passes `nomad job validate` and `nomad-gpu validate`,
+// every agent config `nomad config validate`, every node pool spec `nomad
+// node pool apply` on a real server. (Scaling policies:
+// TestAutoscalerPoliciesInJobs.)
 func TestJobsFilesValidate(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	addr := c.Server().HTTPAddr()
@@ -69,6 +70,15 @@ func TestJobsFilesValidate(t *testing.T) {
 	for _, f := range specs {
 		if out, err := nomadTool(t, addr, "job", "validate", f); err != nil || strings.Contains(strings.ToLower(out), "warning") {
 			t.Errorf("nomad job validate %s: %v\n%s", f, err, out)
+		}
+	}
+	// And our own check before submission: every gpu task's config against
+	// the driver's schema, and a gang's conventions.
+	cli := cluster.RequireBinary(t, "nomad-gpu")
+	for _, f := range specs {
+		out, err := exec.Command(cli, "validate", "-address", addr, f).CombinedOutput()
+		if err != nil {
+			t.Errorf("nomad-gpu validate %s: %v\n%s", f, err, out)
 		}
 	}
 	for _, f := range jobsFiles(t, "agent/*.hcl") {
@@ -111,6 +121,8 @@ var workloadSkips = map[string]string{
 	"examples/mig.nomad.hcl":                    "run by TestExampleJobs",
 	"examples/mps.nomad.hcl":                    "run by TestExampleJobs",
 	"examples/sim-load.nomad.hcl":               "run by TestExampleJobs",
+	"training/torchrun-gang.nomad.hcl":          "runs PyTorch's torchrun on real GPUs; checked by nomad job validate and nomad-gpu validate (TestJobsFilesValidate); a gang's lifecycle runs in TestGangLifecycle",
+	"hpc/mpi-gang.nomad.hcl":                    "runs Open MPI over sshd on real nodes; checked by nomad job validate and nomad-gpu validate (TestJobsFilesValidate)",
 }
 
 // The workload jobs run on one sim GPU node per pool (training, inference,

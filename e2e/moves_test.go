@@ -36,6 +36,22 @@ func moveCluster(t *testing.T) (*cluster.Cluster, [2]string) {
 // 8 GPUs' layout groups: the controller plans on them.
 func moveClusterWith(t *testing.T, deviceHCL func(harness.GPUNode) string, clientHCL string) (*cluster.Cluster, [2]string) {
 	t.Helper()
+	c, ids := fourGPUCluster(t, 2, func(c *cluster.Cluster, n *harness.GPUNode) {
+		n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())
+		if deviceHCL != nil {
+			n.DeviceHCL = deviceHCL(*n)
+		}
+	}, clientHCL, func(n *api.Node) bool { return deviceHCL == nil || len(layoutGroups(n)) == 8 })
+	return c, [2]string{ids[0], ids[1]}
+}
+
+// fourGPUCluster is a server and count clients gpu-1 … gpu-<count>, each
+// a fourGPUNode sharing one checkpoint root, shaped by edit once the
+// server runs, with clientHCL in each client block; ready is what a
+// node must show besides a healthy gpu driver and 4 whole GPUs. It
+// returns the nodes' IDs.
+func fourGPUCluster(t *testing.T, count int, edit func(*cluster.Cluster, *harness.GPUNode), clientHCL string, ready func(*api.Node) bool) (*cluster.Cluster, []string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
@@ -44,21 +60,18 @@ func moveClusterWith(t *testing.T, deviceHCL func(harness.GPUNode) string, clien
 	shared := filepath.Join(harness.NewGPUNode(t).Dir, "shared-checkpoints")
 	c := cluster.Start(t, cluster.Options{Clients: 0})
 	var opts []cluster.ClientOptions
-	for i := range 2 {
+	for i := range count {
 		n := fourGPUNode(t)
 		n.SharedCheckpoints = shared
-		n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())
-		if deviceHCL != nil {
-			n.DeviceHCL = deviceHCL(n)
-		}
+		edit(c, &n)
 		opts = append(opts, cluster.ClientOptions{Name: fmt.Sprintf("gpu-%d", i+1), PluginDir: cluster.PluginDir(t), ExtraHCL: n.HCL(t), ClientHCL: clientHCL})
 	}
 	c.StartClients(t, opts...)
-	var ids [2]string
+	ids := make([]string, count)
 	for i := range ids {
 		ids[i] = c.WaitForNode(t, fmt.Sprintf("gpu-%d", i+1), func(n *api.Node) bool {
 			d := n.Drivers["gpu"]
-			return d != nil && d.Healthy && wholeGPUsOf(n) == 4 && (deviceHCL == nil || len(layoutGroups(n)) == 8)
+			return d != nil && d.Healthy && wholeGPUsOf(n) == 4 && ready(n)
 		}, 2*time.Minute).ID
 	}
 	return c, ids

@@ -60,6 +60,20 @@ func (s *Snapshot) NeverFits(q QueuedGroup) string {
 	return fmt.Sprintf("never fits: asks %s on one node, %s have at most %d", what, where, most)
 }
 
+// GroupNeverFits is NeverFits for one allocation of group g of job, queued
+// or not: a gang's member before the controller admits it.
+func (s *Snapshot) GroupNeverFits(job *api.Job, g *api.TaskGroup) string {
+	asks, gpuTask := groupAsks(g)
+	if gpuTask == "" {
+		return ""
+	}
+	q := QueuedGroup{Asks: asks, Pool: jobPool(job, nil), Datacenters: job.Datacenters}
+	if len(q.Datacenters) == 0 {
+		q.Datacenters = []string{"*"}
+	}
+	return s.NeverFits(q)
+}
+
 // wholeGPUs is how many whole GPUs (of model named, when not "") node n
 // could offer, and whether it has GPUs of ours at all.
 func wholeGPUs(n *api.NodeListStub, named string) (int, bool) {

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
@@ -140,14 +139,9 @@ func members(g *api.TaskGroup, errs *problems) (n int, declared bool) {
 	if !ok {
 		return 0, false
 	}
-	path := "meta." + contract.MetaGangMembers
-	n, err := strconv.Atoi(v)
-	switch {
-	case err != nil:
-		errs.add(deref(g.Name, ""), path, "%q is not an integer; allowed: 1 or more", v)
-	case n < 1:
-		errs.add(deref(g.Name, ""), path, "%d; allowed: 1 or more", n)
-		n = 0
+	n, err := contract.GangMembers(v)
+	if err != nil {
+		errs.add(deref(g.Name, ""), "meta."+contract.MetaGangMembers, "%s", err)
 	}
 	return n, true
 }

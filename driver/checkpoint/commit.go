@@ -3,9 +3,11 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,6 +121,7 @@ func (s *Store) CommitWith(r *Run, keep int, h CommitHooks) (*Generation, error)
 		}
 		ownDir(top, r.uid, r.gid, stageMode)
 	}()
+	step, stepErr := readStep(top)
 	if err := unix.Unlinkat(int(top.Fd()), CommitMarker, 0); err != nil {
 		return nil, fmt.Errorf("checkpoint: removing %s: %w", CommitMarker, err)
 	}
@@ -137,6 +140,7 @@ func (s *Store) CommitWith(r *Run, keep int, h CommitHooks) (*Generation, error)
 	if h.Trigger != nil {
 		m.Trigger = h.Trigger()
 	}
+	m.Step = step
 	m.CommittedAt = time.Now().UTC().Round(0)
 	gdir := filepath.Join(dir, genName(m.Seq))
 	mpath = gdir + manifestSuffix
@@ -181,10 +185,50 @@ func (s *Store) CommitWith(r *Run, keep int, h CommitHooks) (*Generation, error)
 		}
 	}
 	s.at("pruned")
+	if stepErr != nil {
+		errs = append(errs, stepErr)
+	}
 	if len(errs) > 0 {
 		return g, fmt.Errorf("checkpoint: generation %d is committed, but: %w", m.Seq, errors.Join(errs...))
 	}
 	return g, nil
+}
+
+// maxStepBytes bounds what is read of the commit marker.
+const maxStepBytes = 32
+
+// readStep reads the step the task wrote into its commit marker (decimal,
+// surrounding white space ignored): nil for an empty marker, and for one
+// that holds something else, with an error saying so. The directory is
+// frozen, so the task can no longer open the marker by name.
+func readStep(top *os.File) (*int64, error) {
+	fd, err := unix.Openat(int(top.Fd()), CommitMarker, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", CommitMarker, err)
+	}
+	f := os.NewFile(uintptr(fd), CommitMarker)
+	defer f.Close()
+	buf := make([]byte, maxStepBytes+1)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading %s: %w", CommitMarker, err)
+	}
+	text := strings.TrimSpace(string(buf[:n]))
+	if text == "" {
+		return nil, nil
+	}
+	v, perr := strconv.ParseInt(text, 10, 64)
+	if n > maxStepBytes || perr != nil || v < 0 {
+		return nil, fmt.Errorf("%s holds %q, not a step; allowed: nothing, or the training step the checkpoint is of (a decimal integer ≥ 0), which a gang's members restore in common", CommitMarker, clip(text, maxStepBytes))
+	}
+	return &v, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 // nextSeq counts manifests too: one without its directory is what a

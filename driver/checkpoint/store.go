@@ -92,6 +92,9 @@ type Generation struct {
 	CommittedAt time.Time
 	// Trigger is why it was committed, as the caller of Commit said.
 	Trigger string
+	// Step is the training step the task named in its commit marker
+	// (docs/checkpoints.md), nil where it named none.
+	Step *int64
 }
 
 // Discarded is something Prepare or Reattach removed, or found unusable,
@@ -321,6 +324,12 @@ func lockFile(path string) (*os.File, error) {
 // when there is none) and what it discarded. Restoring a generation counts
 // one more resume of the key.
 func (s *Store) Prepare(k Key, uid, gid uint32) (*Run, []Discarded, error) {
+	return s.PrepareWith(k, uid, gid, RestoreNewest)
+}
+
+// PrepareWith is Prepare restoring the generation rule picks: a gang
+// member's run restores its gang's consistent step (RestoreStep).
+func (s *Store) PrepareWith(k Key, uid, gid uint32, rule RestoreRule) (*Run, []Discarded, error) {
 	dir, unlock, err := s.lockKey(k, true)
 	if err != nil {
 		return nil, nil, err
@@ -339,8 +348,7 @@ func (s *Store) Prepare(k Key, uid, gid uint32) (*Run, []Discarded, error) {
 		discarded = append(discarded, Discarded{filepath.Join(dir, stateName), err.Error() + "; counting resumes from 0"})
 	}
 	r := &Run{Key: k, Staging: staging, uid: uid, gid: gid, store: s}
-	if len(gens) > 0 {
-		r.Restore = gens[len(gens)-1]
+	if r.Restore = rule(gens); r.Restore != nil {
 		st.Resumes++
 	}
 	st.Run, st.Key = filepath.Base(staging), &k

@@ -34,6 +34,9 @@ type manifest struct {
 	Seq         int       `json:"seq"`
 	CommittedAt time.Time `json:"committed_at"`
 	Trigger     string    `json:"trigger"`
+	// Step is the training step the task named in its commit marker; nil
+	// when it named none.
+	Step *int64 `json:"step,omitempty"`
 	// UID owns every file of the generation. Prepare hands a generation
 	// only from this uid to another, never a file someone else owns.
 	UID   uint32         `json:"uid"`
@@ -48,7 +51,7 @@ type manifestFile struct {
 }
 
 func (m *manifest) generation(dir string) *Generation {
-	g := &Generation{Seq: m.Seq, Dir: dir, Files: len(m.Files), CommittedAt: m.CommittedAt, Trigger: m.Trigger}
+	g := &Generation{Seq: m.Seq, Dir: dir, Files: len(m.Files), CommittedAt: m.CommittedAt, Trigger: m.Trigger, Step: m.Step}
 	for _, f := range m.Files {
 		g.Bytes += f.Size
 	}

@@ -1,8 +1,9 @@
 // Package preemption is what the gpu driver asks of the Nomad API about the
 // allocations it stops and starts: why one is stopped (preempted, by which
-// allocation; drained; stopped), for its checkpoint's record, and which
+// allocation; drained; stopped), for its checkpoint's record; which
 // allocations a replacement takes over from, to wait for their last
-// checkpoint. It only reads: protecting a preempted job from being
+// checkpoint; and, for a gang's member, its gang's allocations and their
+// nodes (package rendezvous decides what they mean). It only reads: protecting a preempted job from being
 // preempted again at once is the controller's (nomad-gpu controller), the
 // one part of nomad-gpu that changes jobs, so a node's token needs
 // read-job only.

@@ -1,4 +1,4 @@
-package gang
+package rendezvous
 
 import (
 	"cmp"
@@ -13,12 +13,13 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 )
 
-// MemberAlloc is one placed member: its allocation, the position of its
-// task group in the job, and its node's address (the node's attribute
-// unique.network.ip-address). Alloc is never nil.
+// MemberAlloc is one placed member: its allocation (listed with its
+// resources), the position of its task group in the job, and its node's
+// address (the node's attribute unique.network.ip-address). Alloc is
+// never nil.
 type MemberAlloc struct {
 	Group       int
-	Alloc       *api.Allocation
+	Alloc       *api.AllocationListStub
 	NodeAddress string
 }
 
@@ -85,7 +86,7 @@ func allocIndex(name string) int {
 
 // rendezvous is the host address and value of a's port labelled
 // rendezvous ("", 0 when it has none).
-func rendezvous(a *api.Allocation) (string, int) {
+func rendezvous(a *api.AllocationListStub) (string, int) {
 	if a.AllocatedResources == nil {
 		return "", 0
 	}
@@ -109,7 +110,7 @@ func rendezvous(a *api.Allocation) (string, int) {
 
 // gpus counts a's whole GPUs and MIG instances, and the GPUs of its MPS
 // shares once each.
-func gpus(a *api.Allocation) int {
+func gpus(a *api.AllocationListStub) int {
 	if a.AllocatedResources == nil {
 		return 0
 	}
@@ -131,4 +132,26 @@ func gpus(a *api.Allocation) int {
 		}
 	}
 	return len(seen)
+}
+
+// Of is the rank of the allocation allocID; ok is false when it has none.
+func Of(ranks []Rank, allocID string) (r Rank, ok bool) {
+	for _, r := range ranks {
+		if r.AllocID == allocID {
+			return r, true
+		}
+	}
+	return Rank{}, false
+}
+
+// Env is the task environment a member of rank r starts with
+// (contract.EnvGang*), hostfile the path its hostfile is written to.
+func (r Rank) Env(hostfile string) map[string]string {
+	return map[string]string{
+		contract.EnvGangRank:       strconv.Itoa(r.Rank),
+		contract.EnvGangWorldSize:  strconv.Itoa(r.WorldSize),
+		contract.EnvGangMasterAddr: r.MasterAddr,
+		contract.EnvGangMasterPort: strconv.Itoa(r.MasterPort),
+		contract.EnvGangHostfile:   hostfile,
+	}
 }

@@ -1,4 +1,4 @@
-package gang
+package rendezvous
 
 import (
 	"reflect"
@@ -9,8 +9,8 @@ import (
 
 // alloc is a member's allocation named name with devices of type typ
 // holding ids, and ports.
-func alloc(name, typ string, ids []string, ports ...api.PortMapping) *api.Allocation {
-	return &api.Allocation{ID: "id-" + name, Name: name, AllocatedResources: &api.AllocatedResources{
+func alloc(name, typ string, ids []string, ports ...api.PortMapping) *api.AllocationListStub {
+	return &api.AllocationListStub{ID: "id-" + name, Name: name, AllocatedResources: &api.AllocatedResources{
 		Tasks: map[string]*api.AllocatedTaskResources{"train": {Devices: []*api.AllocatedDeviceResource{
 			{Vendor: "nvidia", Type: typ, Name: "H100", DeviceIDs: ids},
 		}}},
@@ -46,9 +46,9 @@ func TestRanks(t *testing.T) {
 			{1, "id-t.w[1]", "t.w[1]", "10.0.0.2", 1, 2, "192.168.1.5", 24001},
 		}},
 		{"a port in the group network, or none: the node's address", []MemberAlloc{
-			{Group: 0, Alloc: &api.Allocation{ID: "a", Name: "t.w[0]", AllocatedResources: &api.AllocatedResources{Shared: api.AllocatedSharedResources{
+			{Group: 0, Alloc: &api.AllocationListStub{ID: "a", Name: "t.w[0]", AllocatedResources: &api.AllocatedResources{Shared: api.AllocatedSharedResources{
 				Networks: []*api.NetworkResource{nil, {DynamicPorts: []api.Port{{Label: "rendezvous", Value: 25000}}}}}}}, NodeAddress: "10.0.0.1"},
-			{Group: 0, Alloc: &api.Allocation{ID: "b", Name: "t.w[1]"}, NodeAddress: "10.0.0.2"},
+			{Group: 0, Alloc: &api.AllocationListStub{ID: "b", Name: "t.w[1]"}, NodeAddress: "10.0.0.2"},
 		}, []Rank{
 			{0, "a", "t.w[0]", "10.0.0.1", 1, 2, "10.0.0.1", 25000},
 			{1, "b", "t.w[1]", "10.0.0.2", 1, 2, "10.0.0.1", 25000},
