@@ -124,13 +124,18 @@ func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
 
 // Step admits a waiting gang that fits, the first in priority then age,
 // and rolls back the admitted ones whose members do not all run in time.
-// It admits one gang a tick: the next one's plan must see the members
-// Nomad places for it. It returns what it decided.
+// It plans one gang a tick at most, so that it asks Nomad the same
+// whatever the queue's length, and admits one: the next one's plan must
+// see the members Nomad places for it. Of the gangs due a plan, the one
+// whose last plan is oldest goes first (one never planned before any),
+// then priority and age: a gang refused while the cluster changes every
+// tick does not keep the others from theirs. It returns what it decided.
 func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad) []Decision {
 	var out []Decision
 	seen := map[JobKey]bool{}
 	free := fmt.Sprint(snap.FreeSlices())
-	admittedNow := false
+	var due []waitingGang
+	kept := false
 	g.census = GangCensus{}
 	for _, k := range gangJobs(snap) {
 		seen[k] = true
@@ -156,19 +161,42 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			continue
 		}
 		g.forgetRun(k)
-		g.keep(ctx, now, k, time.Unix(0, snap.Jobs[k].SubmitTime), n)
+		if !kept {
+			kept = g.keep(ctx, now, k, time.Unix(0, snap.Jobs[k].SubmitTime), n)
+		}
 		if why := neverFits(snap, job, spec); why != "" {
 			out = append(out, g.refuse(k, errors.New(why))...)
 			continue
 		}
-		if !admittedNow {
-			ds := g.admit(ctx, now, free, k, job, spec, n)
-			admittedNow = slices.ContainsFunc(ds, func(d Decision) bool { return d.Kind == "gang-admitted" })
-			out = append(out, ds...)
+		if g.due(now, free, k) {
+			due = append(due, waitingGang{k, job, spec})
 		}
 	}
 	g.forget(seen)
+	if len(due) > 0 {
+		slices.SortStableFunc(due, func(a, b waitingGang) int { return g.refused[a.k].at.Compare(g.refused[b.k].at) })
+		w := due[0]
+		out = append(out, g.admit(ctx, now, free, w.k, w.job, w.spec, n)...)
+	}
 	return out
+}
+
+// waitingGang is a gang due a plan.
+type waitingGang struct {
+	k    JobKey
+	job  *api.Job
+	spec gang.Spec
+}
+
+// due says whether a waiting gang may be planned: not within its back-off,
+// and, refused before, not on the free capacity it was refused on within
+// replanEvery.
+func (g *Gangs) due(now time.Time, free string, k JobKey) bool {
+	if r, ok := g.retry[k]; ok && now.Before(r.at) {
+		return false
+	}
+	p, ok := g.refused[k]
+	return !ok || p.free != free || now.Sub(p.at) >= replanEvery
 }
 
 // count adds a gang to the census.
@@ -209,21 +237,23 @@ func (g *Gangs) forget(seen map[JobKey]bool) {
 
 // keep evaluates a waiting gang again once KeepEvery has passed since it
 // was submitted or last kept, so that Nomad does not garbage-collect it
-// as a dead batch job while it waits.
-func (g *Gangs) keep(ctx context.Context, now time.Time, k JobKey, submitted time.Time, n gangNomad) {
+// as a dead batch job while it waits. It says whether it asked Nomad: a
+// tick keeps one gang at most (a new leader finds every old gang due).
+func (g *Gangs) keep(ctx context.Context, now time.Time, k JobKey, submitted time.Time, n gangNomad) bool {
 	last := submitted
 	if t, ok := g.kept[k]; ok && t.After(last) {
 		last = t
 	}
 	if now.Sub(last) < g.cfg.KeepEvery {
-		return
+		return false
 	}
 	if err := n.evaluate(ctx, k); err != nil {
 		g.log.Warn("gang: evaluating a waiting gang again failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "error", err)
-		return
+		return true
 	}
 	g.kept[k] = now
 	g.log.Debug("gang: evaluated a waiting gang again so that Nomad keeps it", "namespace", k.Namespace, "job", k.ID)
+	return true
 }
 
 // gangJobs are the listed batch jobs whose meta says gang, by priority
@@ -299,12 +329,6 @@ func groupNamed(job *api.Job, name string) *api.TaskGroup {
 // admit plans a waiting gang with every member and, when every one fits,
 // scales its groups up. free is the cluster's free capacity now.
 func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
-	if r, ok := g.retry[k]; ok && now.Before(r.at) {
-		return nil
-	}
-	if p, ok := g.refused[k]; ok && p.free == free && now.Sub(p.at) < replanEvery {
-		return nil
-	}
 	want := withCounts(job, func(tg *api.TaskGroup) (int, bool) {
 		for _, sg := range spec.Groups {
 			if tg.Name != nil && *tg.Name == sg.Name {
@@ -315,6 +339,7 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey,
 	})
 	plan, err := n.plan(ctx, want)
 	if err != nil {
+		g.refused[k] = gangPlan{free: free, at: now}
 		return g.wait(k, "Nomad's plan failed: "+err.Error())
 	}
 	if ok, why := gang.Admit(plan); !ok {

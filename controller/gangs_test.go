@@ -17,10 +17,11 @@ import (
 
 // fakeGangNomad answers plans with fits and records scales.
 type fakeGangNomad struct {
-	fits   bool
-	plans  int
-	scales []string // "group=count@index"
-	evals  int
+	fits    bool
+	plans   int
+	planned []string // the jobs planned, in order
+	scales  []string // "group=count@index"
+	evals   int
 }
 
 func (f *fakeGangNomad) evaluate(context.Context, JobKey) error {
@@ -30,6 +31,7 @@ func (f *fakeGangNomad) evaluate(context.Context, JobKey) error {
 
 func (f *fakeGangNomad) plan(_ context.Context, job *api.Job) (*api.JobPlanResponse, error) {
 	f.plans++
+	f.planned = append(f.planned, *job.ID)
 	for _, tg := range job.TaskGroups {
 		if tg.Count == nil || *tg.Count != 2 {
 			return nil, errors.New("planned with a count other than the members")
@@ -344,6 +346,46 @@ func TestGangCensus(t *testing.T) {
 		g.Step(context.Background(), time.Unix(1001, 0), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(tc.count)), n)
 		if got := g.Census(); got != tc.want {
 			t.Errorf("%s: census %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// One plan a tick at most, however many gangs wait: never-planned gangs
+// first in priority order, then the one whose last plan is oldest, so a
+// gang refused while the cluster changes keeps none of the others from
+// theirs.
+func TestGangPlansOneATick(t *testing.T) {
+	snap := &nomadview.Snapshot{Jobs: map[JobKey]*api.JobListStub{}}
+	specs := map[JobKey]*api.Job{}
+	for i, id := range []string{"low", "high", "mid"} {
+		k := JobKey{Namespace: "default", ID: id}
+		snap.Jobs[k] = &api.JobListStub{ID: id, Namespace: "default", Type: "batch", Priority: []int{30, 90, 60}[i],
+			Meta: map[string]string{"nomad_gpu_gang": "true"}}
+		job := gangSpecJob(0)
+		job.ID = new(id)
+		specs[k] = job
+	}
+	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: false}
+	t0 := time.Unix(1000, 0)
+	for tick := range 5 {
+		// A minute apart: every refused gang is due again each tick.
+		g.Step(context.Background(), t0.Add(time.Duration(tick)*replanEvery), snap, specsOf(specs), n)
+		if n.plans != tick+1 {
+			t.Fatalf("tick %d: %d plans in all, want one a tick", tick, n.plans)
+		}
+	}
+	if want := []string{"high", "mid", "low", "high", "mid"}; !slices.Equal(n.planned, want) {
+		t.Errorf("planned %v, want %v", n.planned, want)
+	}
+
+	// A new leader finds every gang due to be kept from Nomad's garbage
+	// collection: it keeps one a tick.
+	g, n = NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: false}
+	late := time.Unix(0, 0).Add(10 * time.Hour)
+	for tick, want := range []int{1, 2, 3, 3} {
+		g.Step(context.Background(), late.Add(time.Duration(tick)*time.Second), snap, specsOf(specs), n)
+		if n.evals != want {
+			t.Errorf("tick %d: %d evaluations in all, want %d", tick, n.evals, want)
 		}
 	}
 }
