@@ -67,7 +67,11 @@ type Controller struct {
 	specs    specCache
 	log      hclog.Logger
 	metrics  *Metrics
-	now      func() time.Time
+	// gangsWritten is the gang status last written (GangsVariable), once
+	// gangsWrote: the leader writes it when it changes.
+	gangsWritten []GangStatus
+	gangsWrote   bool
+	now          func() time.Time
 }
 
 // New is a replica talking to Nomad through c.
@@ -192,6 +196,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 			c.decided(d)
 		}
 		c.metrics.gangCensus(c.gangs.Census())
+		c.writeGangs(ctx)
 	}
 	c.relayout(ctx, now, view.Snap)
 	c.replaceRefused(ctx, now, view.Snap)

@@ -84,8 +84,17 @@ type Gangs struct {
 	refused map[JobKey]gangPlan
 	// kept is when this leader last evaluated each waiting gang again.
 	kept map[JobKey]time.Time
-	// census is what the last Step saw.
-	census GangCensus
+	// census is what the last Step saw; statuses the same gang by gang,
+	// in the queue's order.
+	census   GangCensus
+	statuses []GangStatus
+	// since is when each gang reached its state.
+	since map[JobKey]gangSince
+}
+
+type gangSince struct {
+	state string
+	at    time.Time
 }
 
 // GangCensus counts the gangs a Step saw, and their members.
@@ -100,6 +109,28 @@ type GangCensus struct {
 
 // Census is what the last Step saw.
 func (g *Gangs) Census() GangCensus { return g.census }
+
+// Statuses are what the last Step saw of each gang, in the queue's order.
+func (g *Gangs) Statuses() []GangStatus { return g.statuses }
+
+// note records the gangs' statuses of a Step, once its decisions are made:
+// a waiting or invalid gang's reason is the one last decided.
+func (g *Gangs) note(now time.Time, rows []GangStatus) {
+	g.statuses = g.statuses[:0:0]
+	for _, st := range rows {
+		k := JobKey{Namespace: st.Namespace, ID: st.Job}
+		if st.State == "waiting" || st.State == "invalid" {
+			st.Reason = g.waiting[k]
+		}
+		s, ok := g.since[k]
+		if !ok || s.state != st.State {
+			s = gangSince{st.State, now}
+			g.since[k] = s
+		}
+		st.Since = s.at
+		g.statuses = append(g.statuses, st)
+	}
+}
 
 type gangPlan struct {
 	free string
@@ -119,7 +150,8 @@ type gangRetry struct {
 // NewGangs is the module with its bounds.
 func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
 	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, admittedAt: map[JobKey]uint64{}, ranWhole: map[JobKey]bool{},
-		retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}, refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{}}
+		retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}, refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{},
+		since: map[JobKey]gangSince{}}
 }
 
 // Step admits a waiting gang that fits, the first in priority then age,
@@ -135,6 +167,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	seen := map[JobKey]bool{}
 	free := fmt.Sprint(snap.FreeSlices())
 	var due []waitingGang
+	var rows []GangStatus
 	kept := false
 	g.census = GangCensus{}
 	for _, k := range gangJobs(snap) {
@@ -150,10 +183,12 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			continue
 		case err != nil:
 			out = append(out, g.refuse(k, err)...)
+			rows = append(rows, GangStatus{Namespace: k.Namespace, Job: k.ID, State: "invalid", Wanted: spec.Members()})
 			continue
 		}
-		g.count(snap, k, job, spec)
+		row := g.count(snap, k, job, spec)
 		if admitted(job, spec) {
+			rows = append(rows, row)
 			if r, ok := g.retry[k]; ok && now.Before(r.at) {
 				continue // scaled to 0 within this back-off: the spec read predates it
 			}
@@ -166,8 +201,11 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		}
 		if why := neverFits(snap, job, spec); why != "" {
 			out = append(out, g.refuse(k, errors.New(why))...)
+			row.State = "invalid"
+			rows = append(rows, row)
 			continue
 		}
+		rows = append(rows, row)
 		if g.due(now, free, k) {
 			due = append(due, waitingGang{k, job, spec})
 		}
@@ -178,6 +216,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		w := due[0]
 		out = append(out, g.admit(ctx, now, free, w.k, w.job, w.spec, n)...)
 	}
+	g.note(now, rows)
 	return out
 }
 
@@ -199,29 +238,34 @@ func (g *Gangs) due(now time.Time, free string, k JobKey) bool {
 	return !ok || p.free != free || now.Sub(p.at) >= replanEvery
 }
 
-// count adds a gang to the census.
-func (g *Gangs) count(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.Spec) {
+// count adds a gang to the census and says what it is doing (its
+// reason and since are filled in later, by note).
+func (g *Gangs) count(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.Spec) GangStatus {
 	c := &g.census
-	c.Wanted += spec.Members()
+	st := GangStatus{Namespace: k.Namespace, Job: k.ID, State: "waiting", Wanted: spec.Members()}
+	c.Wanted += st.Wanted
 	if !admitted(job, spec) {
 		c.Waiting++
-		return
+		return st
 	}
 	all := true
 	for _, m := range gangMembers(snap, k, spec, g.admittedAt[k]) {
 		if m.Placed || m.Running {
-			c.Placed++
+			st.Placed++
 		}
 		if m.Running {
-			c.MembersRunning++
+			st.Running++
 		}
 		all = all && (m.Running || m.Done)
 	}
-	if all {
+	c.Placed, c.MembersRunning = c.Placed+st.Placed, c.MembersRunning+st.Running
+	if st.State = "placing"; all {
+		st.State = "running"
 		c.Running++
 	} else {
 		c.Placing++
 	}
+	return st
 }
 
 // forget drops the state of gangs no longer listed.
@@ -233,6 +277,7 @@ func (g *Gangs) forget(seen map[JobKey]bool) {
 	maps.DeleteFunc(g.waiting, func(k JobKey, _ string) bool { return !seen[k] })
 	maps.DeleteFunc(g.refused, func(k JobKey, _ gangPlan) bool { return !seen[k] })
 	maps.DeleteFunc(g.kept, func(k JobKey, _ time.Time) bool { return !seen[k] })
+	maps.DeleteFunc(g.since, func(k JobKey, _ gangSince) bool { return !seen[k] })
 }
 
 // keep evaluates a waiting gang again once KeepEvery has passed since it

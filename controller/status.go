@@ -13,8 +13,8 @@ import (
 )
 
 // Status is what an operator asks of the controller (nomad-gpu top): who
-// leads, and which jobs run, or will run, above their own priority, why
-// and until when. It is read from Nomad, not from a replica.
+// leads, which jobs run, or will run, above their own priority, why and
+// until when, what it moved, and what its gangs are doing. It is read from Nomad, not from a replica.
 type Status struct {
 	// Leading says a replica holds the leader lock; Leader is the name it
 	// gave itself ("" when none leads, or it gave none).
@@ -32,6 +32,9 @@ type Status struct {
 	// Hold is the node the leader made ineligible while work moved off
 	// it is placed elsewhere; nil when none is.
 	Hold *Hold `json:"hold,omitempty"`
+	// Gangs are what each gang was doing at the leader's last change of
+	// them, in the queue's order.
+	Gangs []GangStatus `json:"gangs,omitempty"`
 }
 
 // JobRaise is one raise of one job.
@@ -82,6 +85,9 @@ func ReadStatus(ctx context.Context, c *api.Client, namespace string, now time.T
 		return st, err
 	}
 	if st.Moves, st.Hold, err = LoadMoves(ctx, c, namespace); err != nil {
+		return st, err
+	}
+	if st.Gangs, err = LoadGangs(ctx, c, namespace); err != nil {
 		return st, err
 	}
 	return st, nil

@@ -329,6 +329,26 @@ func writeController(b *strings.Builder, v *View, width int) {
 	}
 	writeRaises(b, c.Raises, width)
 	writeMoves(b, c.Moves, width)
+	writeGangs(b, c.Gangs, v.GeneratedAt, width)
+}
+
+// writeGangs is the gangs: their state, members placed and running of
+// those wanted, since when, and why one waits.
+func writeGangs(b *strings.Builder, gangs []controller.GangStatus, now time.Time, width int) {
+	if len(gangs) == 0 {
+		return
+	}
+	t := &textTable{indent: "  ", cols: []column{
+		{head: "GANG", want: 24, min: 10}, {head: "STATE"}, {head: "PLACED", right: true}, {head: "RUNNING", right: true}, {head: "FOR", right: true}, {head: "WHY", want: 40, min: 10},
+	}}
+	for _, g := range gangs {
+		since := "-"
+		if !g.Since.IsZero() && !now.IsZero() {
+			since = FormatWait(int64(max(0, now.Sub(g.Since).Seconds())))
+		}
+		t.add("", withNamespace(g.Namespace, g.Job), g.State, fmt.Sprintf("%d/%d", g.Placed, g.Wanted), fmt.Sprintf("%d/%d", g.Running, g.Wanted), since, g.Reason)
+	}
+	t.write(b, width)
 }
 
 // holdText says what the controller holds, and why.

@@ -225,6 +225,10 @@ func TestWriteController(t *testing.T) {
 			Stop: &controller.MoveRecord{Alloc: "9a8b7c6d-0000"}}, Moves: []controller.MoveRecord{
 			{At: until, Namespace: "default", Job: "infer-2", Alloc: "1a2b3c4d-0000", Shares: 2, SharesPerGPU: 8, From: "gpu-1", For: "to relieve GPU-4 on gpu-1 at 92% (above 80% for 5m0s)"},
 		}}}, []string{"GPU GPU-4 on gpu-1 held since 04:01:20: alloc 9a8b7c6d moves off it", "infer-2", "2/8", "to relieve GPU-4 on gpu-1 at 92%"}, []string{"held ineligible"}},
+		{"gangs", View{GeneratedAt: until.Add(90 * time.Second), Controller: &controller.Status{Leading: true, Gangs: []controller.GangStatus{
+			{Namespace: "default", Job: "torchrun", State: "placing", Wanted: 2, Placed: 2, Running: 1, Since: until},
+			{Namespace: "ml", Job: "mpi", State: "waiting", Wanted: 3, Reason: `group "rank": resources (devices: no devices match request on 3)`, Since: until.Add(time.Minute)},
+		}}}, []string{"GANG", "torchrun", "placing", "2/2", "1/2", "1m30s", "ml:mpi", "waiting", "0/3", "30s", "resources (devices: no devices match"}, []string{"MOVED"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

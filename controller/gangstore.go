@@ -1,0 +1,92 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// GangsVariable is where the gang module tells people (`nomad-gpu top`)
+// what each gang is doing, in the controller's namespace: item GangsItem
+// holds the GangStatus of every gang the leader saw at its last tick, as
+// JSON. The leader writes it when it changes, not every tick; nothing
+// reads it back to decide (a new leader plans from Nomad's state).
+const (
+	GangsVariable  = "nomad-gpu/gangs"
+	GangsItem      = "gangs"
+	maxGangRecords = 200
+)
+
+// GangStatus is what one gang is doing.
+type GangStatus struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	// State is waiting (at count 0), placing (admitted, a member not
+	// running), running (every member running) or invalid (its spec
+	// breaks a rule, or a member never fits).
+	State string `json:"state"`
+	// Wanted are its members; Placed those holding GPUs (running or
+	// not); Running those running.
+	Wanted  int `json:"wanted"`
+	Placed  int `json:"placed"`
+	Running int `json:"running"`
+	// Reason is why it waits or is invalid ("" otherwise).
+	Reason string `json:"reason,omitempty"`
+	// Since is when it reached State, as this leader saw it.
+	Since time.Time `json:"since"`
+}
+
+// LoadGangs reads the gangs' status; none when the variable is missing.
+func LoadGangs(ctx context.Context, c *api.Client, namespace string) ([]GangStatus, error) {
+	v, _, err := c.Variables().Read(GangsVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+	if nomadview.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", GangsVariable, err)
+	}
+	var out []GangStatus
+	if raw := v.Items[GangsItem]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &out); err != nil {
+			return nil, fmt.Errorf("%s: item %q: %v", GangsVariable, GangsItem, err)
+		}
+	}
+	return out, nil
+}
+
+// putGangs writes the gangs' status, whole (the leader is the one
+// writer); past maxGangRecords, the waiting gangs last in the queue are
+// left out.
+func putGangs(ctx context.Context, c *api.Client, namespace string, gangs []GangStatus) error {
+	b, err := json.Marshal(gangs[:min(len(gangs), maxGangRecords)])
+	if err != nil {
+		return err
+	}
+	v := &api.Variable{Namespace: namespace, Path: GangsVariable, Items: api.VariableItems{GangsItem: string(b)}}
+	if _, _, err := c.Variables().Update(v, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("writing %s: %w", GangsVariable, err)
+	}
+	return nil
+}
+
+// writeGangs writes the gang module's statuses when they changed since
+// the last write.
+func (c *Controller) writeGangs(ctx context.Context) {
+	st := c.gangs.Statuses()
+	if c.gangsWrote && slices.Equal(st, c.gangsWritten) {
+		return
+	}
+	if err := putGangs(ctx, c.api, c.cfg.Namespace, st); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("gang status not written; tried on the next tick", "error", err)
+		}
+		return
+	}
+	c.gangsWritten, c.gangsWrote = slices.Clone(st), true
+}
