@@ -82,8 +82,8 @@ func maxTime(a, b time.Time) time.Time {
 // whose due time is a guess would hold GPUs idle for nothing.
 func Choose(nodes []NodeOutlook, members, per int, now time.Time) (Reservation, bool) {
 	type ready struct {
-		id string
-		at time.Time
+		id   string
+		at   time.Time
 		free int // GPUs free now
 	}
 	var rs []ready
