@@ -271,9 +271,11 @@ func TestGangLifecycle(t *testing.T) {
 		t.Logf("preempted at step %d, resumed from step %d", reached, restored[0])
 	})
 
-	if d := watch.longestPartial(); d > 30*time.Second+2*time.Second {
+	d := watch.longestPartial()
+	if d > 30*time.Second+2*time.Second {
 		t.Errorf("a member ran for %s while another was not placed; the bound is 30s", d)
 	}
+	t.Logf("longest a member ran while another was not placed: %s (sampled every second)", d)
 	c.StopJob(t, "train", true)
 }
 
