@@ -34,6 +34,22 @@ func GangMembers(v string) (int, error) {
 	return n, nil
 }
 
+// A reservation's placeholder (docs/design/gangs.md, reservations): a job
+// of the controller's, ReservationJobPrefix + the gang's job ID, in the
+// gang's namespace, whose meta MetaReservationFor names the gang. Its
+// allocations hold the kept GPUs; the controller's other modules leave it
+// alone.
+const (
+	ReservationJobPrefix = "nomad-gpu-reserve-"
+	MetaReservationFor   = "nomad_gpu_reservation_for"
+	// MetaReservationOwnPriority, job meta of a gang admitted on its
+	// reservation, is the gang's own priority: the controller admits it
+	// raised above the placeholder and restores this once every member is
+	// placed (a new leader too). The key stays: a change of meta would
+	// replace the members.
+	MetaReservationOwnPriority = "nomad_gpu_reservation_own_priority"
+)
+
 // Task environment the gpu driver sets for a member of a gang.
 const (
 	// EnvGangRank is 0 … world size − 1: the members in the job's group

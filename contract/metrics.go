@@ -156,6 +156,7 @@ const (
 	// Gangs (docs/controller.md, gangs).
 	MetricControllerGangs       = "nomad_gpu_controller_gangs"
 	MetricControllerGangMembers = "nomad_gpu_controller_gang_members"
+	MetricControllerReserveIdle = "nomad_gpu_controller_reservation_idle_gpu_seconds_total"
 	LabelGangState              = "state" // gangs: waiting, placing, running; members: wanted, placed, running
 )
 
@@ -163,7 +164,7 @@ const (
 func ControllerMetrics() []Metric {
 	return []Metric{
 		{MetricControllerLeader, Gauge, "1 while this replica holds the leader lock and acts, 0 while it follows.", nil},
-		{MetricControllerDecisions, Counter, "Decisions of the leader by kind: protection-pending, protected, protection-dropped, protection-over, min-runtime, min-runtime-over, min-runtime-skipped, deadline-raised, deadline-restored, resized, raised, restored, hand-change, moved, replaced, gang-admitted, gang-waiting, gang-invalid, gang-rolled-back, gang-requeued.", []string{LabelKind}},
+		{MetricControllerDecisions, Counter, "Decisions of the leader by kind: protection-pending, protected, protection-dropped, protection-over, min-runtime, min-runtime-over, min-runtime-skipped, deadline-raised, deadline-restored, resized, raised, restored, hand-change, moved, replaced, gang-admitted, gang-waiting, gang-invalid, gang-rolled-back, gang-requeued, reserved, reservation-ended, reservation-expired.", []string{LabelKind}},
 		{MetricControllerLastTick, Gauge, "When the leader last read the cluster and ran its modules, in seconds since the epoch; absent on a follower that never led.", nil},
 		{MetricControllerLedgerWrite, Counter, "Writes (and deletes) of priority ledger variables by this replica.", nil},
 		{MetricControllerNomadCalls, Counter, "Nomad API list requests of the leader's watches of the cluster, by list.", []string{LabelEndpoint}},
@@ -172,6 +173,7 @@ func ControllerMetrics() []Metric {
 		{MetricControllerMoves, Counter, "Allocations the leader stopped so that Nomad places them again elsewhere, by reason (consolidate: to free a node for a queued multi-GPU allocation).", []string{LabelMoveReason}},
 		{MetricControllerGangs, Gauge, "Gangs the leader saw at its last tick, by state: waiting (at count 0, not admitted), placing (admitted, not every member running), running (every member running).", []string{LabelGangState}},
 		{MetricControllerGangMembers, Gauge, "Members of the gangs the leader saw at its last tick: wanted (every gang's members), placed (holding GPUs, running or not), running.", []string{LabelGangState}},
+		{MetricControllerReserveIdle, Counter, "GPU-seconds a reservation's placeholder held idle for the gang at the head of the queue: its running allocations (one GPU each) times the time they ran.", nil},
 		{MetricControllerMoveGPUSeconds, Counter, "GPU-seconds spent moving: for each moved allocation, the GPUs it held times the time from its stop to its job running again (counted when it runs again).", nil},
 	}
 }

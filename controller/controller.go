@@ -133,6 +133,7 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	if c.cfg.Gangs != nil {
 		c.gangs = NewGangs(*c.cfg.Gangs, c.log.Named("gangs"))
+		c.gangs.CountIdle(c.metrics.reservationIdle)
 	}
 	w := c.watcher()
 	defer w.Close()

@@ -38,6 +38,9 @@ type GangConfig struct {
 	// it and its newest evaluation are older than the servers'
 	// job_gc_threshold (4h by default): a fresh evaluation keeps it.
 	KeepEvery time.Duration
+	// Reserve bounds reservations for the gang at the head of the queue;
+	// nil: none.
+	Reserve *ReserveConfig
 }
 
 // DefaultGangConfig is what the controller's flags default to.
@@ -54,6 +57,10 @@ type gangNomad interface {
 	scale(ctx context.Context, k JobKey, group string, count int, index uint64, why string) (uint64, error)
 	// evaluate asks Nomad for a new evaluation of the job.
 	evaluate(ctx context.Context, k JobKey) error
+	// register registers a job (a placeholder; a gang raised or
+	// restored); index, when not 0, must be the job's modify index still.
+	register(ctx context.Context, job *api.Job, index uint64) (*api.JobRegisterResponse, *api.WriteMeta, error)
+	deregister(ctx context.Context, k JobKey) error
 }
 
 // Gangs is the gang module's state. Only the leader's loop uses it.
@@ -90,6 +97,8 @@ type Gangs struct {
 	statuses []GangStatus
 	// since is when each gang reached its state.
 	since map[JobKey]gangSince
+	// reserver keeps nodes for the head of the queue; nil when off.
+	reserver *reserver
 }
 
 type gangSince struct {
@@ -149,9 +158,21 @@ type gangRetry struct {
 
 // NewGangs is the module with its bounds.
 func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
-	return &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, admittedAt: map[JobKey]uint64{}, ranWhole: map[JobKey]bool{},
+	g := &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, admittedAt: map[JobKey]uint64{}, ranWhole: map[JobKey]bool{},
 		retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}, refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{},
 		since: map[JobKey]gangSince{}}
+	if cfg.Reserve != nil {
+		g.reserver = &reserver{cfg: *cfg.Reserve, resting: map[JobKey]time.Time{}, idle: func(float64) {}, ends: forecastEnds}
+	}
+	return g
+}
+
+// CountIdle hands count the GPU-seconds reservations hold idle, as they
+// pass.
+func (g *Gangs) CountIdle(count func(gpuSeconds float64)) {
+	if g.reserver != nil {
+		g.reserver.idle = count
+	}
 }
 
 // Step admits a waiting gang that fits, the first in priority then age,
@@ -166,7 +187,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	var out []Decision
 	seen := map[JobKey]bool{}
 	free := fmt.Sprint(snap.FreeSlices())
-	var due []waitingGang
+	var due, waiting []waitingGang
 	var rows []GangStatus
 	kept := false
 	g.census = GangCensus{}
@@ -193,6 +214,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 				continue // scaled to 0 within this back-off: the spec read predates it
 			}
 			out = append(out, g.check(ctx, now, snap, k, job, spec, n)...)
+			out = append(out, g.restorePriority(ctx, k, job, row, n)...)
 			continue
 		}
 		g.forgetRun(k)
@@ -206,12 +228,19 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			continue
 		}
 		rows = append(rows, row)
+		waiting = append(waiting, waitingGang{k, job, spec})
 		if g.due(now, free, k) {
 			due = append(due, waitingGang{k, job, spec})
 		}
 	}
 	g.forget(seen)
-	if len(due) > 0 {
+	planned := false
+	if g.reserver != nil {
+		var ds []Decision
+		ds, planned = g.reserve(ctx, now, snap, free, waiting, n)
+		out = append(out, ds...)
+	}
+	if len(due) > 0 && !planned {
 		slices.SortStableFunc(due, func(a, b waitingGang) int { return g.refused[a.k].at.Compare(g.refused[b.k].at) })
 		w := due[0]
 		out = append(out, g.admit(ctx, now, free, w.k, w.job, w.spec, n)...)
@@ -351,6 +380,18 @@ func withCounts(job *api.Job, count func(*api.TaskGroup) (int, bool)) *api.Job {
 	return &cp
 }
 
+// membersOf gives each of spec's groups its members (withCounts).
+func membersOf(spec gang.Spec) func(*api.TaskGroup) (int, bool) {
+	return func(tg *api.TaskGroup) (int, bool) {
+		for _, sg := range spec.Groups {
+			if tg.Name != nil && *tg.Name == sg.Name {
+				return sg.Members, true
+			}
+		}
+		return 0, false
+	}
+}
+
 // admitted says whether every group of the gang has its members.
 func admitted(job *api.Job, spec gang.Spec) bool {
 	for _, sg := range spec.Groups {
@@ -374,15 +415,7 @@ func groupNamed(job *api.Job, name string) *api.TaskGroup {
 // admit plans a waiting gang with every member and, when every one fits,
 // scales its groups up. free is the cluster's free capacity now.
 func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
-	want := withCounts(job, func(tg *api.TaskGroup) (int, bool) {
-		for _, sg := range spec.Groups {
-			if tg.Name != nil && *tg.Name == sg.Name {
-				return sg.Members, true
-			}
-		}
-		return 0, false
-	})
-	plan, err := n.plan(ctx, want)
+	plan, err := n.plan(ctx, withCounts(job, membersOf(spec)))
 	if err != nil {
 		g.refused[k] = gangPlan{free: free, at: now}
 		return g.wait(k, "Nomad's plan failed: "+err.Error())
@@ -546,6 +579,22 @@ func (n nomadGangs) plan(ctx context.Context, job *api.Job) (*api.JobPlanRespons
 	}
 	resp, _, err := n.c.Jobs().Plan(job, false, (&api.WriteOptions{Namespace: ns}).WithContext(ctx))
 	return resp, err
+}
+
+func (n nomadGangs) register(ctx context.Context, job *api.Job, index uint64) (*api.JobRegisterResponse, *api.WriteMeta, error) {
+	q := (&api.WriteOptions{Namespace: *job.Namespace}).WithContext(ctx)
+	if index != 0 {
+		return n.c.Jobs().EnforceRegister(job, index, q)
+	}
+	return n.c.Jobs().Register(job, q)
+}
+
+func (n nomadGangs) deregister(ctx context.Context, k JobKey) error {
+	_, _, err := n.c.Jobs().Deregister(k.ID, true, (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx))
+	if nomadview.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 func (n nomadGangs) evaluate(ctx context.Context, k JobKey) error {

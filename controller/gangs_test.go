@@ -21,7 +21,12 @@ type fakeGangNomad struct {
 	plans   int
 	planned []string // the jobs planned, in order
 	scales  []string // "group=count@index"
-	evals   int
+	// registered and deregistered are the placeholder jobs.
+	registered   []*api.Job
+	deregistered []string
+	// preempts are what a plan says it would preempt.
+	preempts []*api.AllocationListStub
+	evals    int
 }
 
 func (f *fakeGangNomad) evaluate(context.Context, JobKey) error {
@@ -37,11 +42,21 @@ func (f *fakeGangNomad) plan(_ context.Context, job *api.Job) (*api.JobPlanRespo
 			return nil, errors.New("planned with a count other than the members")
 		}
 	}
-	resp := &api.JobPlanResponse{JobModifyIndex: 7}
+	resp := &api.JobPlanResponse{JobModifyIndex: 7, Annotations: &api.PlanAnnotations{PreemptedAllocs: f.preempts}}
 	if !f.fits {
 		resp.FailedTGAllocs = map[string]*api.AllocationMetric{"worker": {NodesEvaluated: 3, NodesExhausted: 3}}
 	}
 	return resp, nil
+}
+
+func (f *fakeGangNomad) register(_ context.Context, job *api.Job, _ uint64) (*api.JobRegisterResponse, *api.WriteMeta, error) {
+	f.registered = append(f.registered, job)
+	return &api.JobRegisterResponse{}, nil, nil
+}
+
+func (f *fakeGangNomad) deregister(_ context.Context, k JobKey) error {
+	f.deregistered = append(f.deregistered, k.ID)
+	return nil
 }
 
 func (f *fakeGangNomad) scale(_ context.Context, _ JobKey, group string, count int, index uint64, _ string) (uint64, error) {

@@ -26,6 +26,7 @@ type Metrics struct {
 	moveCost  prometheus.Counter
 	gangs     *prometheus.GaugeVec
 	members   *prometheus.GaugeVec
+	reserve   prometheus.Counter
 	ticked    sync.Once // registers lastTick with the first tick
 }
 
@@ -39,6 +40,7 @@ func NewMetrics() *Metrics {
 	relaid, applied := find(contract.MetricControllerLayoutChanges), find(contract.MetricControllerLayoutApplied)
 	moves, moveCost := find(contract.MetricControllerMoves), find(contract.MetricControllerMoveGPUSeconds)
 	gangs, members := find(contract.MetricControllerGangs), find(contract.MetricControllerGangMembers)
+	reserve := find(contract.MetricControllerReserveIdle)
 	m := &Metrics{
 		reg:       prometheus.NewRegistry(),
 		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: leader.Name, Help: leader.Help}),
@@ -58,8 +60,9 @@ func NewMetrics() *Metrics {
 		moveCost: prometheus.NewCounter(prometheus.CounterOpts{Name: moveCost.Name, Help: moveCost.Help}),
 		gangs:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: gangs.Name, Help: gangs.Help}, gangs.Labels),
 		members:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: members.Name, Help: members.Help}, members.Labels),
+		reserve:  prometheus.NewCounter(prometheus.CounterOpts{Name: reserve.Name, Help: reserve.Help}),
 	}
-	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost, m.gangs, m.members)
+	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost, m.gangs, m.members, m.reserve)
 	return m
 }
 
@@ -104,6 +107,9 @@ func (m *Metrics) gangCensus(c GangCensus) {
 		m.members.WithLabelValues(state).Set(float64(n))
 	}
 }
+
+// reservationIdle adds GPU-seconds a reservation held idle.
+func (m *Metrics) reservationIdle(s float64) { m.reserve.Add(s) }
 
 // tick records a leader's tick; the series appears with the first.
 func (m *Metrics) tick(at time.Time) {

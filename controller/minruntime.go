@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
 )
 
 // MetaMinRuntime is the job meta key that sets a job's minimum runtime (a
@@ -53,7 +55,7 @@ func (m *MinRuntime) Step(now time.Time, v View, l *Ledger) []Decision {
 			m.warned[k] = job.Meta[MetaMinRuntime]
 			out = append(out, Decision{"min-runtime-skipped", k, err.Error()})
 		}
-		if job == nil || started.IsZero() || minimum <= 0 || !now.Before(started.Add(minimum)) {
+		if job == nil || job.Meta[contract.MetaReservationFor] != "" || started.IsZero() || minimum <= 0 || !now.Before(started.Add(minimum)) {
 			continue
 		}
 		key := minRuntimeKey + a.ID

@@ -469,6 +469,8 @@ func (m *Mover) movableWhy(ctx context.Context, now time.Time, v View, l *Ledger
 		return "not a batch job (services are not moved)"
 	case job.Meta[contract.MetaGang] == "true":
 		return "a gang's member (moving one restarts the whole gang)"
+	case job.Meta[contract.MetaReservationFor] != "":
+		return "a reservation's placeholder"
 	case !m.optedIn(v, job, a):
 		return fmt.Sprintf("not opted in (job meta %s, or a node pool of -move-pools)", MetaMovable)
 	case budget <= 0:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -40,7 +41,7 @@ func ViewOf(snap *nomadview.Snapshot) View {
 // Decision is one thing a module decided, logged with its reason and
 // counted by kind.
 type Decision struct {
-	Kind   string // "protection-pending", "protected", "protection-dropped", "protection-over", "deadline-raised", "deadline-restored", "resized", "raised", "restored", "hand-change", "moved", "replaced", "gang-admitted", "gang-waiting", "gang-invalid", "gang-rolled-back", "gang-requeued"
+	Kind   string // "protection-pending", "protected", "protection-dropped", "protection-over", "deadline-raised", "deadline-restored", "resized", "raised", "restored", "hand-change", "moved", "replaced", "gang-admitted", "gang-waiting", "gang-invalid", "gang-rolled-back", "gang-requeued", "reserved", "reservation-ended", "reservation-expired"
 	Job    JobKey
 	Reason string
 }
@@ -74,8 +75,8 @@ func (p *Protector) Step(now time.Time, v View, l *Ledger) []Decision {
 func (p *Protector) preempted(v View, l *Ledger, a *api.AllocationListStub) []Decision {
 	k := JobKey{Namespace: a.Namespace, ID: a.JobID}
 	job := v.Jobs[k]
-	if job == nil || slices.Contains(l.Peek(k).Handled, a.ID) {
-		return nil
+	if job == nil || job.Meta[contract.MetaReservationFor] != "" || slices.Contains(l.Peek(k).Handled, a.ID) {
+		return nil // a reservation's placeholder is preempted freely
 	}
 	by := v.Allocs[a.PreemptedByAllocation]
 	var byJob *api.JobListStub

@@ -10,8 +10,9 @@ import (
 
 // gangFlags are the gang module's flags.
 type gangFlags struct {
-	on     bool
-	config controller.GangConfig
+	on, reserve bool
+	config      controller.GangConfig
+	reserveCfg  controller.ReserveConfig
 }
 
 func (g *gangFlags) add(fs *flag.FlagSet) {
@@ -21,6 +22,8 @@ func (g *gangFlags) add(fs *flag.FlagSet) {
 	fs.DurationVar(&g.config.RetryMin, "gang-retry", d.RetryMin, "the first wait before a rolled-back gang is planned again; it doubles up to an hour")
 	fs.DurationVar(&g.config.KeepEvery, "gang-keep", d.KeepEvery, "how often a waiting gang is evaluated again so that Nomad does not garbage-collect it as a dead batch job: keep it below the servers' job_gc_threshold (4h by default)")
 	g.config.RetryMax = d.RetryMax
+	fs.BoolVar(&g.reserve, "reservations", false, "keep the nodes expected to free soonest for the gang at the head of the queue, with a placeholder job one above its priority (docs/controller.md, reservations); off until the autoscaler leaves placeholders out")
+	fs.DurationVar(&g.reserveCfg.MaxHold, "reserve-max-hold", controller.DefaultReserveConfig().MaxHold, "the longest a reservation holds; its gang is not kept again for as long")
 }
 
 // gangs checks the flags; nil when -gangs=false.
@@ -37,5 +40,12 @@ func (g *gangFlags) gangs() (*controller.GangConfig, error) {
 		return nil, fmt.Errorf("-gang-keep: %s; allowed: 1s to 24h", g.config.KeepEvery)
 	}
 	c := g.config
+	if g.reserve {
+		if g.reserveCfg.MaxHold < time.Minute || g.reserveCfg.MaxHold > 24*time.Hour {
+			return nil, fmt.Errorf("-reserve-max-hold: %s; allowed: 1m to 24h", g.reserveCfg.MaxHold)
+		}
+		r := g.reserveCfg
+		c.Reserve = &r
+	}
 	return &c, nil
 }

@@ -1,0 +1,428 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller/gang"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// Reservations (docs/design/gangs.md, reservations). When the gang at the
+// head of the queue was refused by Nomad's plan, the leader keeps for it
+// the nodes expected to free soonest (gang.Choose, on the sizer's runtime
+// forecasts) with a placeholder job of its own: 1-GPU allocations pinned
+// to those nodes, one above the gang's priority, so that each GPU that
+// frees there goes to the placeholder before the queue (measured: at the
+// gang's own priority the older queue goes first). Once the placeholder
+// holds every GPU the members need, the leader raises the gang ten above
+// the placeholder (a ledger raise, "reservation") and admits it: its plan
+// preempts the placeholder's allocations, and nothing else (checked), so
+// the GPUs pass from one to the other in one plan, with no window for the
+// queue. (Measured: stopping the placeholder and scaling the gang at once
+// lost a member's node to a small job submitted in between.) Once every
+// member is placed the placeholder is stopped and the raise ended. This
+// needs Nomad's preemption on for batch jobs; where a raised plan does
+// not place the gang, the leader stops the placeholder and admits it
+// anyway, racing the queue. One reservation at a time, held MaxHold at
+// most.
+
+// ReserveConfig bounds reservations.
+type ReserveConfig struct {
+	// MaxHold is the longest a reservation holds; its gang is not kept
+	// again for as long.
+	MaxHold time.Duration
+}
+
+// DefaultReserveConfig is what the controller's flags default to.
+func DefaultReserveConfig() ReserveConfig { return ReserveConfig{MaxHold: time.Hour} }
+
+// reservation is the one the leader holds.
+type reservation struct {
+	gang JobKey
+	// placeholder is its job; gpus the GPUs it holds when full.
+	placeholder JobKey
+	gpus        int
+	nodes       []string
+	due, since  time.Time
+	// counted is when its idle GPU-time was last counted.
+	counted time.Time
+	// admitted: the gang was admitted on it; the placeholder goes once
+	// every member is placed.
+	admitted bool
+	// priority is the placeholder's; members the gang's.
+	priority, members int
+}
+
+// reserver is the reservation module's state, the gang module's.
+type reserver struct {
+	cfg ReserveConfig
+	cur *reservation
+	// resting are the gangs whose reservation expired, until when they
+	// are not kept again.
+	resting map[JobKey]time.Time
+	// idle counts GPU-seconds held idle by placeholders.
+	idle func(gpuSeconds float64)
+	// ends are the predicted ends of the snapshot's allocations, by ID
+	// (forecastEnds; tests give their own).
+	ends func(snap *nomadview.Snapshot, now time.Time) map[string]time.Time
+}
+
+// reserve runs the module on the waiting gangs (queue order). planned says
+// it asked Nomad for a plan this tick.
+func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad) (out []Decision, planned bool) {
+	r := g.reserver
+	maps.DeleteFunc(r.resting, func(_ JobKey, until time.Time) bool { return now.After(until) })
+	if r.cur != nil {
+		return g.holdReservation(ctx, now, snap, free, waiting, n)
+	}
+	for _, w := range waiting {
+		if _, refused := g.refused[w.k]; !refused {
+			continue
+		}
+		if _, ok := r.resting[w.k]; ok {
+			continue
+		}
+		return g.startReservation(ctx, now, snap, w, n), false
+	}
+	return nil, false
+}
+
+// startReservation keeps nodes for w, the head of the queue.
+func (g *Gangs) startReservation(ctx context.Context, now time.Time, snap *nomadview.Snapshot, w waitingGang, n gangNomad) []Decision {
+	device, per, ok := memberAsk(w.job, w.spec)
+	if !ok {
+		return nil
+	}
+	members := w.spec.Members()
+	res, ok := gang.Choose(outlook(snap, jobPoolOf(w.job), g.reserver.ends(snap, now)), members, per, now)
+	if !ok {
+		return nil
+	}
+	ph := placeholderJob(w.k, w.job, res.Nodes, members*per, device)
+	if _, _, err := n.register(ctx, ph, 0); err != nil {
+		g.log.Warn("reservation: placeholder not registered; tried on the next tick", "namespace", w.k.Namespace, "job", w.k.ID, "error", err)
+		return nil
+	}
+	g.reserver.cur = &reservation{gang: w.k, placeholder: JobKey{Namespace: w.k.Namespace, ID: *ph.ID}, gpus: members * per,
+		nodes: res.Nodes, due: res.Due, since: now, counted: now, priority: *ph.Priority, members: members}
+	return []Decision{{Kind: "reserved", Job: w.k, Reason: fmt.Sprintf("nodes %s kept for its %d members of %d GPUs; expected free in %s; held by job %s, priority %d",
+		strings.Join(nodeNames(snap, res.Nodes), ", "), members, per, res.Due.Sub(now).Round(time.Second), *ph.ID, *ph.Priority)}}
+}
+
+// holdReservation counts the reservation's idle GPUs, ends it when its
+// gang no longer waits or it held too long, and admits the gang once the
+// placeholder holds every GPU.
+func (g *Gangs) holdReservation(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad) ([]Decision, bool) {
+	r, c := g.reserver, g.reserver.cur
+	held := placeholderRunning(snap, c.placeholder)
+	r.idle(float64(held) * now.Sub(c.counted).Seconds())
+	c.counted = now
+	i := slices.IndexFunc(waiting, func(w waitingGang) bool { return w.k == c.gang })
+	switch {
+	case c.admitted:
+		return g.admittedOnReservation(ctx, snap, n), false
+	case i < 0:
+		return g.endReservation(ctx, n, "reservation-ended", "its gang no longer waits (admitted, stopped or gone)"), false
+	case now.Sub(c.since) > r.cfg.MaxHold:
+		r.resting[c.gang] = now.Add(r.cfg.MaxHold)
+		return g.endReservation(ctx, n, "reservation-expired", fmt.Sprintf("held %s, the most a reservation holds; not kept again for as long", r.cfg.MaxHold)), false
+	case held < c.gpus:
+		if job := snap.Jobs[c.placeholder]; job == nil || job.Stop {
+			ph := placeholderJob(c.gang, waiting[i].job, c.nodes, c.gpus, mustAsk(waiting[i]))
+			if _, _, err := n.register(ctx, ph, 0); err != nil {
+				g.log.Warn("reservation: placeholder not registered again; tried on the next tick", "job", c.gang.ID, "error", err)
+			}
+		}
+		return nil, false
+	}
+	// Full: the placeholder's GPUs pass to the gang, raised above it so
+	// that its plan preempts the placeholder and nothing else.
+	w := waiting[i]
+	if out, ok := g.admitRaised(ctx, now, w, c, n); ok {
+		return out, true
+	}
+	// Its raised plan would not: stop the placeholder and race the queue.
+	if err := n.deregister(ctx, c.placeholder); err != nil {
+		g.log.Warn("reservation: placeholder not stopped; tried on the next tick", "job", c.placeholder.ID, "error", err)
+		return nil, true
+	}
+	out := g.admit(ctx, now, free, w.k, w.job, w.spec, n)
+	if slices.ContainsFunc(out, func(d Decision) bool { return d.Kind == "gang-admitted" }) {
+		c.admitted = true
+		return append(out, g.admittedOn(now, c)), true
+	}
+	return out, true // the placeholder is registered again on the next tick
+}
+
+func (g *Gangs) admittedOn(now time.Time, c *reservation) Decision {
+	return Decision{Kind: "reservation-ended", Job: c.gang, Reason: fmt.Sprintf("admitted on the %d GPUs kept for it, after %s", c.gpus, now.Sub(c.since).Round(time.Second))}
+}
+
+// admitRaised admits the gang registered with its members, raised ten
+// above the placeholder and its own priority kept in its meta, when
+// Nomad's plan of that places every member preempting the placeholder's
+// allocations and nothing else; ok is false when it does not.
+func (g *Gangs) admitRaised(ctx context.Context, now time.Time, w waitingGang, c *reservation, n gangNomad) ([]Decision, bool) {
+	own := 50
+	if w.job.Priority != nil {
+		own = *w.job.Priority
+	}
+	raised := withCounts(w.job, membersOf(w.spec))
+	prio := max(own, c.priority+10)
+	raised.Priority = &prio
+	raised.Meta = maps.Clone(raised.Meta)
+	raised.Meta[contract.MetaReservationOwnPriority] = strconv.Itoa(own)
+	plan, err := n.plan(ctx, raised)
+	if err != nil {
+		return nil, false
+	}
+	if ok, _ := gang.Admit(plan); !ok {
+		return nil, false
+	}
+	if plan.Annotations != nil {
+		for _, a := range plan.Annotations.PreemptedAllocs {
+			if a == nil || a.JobID != c.placeholder.ID || a.Namespace != c.placeholder.Namespace {
+				return nil, false
+			}
+		}
+	}
+	resp, _, err := n.register(ctx, raised, plan.JobModifyIndex)
+	if err != nil {
+		g.log.Warn("reservation: the gang not registered raised; tried on the next tick", "job", w.k.ID, "error", err)
+		return nil, true
+	}
+	g.admitted[w.k], g.admittedAt[w.k] = now, resp.JobModifyIndex
+	delete(g.waiting, w.k)
+	delete(g.refused, w.k)
+	c.admitted = true
+	return []Decision{
+		{Kind: "gang-admitted", Job: w.k, Reason: fmt.Sprintf("on its reservation, at priority %d (its own %d) over the placeholder's %d: Nomad's plan places all %d members", prio, own, c.priority, w.spec.Members())},
+		g.admittedOn(now, c),
+	}, true
+}
+
+// restorePriority gives a gang admitted raised on its reservation its own
+// priority back once every member is placed: an update in place (its
+// meta, which tasks see, stays as it was, so no member is replaced).
+func (g *Gangs) restorePriority(ctx context.Context, k JobKey, job *api.Job, st GangStatus, n gangNomad) []Decision {
+	own, err := strconv.Atoi(job.Meta[contract.MetaReservationOwnPriority])
+	if err != nil || st.Placed < st.Wanted || job.Priority == nil || *job.Priority == own {
+		return nil
+	}
+	back := *job
+	back.Priority = &own
+	index := uint64(0)
+	if job.JobModifyIndex != nil {
+		index = *job.JobModifyIndex
+	}
+	if _, _, err := n.register(ctx, &back, index); err != nil {
+		g.log.Warn("reservation: the gang's own priority not restored; tried on the next tick", "job", k.ID, "error", err)
+		return nil
+	}
+	return []Decision{{Kind: "restored", Job: k, Reason: fmt.Sprintf("priority %d, its own, now that every member is placed on its reservation", own)}}
+}
+
+// admittedOnReservation stops the placeholder once every member of the
+// gang admitted on it is placed (restorePriority gives the gang its own
+// priority back).
+func (g *Gangs) admittedOnReservation(ctx context.Context, snap *nomadview.Snapshot, n gangNomad) []Decision {
+	c := g.reserver.cur
+	placed := 0
+	for _, a := range snap.Allocs {
+		if a.JobID == c.gang.ID && a.Namespace == c.gang.Namespace && a.DesiredStatus == api.AllocDesiredStatusRun && a.NodeID != "" {
+			placed++
+		}
+	}
+	if placed < c.members && snap.Jobs[c.gang] != nil {
+		return nil
+	}
+	if err := n.deregister(ctx, c.placeholder); err != nil {
+		g.log.Warn("reservation: placeholder not stopped; tried on the next tick", "job", c.placeholder.ID, "error", err)
+		return nil
+	}
+	g.reserver.cur = nil
+	return nil
+}
+
+// endReservation stops the placeholder and drops the reservation.
+func (g *Gangs) endReservation(ctx context.Context, n gangNomad, kind, why string) []Decision {
+	c := g.reserver.cur
+	if err := n.deregister(ctx, c.placeholder); err != nil {
+		g.log.Warn("reservation: placeholder not stopped; tried on the next tick", "job", c.placeholder.ID, "error", err)
+		return nil
+	}
+	g.reserver.cur = nil
+	return []Decision{{Kind: kind, Job: c.gang, Reason: why}}
+}
+
+// placeholderRunning counts the placeholder's running allocations.
+func placeholderRunning(snap *nomadview.Snapshot, k JobKey) int {
+	n := 0
+	for _, a := range snap.Allocs {
+		if a.JobID == k.ID && a.Namespace == k.Namespace && a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun {
+			n++
+		}
+	}
+	return n
+}
+
+// memberAsk is the whole-GPU request of the gang's members and its count,
+// when every member group asks the same number of whole GPUs: what a
+// placeholder can keep, one GPU an allocation.
+func memberAsk(job *api.Job, spec gang.Spec) (*api.RequestedDevice, int, bool) {
+	var ask *api.RequestedDevice
+	per := 0
+	for _, sg := range spec.Groups {
+		tg := groupNamed(job, sg.Name)
+		if tg == nil {
+			return nil, 0, false
+		}
+		n := 0
+		for _, t := range tg.Tasks {
+			if t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				if d == nil || d.Count == nil || nomadview.ParseRequest(d.Name).Type != contract.SliceGPU {
+					continue
+				}
+				ask, n = d, n+int(*d.Count)
+			}
+		}
+		if n == 0 || (per != 0 && n != per) {
+			return nil, 0, false
+		}
+		per = n
+	}
+	return ask, per, ask != nil
+}
+
+func mustAsk(w waitingGang) *api.RequestedDevice {
+	d, _, _ := memberAsk(w.job, w.spec)
+	return d
+}
+
+// forecastEnds are the sizer's predicted ends of the snapshot's
+// allocations (their last GPU task's), by allocation ID; one without a
+// prediction is missing.
+func forecastEnds(snap *nomadview.Snapshot, now time.Time) map[string]time.Time {
+	ends := map[string]time.Time{}
+	for _, t := range sizing.ForecastOf(snap, now).Tasks {
+		if t.Remaining.Known {
+			if at := now.Add(time.Duration(t.Remaining.Seconds * float64(time.Second))); at.After(ends[t.AllocID]) {
+				ends[t.AllocID] = at
+			}
+		}
+	}
+	return ends
+}
+
+// outlook is each schedulable node of pool with whole GPUs: how many it
+// has, how many are free, and when each of its allocations holding whole
+// GPUs is predicted to end (ends; zero when unknown).
+func outlook(snap *nomadview.Snapshot, pool string, ends map[string]time.Time) []gang.NodeOutlook {
+	held := snap.HeldIDs()
+	var out []gang.NodeOutlook
+	for _, n := range snap.Nodes {
+		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || (pool != api.NodePoolAll && n.NodePool != pool) {
+			continue
+		}
+		o := gang.NodeOutlook{ID: n.ID}
+		for _, d := range n.NodeResources.Devices {
+			if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceGPU {
+				continue
+			}
+			for _, in := range d.Instances {
+				if in != nil && in.Healthy {
+					o.GPUs++
+					if !held[n.ID][in.ID] {
+						o.Free++
+					}
+				}
+			}
+		}
+		if o.GPUs > 0 {
+			out = append(out, o)
+		}
+	}
+	byNode := map[string]int{}
+	for i, o := range out {
+		byNode[o.ID] = i
+	}
+	for node, hs := range snap.HeldSlices() {
+		i, ok := byNode[node]
+		if !ok {
+			continue
+		}
+		for _, h := range hs {
+			if h.Device.Type == contract.SliceGPU && len(h.IDs) > 0 {
+				out[i].Releases = append(out[i].Releases, gang.Release{GPUs: len(h.IDs), At: ends[h.Alloc.ID]})
+			}
+		}
+	}
+	return out
+}
+
+func jobPoolOf(job *api.Job) string {
+	if job.NodePool != nil && *job.NodePool != "" {
+		return *job.NodePool
+	}
+	return api.NodePoolDefault
+}
+
+// nodeNames are the names of the nodes of ids (the ID where not listed).
+func nodeNames(snap *nomadview.Snapshot, ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id
+		if n := snap.Node(id); n != nil {
+			out[i] = n.Name
+		}
+	}
+	return out
+}
+
+// placeholderJob is the job that keeps gpus GPUs of nodes for gang k:
+// 1-GPU allocations of device's kind, pinned to the nodes, one above the
+// gang's priority, sleeping.
+func placeholderJob(k JobKey, gangJob *api.Job, nodes []string, gpus int, device *api.RequestedDevice) *api.Job {
+	id := contract.ReservationJobPrefix + k.ID
+	prio := 50
+	if gangJob.Priority != nil {
+		prio = *gangJob.Priority
+	}
+	prio = min(prio+1, 100)
+	quoted := make([]string, len(nodes))
+	for i, n := range nodes {
+		quoted[i] = regexp.QuoteMeta(n)
+	}
+	one, zero, cpu, mem, disk, logFiles, logMB, no := uint64(1), 0, 10, 16, 10, 1, 1, false
+	kill, batch, fail, name := time.Second, api.JobTypeBatch, "fail", "hold"
+	return &api.Job{ID: &id, Name: &id, Namespace: &k.Namespace, Type: &batch, Priority: &prio,
+		NodePool: gangJob.NodePool, Datacenters: gangJob.Datacenters,
+		Meta:        map[string]string{contract.MetaReservationFor: k.ID},
+		Constraints: []*api.Constraint{{LTarget: "${node.unique.id}", Operand: "regexp", RTarget: "^(" + strings.Join(quoted, "|") + ")$"}},
+		TaskGroups: []*api.TaskGroup{{Name: &name, Count: &gpus,
+			RestartPolicy:    &api.RestartPolicy{Attempts: &zero, Mode: &fail},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: &zero, Unlimited: &no},
+			EphemeralDisk:    &api.EphemeralDisk{SizeMB: &disk},
+			Tasks: []*api.Task{{Name: name, Driver: contract.DriverName, KillTimeout: &kill,
+				LogConfig: &api.LogConfig{MaxFiles: &logFiles, MaxFileSizeMB: &logMB},
+				Config:    map[string]any{"command": "/bin/sh", "args": []string{"-c", "exec sleep 86400"}},
+				Resources: &api.Resources{CPU: &cpu, MemoryMB: &mem, Devices: []*api.RequestedDevice{
+					{Name: device.Name, Count: &one, Constraints: device.Constraints, Affinities: device.Affinities}}},
+			}},
+		}},
+	}
+}

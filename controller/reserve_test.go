@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// reserveCase is three nodes of 4 GPUs, every GPU held by a running
+// 1-GPU allocation predicted to end in 10 minutes on n0000, 20 on n0001
+// and an hour on n0002, and a gang of two 4-GPU members waiting.
+func reserveCase(t *testing.T) (*Gangs, *fakeGangNomad, *nomadview.Snapshot, map[JobKey]*api.Job, *float64, time.Time) {
+	t.Helper()
+	snap, specs := gangBenchSnapshot(3, 4, 12, 0, 0, 1)
+	now := snap.Taken
+	ends := map[string]time.Time{}
+	for i, a := range snap.Allocs {
+		ends[a.ID] = now.Add([]time.Duration{10 * time.Minute, 20 * time.Minute, time.Hour}[i%3])
+	}
+	cfg := DefaultGangConfig()
+	cfg.Reserve = &ReserveConfig{MaxHold: time.Hour}
+	g, n := NewGangs(cfg, hclog.NewNullLogger()), &fakeGangNomad{fits: false}
+	g.reserver.ends = func(*nomadview.Snapshot, time.Time) map[string]time.Time { return ends }
+	idle := new(float64)
+	g.CountIdle(func(s float64) { *idle += s })
+	return g, n, snap, specs, idle, now
+}
+
+// placeholderHolds puts the placeholder's allocations on the snapshot,
+// running, in place of the allocations it waited for on its nodes.
+func placeholderHolds(snap *nomadview.Snapshot, job *api.Job, nodes []string) {
+	var keep []*api.AllocationListStub
+	for _, a := range snap.Allocs {
+		if !slices.Contains(nodes, a.NodeID) {
+			keep = append(keep, a)
+		}
+	}
+	k := JobKey{Namespace: *job.Namespace, ID: *job.ID}
+	snap.Jobs[k] = &api.JobListStub{ID: k.ID, Namespace: k.Namespace, Type: api.JobTypeBatch, Priority: *job.Priority, Meta: job.Meta}
+	for _, node := range nodes {
+		for i := range 4 {
+			keep = append(keep, &api.AllocationListStub{ID: fmt.Sprintf("hold-%s-%d", node, i), Namespace: k.Namespace, JobID: k.ID, TaskGroup: "hold",
+				NodeID: node, ClientStatus: api.AllocClientStatusRunning, DesiredStatus: api.AllocDesiredStatusRun})
+		}
+	}
+	snap.Allocs = keep
+}
+
+// The gang at the head of the queue, refused by Nomad's plan, gets the
+// two nodes predicted to free soonest, kept by a placeholder one above
+// its priority pinned to them; once the placeholder holds every GPU the
+// members need, it is stopped and the gang admitted in the same tick,
+// and the GPU-seconds it held idle are counted.
+func TestReservationKeepsNodesAndAdmits(t *testing.T) {
+	g, n, snap, specs, idle, now := reserveCase(t)
+	ctx := context.Background()
+	g.Step(ctx, now, snap, specsOf(specs), n) // planned, refused
+	got := g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
+	if len(n.registered) != 1 || !slices.ContainsFunc(got, func(d Decision) bool { return d.Kind == "reserved" }) {
+		t.Fatalf("decisions %v, placeholders %d; want one reserved", kinds(got), len(n.registered))
+	}
+	ph := n.registered[0]
+	tg := ph.TaskGroups[0]
+	if *ph.ID != contract.ReservationJobPrefix+"gang-000" || *ph.Priority != 51 || *tg.Count != 8 || *tg.Tasks[0].Resources.Devices[0].Count != 1 ||
+		ph.Constraints[0].RTarget != "^(n0000|n0001)$" || ph.Meta[contract.MetaReservationFor] != "gang-000" {
+		t.Fatalf("placeholder %s priority %d count %d constraint %+v meta %v", *ph.ID, *ph.Priority, *tg.Count, *ph.Constraints[0], ph.Meta)
+	}
+	if r := got[slices.IndexFunc(got, func(d Decision) bool { return d.Kind == "reserved" })].Reason; !strings.Contains(r, "nodes n0000, n0001 kept for its 2 members of 4 GPUs; expected free in 19m0s") {
+		t.Errorf("reason %q", r)
+	}
+
+	placeholderHolds(snap, ph, []string{"n0000", "n0001"})
+	n.fits = true
+	got = g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n)
+	if !slices.Equal(kinds(got), []string{"gang-admitted", "reservation-ended"}) || len(n.deregistered) != 0 || len(n.registered) != 2 {
+		t.Fatalf("full: decisions %v, registered %d, deregistered %v; want the gang admitted, registered raised, the placeholder kept", kinds(got), len(n.registered), n.deregistered)
+	}
+	raised := n.registered[1]
+	if *raised.ID != "gang-000" || *raised.Priority != 61 || *raised.TaskGroups[0].Count != 2 || raised.Meta[contract.MetaReservationOwnPriority] != "50" {
+		t.Fatalf("the gang registered as %s priority %d count %d meta %v; want gang-000 at 61 over the placeholder's 51, its 2 members, its own 50 kept",
+			*raised.ID, *raised.Priority, *raised.TaskGroups[0].Count, raised.Meta)
+	}
+	if *idle != 8*60 {
+		t.Errorf("idle GPU-seconds %g, want 8 GPUs × 60 s", *idle)
+	}
+
+	// Both members placed: the placeholder goes, the gang's own priority
+	// comes back.
+	k := JobKey{Namespace: "default", ID: "gang-000"}
+	specs[k] = raised
+	for i := range 2 {
+		m := member(i, api.AllocClientStatusRunning)
+		m.JobID, m.Name, m.NodeID, m.CreateIndex = "gang-000", fmt.Sprintf("gang-000.worker[%d]", i), fmt.Sprintf("n000%d", i), 100
+		snap.Allocs = append(snap.Allocs, m)
+	}
+	got = g.Step(ctx, now.Add(3*time.Minute), snap, specsOf(specs), n)
+	if !slices.Equal(n.deregistered, []string{*ph.ID}) || !slices.Contains(kinds(got), "restored") || g.reserver.cur != nil {
+		t.Fatalf("placed: decisions %v, deregistered %v", kinds(got), n.deregistered)
+	}
+	back := n.registered[len(n.registered)-1]
+	if *back.Priority != 50 || back.Meta[contract.MetaReservationOwnPriority] != "50" || *back.TaskGroups[0].Count != 2 {
+		t.Errorf("restored as priority %d meta %v count %d", *back.Priority, back.Meta, *back.TaskGroups[0].Count)
+	}
+}
+
+// Where the raised gang's plan would preempt more than the placeholder,
+// the leader stops the placeholder and admits the gang as it is.
+func TestReservationRacesWhenTheRaiseWouldPreemptOthers(t *testing.T) {
+	g, n, snap, specs, _, now := reserveCase(t)
+	ctx := context.Background()
+	g.Step(ctx, now, snap, specsOf(specs), n)
+	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
+	placeholderHolds(snap, n.registered[0], []string{"n0000", "n0001"})
+	n.fits, n.preempts = true, []*api.AllocationListStub{{ID: "other", JobID: "run-00002", Namespace: "default"}}
+	got := g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n)
+	if !slices.Equal(kinds(got), []string{"gang-admitted", "reservation-ended"}) || len(n.deregistered) != 1 || len(n.registered) != 1 {
+		t.Fatalf("decisions %v, registered %d, deregistered %v; want the placeholder stopped and the gang scaled", kinds(got), len(n.registered), n.deregistered)
+	}
+}
+
+// A reservation held MaxHold without filling is given up, and its gang is
+// not kept again for as long; one whose gang leaves the queue ends.
+func TestReservationEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		gone  bool
+		kind  string
+	}{{"expired", time.Hour + 2*time.Minute, false, "reservation-expired"}, {"the gang left", 2 * time.Minute, true, "reservation-ended"}} {
+		g, n, snap, specs, _, now := reserveCase(t)
+		ctx := context.Background()
+		g.Step(ctx, now, snap, specsOf(specs), n)
+		g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
+		k := JobKey{Namespace: "default", ID: "gang-000"}
+		if tc.gone {
+			delete(snap.Jobs, k)
+		}
+		got := g.Step(ctx, now.Add(tc.after), snap, specsOf(specs), n)
+		if !slices.Contains(kinds(got), tc.kind) || len(n.deregistered) != 1 || g.reserver.cur != nil {
+			t.Errorf("%s: decisions %v, deregistered %v", tc.name, kinds(got), n.deregistered)
+			continue
+		}
+		if !tc.gone {
+			g.Step(ctx, now.Add(tc.after+2*time.Minute), snap, specsOf(specs), n)
+			if len(n.registered) != 1 {
+				t.Errorf("%s: kept again %d times while resting", tc.name, len(n.registered)-1)
+			}
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
+)
+
+// streamJobLength is how long each job of the 1-GPU stream runs.
+const streamJobLength = 10 * time.Second
+
+// streamOneGPUJobs submits a 1-GPU batch job of streamJobLength every
+// second until stop closes: more than two 4-GPU nodes serve, so a queue
+// of them is always waiting.
+func streamOneGPUJobs(t *testing.T, c *cluster.Cluster, stop <-chan struct{}) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Second):
+		}
+		job, err := c.API().Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: holderJob(fmt.Sprintf("small-%03d", i), 50, streamJobLength), Canonicalize: true})
+		if err == nil {
+			_, _, err = c.API().Jobs().Register(job, nil)
+		}
+		if err != nil {
+			t.Logf("stream: job %d not submitted: %v", i, err)
+		}
+	}
+}
+
+// A gang of two 4-GPU members on two sim nodes of 4 GPUs while a stream
+// of 1-GPU jobs keeps both nodes busy and a queue waiting. Without
+// reservations, the gang waits past twice a small job's length (every
+// freed GPU goes to the queue); with them, the controller keeps both
+// nodes with a placeholder one above the gang's priority, and the gang
+// starts within twice a small job's length of its submission. It is
+// never placed in part, either way.
+func TestGangReservation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reserve bool
+	}{{"without reservations, it waits", false}, {"with a reservation, it starts", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := fourGPUCluster(t, 2, func(c *cluster.Cluster, n *harness.GPUNode) {
+				n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), unveilNomadGPU(t))
+			}, "", func(*api.Node) bool { return true })
+			// A reservation admits its gang over the placeholder by
+			// preemption, which Nomad does for batch jobs only when asked.
+			c.EnablePreemption(t)
+			ctl := c.StartController(t, "controller", "-tick", "500ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false",
+				fmt.Sprintf("-reservations=%v", tc.reserve))
+			stop := make(chan struct{})
+			defer close(stop)
+			go streamOneGPUJobs(t, c, stop)
+			// The stream runs a while first: both nodes busy, finished jobs
+			// to predict from.
+			time.Sleep(3 * streamJobLength)
+			watch := watchPartial(t, c, "train", 2)
+			submitted := time.Now()
+			runGang(t, c, "train", 4, true, func(j *api.Job) {
+				j.TaskGroups[0].Tasks[0].Config["args"] = []string{"sim-train", "--steps", "0", "--step-time", "1s"}
+			})
+			bound := 2 * streamJobLength
+			started := waitGangRunning(c, "train", 2, bound+10*time.Second)
+			if d := watch.longestPartial(); d > 30*time.Second {
+				t.Errorf("a member ran for %s while another was not placed", d)
+			}
+			log := ctl.Log()
+			switch {
+			case tc.reserve && (started.IsZero() || started.Sub(submitted) > bound):
+				t.Fatalf("with a reservation the gang started %v after its submission (zero: not within %s); the bound is %s\n%s",
+					started.Sub(submitted), bound+10*time.Second, bound, decisions(log))
+			case !tc.reserve && !started.IsZero() && started.Sub(submitted) <= bound:
+				t.Fatalf("without reservations the gang started %s after its submission: the stream did not keep it waiting", started.Sub(submitted))
+			}
+			if tc.reserve && (!strings.Contains(log, "kind=reserved") || !strings.Contains(log, "on its reservation, at priority 61") || !strings.Contains(log, "kind=restored")) {
+				t.Errorf("no reservation in the controller's log:\n%s", decisions(log))
+			}
+			if tc.reserve {
+				// Its own priority given back in place: the members run on,
+				// none replaced.
+				time.Sleep(5 * time.Second)
+				all, _, err := c.API().Jobs().Allocations("train", true, nil)
+				if err != nil || len(all) != 2 {
+					t.Errorf("the gang has %d allocations (%v) after its priority was restored; want its 2 members, none replaced", len(all), err)
+				}
+				if j, _, err := c.API().Jobs().Info("train", nil); err != nil || *j.Priority != 50 {
+					t.Errorf("the gang's priority after its reservation: %v (%v); want its own 50", j.Priority, err)
+				}
+			}
+			if !tc.reserve && strings.Contains(log, contract.ReservationJobPrefix) {
+				t.Errorf("a placeholder without -reservations:\n%s", decisions(log))
+			}
+			t.Logf("gang submitted into the stream; both members running after %v (zero: not within %s)", started.Sub(submitted), bound+10*time.Second)
+		})
+	}
+}
+
+// waitGangRunning is when the job first had members running, zero when
+// not within timeout.
+func waitGangRunning(c *cluster.Cluster, job string, members int, timeout time.Duration) time.Time {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		all, _, err := c.API().Jobs().Allocations(job, false, nil)
+		running := 0
+		for _, a := range all {
+			if err == nil && a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun {
+				running++
+			}
+		}
+		if running >= members {
+			return time.Now()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return time.Time{}
+}
+
+// decisions are the decision lines of a controller's log.
+func decisions(log string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "decision") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
