@@ -62,7 +62,13 @@ type reservation struct {
 	admitted bool
 	// priority is the placeholder's; members the gang's.
 	priority, members int
+	// admittedAt is when the gang was admitted on it.
+	admittedAt time.Time
 }
+
+// maxJobPriority is Nomad's highest job priority (job_max_priority's
+// default): a gang whose placeholder is within ten of it is not raised.
+const maxJobPriority = 100
 
 // reserver is the reservation module's state, the gang module's.
 type reserver struct {
@@ -83,6 +89,9 @@ type reserver struct {
 func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad) (out []Decision, planned bool) {
 	r := g.reserver
 	maps.DeleteFunc(r.resting, func(_ JobKey, until time.Time) bool { return now.After(until) })
+	if d := g.dropOrphan(ctx, snap, n); d != nil {
+		out = append(out, *d)
+	}
 	if r.cur != nil {
 		return g.holdReservation(ctx, now, snap, free, waiting, n)
 	}
@@ -93,9 +102,26 @@ func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snap
 		if _, ok := r.resting[w.k]; ok {
 			continue
 		}
-		return g.startReservation(ctx, now, snap, w, n), false
+		return append(out, g.startReservation(ctx, now, snap, w, n)...), false
 	}
-	return nil, false
+	return out, false
+}
+
+// dropOrphan stops one placeholder a tick that no reservation of this
+// leader holds: a dead leader's.
+func (g *Gangs) dropOrphan(ctx context.Context, snap *nomadview.Snapshot, n gangNomad) *Decision {
+	for k, j := range snap.Jobs {
+		gangID := j.Meta[contract.MetaReservationFor]
+		if gangID == "" || j.Stop || (g.reserver.cur != nil && g.reserver.cur.placeholder == k) {
+			continue
+		}
+		if err := n.deregister(ctx, k); err != nil {
+			g.log.Warn("reservation: a placeholder no reservation holds not stopped; tried on the next tick", "job", k.ID, "error", err)
+			return nil
+		}
+		return &Decision{Kind: "reservation-ended", Job: JobKey{Namespace: k.Namespace, ID: gangID}, Reason: "its placeholder " + k.ID + " held by no reservation of this leader (a leader before it died): stopped"}
+	}
+	return nil
 }
 
 // startReservation keeps nodes for w, the head of the queue.
@@ -130,6 +156,8 @@ func (g *Gangs) holdReservation(ctx context.Context, now time.Time, snap *nomadv
 	c.counted = now
 	i := slices.IndexFunc(waiting, func(w waitingGang) bool { return w.k == c.gang })
 	switch {
+	case c.admitted && i >= 0 && now.Sub(c.admittedAt) > g.cfg.AdmitTimeout:
+		return g.endReservation(ctx, n, "reservation-ended", "its gang, admitted on it, waits again (rolled back or requeued)"), false
 	case c.admitted:
 		return g.admittedOnReservation(ctx, snap, n), false
 	case i < 0:
@@ -159,7 +187,7 @@ func (g *Gangs) holdReservation(ctx context.Context, now time.Time, snap *nomadv
 	}
 	out := g.admit(ctx, now, free, w.k, w.job, w.spec, n)
 	if slices.ContainsFunc(out, func(d Decision) bool { return d.Kind == "gang-admitted" }) {
-		c.admitted = true
+		c.admitted, c.admittedAt = true, now
 		return append(out, g.admittedOn(now, c)), true
 	}
 	return out, true // the placeholder is registered again on the next tick
@@ -177,6 +205,9 @@ func (g *Gangs) admitRaised(ctx context.Context, now time.Time, w waitingGang, c
 	own := 50
 	if w.job.Priority != nil {
 		own = *w.job.Priority
+	}
+	if c.priority+10 > maxJobPriority {
+		return nil, false
 	}
 	raised := withCounts(w.job, membersOf(w.spec))
 	prio := max(own, c.priority+10)
@@ -205,7 +236,7 @@ func (g *Gangs) admitRaised(ctx context.Context, now time.Time, w waitingGang, c
 	g.admitted[w.k], g.admittedAt[w.k] = now, resp.JobModifyIndex
 	delete(g.waiting, w.k)
 	delete(g.refused, w.k)
-	c.admitted = true
+	c.admitted, c.admittedAt = true, now
 	return []Decision{
 		{Kind: "gang-admitted", Job: w.k, Reason: fmt.Sprintf("on its reservation, at priority %d (its own %d) over the placeholder's %d: Nomad's plan places all %d members", prio, own, c.priority, w.spec.Members())},
 		g.admittedOn(now, c),

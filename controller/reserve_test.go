@@ -157,3 +157,62 @@ func TestReservationEnds(t *testing.T) {
 		}
 	}
 }
+
+// A placeholder no reservation of this leader holds (a dead leader's) is
+// stopped, one a tick.
+func TestReservationDropsOrphanPlaceholders(t *testing.T) {
+	g, n, snap, specs, _, now := reserveCase(t)
+	for _, id := range []string{"a", "b"} {
+		k := JobKey{Namespace: "default", ID: contract.ReservationJobPrefix + id}
+		snap.Jobs[k] = &api.JobListStub{ID: k.ID, Namespace: "default", Type: api.JobTypeBatch, Meta: map[string]string{contract.MetaReservationFor: id}}
+	}
+	got := g.Step(context.Background(), now, snap, specsOf(specs), n)
+	if len(n.deregistered) != 1 || !slices.Contains(kinds(got), "reservation-ended") {
+		t.Fatalf("decisions %v, deregistered %v; want one placeholder stopped this tick", kinds(got), n.deregistered)
+	}
+}
+
+// A gang whose placeholder is within ten of Nomad's highest priority is
+// not raised over it: the placeholder is stopped and the gang admitted as
+// it is.
+func TestReservationNoRaiseAboveTheHighestPriority(t *testing.T) {
+	g, n, snap, specs, _, now := reserveCase(t)
+	specs[JobKey{Namespace: "default", ID: "gang-000"}].Priority = new(95)
+	ctx := context.Background()
+	g.Step(ctx, now, snap, specsOf(specs), n)
+	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
+	if len(n.registered) != 1 || *n.registered[0].Priority != 96 {
+		t.Fatalf("placeholders %d; want one at 96", len(n.registered))
+	}
+	placeholderHolds(snap, n.registered[0], []string{"n0000", "n0001"})
+	n.fits = true
+	got := g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n)
+	if !slices.Equal(kinds(got), []string{"gang-admitted", "reservation-ended"}) || len(n.deregistered) != 1 || len(n.registered) != 1 {
+		t.Fatalf("decisions %v, registered %d, deregistered %v; want the placeholder stopped and the gang scaled, not raised past 100", kinds(got), len(n.registered), n.deregistered)
+	}
+}
+
+// A gang admitted on its reservation that waits again past the admission
+// bound (rolled back, requeued) ends the reservation and its placeholder.
+func TestReservationEndsWhenItsAdmittedGangWaitsAgain(t *testing.T) {
+	g, n, snap, specs, _, now := reserveCase(t)
+	ctx := context.Background()
+	g.Step(ctx, now, snap, specsOf(specs), n)
+	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
+	placeholderHolds(snap, n.registered[0], []string{"n0000", "n0001"})
+	n.fits = true
+	g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n) // admitted, raised
+	if g.reserver.cur == nil || !g.reserver.cur.admitted {
+		t.Fatal("not admitted on its reservation")
+	}
+	// The spec still reads count 0 (the register not seen yet): within the
+	// bound the reservation stays.
+	g.Step(ctx, now.Add(2*time.Minute+time.Second), snap, specsOf(specs), n)
+	if g.reserver.cur == nil || len(n.deregistered) != 0 {
+		t.Fatalf("ended within the admission bound: deregistered %v", n.deregistered)
+	}
+	got := g.Step(ctx, now.Add(3*time.Minute), snap, specsOf(specs), n)
+	if g.reserver.cur != nil || len(n.deregistered) != 1 || !slices.Contains(kinds(got), "reservation-ended") {
+		t.Fatalf("waiting again past the bound: decisions %v, deregistered %v", kinds(got), n.deregistered)
+	}
+}
