@@ -61,8 +61,8 @@ func member(id, name, node string, ports ...api.PortMapping) *api.AllocationList
 // port, and the hostfile; told to stop while it waits, it never starts.
 func TestGangRendezvous(t *testing.T) {
 	e := newEnv(t)
-	fake := &fakeGangNomad{job: &api.Job{ID: ptrTo("train"), TaskGroups: []*api.TaskGroup{
-		{Name: ptrTo("worker"), Meta: map[string]string{contract.MetaGangMembers: "2"}},
+	fake := &fakeGangNomad{job: &api.Job{ID: new("train"), TaskGroups: []*api.TaskGroup{
+		{Name: new("worker"), Meta: map[string]string{contract.MetaGangMembers: "2"}},
 	}}}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
@@ -137,5 +137,3 @@ func TestGangRendezvous(t *testing.T) {
 		}
 	})
 }
-
-func ptrTo[T any](v T) *T { return &v }
