@@ -75,6 +75,12 @@ type Gangs struct {
 	// of each gang: allocations created before it are an earlier run's
 	// (0 where another leader admitted it).
 	admittedAt map[JobKey]uint64
+	// wrote is the job's modify index after this leader's last write to
+	// each gang (admission, roll-back, raise): a read of the job older
+	// than it predates the write, for the read model lags Nomad by a
+	// tick or two, and is taken as what was written (read as it was,
+	// an admitted gang looks as if it waited and was admitted twice).
+	wrote map[JobKey]uint64
 	// ranWhole notes the admitted gangs seen with every member running:
 	// a gang whose run ended after that is no failed admission, and its
 	// back-off starts again from RetryMin.
@@ -158,7 +164,7 @@ type gangRetry struct {
 
 // NewGangs is the module with its bounds.
 func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
-	g := &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, admittedAt: map[JobKey]uint64{}, ranWhole: map[JobKey]bool{},
+	g := &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, admittedAt: map[JobKey]uint64{}, wrote: map[JobKey]uint64{}, ranWhole: map[JobKey]bool{},
 		retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}, refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{},
 		since: map[JobKey]gangSince{}}
 	if cfg.Reserve != nil {
@@ -207,12 +213,10 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			rows = append(rows, GangStatus{Namespace: k.Namespace, Job: k.ID, State: "invalid", Wanted: spec.Members()})
 			continue
 		}
+		job = g.asWritten(k, job, spec)
 		row := g.count(snap, k, job, spec)
 		if admitted(job, spec) {
 			rows = append(rows, row)
-			if r, ok := g.retry[k]; ok && now.Before(r.at) {
-				continue // scaled to 0 within this back-off: the spec read predates it
-			}
 			out = append(out, g.check(ctx, now, snap, k, job, spec, n)...)
 			out = append(out, g.restorePriority(ctx, k, job, row, n)...)
 			continue
@@ -297,10 +301,24 @@ func (g *Gangs) count(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gan
 	return st
 }
 
+// asWritten is the gang's job as this leader last wrote it where the
+// read predates that write: its members while admitted, none once rolled
+// back; the job as read otherwise.
+func (g *Gangs) asWritten(k JobKey, job *api.Job, spec gang.Spec) *api.Job {
+	if w, ok := g.wrote[k]; !ok || job.JobModifyIndex == nil || *job.JobModifyIndex >= w {
+		return job
+	}
+	if _, ok := g.admitted[k]; ok {
+		return withCounts(job, membersOf(spec))
+	}
+	return waitingCopy(job)
+}
+
 // forget drops the state of gangs no longer listed.
 func (g *Gangs) forget(seen map[JobKey]bool) {
 	maps.DeleteFunc(g.admitted, func(k JobKey, _ time.Time) bool { return !seen[k] })
 	maps.DeleteFunc(g.admittedAt, func(k JobKey, _ uint64) bool { return !seen[k] })
+	maps.DeleteFunc(g.wrote, func(k JobKey, _ uint64) bool { return !seen[k] })
 	maps.DeleteFunc(g.ranWhole, func(k JobKey, _ bool) bool { return !seen[k] })
 	maps.DeleteFunc(g.retry, func(k JobKey, _ gangRetry) bool { return !seen[k] })
 	maps.DeleteFunc(g.waiting, func(k JobKey, _ string) bool { return !seen[k] })
@@ -435,7 +453,7 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey,
 		}
 		index, guard = after, 0 // the first scale changed it
 	}
-	g.admitted[k], g.admittedAt[k] = now, index
+	g.admitted[k], g.admittedAt[k], g.wrote[k] = now, index, index
 	delete(g.waiting, k)
 	return []Decision{{Kind: "gang-admitted", Job: k, Reason: fmt.Sprintf("Nomad's plan places all %d members", spec.Members())}}
 }
@@ -493,10 +511,12 @@ func (g *Gangs) check(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 		kind, verb = "gang-requeued", "gang requeued: "
 	}
 	for _, sg := range spec.Groups {
-		if _, err := n.scale(ctx, k, sg.Name, 0, 0, verb+why); err != nil {
+		index, err := n.scale(ctx, k, sg.Name, 0, 0, verb+why)
+		if err != nil {
 			g.log.Warn("gang: scaling a group to 0 failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
 			return nil
 		}
+		g.wrote[k] = index
 	}
 	r := g.retry[k]
 	if g.ranWhole[k] {

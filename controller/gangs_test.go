@@ -139,6 +139,43 @@ func TestGangAdmission(t *testing.T) {
 	}
 }
 
+// The read model lags Nomad: a read of the gang's job older than the
+// controller's own scale is taken as what the scale wrote. An admitted
+// gang read still at count 0 is not admitted again (a second scale's
+// index would hide its members' allocations, created before it), and a
+// rolled-back one read still at its members is not rolled back twice.
+func TestGangReadOlderThanItsScale(t *testing.T) {
+	ctx, t0 := context.Background(), time.Unix(1000, 0)
+	at := func(count int, index uint64) *api.Job {
+		job := gangSpecJob(count)
+		job.JobModifyIndex = new(index)
+		return job
+	}
+	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
+	g.Step(ctx, t0, gangSnapshot(), gangSpecs(at(0, 7)), n) // admitted: the scale returns 11
+	for _, tc := range []struct {
+		name   string
+		job    *api.Job
+		allocs []*api.AllocationListStub
+		plans  int
+		scales string
+		state  string
+	}{
+		{"read before the admission's scale", at(0, 7), nil, 1, "[worker=2@7]", "placing"},
+		{"read after it", at(2, 11), []*api.AllocationListStub{member(0, "running"), member(1, "pending")}, 1, "[worker=2@7]", "placing"},
+		{"a member failed", at(2, 11), []*api.AllocationListStub{member(0, "running"), member(1, "failed")}, 1, "[worker=2@7 worker=0@0]", "placing"},
+		{"read before the roll-back's scale", at(2, 11), []*api.AllocationListStub{member(0, "running"), member(1, "failed")}, 1, "[worker=2@7 worker=0@0]", "waiting"},
+	} {
+		for _, a := range tc.allocs {
+			a.CreateIndex = 12
+		}
+		g.Step(ctx, t0.Add(time.Second), gangSnapshot(tc.allocs...), gangSpecs(tc.job), n)
+		if n.plans != tc.plans || fmt.Sprint(n.scales) != tc.scales || len(g.statuses) != 1 || g.statuses[0].State != tc.state {
+			t.Errorf("%s: %d plans, scales %v, statuses %+v; want %d, %s, %s", tc.name, n.plans, n.scales, g.statuses, tc.plans, tc.scales, tc.state)
+		}
+	}
+}
+
 // A refused gang is planned again as soon as the free capacity changes.
 func TestGangReplannedWhenCapacityFrees(t *testing.T) {
 	ctx, now := context.Background(), time.Unix(1000, 0)
@@ -252,7 +289,9 @@ func TestGangRollback(t *testing.T) {
 		}
 		// A spec read before the scale took (still at its members) is not
 		// rolled back twice.
-		g.Step(ctx, t0.Add(tc.after+time.Second), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(2)), n)
+		stale := gangSpecJob(2)
+		stale.JobModifyIndex = new(uint64(8))
+		g.Step(ctx, t0.Add(tc.after+time.Second), gangSnapshot(tc.allocs...), gangSpecs(stale), n)
 		if len(n.scales) != 1 {
 			t.Errorf("%s: scaled %v; a stale spec within the back-off scaled it again", tc.name, n.scales)
 		}

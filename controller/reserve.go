@@ -233,7 +233,7 @@ func (g *Gangs) admitRaised(ctx context.Context, now time.Time, w waitingGang, c
 		g.log.Warn("reservation: the gang not registered raised; tried on the next tick", "job", w.k.ID, "error", err)
 		return nil, true
 	}
-	g.admitted[w.k], g.admittedAt[w.k] = now, resp.JobModifyIndex
+	g.admitted[w.k], g.admittedAt[w.k], g.wrote[w.k] = now, resp.JobModifyIndex, resp.JobModifyIndex
 	delete(g.waiting, w.k)
 	delete(g.refused, w.k)
 	c.admitted, c.admittedAt = true, now

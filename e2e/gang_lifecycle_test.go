@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -185,8 +186,8 @@ func waitSteps(t *testing.T, c *cluster.Cluster, members [2]gangMember, n int) {
 // from the step both committed, losing at most the step in flight.
 func TestGangLifecycle(t *testing.T) {
 	c := gangCluster(t)
-	// gpu-3 is full with a job preemption leaves alone (priority 85 is
-	// within 10 of the preemptor's), so the gang runs on gpu-1 and gpu-2
+	// One node is full with a job preemption leaves alone (priority 85 is
+	// within 10 of the preemptor's), so the gang runs on the other two
 	// and a preemptor must take a member's GPUs.
 	c.RunJob(t, strings.Replace(holderJob("filler", 85, time.Hour), "count = 1", "count = 4", 1))
 	c.WaitForAllocStatus(t, c.WaitForAllocs(t, "filler", 1, time.Minute)[0].ID, "running", 2*time.Minute)
@@ -290,6 +291,10 @@ func taskPID(t *testing.T, c *cluster.Cluster, allocID string) int {
 	if st := a.TaskStates["member"]; st != nil {
 		for _, e := range st.Events {
 			if pid, err := strconv.Atoi(e.Details["pid"]); err == nil && pid > 1 {
+				// The wrong process killed would fail the test far from here.
+				if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !strings.Contains(string(cmd), "sim-train") {
+					t.Fatalf("alloc %s's task pid %d is not sim-train: %q (%v)", allocID, pid, cmd, err)
+				}
 				return pid
 			}
 		}
