@@ -19,6 +19,11 @@ const (
 	// "${meta.rack}" or "${node.class}": every member is placed on nodes
 	// sharing one value of it.
 	MetaGangLocality = "nomad_gpu_gang_locality"
+	// MetaGangPinned, job meta, written by the controller: the
+	// constraints it added at admission to keep the members in one
+	// datacenter and one value of the locality, as JSON {"attr": "value"},
+	// taken off again before the next admission.
+	MetaGangPinned = "nomad_gpu_gang_pinned"
 )
 
 // GangMembers reads a group's MetaGangMembers value: an integer ≥ 1.

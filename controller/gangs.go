@@ -61,6 +61,8 @@ type gangNomad interface {
 	// restored); index, when not 0, must be the job's modify index still.
 	register(ctx context.Context, job *api.Job, index uint64) (*api.JobRegisterResponse, *api.WriteMeta, error)
 	deregister(ctx context.Context, k JobKey) error
+	// node reads a node's details (its meta and attributes).
+	node(ctx context.Context, id string) (*api.Node, error)
 }
 
 // Gangs is the gang module's state. Only the leader's loop uses it.
@@ -105,6 +107,10 @@ type Gangs struct {
 	since map[JobKey]gangSince
 	// reserver keeps nodes for the head of the queue; nil when off.
 	reserver *reserver
+	// nodes are the node details read for localities, by node ID;
+	// nodeReads counts this tick's reads (nodeReadsPerTick).
+	nodes     map[string]nodeDetail
+	nodeReads int
 }
 
 type gangSince struct {
@@ -150,6 +156,8 @@ func (g *Gangs) note(now time.Time, rows []GangStatus) {
 type gangPlan struct {
 	free string
 	at   time.Time
+	// tried of domains were refused on free.
+	tried, domains int
 }
 
 // replanEvery is the longest a refused gang waits for another plan while
@@ -166,7 +174,7 @@ type gangRetry struct {
 func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
 	g := &Gangs{cfg: cfg, log: log, admitted: map[JobKey]time.Time{}, admittedAt: map[JobKey]uint64{}, wrote: map[JobKey]uint64{}, ranWhole: map[JobKey]bool{},
 		retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}, refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{},
-		since: map[JobKey]gangSince{}}
+		since: map[JobKey]gangSince{}, nodes: map[string]nodeDetail{}}
 	if cfg.Reserve != nil {
 		g.reserver = &reserver{cfg: *cfg.Reserve, resting: map[JobKey]time.Time{}, idle: func(float64) {}, ends: forecastEnds}
 	}
@@ -197,6 +205,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	var rows []GangStatus
 	kept := false
 	g.census = GangCensus{}
+	g.forgetNodes(snap)
 	for _, k := range gangJobs(snap) {
 		seen[k] = true
 		job, err := specs(ctx, k)
@@ -225,7 +234,11 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		if !kept {
 			kept = g.keep(ctx, now, k, time.Unix(0, snap.Jobs[k].SubmitTime), n)
 		}
-		if why := neverFits(snap, job, spec); why != "" {
+		why := neverFits(snap, job, spec)
+		if why == "" {
+			why = g.noLocality(ctx, snap, job, spec, n)
+		}
+		if why != "" {
 			out = append(out, g.refuse(k, errors.New(why))...)
 			row.State = "invalid"
 			rows = append(rows, row)
@@ -247,7 +260,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	if len(due) > 0 && !planned {
 		slices.SortStableFunc(due, func(a, b waitingGang) int { return g.refused[a.k].at.Compare(g.refused[b.k].at) })
 		w := due[0]
-		out = append(out, g.admit(ctx, now, free, w.k, w.job, w.spec, n)...)
+		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)...)
 	}
 	g.note(now, rows)
 	return out
@@ -268,7 +281,7 @@ func (g *Gangs) due(now time.Time, free string, k JobKey) bool {
 		return false
 	}
 	p, ok := g.refused[k]
-	return !ok || p.free != free || now.Sub(p.at) >= replanEvery
+	return !ok || p.free != free || p.tried < p.domains || now.Sub(p.at) >= replanEvery
 }
 
 // count adds a gang to the census and says what it is doing (its
@@ -430,32 +443,83 @@ func groupNamed(job *api.Job, name string) *api.TaskGroup {
 	return nil
 }
 
-// admit plans a waiting gang with every member and, when every one fits,
-// scales its groups up. free is the cluster's free capacity now.
-func (g *Gangs) admit(ctx context.Context, now time.Time, free string, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
-	plan, err := n.plan(ctx, withCounts(job, membersOf(spec)))
-	if err != nil {
-		g.refused[k] = gangPlan{free: free, at: now}
-		return g.wait(k, "Nomad's plan failed: "+err.Error())
+// admit plans a waiting gang with every member, in the next of its
+// domains, and when every one fits admits it there. free is the
+// cluster's free capacity now.
+func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
+	doms, _ := g.domains(ctx, snap, job, spec, n)
+	if len(doms) == 0 {
+		return g.wait(k, "no node of the job's pool has its locality read yet")
 	}
-	if ok, why := gang.Admit(plan); !ok {
-		g.refused[k] = gangPlan{free: free, at: now}
-		return g.wait(k, why)
+	i := 0
+	if p, ok := g.refused[k]; ok && p.free == free && p.tried < p.domains {
+		i = p.tried
+	}
+	d := doms[min(i, len(doms)-1)]
+	where := ""
+	if d.Pins != nil {
+		where = " in " + d.String()
+	}
+	pinned := gang.Pin(job, d)
+	plan, err := n.plan(ctx, withCounts(pinned, membersOf(spec)))
+	why := ""
+	if err != nil {
+		why = "Nomad's plan failed: " + err.Error()
+	} else if ok, refused := gang.Admit(plan); !ok {
+		why = refused
+	}
+	if why != "" {
+		g.refused[k] = gangPlan{free: free, at: now, tried: i + 1, domains: len(doms)}
+		return g.wait(k, why+where)
 	}
 	delete(g.refused, k)
-	index, guard := plan.JobModifyIndex, plan.JobModifyIndex
-	for _, sg := range spec.Groups {
-		reason := fmt.Sprintf("gang admitted: Nomad's plan places all %d members", spec.Members())
-		after, err := n.scale(ctx, k, sg.Name, sg.Members, guard, reason)
-		if err != nil {
-			g.log.Warn("gang: scaling a group up failed; its members are rolled back if they do not all run", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
-			break
-		}
-		index, guard = after, 0 // the first scale changed it
+	reason := fmt.Sprintf("Nomad's plan places all %d members%s", spec.Members(), where)
+	index, err := g.scaleUp(ctx, k, job, pinned, spec, plan.JobModifyIndex, "gang admitted: "+reason, n)
+	if err != nil {
+		g.log.Warn("gang: admitting failed; its members are rolled back if they do not all run", "namespace", k.Namespace, "job", k.ID, "error", err)
 	}
 	g.admitted[k], g.admittedAt[k], g.wrote[k] = now, index, index
 	delete(g.waiting, k)
-	return []Decision{{Kind: "gang-admitted", Job: k, Reason: fmt.Sprintf("Nomad's plan places all %d members", spec.Members())}}
+	return []Decision{{Kind: "gang-admitted", Job: k, Reason: reason}}
+}
+
+// scaleUp gives the gang its members, guarded by the plan's index: a
+// scale of each group, or, when its pins change, a registration of the
+// pinned copy. It returns the job's modify index after it (the plan's
+// when nothing was written).
+func (g *Gangs) scaleUp(ctx context.Context, k JobKey, job, pinned *api.Job, spec gang.Spec, guard uint64, why string, n gangNomad) (uint64, error) {
+	if job.Meta[contract.MetaGangPinned] != pinned.Meta[contract.MetaGangPinned] {
+		resp, _, err := n.register(ctx, withCounts(pinned, membersOf(spec)), guard)
+		if err != nil {
+			return guard, err
+		}
+		return resp.JobModifyIndex, nil
+	}
+	index := guard
+	for _, sg := range spec.Groups {
+		after, err := n.scale(ctx, k, sg.Name, sg.Members, guard, why)
+		if err != nil {
+			return index, fmt.Errorf("group %q: %w", sg.Name, err)
+		}
+		index, guard = after, 0 // the first scale changed it
+	}
+	return index, nil
+}
+
+// forgetNodes resets the tick's node reads and drops the details of
+// nodes no longer listed.
+func (g *Gangs) forgetNodes(snap *nomadview.Snapshot) {
+	g.nodeReads = 0
+	if len(g.nodes) == 0 {
+		return
+	}
+	listed := make(map[string]bool, len(snap.Nodes))
+	for _, n := range snap.Nodes {
+		if n != nil {
+			listed[n.ID] = true
+		}
+	}
+	maps.DeleteFunc(g.nodes, func(id string, _ nodeDetail) bool { return !listed[id] })
 }
 
 // neverFits says which member group of a waiting gang no node of its
@@ -615,6 +679,11 @@ func (n nomadGangs) deregister(ctx context.Context, k JobKey) error {
 		return nil
 	}
 	return err
+}
+
+func (n nomadGangs) node(ctx context.Context, id string) (*api.Node, error) {
+	node, _, err := n.c.Nodes().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	return node, err
 }
 
 func (n nomadGangs) evaluate(ctx context.Context, k JobKey) error {

@@ -27,6 +27,19 @@ type fakeGangNomad struct {
 	// preempts are what a plan says it would preempt.
 	preempts []*api.AllocationListStub
 	evals    int
+	// nodes are the nodes' details node answers with; nodeReads counts
+	// its calls. planFits, when set, decides a plan's fit instead of fits.
+	nodes     map[string]*api.Node
+	nodeReads int
+	planFits  func(*api.Job) bool
+}
+
+func (f *fakeGangNomad) node(_ context.Context, id string) (*api.Node, error) {
+	f.nodeReads++
+	if n, ok := f.nodes[id]; ok {
+		return n, nil
+	}
+	return nil, errors.New("node not found")
 }
 
 func (f *fakeGangNomad) evaluate(context.Context, JobKey) error {
@@ -43,7 +56,7 @@ func (f *fakeGangNomad) plan(_ context.Context, job *api.Job) (*api.JobPlanRespo
 		}
 	}
 	resp := &api.JobPlanResponse{JobModifyIndex: 7, Annotations: &api.PlanAnnotations{PreemptedAllocs: f.preempts}}
-	if !f.fits {
+	if fits := f.fits; (f.planFits == nil && !fits) || (f.planFits != nil && !f.planFits(job)) {
 		resp.FailedTGAllocs = map[string]*api.AllocationMetric{"worker": {NodesEvaluated: 3, NodesExhausted: 3}}
 	}
 	return resp, nil
@@ -51,7 +64,7 @@ func (f *fakeGangNomad) plan(_ context.Context, job *api.Job) (*api.JobPlanRespo
 
 func (f *fakeGangNomad) register(_ context.Context, job *api.Job, _ uint64) (*api.JobRegisterResponse, *api.WriteMeta, error) {
 	f.registered = append(f.registered, job)
-	return &api.JobRegisterResponse{}, nil, nil
+	return &api.JobRegisterResponse{JobModifyIndex: uint64(20 + len(f.registered))}, nil, nil
 }
 
 func (f *fakeGangNomad) deregister(_ context.Context, k JobKey) error {
@@ -173,6 +186,52 @@ func TestGangReadOlderThanItsScale(t *testing.T) {
 		if n.plans != tc.plans || fmt.Sprint(n.scales) != tc.scales || len(g.statuses) != 1 || g.statuses[0].State != tc.state {
 			t.Errorf("%s: %d plans, scales %v, statuses %+v; want %d, %s, %s", tc.name, n.plans, n.scales, g.statuses, tc.plans, tc.scales, tc.state)
 		}
+	}
+}
+
+// A gang with a locality is planned in one domain a tick, tightest fit
+// first, and admitted by registering the copy pinned to the one Nomad's
+// plan places it in; the nodes' meta is read once per node modify index.
+// A locality no node has is refused, naming the field, and never planned.
+func TestGangLocality(t *testing.T) {
+	ctx, t0 := context.Background(), time.Unix(1000, 0)
+	snap := gangSnapshot()
+	racks := map[string]string{"n1": "a", "n2": "b", "n3": "b"}
+	n := &fakeGangNomad{nodes: map[string]*api.Node{}, planFits: func(job *api.Job) bool {
+		return slices.ContainsFunc(job.Constraints, func(c *api.Constraint) bool { return c.LTarget == "${meta.rack}" && c.RTarget == "b" })
+	}}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		snap.Nodes = append(snap.Nodes, &api.NodeListStub{ID: id, Name: id, Datacenter: "dc1", NodePool: "default", Status: api.NodeStatusReady,
+			SchedulingEligibility: api.NodeSchedulingEligible, ModifyIndex: 3,
+			NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "H100",
+				Instances: []*api.NodeDevice{{ID: id + "-0", Healthy: true}, {ID: id + "-1", Healthy: true}}}}}})
+		n.nodes[id] = &api.Node{ID: id, Meta: map[string]string{"rack": racks[id]}}
+	}
+	withLocality := func(loc string) *api.Job {
+		job := gangSpecJob(0)
+		job.Meta["nomad_gpu_gang_locality"] = loc
+		return job
+	}
+
+	g := NewGangs(DefaultGangConfig(), hclog.NewNullLogger())
+	first := g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.rack}")), n)
+	if n.plans != 1 || len(first) != 1 || !strings.HasSuffix(first[0].Reason, " in ${meta.rack}=a") || n.nodeReads != 3 {
+		t.Fatalf("first tick: %d plans, decisions %+v, %d node reads; want rack a (2 free GPUs, the tightest fit) planned, 3 reads", n.plans, first, n.nodeReads)
+	}
+	second := g.Step(ctx, t0.Add(time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n)
+	if n.plans != 2 || kinds(second)[0] != "gang-admitted" || len(n.registered) != 1 || len(n.scales) != 0 || n.nodeReads != 3 {
+		t.Fatalf("second tick: %d plans, decisions %+v, registered %d, scales %v, node reads %d; want rack b admitted by registering, no read again",
+			n.plans, second, len(n.registered), n.scales, n.nodeReads)
+	}
+	reg := n.registered[0]
+	if *reg.TaskGroups[0].Count != 2 || reg.Meta["nomad_gpu_gang_pinned"] != `{"${meta.rack}":"b"}` || g.admittedAt[JobKey{Namespace: "default", ID: "train"}] != 21 {
+		t.Errorf("registered: count %d, meta %v, admitted at index %d", *reg.TaskGroups[0].Count, reg.Meta, g.admittedAt[JobKey{Namespace: "default", ID: "train"}])
+	}
+
+	g, n.plans = NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), 0
+	got := g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.room}")), n)
+	if n.plans != 0 || len(got) != 1 || got[0].Kind != "gang-invalid" || !strings.Contains(got[0].Reason, "meta.nomad_gpu_gang_locality") {
+		t.Errorf("a locality no node has: %d plans, decisions %+v; want gang-invalid naming the field", n.plans, got)
 	}
 }
 

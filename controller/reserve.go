@@ -102,6 +102,9 @@ func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snap
 		if _, ok := r.resting[w.k]; ok {
 			continue
 		}
+		if doms, _ := g.domains(ctx, snap, w.job, w.spec, n); len(doms) != 1 || doms[0].Pins != nil {
+			continue // reservations do not choose a locality yet
+		}
 		return append(out, g.startReservation(ctx, now, snap, w, n)...), false
 	}
 	return out, false
@@ -185,7 +188,7 @@ func (g *Gangs) holdReservation(ctx context.Context, now time.Time, snap *nomadv
 		g.log.Warn("reservation: placeholder not stopped; tried on the next tick", "job", c.placeholder.ID, "error", err)
 		return nil, true
 	}
-	out := g.admit(ctx, now, free, w.k, w.job, w.spec, n)
+	out := g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)
 	if slices.ContainsFunc(out, func(d Decision) bool { return d.Kind == "gang-admitted" }) {
 		c.admitted, c.admittedAt = true, now
 		return append(out, g.admittedOn(now, c)), true

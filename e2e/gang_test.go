@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +135,57 @@ func TestGangKeptWhileWaiting(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// Locality against real Nomad, on three nodes of 4 GPUs in racks a, b, b
+// (dynamic node meta): a gang of two 4-GPU members that asks for one
+// rack is not placed while rack b has a 2-GPU job on it, though stock
+// Nomad would place it across racks a and b; once that job stops, the
+// gang is admitted in rack b, its job pinned there.
+func TestGangLocality(t *testing.T) {
+	c := gangCluster(t)
+	nodes, _, err := c.API().Nodes().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rackOf := map[string]string{"gpu-1": "a", "gpu-2": "b", "gpu-3": "b"}
+	for _, n := range nodes {
+		rack := rackOf[n.Name]
+		if _, err := c.API().Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: n.ID, Meta: map[string]*string{"rack": &rack}}, nil); err != nil {
+			t.Fatalf("setting %s's meta.rack: %v", n.Name, err)
+		}
+	}
+	pinned := strings.Replace(holderJob2("filler", 85, 2, time.Hour), "  group \"g\" {",
+		"  constraint {\n    attribute = \"${node.unique.name}\"\n    value = \"gpu-3\"\n  }\n  group \"g\" {", 1)
+	c.RunJob(t, pinned)
+	c.WaitForAllocStatus(t, c.WaitForAllocs(t, "filler", 1, time.Minute)[0].ID, "running", 2*time.Minute)
+	ctl := c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	runGang(t, c, "train", 4, true, func(j *api.Job) { j.Meta[contract.MetaGangLocality] = "${meta.rack}" })
+
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := len(liveAllocs(t, c, "train")); n != 0 {
+			t.Fatalf("the gang has %d allocations while no rack has 8 free GPUs", n)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if log := ctl.Log(); !strings.Contains(log, "in ${meta.rack}=b") || !strings.Contains(log, "in ${meta.rack}=a") {
+		t.Errorf("the controller's log does not show the gang planned in each rack:\n%s", log)
+	}
+
+	c.StopJob(t, "filler", true)
+	for _, s := range c.WaitForAllocs(t, "train", 2, 40*time.Second) {
+		a := c.WaitForAllocStatus(t, s.ID, "running", time.Minute)
+		if rackOf[a.NodeName] != "b" {
+			t.Errorf("member %s placed on %s, rack %q; want rack b", a.Name, a.NodeName, rackOf[a.NodeName])
+		}
+	}
+	job, _, err := c.API().Jobs().Info("train", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(job.Constraints, func(c *api.Constraint) bool { return c.LTarget == "${meta.rack}" && c.RTarget == "b" }) {
+		t.Errorf("the admitted job's constraints %v do not pin rack b", job.Constraints)
+	}
+	c.StopJob(t, "train", true)
 }

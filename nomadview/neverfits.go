@@ -38,7 +38,7 @@ func (s *Snapshot) NeverFits(q QueuedGroup) string {
 	}
 	most, judged := 0, false
 	for _, n := range s.Nodes {
-		if n == nil || n.NodeResources == nil || (q.Pool != api.NodePoolAll && n.NodePool != q.Pool) || !inDatacenters(n.Datacenter, q.Datacenters) {
+		if n == nil || n.NodeResources == nil || !placeable(n, q.Pool, q.Datacenters) {
 			continue
 		}
 		gpus, has := wholeGPUs(n, named)
@@ -72,6 +72,28 @@ func (s *Snapshot) GroupNeverFits(job *api.Job, g *api.TaskGroup) string {
 		q.Datacenters = []string{"*"}
 	}
 	return s.NeverFits(q)
+}
+
+// JobNodes are the nodes job's allocations could be placed on, of any
+// status: those of its pool (every node for pool "all") in one of its
+// datacenters.
+func (s *Snapshot) JobNodes(job *api.Job) []*api.NodeListStub {
+	pool, dcs := jobPool(job, nil), job.Datacenters
+	if len(dcs) == 0 {
+		dcs = []string{"*"}
+	}
+	var out []*api.NodeListStub
+	for _, n := range s.Nodes {
+		if n != nil && placeable(n, pool, dcs) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// placeable says whether node n is of pool and in one of dcs.
+func placeable(n *api.NodeListStub, pool string, dcs []string) bool {
+	return (pool == api.NodePoolAll || n.NodePool == pool) && inDatacenters(n.Datacenter, dcs)
 }
 
 // wholeGPUs is how many whole GPUs (of model named, when not "") node n

@@ -151,8 +151,40 @@ type FreeSlices struct {
 // no relaying GPU). Every pool with a schedulable node with GPU devices is
 // there, with zeros when nothing is free.
 func (s *Snapshot) FreeSlices() map[string]FreeSlices {
-	held := s.HeldIDs()
 	acc := map[string]*FreeSlices{}
+	s.eachFree(func(n *api.NodeListStub, d *api.NodeDeviceResource, free int) {
+		f := acc[n.NodePool]
+		if f == nil {
+			f = &FreeSlices{MIG: map[string]int{}}
+			acc[n.NodePool] = f
+		}
+		for range free {
+			f.add(d.Type, d.Name)
+		}
+	})
+	out := make(map[string]FreeSlices, len(acc))
+	for pool, f := range acc {
+		out[pool] = *f
+	}
+	return out
+}
+
+// FreeGPUs maps each schedulable node with whole GPUs of ours to how
+// many of them are free (FreeRule).
+func (s *Snapshot) FreeGPUs() map[string]int {
+	out := map[string]int{}
+	s.eachFree(func(n *api.NodeListStub, d *api.NodeDeviceResource, free int) {
+		if d.Type == contract.SliceGPU {
+			out[n.ID] += free
+		}
+	})
+	return out
+}
+
+// eachFree calls visit with each GPU device group of ours on a
+// schedulable node and how many of its instances are free.
+func (s *Snapshot) eachFree(visit func(n *api.NodeListStub, d *api.NodeDeviceResource, free int)) {
+	held := s.HeldIDs()
 	for _, n := range s.Nodes {
 		if n == nil || !Schedulable(n) || n.NodeResources == nil {
 			continue
@@ -161,23 +193,15 @@ func (s *Snapshot) FreeSlices() map[string]FreeSlices {
 			if d == nil || d.Vendor != contract.Vendor || !IsGPUAsk(DeviceSpec{Vendor: d.Vendor, Type: d.Type}) {
 				continue
 			}
-			f := acc[n.NodePool]
-			if f == nil {
-				f = &FreeSlices{MIG: map[string]int{}}
-				acc[n.NodePool] = f
-			}
+			free := 0
 			for _, in := range d.Instances {
 				if in != nil && (FreeRule{}).Free(in.Healthy, held[n.ID][in.ID]) {
-					f.add(d.Type, d.Name)
+					free++
 				}
 			}
+			visit(n, d, free)
 		}
 	}
-	out := make(map[string]FreeSlices, len(acc))
-	for pool, f := range acc {
-		out[pool] = *f
-	}
-	return out
 }
 
 // add counts one free instance of a device group of type typ, name name.

@@ -21,6 +21,9 @@ job "torchrun-gang" {
 
   meta {
     nomad_gpu_gang = "true"
+    # Members on nodes sharing one value of a node attribute, for example
+    # one rack where every training node sets meta.rack:
+    # nomad_gpu_gang_locality = "${meta.rack}"
   }
 
   group "node" {
