@@ -230,7 +230,7 @@ func TestImportsNothingOfOurs(t *testing.T) {
 func TestGangNamesAreTheDocumentedOnes(t *testing.T) {
 	for got, want := range map[string]string{
 		MetaGang: "nomad_gpu_gang", MetaGangMembers: "nomad_gpu_gang_members", MetaGangLocality: "nomad_gpu_gang_locality",
-		MetaGangPinned:  "nomad_gpu_gang_pinned",
+		MetaGangPinned: "nomad_gpu_gang_pinned", MetaGangCheckpoint: "nomad_gpu_gang_checkpoint",
 		EventDetailStep: "step", EnvCheckpointCommit: "NOMAD_GPU_CHECKPOINT_COMMIT",
 		EnvGangRank: "NOMAD_GPU_GANG_RANK", EnvGangWorldSize: "NOMAD_GPU_GANG_WORLD_SIZE",
 		EnvGangMasterAddr: "NOMAD_GPU_GANG_MASTER_ADDR", EnvGangMasterPort: "NOMAD_GPU_GANG_MASTER_PORT",

@@ -19,6 +19,12 @@ const (
 	// "${meta.rack}" or "${node.class}": every member is placed on nodes
 	// sharing one value of it.
 	MetaGangLocality = "nomad_gpu_gang_locality"
+	// MetaGangCheckpoint, job meta, "required" (the default) or "none":
+	// whether every GPU task of a member must checkpoint. A gang restarts
+	// as one whenever a member fails or is preempted; without checkpoints
+	// each restart loses the whole gang's progress, so a gang that
+	// accepts that says so.
+	MetaGangCheckpoint = "nomad_gpu_gang_checkpoint"
 	// MetaGangPinned, job meta, written by the controller: the
 	// constraints it added at admission to keep the members in one
 	// datacenter and one value of the locality, as JSON {"attr": "value"},

@@ -88,7 +88,7 @@ func gangSpecJob(count int) *api.Job {
 			RestartPolicy:    &api.RestartPolicy{Attempts: new(0)},
 			ReschedulePolicy: &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)},
 			Networks:         []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "rendezvous"}}}},
-			Tasks: []*api.Task{{Name: "train", Driver: "gpu", Resources: &api.Resources{
+			Tasks: []*api.Task{{Name: "train", Driver: "gpu", Config: map[string]any{"checkpoint": []map[string]any{{}}}, Resources: &api.Resources{
 				Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: new(uint64(1))}}}}},
 		}},
 	}

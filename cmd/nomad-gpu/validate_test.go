@@ -45,7 +45,8 @@ func gpuJob(id string, configs ...map[string]any) *api.Job {
 }
 
 // gangJob is a gang of one group "trainer" of members, at count, with
-// or without the policies and the rendezvous port that gangs need; with
+// or without the policies, the rendezvous port and the checkpoint block
+// that gangs need; with
 // config, a service job whose gpu task has that config.
 func gangJob(id, members string, count int, conventions bool, config map[string]any) *api.Job {
 	g := &api.TaskGroup{Name: new("trainer"), Count: new(count), Meta: map[string]string{"nomad_gpu_gang_members": members},
@@ -56,6 +57,7 @@ func gangJob(id, members string, count int, conventions bool, config map[string]
 		g.RestartPolicy = &api.RestartPolicy{Attempts: new(0)}
 		g.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0)}
 		g.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "rendezvous"}}}}
+		g.Tasks[0].Config["checkpoint"] = []map[string]any{{}}
 	}
 	if config != nil {
 		j.Type = nil

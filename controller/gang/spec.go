@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
@@ -84,6 +85,14 @@ func ParseSpec(job *api.Job) (Spec, bool, error) {
 			errs.add("", "meta."+contract.MetaGangLocality, "%q; allowed: ${meta.<key>}, ${attr.<name>} or ${node.<%s>}", loc, nodeFields)
 		}
 	}
+	checkpoints := true
+	switch v := job.Meta[contract.MetaGangCheckpoint]; v {
+	case "", "required":
+	case "none":
+		checkpoints = false
+	default:
+		errs.add("", "meta."+contract.MetaGangCheckpoint, "%q; allowed: \"required\" (the default) or \"none\"", v)
+	}
 	var rank0 *api.TaskGroup
 	for _, g := range job.TaskGroups {
 		name := deref(g.Name, "")
@@ -99,6 +108,9 @@ func ParseSpec(job *api.Job) (Spec, bool, error) {
 		}
 		s.Groups = append(s.Groups, Group{name, n})
 		memberRules(job, g, &errs)
+		if checkpoints {
+			checkpointRule(g, &errs)
+		}
 	}
 	switch {
 	case rank0 == nil:
@@ -121,8 +133,10 @@ func (p *problems) add(group, path, format string, a ...any) {
 func notGang(job *api.Job) error {
 	var errs problems
 	const why = "set, but the job is no gang; allowed: only with the job's meta.%s = \"true\""
-	if _, ok := job.Meta[contract.MetaGangLocality]; ok {
-		errs.add("", "meta."+contract.MetaGangLocality, why, contract.MetaGang)
+	for _, key := range []string{contract.MetaGangLocality, contract.MetaGangCheckpoint} {
+		if _, ok := job.Meta[key]; ok {
+			errs.add("", "meta."+key, why, contract.MetaGang)
+		}
 	}
 	for _, g := range job.TaskGroups {
 		if _, ok := g.Meta[contract.MetaGangMembers]; ok {
@@ -180,6 +194,26 @@ func memberRules(job *api.Job, g *api.TaskGroup, errs *problems) {
 	}
 }
 
+// checkpointRule: every task of member group g that asks for GPUs runs
+// on the gpu driver with a checkpoint block, for the gang restarts as
+// one and resumes from the step every member committed; a gang that
+// accepts restarting from the beginning says so in its meta.
+func checkpointRule(g *api.TaskGroup, errs *problems) {
+	name := deref(g.Name, "")
+	optOut := fmt.Sprintf("or the job's meta.%s = \"none\" (each restart of the gang loses its progress)", contract.MetaGangCheckpoint)
+	for _, t := range g.Tasks {
+		if !taskHasGPUs(t) {
+			continue
+		}
+		switch _, ok := t.Config["checkpoint"]; {
+		case t.Driver != contract.DriverName:
+			errs.add(name, fmt.Sprintf("task %q driver", t.Name), "%q cannot checkpoint a member; allowed: %q with a checkpoint block, %s", t.Driver, contract.DriverName, optOut)
+		case !ok:
+			errs.add(name, fmt.Sprintf("task %q config.checkpoint", t.Name), "none; allowed: a checkpoint block (a gang restarts as one, from the step every member committed), %s", optOut)
+		}
+	}
+}
+
 // localityRe is a node attribute interpolation a constraint can name;
 // nodeFields are the ${node.*} ones Nomad has.
 var localityRe = regexp.MustCompile(`^\$\{(meta\.[A-Za-z0-9_.-]+|attr\.[A-Za-z0-9_.-]+|node\.(` + strings.ReplaceAll(nodeFields, ".", `\.`) + `))\}$`)
@@ -189,17 +223,18 @@ const nodeFields = "unique.id|unique.name|datacenter|region|class|pool"
 // hasGPUs says whether a task of g asks for our GPUs, MIG instances or
 // MPS shares.
 func hasGPUs(g *api.TaskGroup) bool {
-	for _, t := range g.Tasks {
-		if t.Resources == nil {
-			continue
-		}
-		for _, d := range t.Resources.Devices {
-			if d != nil && nomadview.IsGPUAsk(nomadview.ParseRequest(d.Name)) {
-				return true
-			}
-		}
+	return slices.ContainsFunc(g.Tasks, taskHasGPUs)
+}
+
+// taskHasGPUs says whether task t asks for our GPUs, MIG instances or
+// MPS shares.
+func taskHasGPUs(t *api.Task) bool {
+	if t == nil || t.Resources == nil {
+		return false
 	}
-	return false
+	return slices.ContainsFunc(t.Resources.Devices, func(d *api.RequestedDevice) bool {
+		return d != nil && nomadview.IsGPUAsk(nomadview.ParseRequest(d.Name))
+	})
 }
 
 // hasPort says whether g's network declares a port labelled label.

@@ -19,7 +19,7 @@ func gangJob(edit func(j *api.Job)) *api.Job {
 			Meta:             map[string]string{"nomad_gpu_gang_members": members},
 			RestartPolicy:    &api.RestartPolicy{Attempts: new(0)},
 			ReschedulePolicy: &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)},
-			Tasks: []*api.Task{{Name: "train", Driver: "gpu", Resources: &api.Resources{
+			Tasks: []*api.Task{{Name: "train", Driver: "gpu", Config: map[string]any{"checkpoint": []map[string]any{{}}}, Resources: &api.Resources{
 				Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: new(uint64(1))}}}}},
 		}
 		if port {
@@ -154,6 +154,23 @@ func TestParseSpec(t *testing.T) {
 		{name: "locality of a task's env", edit: func(j *api.Job) { j.Meta["nomad_gpu_gang_locality"] = "${env.RACK}" }, gang: true,
 			spec: Spec{Groups: []Group{{"worker", 2}, {"eval", 1}}, Locality: "${env.RACK}"},
 			errs: []string{`meta.nomad_gpu_gang_locality: "${env.RACK}"; allowed:`}},
+		{name: "a member without a checkpoint block", edit: func(j *api.Job) { delete(j.TaskGroups[1].Tasks[0].Config, "checkpoint") }, gang: true,
+			spec: Spec{Groups: []Group{{"worker", 2}, {"eval", 1}}},
+			errs: []string{`group "eval": task "train" config.checkpoint: none; allowed: a checkpoint block (a gang restarts as one, from the step every member committed), or the job's meta.nomad_gpu_gang_checkpoint = "none"`}},
+		{name: "a member on a driver that cannot checkpoint", edit: func(j *api.Job) { j.TaskGroups[0].Tasks[0].Driver = "docker" }, gang: true,
+			spec: Spec{Groups: []Group{{"worker", 2}, {"eval", 1}}},
+			errs: []string{`group "worker": task "train" driver: "docker" cannot checkpoint a member; allowed: "gpu" with a checkpoint block, or`}},
+		{name: "checkpoints declined", edit: func(j *api.Job) {
+			j.Meta["nomad_gpu_gang_checkpoint"] = "none"
+			j.TaskGroups[0].Tasks[0].Driver = "docker"
+			delete(j.TaskGroups[1].Tasks[0].Config, "checkpoint")
+		}, gang: true, spec: Spec{Groups: []Group{{"worker", 2}, {"eval", 1}}}},
+		{name: "checkpoint rule misspelt", edit: func(j *api.Job) { j.Meta["nomad_gpu_gang_checkpoint"] = "optional" }, gang: true,
+			spec: Spec{Groups: []Group{{"worker", 2}, {"eval", 1}}},
+			errs: []string{`meta.nomad_gpu_gang_checkpoint: "optional"; allowed: "required" (the default) or "none"`}},
+		{name: "a task without GPUs needs none", edit: func(j *api.Job) {
+			j.TaskGroups[0].Tasks = append(j.TaskGroups[0].Tasks, &api.Task{Name: "log-shipper", Driver: "exec"})
+		}, gang: true, spec: Spec{Groups: []Group{{"worker", 2}, {"eval", 1}}}},
 		{name: "every error, not the first", edit: func(j *api.Job) {
 			j.Type = new("service")
 			j.TaskGroups[0].Count = new(2)

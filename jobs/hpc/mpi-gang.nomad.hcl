@@ -18,6 +18,10 @@ job "mpi-gang" {
 
   meta {
     nomad_gpu_gang = "true"
+    # The solver does not checkpoint: a member's failure restarts the
+    # whole gang from the beginning. Said here, as gangs must; a solver
+    # that writes restart files takes a checkpoint block instead.
+    nomad_gpu_gang_checkpoint = "none"
   }
 
   group "rank" {
