@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
@@ -39,10 +40,14 @@ func (g *Gangs) domains(ctx context.Context, snap *nomadview.Snapshot, job *api.
 	if locality == "${node.region}" {
 		locality = "" // a cluster's nodes share its region
 	}
+	nodes := snap.JobNodes(job)
+	if locality == "" && !slices.ContainsFunc(nodes, func(n *api.NodeListStub) bool { return n.Datacenter != nodes[0].Datacenter }) {
+		return []gang.Domain{{}}, true // no pin: the free GPUs order nothing
+	}
 	free := snap.FreeGPUs()
 	var places []gang.Place
 	complete := true
-	for _, node := range snap.JobNodes(job) {
+	for _, node := range nodes {
 		p := gang.Place{Datacenter: node.Datacenter, FreeGPUs: free[node.ID]}
 		if locality != "" {
 			var read bool

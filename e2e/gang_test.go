@@ -68,6 +68,20 @@ func liveAllocs(t *testing.T, c *cluster.Cluster, id string) []*api.AllocationLi
 	return out
 }
 
+// neverPlaced fails the test when job has an allocation holding or about
+// to hold devices within the next d, sampled every 250 ms; while says
+// why it should have none.
+func neverPlaced(t *testing.T, c *cluster.Cluster, job string, d time.Duration, while string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if n := len(liveAllocs(t, c, job)); n != 0 {
+			t.Fatalf("%s has %d allocations while %s", job, n, while)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // Gangs against real Nomad, on a node of 4 whole GPUs: a gang of two
 // 1-GPU members is admitted by the controller and both run; a second gang
 // of two 2-GPU members does not fit beside it and is never placed in part
@@ -84,13 +98,7 @@ func TestGangAdmission(t *testing.T) {
 	}
 
 	runGang(t, c, "gang-b", 2, true)
-	deadline := time.Now().Add(8 * time.Second)
-	for time.Now().Before(deadline) {
-		if n := len(liveAllocs(t, c, "gang-b")); n != 0 {
-			t.Fatalf("gang-b has %d allocations while only one of its members fits: placed in part", n)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	neverPlaced(t, c, "gang-b", 8*time.Second, "only one of its members fits: placed in part")
 	if log := ctl.Log(); !strings.Contains(log, "gang-waiting") || !strings.Contains(log, "gang-b") {
 		t.Errorf("no gang-waiting decision for gang-b in the controller's log")
 	}
@@ -162,13 +170,7 @@ func TestGangLocality(t *testing.T) {
 	ctl := c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
 	runGang(t, c, "train", 4, true, func(j *api.Job) { j.Meta[contract.MetaGangLocality] = "${meta.rack}" })
 
-	deadline := time.Now().Add(8 * time.Second)
-	for time.Now().Before(deadline) {
-		if n := len(liveAllocs(t, c, "train")); n != 0 {
-			t.Fatalf("the gang has %d allocations while no rack has 8 free GPUs", n)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	neverPlaced(t, c, "train", 8*time.Second, "no rack has 8 free GPUs")
 	if log := ctl.Log(); !strings.Contains(log, "in ${meta.rack}=b") || !strings.Contains(log, "in ${meta.rack}=a") {
 		t.Errorf("the controller's log does not show the gang planned in each rack:\n%s", log)
 	}
