@@ -356,10 +356,16 @@ type queuedAsk struct {
 
 // wholeGPUAsks are the queued groups asking for more than one whole GPU
 // (one GPU fits any free one: nothing to consolidate), highest priority
-// first, then oldest.
+// first, then oldest. A waiting gang's members are not: a move frees one
+// node for one allocation and holds it (ineligible) until Nomad places
+// that, which a gang at count 0 never gets (its plan needs every member
+// at once, the held node included); reservations keep nodes for gangs.
 func wholeGPUAsks(snap *nomadview.Snapshot) []queuedAsk {
 	var out []queuedAsk
 	for _, q := range snap.QueuedGroups() {
+		if q.Gang {
+			continue
+		}
 		for _, a := range q.Asks {
 			if a.Device.Type != contract.SliceGPU || a.Count < 2 {
 				continue

@@ -292,3 +292,24 @@ func TestLayoutsRelaying(t *testing.T) {
 		t.Error("layouts off: relaying something")
 	}
 }
+
+// A waiting gang's members are queued but moved for by no one: the move
+// module's hold of one freed node would keep the gang's plan, which needs
+// every member at once, from ever placing it.
+func TestWholeGPUAsksLeaveOutGangs(t *testing.T) {
+	s := emptySnapshot()
+	queuedJob(s, "plain", "nvidia/gpu/H100", 1)
+	s.Specs[JobKey{Namespace: "default", ID: "plain"}].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	gang := gangSpecJob(0)
+	gang.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	k := JobKey{Namespace: "default", ID: "train"}
+	s.Jobs[k] = &api.JobListStub{ID: "train", Namespace: "default", Type: "batch", Meta: map[string]string{"nomad_gpu_gang": "true"}}
+	s.Gangs = map[JobKey]*api.Job{k: gang}
+	if n := len(s.QueuedGroups()); n != 2 {
+		t.Fatalf("%d queued groups, want the plain job's and the gang's", n)
+	}
+	asks := wholeGPUAsks(s)
+	if len(asks) != 1 || asks[0].ask.Job != "plain" {
+		t.Errorf("asks %+v, want the plain job's only", asks)
+	}
+}

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // runGang registers jobs/examples/gang-sim.nomad.hcl, the gang users are
@@ -68,6 +71,26 @@ func liveAllocs(t *testing.T, c *cluster.Cluster, id string) []*api.AllocationLi
 	return out
 }
 
+// queueEntry is `nomad-gpu top -json`'s queue entry of job's first
+// group, nil when it has none.
+func queueEntry(t *testing.T, c *cluster.Cluster, job string) *topview.QueueEntry {
+	t.Helper()
+	out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "top", "-json", "-address", c.Server().HTTPAddr()).Output()
+	if err != nil {
+		t.Fatalf("nomad-gpu top -json: %v", err)
+	}
+	var v topview.View
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("top -json: %v\n%s", err, out)
+	}
+	for i := range v.Queue {
+		if v.Queue[i].Job == job {
+			return &v.Queue[i]
+		}
+	}
+	return nil
+}
+
 // neverPlaced fails the test when job has an allocation holding or about
 // to hold devices within the next d, sampled every 250 ms; while says
 // why it should have none.
@@ -99,6 +122,11 @@ func TestGangAdmission(t *testing.T) {
 
 	runGang(t, c, "gang-b", 2, true)
 	neverPlaced(t, c, "gang-b", 8*time.Second, "only one of its members fits: placed in part")
+	// No evaluation says gang-b waits; the queue (top, the APM) counts
+	// its members all the same.
+	if q := queueEntry(t, c, "gang-b"); q == nil || q.Count != 2 || !strings.HasPrefix(q.Reason, "gang:") {
+		t.Errorf("top -json's queue entry for the waiting gang-b: %+v; want its 2 members, as a gang", q)
+	}
 	if log := ctl.Log(); !strings.Contains(log, "gang-waiting") || !strings.Contains(log, "gang-b") {
 		t.Errorf("no gang-waiting decision for gang-b in the controller's log")
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
 )
 
 // Endpoints as Config.OnCall names them.
@@ -262,7 +264,17 @@ func FinishedAt(a *api.AllocationListStub) time.Time {
 	return f
 }
 
-// fetchJobs lists every job with its meta and summary.
+// jobsData is what the Jobs watch publishes: every job, and the specs of
+// the gang jobs (a map of its own per list).
+type jobsData struct {
+	jobs  map[JobKey]*api.JobListStub
+	gangs map[JobKey]*api.Job
+}
+
+// fetchJobs lists every job with its meta and summary, then reads each
+// live gang job's spec once per job modify index (w.gangSpecs keeps them
+// between lists): a gang waits at count 0 with no blocked evaluation, so
+// only its spec says what it asks for.
 func (w *Watcher) fetchJobs(index uint64) (any, uint64, error) {
 	w.cfg.OnCall(EndpointJobs)
 	stubs, meta, err := w.cl.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, w.opts(w.cfg.Namespace, index))
@@ -270,12 +282,55 @@ func (w *Watcher) fetchJobs(index uint64) (any, uint64, error) {
 		return nil, 0, err
 	}
 	jobs := make(map[JobKey]*api.JobListStub, len(stubs))
+	live := map[JobKey]uint64{}
 	for _, j := range stubs {
-		if j != nil {
-			jobs[JobKey{Namespace: j.Namespace, ID: j.ID}] = j
+		if j == nil {
+			continue
+		}
+		k := JobKey{Namespace: j.Namespace, ID: j.ID}
+		jobs[k] = j
+		if IsGang(j) {
+			live[k] = j.JobModifyIndex
 		}
 	}
-	return jobs, lastIndex(meta), nil
+	gangs, err := w.readSpecsOf(w.gangSpecs, live)
+	if err != nil {
+		return nil, 0, err
+	}
+	return jobsData{jobs: jobs, gangs: gangs}, lastIndex(meta), nil
+}
+
+// IsGang says whether listed job j is a live gang: a batch job, not
+// stopped, whose meta nomad_gpu_gang is "true" (docs/design/gangs.md).
+func IsGang(j *api.JobListStub) bool {
+	return j != nil && j.Type == api.JobTypeBatch && !j.Stop && j.Meta[contract.MetaGang] == "true"
+}
+
+// readSpecsOf brings cache to the specs of live (job → its modify index
+// now): a spec older than its index is read again, one no longer live
+// dropped. It returns a map of its own of the specs read.
+func (w *Watcher) readSpecsOf(cache map[JobKey]*api.Job, live map[JobKey]uint64) (map[JobKey]*api.Job, error) {
+	var stale []JobKey
+	for k, index := range live {
+		if j := cache[k]; j == nil || j.JobModifyIndex == nil || *j.JobModifyIndex < index {
+			stale = append(stale, k)
+		}
+	}
+	for k := range cache {
+		if _, ok := live[k]; !ok {
+			delete(cache, k)
+		}
+	}
+	if err := w.readSpecs(cache, stale); err != nil {
+		return nil, err
+	}
+	out := make(map[JobKey]*api.Job, len(live))
+	for k := range live {
+		if j := cache[k]; j != nil {
+			out[k] = j
+		}
+	}
+	return out, nil
 }
 
 // blockedData is what the Blocked watch publishes: the blocked
@@ -296,42 +351,25 @@ func (w *Watcher) fetchBlocked(index uint64) (any, uint64, error) {
 		return nil, 0, err
 	}
 	var blocked []*api.Evaluation
-	live := map[JobKey]bool{}
-	var stale []JobKey
+	live := map[JobKey]uint64{}
 	for _, e := range evals {
 		if e == nil || e.Status != api.EvalStatusBlocked || len(e.FailedTGAllocs) == 0 {
 			continue
 		}
 		blocked = append(blocked, e)
 		k := JobKey{Namespace: e.Namespace, ID: e.JobID}
-		if live[k] {
-			continue
-		}
-		live[k] = true
-		if j := w.specs[k]; j == nil || j.JobModifyIndex == nil || *j.JobModifyIndex < e.JobModifyIndex {
-			stale = append(stale, k)
-		}
+		live[k] = max(live[k], e.JobModifyIndex)
 	}
-	for k := range w.specs {
-		if !live[k] {
-			delete(w.specs, k)
-		}
-	}
-	if err := w.readSpecs(stale); err != nil {
+	specs, err := w.readSpecsOf(w.specs, live)
+	if err != nil {
 		return nil, 0, err
-	}
-	specs := make(map[JobKey]*api.Job, len(live))
-	for k := range live {
-		if j := w.specs[k]; j != nil {
-			specs[k] = j
-		}
 	}
 	return blockedData{evals: blocked, specs: specs}, lastIndex(meta), nil
 }
 
-// readSpecs reads the specs of keys into w.specs, 8 at a time; a job gone
+// readSpecs reads the specs of keys into cache, 8 at a time; a job gone
 // (404) is dropped.
-func (w *Watcher) readSpecs(keys []JobKey) error {
+func (w *Watcher) readSpecs(cache map[JobKey]*api.Job, keys []JobKey) error {
 	jobs := make([]*api.Job, len(keys))
 	err := Parallel(w.ctx, 8, len(keys), func(i int) error {
 		k := keys[i]
@@ -352,9 +390,9 @@ func (w *Watcher) readSpecs(keys []JobKey) error {
 	}
 	for i, k := range keys {
 		if jobs[i] != nil {
-			w.specs[k] = jobs[i]
+			cache[k] = jobs[i]
 		} else {
-			delete(w.specs, k)
+			delete(cache, k)
 		}
 	}
 	return nil

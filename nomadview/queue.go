@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
 )
 
 // QueuedGroup is a task group's allocations that the scheduler could not
@@ -41,12 +43,18 @@ type QueuedGroup struct {
 	Metric    *api.AllocationMetric
 	Job       *api.Job
 	TaskGroup *api.TaskGroup
+	// Gang: the group's members wait for the controller to admit their
+	// gang (all at once); there is no evaluation, and Since is the gang's
+	// last submission or scale.
+	Gang bool
 }
 
 // QueuedGroups lists the GPU groups that blocked evaluations could not
-// place, one entry per (namespace, job, group), in namespace, job, group
-// order. Groups of stopped or gone jobs, groups asking for no GPU, and
-// groups the summary says have nothing queued are left out.
+// place, and the member groups of waiting gangs (waitingGangs), one entry
+// per (namespace, job, group), in namespace, job, group order. Groups of
+// stopped or gone jobs, groups asking for no GPU, groups the summary says
+// have nothing queued, and the controller's reservation placeholders
+// (their gang is counted) are left out.
 func (s *Snapshot) QueuedGroups() []QueuedGroup {
 	var out []QueuedGroup
 	index := map[[3]string]int{}
@@ -56,7 +64,7 @@ func (s *Snapshot) QueuedGroups() []QueuedGroup {
 		}
 		k := JobKey{Namespace: e.Namespace, ID: e.JobID}
 		job := s.Specs[k]
-		if job == nil || job.Stop != nil && *job.Stop {
+		if job == nil || job.Stop != nil && *job.Stop || job.Meta[contract.MetaReservationFor] != "" {
 			continue
 		}
 		for _, tg := range slices.Sorted(maps.Keys(e.FailedTGAllocs)) {
@@ -75,9 +83,49 @@ func (s *Snapshot) QueuedGroups() []QueuedGroup {
 			out = append(out, q)
 		}
 	}
+	for _, q := range s.waitingGangs() {
+		if _, dup := index[[3]string{q.Namespace, q.JobID, q.Group}]; !dup {
+			out = append(out, q)
+		}
+	}
 	slices.SortFunc(out, func(a, b QueuedGroup) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.JobID, b.JobID), cmp.Compare(a.Group, b.Group))
 	})
+	return out
+}
+
+// waitingGangs are the member groups of the listed gangs still at count 0
+// (docs/design/gangs.md): each waits with all its members for the
+// controller's admission, and Nomad has no evaluation of it, so without
+// them a gang would be work no autoscaler, top or layout sees. A gang
+// admitted (its groups at their members) is counted by its evaluations.
+func (s *Snapshot) waitingGangs() []QueuedGroup {
+	var out []QueuedGroup
+	for k, job := range s.Gangs {
+		stub := s.Jobs[k]
+		if !IsGang(stub) {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			n, err := contract.GangMembers(tg.Meta[contract.MetaGangMembers])
+			if err != nil || tg.Name == nil || tg.Count == nil || *tg.Count != 0 {
+				continue
+			}
+			asks, gpuTask := groupAsks(tg)
+			if gpuTask == "" {
+				continue
+			}
+			q := QueuedGroup{
+				Namespace: k.Namespace, JobID: k.ID, Group: *tg.Name, Count: n, Asks: asks, GPUTask: gpuTask,
+				Pool: jobPool(job, nil), Datacenters: job.Datacenters, Since: time.Unix(0, stub.SubmitTime),
+				Priority: stub.Priority, Job: job, TaskGroup: tg, Gang: true,
+			}
+			if len(q.Datacenters) == 0 {
+				q.Datacenters = []string{"*"}
+			}
+			out = append(out, q)
+		}
+	}
 	return out
 }
 

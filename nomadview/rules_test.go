@@ -92,6 +92,51 @@ func TestQueuedGroups(t *testing.T) {
 	}
 }
 
+// waitingGang is a gang job of one group "worker" of members asking 2
+// whole GPUs each, at count 0 as submitted.
+func waitingGang(id string, members int) *api.Job {
+	j := gpuJob(id, "gpu", "nvidia/gpu")
+	j.Type, j.Meta = ptr("batch"), map[string]string{"nomad_gpu_gang": "true"}
+	g := j.TaskGroups[0]
+	g.Name, g.Count, g.Meta = ptr("worker"), ptr(0), map[string]string{"nomad_gpu_gang_members": fmt.Sprint(members)}
+	return j
+}
+
+func gangStub(id string, modify uint64) *api.JobListStub {
+	return &api.JobListStub{ID: id, Namespace: "default", Type: "batch", Priority: 60, JobModifyIndex: modify,
+		SubmitTime: time.Unix(70, 0).UnixNano(), Meta: map[string]string{"nomad_gpu_gang": "true"}}
+}
+
+// A gang waiting at count 0 has no evaluation: its member groups are
+// queued all the same, each with its members; an admitted gang is left
+// to its evaluations, and the controller's placeholder for a reserved
+// gang is no queue of its own (its gang is counted).
+func TestQueuedGroupsCountsWaitingGangs(t *testing.T) {
+	admitted := waitingGang("admitted", 2)
+	admitted.TaskGroups[0].Count = ptr(2)
+	placeholder := gpuJob("nomad-gpu-reserve-train", "gpu", "nvidia/gpu")
+	placeholder.Meta = map[string]string{"nomad_gpu_reservation_for": "train"}
+	stopped := gangStub("stopped", 1)
+	stopped.Stop = true
+	s := &Snapshot{
+		Blocked: []*api.Evaluation{blocked("e1", "nomad-gpu-reserve-train", 10, 3)},
+		Specs:   map[JobKey]*api.Job{{"default", "nomad-gpu-reserve-train"}: placeholder},
+		Jobs: map[JobKey]*api.JobListStub{{"default", "train"}: gangStub("train", 1), {"default", "admitted"}: gangStub("admitted", 1),
+			{"default", "stopped"}: stopped},
+		Gangs: map[JobKey]*api.Job{{"default", "train"}: waitingGang("train", 3), {"default", "admitted"}: admitted,
+			{"default", "stopped"}: waitingGang("stopped", 2)},
+	}
+	got := s.QueuedGroups()
+	if len(got) != 1 {
+		t.Fatalf("groups %+v, want the waiting gang's only", got)
+	}
+	q := got[0]
+	if q.JobID != "train" || q.Group != "worker" || q.Count != 3 || !q.Gang || q.Priority != 60 || q.Pool != "gpu" ||
+		!q.Since.Equal(time.Unix(70, 0)) || fmt.Sprint(q.Asks) != fmt.Sprint([]DeviceAsk{{DeviceSpec{"nvidia", "gpu", ""}, 2}}) {
+		t.Errorf("group %+v", q)
+	}
+}
+
 func gpuNode(id, pool string, healthy bool, devs ...*api.NodeDeviceResource) *api.NodeListStub {
 	for _, d := range devs {
 		for _, in := range d.Instances {

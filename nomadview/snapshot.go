@@ -40,6 +40,9 @@ type Snapshot struct {
 	// Specs are the full specs of the jobs of Blocked, at their newest
 	// version (a job gone since is missing).
 	Specs map[JobKey]*api.Job
+	// Gangs are the full specs of the live gang jobs of Jobs (IsGang),
+	// at their listed version.
+	Gangs map[JobKey]*api.Job
 }
 
 // Job is the listed job of key, nil when there is none.

@@ -104,8 +104,8 @@ func (c Config) withDefaults() Config {
 //
 // Locks: startMu orders starts before Close's wait; each watch's mu guards
 // its own state; snapMu guards the last snapshot and the subscribers;
-// specs (the blocked jobs' specs) belong to the Blocked watch's goroutine;
-// feed has its own lock.
+// specs (the blocked jobs' specs) belong to the Blocked watch's goroutine,
+// gangSpecs (the gang jobs') to the Jobs watch's; feed has its own lock.
 type Watcher struct {
 	cl  *api.Client
 	cfg Config
@@ -117,8 +117,9 @@ type Watcher struct {
 	closed  bool
 
 	watches [numLists]*watch
-	specs   map[JobKey]*api.Job
-	feed    *allocFeed
+	specs     map[JobKey]*api.Job
+	gangSpecs map[JobKey]*api.Job
+	feed      *allocFeed
 
 	snapMu   sync.Mutex
 	snap     *Snapshot
@@ -130,7 +131,7 @@ type Watcher struct {
 func NewWatcher(cl *api.Client, cfg Config) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watcher{cl: cl, cfg: cfg.withDefaults(), ctx: ctx, cancel: cancel,
-		specs: map[JobKey]*api.Job{}, subs: map[chan *Snapshot]struct{}{}, feed: newAllocFeed()}
+		specs: map[JobKey]*api.Job{}, gangSpecs: map[JobKey]*api.Job{}, subs: map[chan *Snapshot]struct{}{}, feed: newAllocFeed()}
 	for k := range w.watches {
 		w.watches[k] = &watch{list: List(k), ready: make(chan struct{}), answered: make(chan struct{})}
 	}
@@ -306,6 +307,8 @@ func assemble(data [numLists]any) *Snapshot {
 	if b, ok := data[Blocked].(blockedData); ok {
 		s.Blocked, s.Specs = b.evals, b.specs
 	}
-	s.Jobs, _ = data[Jobs].(map[JobKey]*api.JobListStub)
+	if j, ok := data[Jobs].(jobsData); ok {
+		s.Jobs, s.Gangs = j.jobs, j.gangs
+	}
 	return s
 }

@@ -22,6 +22,7 @@ type fakeNomad struct {
 	nodes []*api.NodeListStub
 	evals []*api.Evaluation
 	jobs  map[string]*api.Job
+	stubs []*api.JobListStub // listed besides job j
 	fail  bool
 	calls map[string]int
 }
@@ -43,7 +44,7 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/evaluations":
 		v = f.evals
 	case "/v1/jobs":
-		v = []*api.JobListStub{listed("j", 20, map[string]int{"g": 2})}
+		v = append([]*api.JobListStub{listed("j", 20, map[string]int{"g": 2})}, f.stubs...)
 	case "/v1/node/pools":
 		v = []*api.NodePool{{Name: "gpu"}}
 	default:
@@ -83,7 +84,8 @@ func startWatcher(t *testing.T, f *fakeNomad) *Watcher {
 func TestSnapshotsNeverChange(t *testing.T) {
 	f := &fakeNomad{index: 1, calls: map[string]int{}, nodes: []*api.NodeListStub{{ID: "n1"}},
 		evals: []*api.Evaluation{blocked("e", "j", 10, 0), blocked("e2", "gone", 10, 0)},
-		jobs:  map[string]*api.Job{"j": gpuJob("j", "gpu", "nvidia/gpu")}}
+		jobs:  map[string]*api.Job{"j": gpuJob("j", "gpu", "nvidia/gpu"), "train": waitingGang("train", 2)},
+		stubs: []*api.JobListStub{gangStub("train", 1)}}
 	w := startWatcher(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -94,8 +96,8 @@ func TestSnapshotsNeverChange(t *testing.T) {
 	if len(first.Nodes) != 1 || len(first.Pools) != 1 || len(first.Specs) != 1 || first.Jobs[JobKey{Namespace: "default", ID: "j"}] == nil {
 		t.Fatalf("first snapshot %+v", first)
 	}
-	if q := first.QueuedGroups(); len(q) != 1 || q[0].Count != 2 {
-		t.Fatalf("queue %+v, want job j's 2 from its summary", q)
+	if q := first.QueuedGroups(); len(q) != 2 || q[0].Count != 2 || q[1].JobID != "train" || q[1].Count != 2 {
+		t.Fatalf("queue %+v, want job j's 2 from its summary and the waiting gang's 2 members", q)
 	}
 	updates := w.Watch(ctx)
 	f.set(func() { f.nodes = append(f.nodes, &api.NodeListStub{ID: "n2"}) })
@@ -111,10 +113,10 @@ func TestSnapshotsNeverChange(t *testing.T) {
 		t.Errorf("the first snapshot changed: %d nodes", len(first.Nodes))
 	}
 	f.mu.Lock()
-	jobReads := f.calls["/v1/job/j"]
+	jobReads, gangReads := f.calls["/v1/job/j"], f.calls["/v1/job/train"]
 	f.mu.Unlock()
-	if jobReads != 1 {
-		t.Errorf("job j read %d times, want once per job modify index", jobReads)
+	if jobReads != 1 || gangReads != 1 {
+		t.Errorf("job j read %d times, the gang %d; want once per job modify index", jobReads, gangReads)
 	}
 }
 

@@ -23,6 +23,9 @@ func buildQueue(in *Input) []QueueEntry {
 			continue
 		}
 		reason := FailureReason(g.Metric, g.QuotaLimitReached)
+		if g.Gang {
+			reason = fmt.Sprintf("gang: its %d members wait to be admitted all at once (CONTROLLER says why)", g.Count)
+		}
 		never := in.NeverFits(g)
 		if never != "" {
 			// First: Nomad's own words say only that nodes were

@@ -99,6 +99,21 @@ func TestQueue(t *testing.T) {
 			want: []string{`notebook/g pending`},
 		},
 		{
+			name: "a gang waiting for admission is queued with its members, though it has no evaluation",
+			edit: func(in *Input) {
+				k := JobKey{Namespace: "default", ID: "train"}
+				in.Jobs[k] = &api.JobListStub{ID: "train", Namespace: "default", Type: "batch", Meta: map[string]string{"nomad_gpu_gang": "true"},
+					SubmitTime: t0.Add(-2 * time.Hour).UnixNano()}
+				job := jobWithDevices("train", "gpu", &api.RequestedDevice{Name: "nvidia/gpu", Count: ptr(uint64(1))})
+				job.TaskGroups[0].Count, job.TaskGroups[0].Meta = ptr(0), map[string]string{"nomad_gpu_gang_members": "2"}
+				in.Gangs = map[JobKey]*api.Job{k: job}
+			},
+			want: []string{
+				`train/g blocked nvidia/gpu x2 2 2h00m gang: its 2 members wait to be admitted all at once (CONTROLLER says why)`,
+				`big/g blocked`, `notebook/g pending`,
+			},
+		},
+		{
 			name: "a clock behind the eval waits 0",
 			edit: func(in *Input) { in.Now = t0.Add(-time.Hour) },
 			want: []string{`big/g blocked nvidia/gpu x6 2 0s`, `notebook/g pending nvidia/mps/` + gpuM + ` x2 1 0s`},
