@@ -116,7 +116,7 @@ type Watcher struct {
 	startMu sync.Mutex
 	closed  bool
 
-	watches [numLists]*watch
+	watches   [numLists]*watch
 	specs     map[JobKey]*api.Job
 	gangSpecs map[JobKey]*api.Job
 	feed      *allocFeed
