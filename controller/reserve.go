@@ -35,7 +35,8 @@ import (
 // needs Nomad's preemption on for batch jobs; where a raised plan does
 // not place the gang, the leader stops the placeholder and admits it
 // anyway, racing the queue. One reservation at a time, held MaxHold at
-// most.
+// most, for a gang or for a job that is no gang (reservejob.go),
+// whichever heads the queue.
 
 // ReserveConfig bounds reservations.
 type ReserveConfig struct {
@@ -64,6 +65,9 @@ type reservation struct {
 	priority, members int
 	// admittedAt is when the gang was admitted on it.
 	admittedAt time.Time
+	// single is what a reservation for a job that is no gang keeps
+	// (reservejob.go); nil for a gang's.
+	single *singleJob
 }
 
 // maxJobPriority is Nomad's highest job priority (job_max_priority's
@@ -86,15 +90,19 @@ type reserver struct {
 
 // reserve runs the module on the waiting gangs (queue order). planned says
 // it asked Nomad for a plan this tick.
-func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad) (out []Decision, planned bool) {
+func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad, l *Ledger) (out []Decision, planned bool) {
 	r := g.reserver
 	maps.DeleteFunc(r.resting, func(_ JobKey, until time.Time) bool { return now.After(until) })
 	if d := g.dropOrphan(ctx, snap, n); d != nil {
 		out = append(out, *d)
 	}
-	if r.cur != nil {
+	switch {
+	case r.cur != nil && r.cur.single != nil:
+		return append(out, g.holdJobReservation(ctx, now, snap, n, l)...), false
+	case r.cur != nil:
 		return g.holdReservation(ctx, now, snap, free, waiting, n)
 	}
+	var head *waitingGang
 	for _, w := range waiting {
 		if _, refused := g.refused[w.k]; !refused {
 			continue
@@ -105,7 +113,14 @@ func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snap
 		if doms, _ := g.domains(ctx, snap, w.job, w.spec, n); len(doms) != 1 || doms[0].Pins != nil {
 			continue // reservations do not choose a locality yet
 		}
-		return append(out, g.startReservation(ctx, now, snap, w, n)...), false
+		head = &w
+		break
+	}
+	if b, ok := g.blockedHead(snap, l); ok && (head == nil || b.before(snap, *head)) {
+		return append(out, g.startJobReservation(ctx, now, snap, b, n)...), false
+	}
+	if head != nil {
+		return append(out, g.startReservation(ctx, now, snap, *head, n)...), false
 	}
 	return out, false
 }

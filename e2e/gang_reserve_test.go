@@ -36,24 +36,28 @@ func streamOneGPUJobs(t *testing.T, c *cluster.Cluster, stop <-chan struct{}) {
 	}
 }
 
-// A gang of two 4-GPU members on two sim nodes of 4 GPUs while a stream
-// of 1-GPU jobs keeps both nodes busy and a queue waiting. Without
-// reservations, the gang waits past twice a small job's length (every
-// freed GPU goes to the queue); with them, the controller keeps both
-// nodes with a placeholder one above the gang's priority, and the gang
-// starts within twice a small job's length of its submission. It is
-// never placed in part, either way.
+// A gang of two 4-GPU members, and a job that is no gang asking 4 GPUs,
+// each on two sim nodes of 4 GPUs while a stream of 1-GPU jobs keeps
+// both nodes busy and a queue waiting. Without reservations, it waits
+// past twice a small job's length (every freed GPU goes to the queue);
+// with them, the controller keeps nodes with a placeholder one above its
+// priority, and it starts within twice a small job's length of its
+// submission, with its own priority back afterwards and nothing of it
+// replaced. A gang is never placed in part, either way.
 func TestGangReservation(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		reserve bool
-	}{{"without reservations, it waits", false}, {"with a reservation, it starts", true}} {
+		name          string
+		gang, reserve bool
+	}{
+		{"a gang without reservations waits", true, false}, {"a gang with a reservation starts", true, true},
+		{"a 4-GPU job without reservations waits", false, false}, {"a 4-GPU job with a reservation starts", false, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := fourGPUCluster(t, 2, func(c *cluster.Cluster, n *harness.GPUNode) {
 				n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), unveilNomadGPU(t))
 			}, "", func(*api.Node) bool { return true })
-			// A reservation admits its gang over the placeholder by
-			// preemption, which Nomad does for batch jobs only when asked.
+			// A reservation hands its GPUs over by preemption, which
+			// Nomad does for batch jobs only when asked.
 			c.EnablePreemption(t)
 			ctl := c.StartController(t, "controller", "-tick", "500ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false",
 				fmt.Sprintf("-reservations=%v", tc.reserve))
@@ -63,46 +67,57 @@ func TestGangReservation(t *testing.T) {
 			// The stream runs a while first: both nodes busy, finished jobs
 			// to predict from.
 			time.Sleep(3 * streamJobLength)
-			watch := watchPartial(t, c, "train", 2)
+			members := 1
+			if tc.gang {
+				members = 2
+			}
+			watch := watchPartial(t, c, "train", members)
 			submitted := time.Now()
-			runGang(t, c, "train", 4, true, func(j *api.Job) {
+			runGang(t, c, "train", 4, tc.gang, func(j *api.Job) {
 				j.TaskGroups[0].Tasks[0].Config["args"] = []string{"sim-train", "--steps", "0", "--step-time", "1s"}
+				if !tc.gang {
+					j.TaskGroups[0].Count = new(1)
+				}
 			})
 			bound := 2 * streamJobLength
-			started := waitGangRunning(c, "train", 2, bound+10*time.Second)
+			started := waitGangRunning(c, "train", members, bound+10*time.Second)
 			if d := watch.longestPartial(); d > 30*time.Second {
 				t.Errorf("a member ran for %s while another was not placed", d)
 			}
 			log := ctl.Log()
 			switch {
 			case tc.reserve && (started.IsZero() || started.Sub(submitted) > bound):
-				t.Fatalf("with a reservation the gang was not running %s after its submission (started %v, zero: never)\n%s",
+				t.Fatalf("with a reservation it was not running %s after its submission (started %v, zero: never)\n%s",
 					bound, started.Sub(submitted), decisions(log))
 			case !tc.reserve && !started.IsZero() && started.Sub(submitted) <= bound:
-				t.Fatalf("without reservations the gang started %s after its submission: the stream did not keep it waiting", started.Sub(submitted))
+				t.Fatalf("without reservations it started %s after its submission: the stream did not keep it waiting", started.Sub(submitted))
 			}
-			if tc.reserve && (!strings.Contains(log, "kind=reserved") || !strings.Contains(log, "on its reservation, at priority 61") || !strings.Contains(log, "kind=restored")) {
+			handover := "on its reservation, at priority 61"
+			if !tc.gang {
+				handover = "on its reservation, to priority 61"
+			}
+			if tc.reserve && (!strings.Contains(log, "kind=reserved") || !strings.Contains(log, handover) || !strings.Contains(log, "kind=restored")) {
 				t.Errorf("no reservation in the controller's log:\n%s", decisions(log))
 			}
 			if tc.reserve {
-				// Its own priority given back in place: the members run on,
-				// none replaced.
+				// Its own priority given back in place: it runs on, nothing
+				// of it replaced.
 				time.Sleep(5 * time.Second)
 				all, _, err := c.API().Jobs().Allocations("train", true, nil)
-				if err != nil || len(all) != 2 {
-					t.Errorf("the gang has %d allocations (%v) after its priority was restored; want its 2 members, none replaced", len(all), err)
+				if err != nil || len(all) != members {
+					t.Errorf("it has %d allocations (%v) after its priority was restored; want its %d, none replaced", len(all), err, members)
 				}
 				if j, _, err := c.API().Jobs().Info("train", nil); err != nil || *j.Priority != 50 {
-					t.Errorf("the gang's priority after its reservation: %v (%v); want its own 50", j.Priority, err)
+					t.Errorf("its priority after its reservation: %v (%v); want its own 50", j.Priority, err)
 				}
 			}
 			if !tc.reserve && strings.Contains(log, contract.ReservationJobPrefix) {
 				t.Errorf("a placeholder without -reservations:\n%s", decisions(log))
 			}
 			if started.IsZero() {
-				t.Logf("gang submitted into the stream: not running within %s", bound+10*time.Second)
+				t.Logf("submitted into the stream: not running within %s", bound+10*time.Second)
 			} else {
-				t.Logf("gang submitted into the stream: both members running after %s", started.Sub(submitted).Round(10*time.Millisecond))
+				t.Logf("submitted into the stream: running after %s", started.Sub(submitted).Round(10*time.Millisecond))
 			}
 		})
 	}

@@ -22,7 +22,7 @@ func (g *gangFlags) add(fs *flag.FlagSet) {
 	fs.DurationVar(&g.config.RetryMin, "gang-retry", d.RetryMin, "the first wait before a rolled-back gang is planned again; it doubles up to an hour")
 	fs.DurationVar(&g.config.KeepEvery, "gang-keep", d.KeepEvery, "how often a waiting gang is evaluated again so that Nomad does not garbage-collect it as a dead batch job: keep it below the servers' job_gc_threshold (4h by default)")
 	g.config.RetryMax = d.RetryMax
-	fs.BoolVar(&g.reserve, "reservations", false, "keep the nodes expected to free soonest for the gang at the head of the queue, with a placeholder job one above its priority (docs/controller.md, reservations); off until the autoscaler leaves placeholders out")
+	fs.BoolVar(&g.reserve, "reservations", false, "keep the nodes expected to free soonest for the gang, or the job asking several GPUs an allocation, at the head of the queue, with a placeholder job one above its priority (docs/controller.md, reservations); off until backfill is applied and the trace replay weighs it")
 	fs.DurationVar(&g.reserveCfg.MaxHold, "reserve-max-hold", controller.DefaultReserveConfig().MaxHold, "the longest a reservation holds; its gang is not kept again for as long")
 }
 
