@@ -52,7 +52,7 @@ type blockedJob struct {
 	job         *api.Job
 	priority    int
 	since       time.Time
-	neverFits   bool
+	queued      nomadview.QueuedGroup
 }
 
 // blockedJobs are the snapshot's blocked groups a reservation could keep
@@ -68,7 +68,7 @@ func blockedJobs(snap *nomadview.Snapshot) []blockedJob {
 			continue
 		}
 		out = append(out, blockedJob{k: JobKey{Namespace: q.Namespace, ID: q.JobID}, group: q.Group, allocs: q.Count, per: per,
-			device: device, job: q.Job, priority: q.Priority, since: q.Since, neverFits: snap.NeverFits(q) != ""})
+			device: device, job: q.Job, priority: q.Priority, since: q.Since, queued: q})
 	}
 	slices.SortStableFunc(out, func(a, b blockedJob) int {
 		if a.priority != b.priority {
@@ -87,7 +87,7 @@ func (g *Gangs) blockedHead(snap *nomadview.Snapshot, l *Ledger) (blockedJob, bo
 		return blockedJob{}, false
 	}
 	for _, b := range blockedJobs(snap) {
-		if _, resting := g.reserver.resting[b.k]; !resting && !b.neverFits {
+		if _, resting := g.reserver.resting[b.k]; !resting && snap.NeverFits(b.queued) == "" {
 			return b, true
 		}
 	}
