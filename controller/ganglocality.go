@@ -92,6 +92,7 @@ func (g *Gangs) nodeValue(ctx context.Context, node *api.NodeListStub, attr stri
 		}
 		d = nodeDetail{index: node.ModifyIndex, meta: full.Meta, attrs: full.Attributes}
 		g.nodes[node.ID] = d
+		g.nodeVersion++
 	}
 	kind, key, _ := strings.Cut(inner, ".")
 	m := d.attrs

@@ -108,9 +108,12 @@ type Gangs struct {
 	// reserver keeps nodes for the head of the queue; nil when off.
 	reserver *reserver
 	// nodes are the node details read for localities, by node ID;
-	// nodeReads counts this tick's reads (nodeReadsPerTick).
-	nodes     map[string]nodeDetail
-	nodeReads int
+	// nodeReads counts this tick's reads (nodeReadsPerTick), nodeVersion
+	// every read (new details may make new domains: a refused gang is
+	// planned again).
+	nodes       map[string]nodeDetail
+	nodeReads   int
+	nodeVersion uint64
 }
 
 type gangSince struct {
@@ -156,8 +159,10 @@ func (g *Gangs) note(now time.Time, rows []GangStatus) {
 type gangPlan struct {
 	free string
 	at   time.Time
-	// tried of domains were refused on free.
+	// tried of domains were refused on free, with the node details read
+	// as of nodeVersion.
 	tried, domains int
+	nodeVersion    uint64
 }
 
 // replanEvery is the longest a refused gang waits for another plan while
@@ -283,7 +288,7 @@ func (g *Gangs) due(now time.Time, free string, k JobKey) bool {
 		return false
 	}
 	p, ok := g.refused[k]
-	return !ok || p.free != free || p.tried < p.domains || now.Sub(p.at) >= replanEvery
+	return !ok || p.free != free || p.nodeVersion != g.nodeVersion || p.tried < p.domains || now.Sub(p.at) >= replanEvery
 }
 
 // count adds a gang to the census and says what it is doing (its
@@ -454,7 +459,7 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 		return g.wait(k, "no node of the job's pool has its locality read yet")
 	}
 	i := 0
-	if p, ok := g.refused[k]; ok && p.free == free && p.tried < p.domains {
+	if p, ok := g.refused[k]; ok && p.free == free && p.nodeVersion == g.nodeVersion && p.tried < p.domains {
 		i = p.tried
 	}
 	d := doms[min(i, len(doms)-1)]
@@ -471,7 +476,7 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 		why = refused
 	}
 	if why != "" {
-		g.refused[k] = gangPlan{free: free, at: now, tried: i + 1, domains: len(doms)}
+		g.refused[k] = gangPlan{free: free, at: now, tried: i + 1, domains: len(doms), nodeVersion: g.nodeVersion}
 		return g.wait(k, why+where)
 	}
 	delete(g.refused, k)

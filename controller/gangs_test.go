@@ -229,8 +229,23 @@ func TestGangLocality(t *testing.T) {
 		t.Errorf("registered: count %d, meta %v, admitted at index %d", *reg.TaskGroups[0].Count, reg.Meta, g.admittedAt[JobKey{Namespace: "default", ID: "train"}])
 	}
 
+	// A node's meta that reaches the servers later (its modify index
+	// moves) makes a refused gang planned again, in the new domains.
+	g, n.plans, n.planFits = NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), 0, func(*api.Job) bool { return false }
+	n.nodes["n1"].Meta = nil
+	g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
+	g.Step(ctx, t0.Add(time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
+	if n.plans != 1 {
+		t.Errorf("rack a unknown: %d plans, want one (rack b), then none on the same free GPUs", n.plans)
+	}
+	n.nodes["n1"].Meta, snap.Nodes[0].ModifyIndex = map[string]string{"rack": "a"}, 4
+	got := g.Step(ctx, t0.Add(2*time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
+	if n.plans != 2 || len(got) != 1 || !strings.HasSuffix(got[0].Reason, " in ${meta.rack}=a") {
+		t.Errorf("rack a known: %d plans, decisions %+v; want rack a planned", n.plans, got)
+	}
+
 	g, n.plans = NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), 0
-	got := g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.room}")), n, nil)
+	got = g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.room}")), n, nil)
 	if n.plans != 0 || len(got) != 1 || got[0].Kind != "gang-invalid" || !strings.Contains(got[0].Reason, "meta.nomad_gpu_gang_locality") {
 		t.Errorf("a locality no node has: %d plans, decisions %+v; want gang-invalid naming the field", n.plans, got)
 	}

@@ -191,6 +191,11 @@ func TestGangLocality(t *testing.T) {
 			t.Fatalf("setting %s's meta.rack: %v", n.Name, err)
 		}
 	}
+	// The client hands its new meta to the servers a moment later: the
+	// controller starts once they have every node's.
+	for _, n := range nodes {
+		c.WaitForNode(t, n.Name, func(node *api.Node) bool { return node.Meta["rack"] == rackOf[n.Name] }, time.Minute)
+	}
 	pinned := strings.Replace(holderJob2("filler", 85, 2, time.Hour), "  group \"g\" {",
 		"  constraint {\n    attribute = \"${node.unique.name}\"\n    value = \"gpu-3\"\n  }\n  group \"g\" {", 1)
 	c.RunJob(t, pinned)
