@@ -59,6 +59,11 @@ const (
 	// placed (a new leader too). The key stays: a change of meta would
 	// replace the members.
 	MetaReservationOwnPriority = "nomad_gpu_reservation_own_priority"
+	// MetaReservationPin, job meta of a job handed its reservation, is
+	// the ${node.unique.id} pattern of the constraint that kept it to the
+	// reserved nodes for the handover; the controller takes that
+	// constraint off with the raise. The key stays, as the one above.
+	MetaReservationPin = "nomad_gpu_reservation_pin"
 )
 
 // Task environment the gpu driver sets for a member of a gang.

@@ -193,7 +193,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 		c.registerResize(ctx, jr)
 	}
 	if c.gangs != nil {
-		for _, d := range c.gangs.Step(ctx, now, view.Snap, c.specs.get(c.api, view), nomadGangs{c.api}, ledger) {
+		for _, d := range c.gangs.Step(ctx, now, view.Snap, c.specs.get(c.api, view), nomadGangs{c.api}) {
 			c.decided(d)
 		}
 		c.metrics.gangCensus(c.gangs.Census())

@@ -201,10 +201,8 @@ func (g *Gangs) CountIdle(count func(gpuSeconds float64)) {
 // see the members Nomad places for it. Of the gangs due a plan, the one
 // whose last plan is oldest goes first (one never planned before any),
 // then priority and age: a gang refused while the cluster changes every
-// tick does not keep the others from theirs. With reservations on, a
-// reservation for a job that is no gang raises it through l (nil: no
-// such reservations). It returns what it decided.
-func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad, l *Ledger) []Decision {
+// tick does not keep the others from theirs. It returns what it decided.
+func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad) []Decision {
 	var out []Decision
 	seen := map[JobKey]bool{}
 	free := fmt.Sprint(snap.FreeSlices())
@@ -261,8 +259,9 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	planned := false
 	if g.reserver != nil {
 		var ds []Decision
-		ds, planned = g.reserve(ctx, now, snap, free, waiting, n, l)
+		ds, planned = g.reserve(ctx, now, snap, free, waiting, n)
 		out = append(out, ds...)
+		out = append(out, g.restoreJobs(ctx, snap, specs, n)...)
 	}
 	if len(due) > 0 && !planned {
 		slices.SortStableFunc(due, func(a, b waitingGang) int { return g.refused[a.k].at.Compare(g.refused[b.k].at) })

@@ -30,7 +30,7 @@ func BenchmarkGangAdmissionRound(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: false}
-		if ds := g.Step(context.Background(), snap.Taken, snap, specsOf(specs), n, nil); len(ds) != 1 || ds[0].Kind != "gang-waiting" {
+		if ds := g.Step(context.Background(), snap.Taken, snap, specsOf(specs), n); len(ds) != 1 || ds[0].Kind != "gang-waiting" {
 			b.Fatalf("decisions %v, want one gang-waiting", kinds(ds))
 		}
 		plans, evals = plans+n.plans, evals+n.evals

@@ -136,16 +136,16 @@ func TestGangAdmission(t *testing.T) {
 		{"does not fit", false, nil, []string{"gang-waiting"}},
 	} {
 		g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: tc.fits}
-		got := g.Step(ctx, now, gangSnapshot(), gangSpecs(gangSpecJob(0)), n, nil)
+		got := g.Step(ctx, now, gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
 		if fmt.Sprint(n.scales) != fmt.Sprint(tc.scales) || fmt.Sprint(kinds(got)) != fmt.Sprint(tc.kinds) {
 			t.Errorf("%s: scales %v, decisions %v; want %v, %v", tc.name, n.scales, kinds(got), tc.scales, tc.kinds)
 		}
 		if !tc.fits {
 			// Free capacity as it was: not planned again before a minute.
-			if again := g.Step(ctx, now.Add(time.Second), gangSnapshot(), gangSpecs(gangSpecJob(0)), n, nil); len(again) != 0 || n.plans != 1 {
+			if again := g.Step(ctx, now.Add(time.Second), gangSnapshot(), gangSpecs(gangSpecJob(0)), n); len(again) != 0 || n.plans != 1 {
 				t.Errorf("%s: planned %d times, decided %v again, with the free capacity unchanged", tc.name, n.plans, kinds(again))
 			}
-			g.Step(ctx, now.Add(replanEvery), gangSnapshot(), gangSpecs(gangSpecJob(0)), n, nil)
+			g.Step(ctx, now.Add(replanEvery), gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
 			if n.plans != 2 {
 				t.Errorf("%s: planned %d times after a minute, want 2", tc.name, n.plans)
 			}
@@ -166,7 +166,7 @@ func TestGangReadOlderThanItsScale(t *testing.T) {
 		return job
 	}
 	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
-	g.Step(ctx, t0, gangSnapshot(), gangSpecs(at(0, 7)), n, nil) // admitted: the scale returns 11
+	g.Step(ctx, t0, gangSnapshot(), gangSpecs(at(0, 7)), n) // admitted: the scale returns 11
 	for _, tc := range []struct {
 		name   string
 		job    *api.Job
@@ -183,7 +183,7 @@ func TestGangReadOlderThanItsScale(t *testing.T) {
 		for _, a := range tc.allocs {
 			a.CreateIndex = 12
 		}
-		g.Step(ctx, t0.Add(time.Second), gangSnapshot(tc.allocs...), gangSpecs(tc.job), n, nil)
+		g.Step(ctx, t0.Add(time.Second), gangSnapshot(tc.allocs...), gangSpecs(tc.job), n)
 		if n.plans != tc.plans || fmt.Sprint(n.scales) != tc.scales || len(g.statuses) != 1 || g.statuses[0].State != tc.state {
 			t.Errorf("%s: %d plans, scales %v, statuses %+v; want %d, %s, %s", tc.name, n.plans, n.scales, g.statuses, tc.plans, tc.scales, tc.state)
 		}
@@ -215,11 +215,11 @@ func TestGangLocality(t *testing.T) {
 	}
 
 	g := NewGangs(DefaultGangConfig(), hclog.NewNullLogger())
-	first := g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
+	first := g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.rack}")), n)
 	if n.plans != 1 || len(first) != 1 || !strings.HasSuffix(first[0].Reason, " in ${meta.rack}=a") || n.nodeReads != 3 {
 		t.Fatalf("first tick: %d plans, decisions %+v, %d node reads; want rack a (2 free GPUs, the tightest fit) planned, 3 reads", n.plans, first, n.nodeReads)
 	}
-	second := g.Step(ctx, t0.Add(time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
+	second := g.Step(ctx, t0.Add(time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n)
 	if n.plans != 2 || kinds(second)[0] != "gang-admitted" || len(n.registered) != 1 || len(n.scales) != 0 || n.nodeReads != 3 {
 		t.Fatalf("second tick: %d plans, decisions %+v, registered %d, scales %v, node reads %d; want rack b admitted by registering, no read again",
 			n.plans, second, len(n.registered), n.scales, n.nodeReads)
@@ -233,19 +233,19 @@ func TestGangLocality(t *testing.T) {
 	// moves) makes a refused gang planned again, in the new domains.
 	g, n.plans, n.planFits = NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), 0, func(*api.Job) bool { return false }
 	n.nodes["n1"].Meta = nil
-	g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
-	g.Step(ctx, t0.Add(time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
+	g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.rack}")), n)
+	g.Step(ctx, t0.Add(time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n)
 	if n.plans != 1 {
 		t.Errorf("rack a unknown: %d plans, want one (rack b), then none on the same free GPUs", n.plans)
 	}
 	n.nodes["n1"].Meta, snap.Nodes[0].ModifyIndex = map[string]string{"rack": "a"}, 4
-	got := g.Step(ctx, t0.Add(2*time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n, nil)
+	got := g.Step(ctx, t0.Add(2*time.Second), snap, gangSpecs(withLocality("${meta.rack}")), n)
 	if n.plans != 2 || len(got) != 1 || !strings.HasSuffix(got[0].Reason, " in ${meta.rack}=a") {
 		t.Errorf("rack a known: %d plans, decisions %+v; want rack a planned", n.plans, got)
 	}
 
 	g, n.plans = NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), 0
-	got = g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.room}")), n, nil)
+	got = g.Step(ctx, t0, snap, gangSpecs(withLocality("${meta.room}")), n)
 	if n.plans != 0 || len(got) != 1 || got[0].Kind != "gang-invalid" || !strings.Contains(got[0].Reason, "meta.nomad_gpu_gang_locality") {
 		t.Errorf("a locality no node has: %d plans, decisions %+v; want gang-invalid naming the field", n.plans, got)
 	}
@@ -255,13 +255,13 @@ func TestGangLocality(t *testing.T) {
 func TestGangReplannedWhenCapacityFrees(t *testing.T) {
 	ctx, now := context.Background(), time.Unix(1000, 0)
 	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{}
-	g.Step(ctx, now, gangSnapshot(), gangSpecs(gangSpecJob(0)), n, nil)
+	g.Step(ctx, now, gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
 	freed := gangSnapshot()
 	freed.Nodes = []*api.NodeListStub{{ID: "n1", NodePool: "default", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
 		NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "H100",
 			Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}}}}}}}
 	n.fits = true
-	got := g.Step(ctx, now.Add(time.Second), freed, gangSpecs(gangSpecJob(0)), n, nil)
+	got := g.Step(ctx, now.Add(time.Second), freed, gangSpecs(gangSpecJob(0)), n)
 	if n.plans != 2 || len(got) != 1 || got[0].Kind != "gang-admitted" {
 		t.Errorf("after a GPU freed: %d plans, decisions %v; want 2 and gang-admitted", n.plans, kinds(got))
 	}
@@ -279,7 +279,7 @@ func TestGangOneAdmissionATick(t *testing.T) {
 	second.ID = new("eval")
 	specs := specsOf(map[JobKey]*api.Job{{Namespace: "default", ID: "train"}: gangSpecJob(0), other: second})
 	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
-	got := g.Step(ctx, now, snap, specs, n, nil)
+	got := g.Step(ctx, now, snap, specs, n)
 	if n.plans != 1 || len(got) != 1 || got[0].Job != other {
 		t.Errorf("one tick: %d plans, decisions %+v; want one plan, eval (submitted first) admitted", n.plans, got)
 	}
@@ -299,7 +299,7 @@ func TestGangKeptFromGarbageCollection(t *testing.T) {
 	}{
 		{time.Minute, 0}, {cfg.KeepEvery, 1}, {cfg.KeepEvery + time.Minute, 1}, {2 * cfg.KeepEvery, 2},
 	} {
-		g.Step(ctx, t0.Add(tc.at), snap, gangSpecs(gangSpecJob(0)), n, nil)
+		g.Step(ctx, t0.Add(tc.at), snap, gangSpecs(gangSpecJob(0)), n)
 		if n.evals != tc.evals {
 			t.Errorf("at %s: %d evaluations, want %d", tc.at, n.evals, tc.evals)
 		}
@@ -311,7 +311,7 @@ func TestGangInvalidNotPlanned(t *testing.T) {
 	job := gangSpecJob(0)
 	job.TaskGroups[0].RestartPolicy.Attempts = new(3)
 	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
-	got := g.Step(context.Background(), time.Unix(1000, 0), gangSnapshot(), gangSpecs(job), n, nil)
+	got := g.Step(context.Background(), time.Unix(1000, 0), gangSnapshot(), gangSpecs(job), n)
 	if n.plans != 0 || len(got) != 1 || got[0].Kind != "gang-invalid" {
 		t.Errorf("plans %d, decisions %+v; want none and one gang-invalid", n.plans, got)
 	}
@@ -353,7 +353,7 @@ func TestGangRollback(t *testing.T) {
 		g, n := NewGangs(cfg, hclog.NewNullLogger()), &fakeGangNomad{fits: true}
 		k := JobKey{Namespace: "default", ID: "train"}
 		g.admitted[k], g.admittedAt[k] = t0, 8
-		got := g.Step(ctx, t0.Add(tc.after), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(2)), n, nil)
+		got := g.Step(ctx, t0.Add(tc.after), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(2)), n)
 		rolled := fmt.Sprint(n.scales) == "[worker=0@0]" && len(got) == 1 && got[0].Kind == tc.kind
 		if rolled != (tc.kind != "") || (tc.kind == "" && len(n.scales) != 0) {
 			t.Errorf("%s: scales %v, decisions %v; want %q", tc.name, n.scales, kinds(got), tc.kind)
@@ -366,16 +366,16 @@ func TestGangRollback(t *testing.T) {
 		// rolled back twice.
 		stale := gangSpecJob(2)
 		stale.JobModifyIndex = new(uint64(8))
-		g.Step(ctx, t0.Add(tc.after+time.Second), gangSnapshot(tc.allocs...), gangSpecs(stale), n, nil)
+		g.Step(ctx, t0.Add(tc.after+time.Second), gangSnapshot(tc.allocs...), gangSpecs(stale), n)
 		if len(n.scales) != 1 {
 			t.Errorf("%s: scaled %v; a stale spec within the back-off scaled it again", tc.name, n.scales)
 		}
 		// Back at count 0: not planned within the back-off, planned after.
-		g.Step(ctx, t0.Add(tc.after+cfg.RetryMin/2), gangSnapshot(), gangSpecs(gangSpecJob(0)), n, nil)
+		g.Step(ctx, t0.Add(tc.after+cfg.RetryMin/2), gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
 		if n.plans != 0 {
 			t.Errorf("%s: planned again %d times within the back-off", tc.name, n.plans)
 		}
-		g.Step(ctx, t0.Add(tc.after+cfg.RetryMin), gangSnapshot(), gangSpecs(gangSpecJob(0)), n, nil)
+		g.Step(ctx, t0.Add(tc.after+cfg.RetryMin), gangSnapshot(), gangSpecs(gangSpecJob(0)), n)
 		if n.plans != 1 {
 			t.Errorf("%s: planned %d times after the back-off, want 1", tc.name, n.plans)
 		}
@@ -398,9 +398,9 @@ func TestGangBackOff(t *testing.T) {
 		g.retry[k] = gangRetry{at: t0, wait: 2 * cfg.RetryMin}
 		g.admitted[k], g.admittedAt[k] = t0, 8
 		if tc.ranWhole {
-			g.Step(ctx, t0.Add(time.Minute), gangSnapshot(member(0, "running"), member(1, "running")), gangSpecs(gangSpecJob(2)), n, nil)
+			g.Step(ctx, t0.Add(time.Minute), gangSnapshot(member(0, "running"), member(1, "running")), gangSpecs(gangSpecJob(2)), n)
 		}
-		g.Step(ctx, t0.Add(2*time.Minute), gangSnapshot(member(0, "running"), member(1, "failed")), gangSpecs(gangSpecJob(2)), n, nil)
+		g.Step(ctx, t0.Add(2*time.Minute), gangSnapshot(member(0, "running"), member(1, "failed")), gangSpecs(gangSpecJob(2)), n)
 		if got := g.retry[k].wait; got != tc.want {
 			t.Errorf("%s: back-off %s, want %s", tc.name, got, tc.want)
 		}
@@ -421,7 +421,7 @@ func TestGangNeverFits(t *testing.T) {
 		job := gangSpecJob(0)
 		job.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(tc.gpus)
 		g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
-		got := g.Step(context.Background(), time.Unix(1000, 0), snap, gangSpecs(job), n, nil)
+		got := g.Step(context.Background(), time.Unix(1000, 0), snap, gangSpecs(job), n)
 		if n.plans != tc.plans || len(got) != 1 || got[0].Kind != tc.kind {
 			t.Errorf("%d GPUs a member on 4-GPU nodes: %d plans, decisions %v; want %d, %s", tc.gpus, n.plans, kinds(got), tc.plans, tc.kind)
 			continue
@@ -437,7 +437,7 @@ func TestGangIgnoresOtherJobs(t *testing.T) {
 	snap := gangSnapshot()
 	snap.Jobs[JobKey{Namespace: "default", ID: "train"}].Meta = nil
 	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
-	if got := g.Step(context.Background(), time.Unix(1000, 0), snap, gangSpecs(gangSpecJob(0)), n, nil); len(got) != 0 || n.plans != 0 {
+	if got := g.Step(context.Background(), time.Unix(1000, 0), snap, gangSpecs(gangSpecJob(0)), n); len(got) != 0 || n.plans != 0 {
 		t.Errorf("a job without the gang meta: decisions %v, %d plans", kinds(got), n.plans)
 	}
 }
@@ -472,7 +472,7 @@ func TestGangCensus(t *testing.T) {
 	} {
 		g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: false}
 		g.admitted[k] = time.Unix(1000, 0)
-		g.Step(context.Background(), time.Unix(1001, 0), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(tc.count)), n, nil)
+		g.Step(context.Background(), time.Unix(1001, 0), gangSnapshot(tc.allocs...), gangSpecs(gangSpecJob(tc.count)), n)
 		if got := g.Census(); got != tc.want {
 			t.Errorf("%s: census %+v, want %+v", tc.name, got, tc.want)
 		}
@@ -498,7 +498,7 @@ func TestGangPlansOneATick(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for tick := range 5 {
 		// A minute apart: every refused gang is due again each tick.
-		g.Step(context.Background(), t0.Add(time.Duration(tick)*replanEvery), snap, specsOf(specs), n, nil)
+		g.Step(context.Background(), t0.Add(time.Duration(tick)*replanEvery), snap, specsOf(specs), n)
 		if n.plans != tick+1 {
 			t.Fatalf("tick %d: %d plans in all, want one a tick", tick, n.plans)
 		}
@@ -512,7 +512,7 @@ func TestGangPlansOneATick(t *testing.T) {
 	g, n = NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: false}
 	late := time.Unix(0, 0).Add(10 * time.Hour)
 	for tick, want := range []int{1, 2, 3, 3} {
-		g.Step(context.Background(), late.Add(time.Duration(tick)*time.Second), snap, specsOf(specs), n, nil)
+		g.Step(context.Background(), late.Add(time.Duration(tick)*time.Second), snap, specsOf(specs), n)
 		if n.evals != want {
 			t.Errorf("tick %d: %d evaluations in all, want %d", tick, n.evals, want)
 		}

@@ -90,7 +90,7 @@ type reserver struct {
 
 // reserve runs the module on the waiting gangs (queue order). planned says
 // it asked Nomad for a plan this tick.
-func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad, l *Ledger) (out []Decision, planned bool) {
+func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad) (out []Decision, planned bool) {
 	r := g.reserver
 	maps.DeleteFunc(r.resting, func(_ JobKey, until time.Time) bool { return now.After(until) })
 	if d := g.dropOrphan(ctx, snap, n); d != nil {
@@ -98,7 +98,7 @@ func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snap
 	}
 	switch {
 	case r.cur != nil && r.cur.single != nil:
-		return append(out, g.holdJobReservation(ctx, now, snap, n, l)...), false
+		return append(out, g.holdJobReservation(ctx, now, snap, n)...), false
 	case r.cur != nil:
 		return g.holdReservation(ctx, now, snap, free, waiting, n)
 	}
@@ -116,7 +116,7 @@ func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snap
 		head = &w
 		break
 	}
-	if b, ok := g.blockedHead(snap, l); ok && (head == nil || b.before(snap, *head)) {
+	if b, ok := g.blockedHead(snap); ok && (head == nil || b.before(snap, *head)) {
 		return append(out, g.startJobReservation(ctx, now, snap, b, n)...), false
 	}
 	if head != nil {
@@ -227,24 +227,11 @@ func (g *Gangs) admitRaised(ctx context.Context, now time.Time, w waitingGang, c
 	if c.priority+10 > maxJobPriority {
 		return nil, false
 	}
-	raised := withCounts(w.job, membersOf(w.spec))
 	prio := max(own, c.priority+10)
-	raised.Priority = &prio
-	raised.Meta = maps.Clone(raised.Meta)
-	raised.Meta[contract.MetaReservationOwnPriority] = strconv.Itoa(own)
-	plan, err := n.plan(ctx, raised)
-	if err != nil {
+	raised := handover(withCounts(w.job, membersOf(w.spec)), own, prio, c.nodes)
+	plan, why := handoverPlan(ctx, raised, c, n)
+	if why != "" {
 		return nil, false
-	}
-	if ok, _ := gang.Admit(plan); !ok {
-		return nil, false
-	}
-	if plan.Annotations != nil {
-		for _, a := range plan.Annotations.PreemptedAllocs {
-			if a == nil || a.JobID != c.placeholder.ID || a.Namespace != c.placeholder.Namespace {
-				return nil, false
-			}
-		}
 	}
 	resp, _, err := n.register(ctx, raised, plan.JobModifyIndex)
 	if err != nil {
@@ -261,25 +248,92 @@ func (g *Gangs) admitRaised(ctx context.Context, now time.Time, w waitingGang, c
 	}, true
 }
 
-// restorePriority gives a gang admitted raised on its reservation its own
-// priority back once every member is placed: an update in place (its
-// meta, which tasks see, stays as it was, so no member is replaced).
+// restorePriority gives a gang admitted on its reservation its own
+// priority back, and takes its pin off, once every member is placed.
 func (g *Gangs) restorePriority(ctx context.Context, k JobKey, job *api.Job, st GangStatus, n gangNomad) []Decision {
-	own, err := strconv.Atoi(job.Meta[contract.MetaReservationOwnPriority])
-	if err != nil || st.Placed < st.Wanted || job.Priority == nil || *job.Priority == own {
+	if st.Placed < st.Wanted {
 		return nil
 	}
-	back := *job
-	back.Priority = &own
+	return g.restore(ctx, k, job, "every member is placed on its reservation", n)
+}
+
+// restore registers job at its own priority without its handover's pin
+// (unreserved), guarded by its modify index: an update in place (its
+// meta, which tasks see, stays as it was, so nothing is replaced).
+func (g *Gangs) restore(ctx context.Context, k JobKey, job *api.Job, why string, n gangNomad) []Decision {
+	back := unreserved(job)
+	if back == job {
+		return nil
+	}
 	index := uint64(0)
 	if job.JobModifyIndex != nil {
 		index = *job.JobModifyIndex
 	}
-	if _, _, err := n.register(ctx, &back, index); err != nil {
-		g.log.Warn("reservation: the gang's own priority not restored; tried on the next tick", "job", k.ID, "error", err)
+	if _, _, err := n.register(ctx, back, index); err != nil {
+		g.log.Warn("reservation: own priority not restored; tried on the next tick", "job", k.ID, "error", err)
 		return nil
 	}
-	return []Decision{{Kind: "restored", Job: k, Reason: fmt.Sprintf("priority %d, its own, now that every member is placed on its reservation", own)}}
+	return []Decision{{Kind: "restored", Job: k, Reason: fmt.Sprintf("priority %d, its own, and its pin to the reserved nodes taken off, now that %s", *back.Priority, why)}}
+}
+
+// handover is a copy of job for its reservation's handover: at prio,
+// its own priority kept in meta, pinned to the reserved nodes (a
+// constraint on ${node.unique.id}, its pattern kept in meta) so that
+// Nomad places it there, preempting the placeholder, and nowhere else.
+func handover(job *api.Job, own, prio int, nodes []string) *api.Job {
+	cp := *job
+	cp.Priority = &prio
+	pin := nodesPattern(nodes)
+	cp.Meta = maps.Clone(job.Meta)
+	if cp.Meta == nil {
+		cp.Meta = map[string]string{}
+	}
+	cp.Meta[contract.MetaReservationOwnPriority] = strconv.Itoa(own)
+	cp.Meta[contract.MetaReservationPin] = pin
+	cp.Constraints = append(slices.Clone(job.Constraints), nodesConstraint(pin))
+	return &cp
+}
+
+// unreserved is job at its own priority (meta) without the constraint
+// its handover's pin added; job itself when it has neither to undo.
+func unreserved(job *api.Job) *api.Job {
+	own, err := strconv.Atoi(job.Meta[contract.MetaReservationOwnPriority])
+	pin := nodesConstraint(job.Meta[contract.MetaReservationPin])
+	pinned := slices.ContainsFunc(job.Constraints, func(c *api.Constraint) bool { return c != nil && *c == *pin })
+	raised := err == nil && job.Priority != nil && *job.Priority != own
+	if !raised && !pinned {
+		return job
+	}
+	cp := *job
+	if raised {
+		cp.Priority = &own
+	}
+	cp.Constraints = slices.DeleteFunc(slices.Clone(job.Constraints), func(c *api.Constraint) bool { return c != nil && *c == *pin })
+	return &cp
+}
+
+// handoverPlan is Nomad's plan of a handover copy, and why it cannot
+// take the placeholder's GPUs in one plan ("" when it can: it places
+// everything, preempting the placeholder's allocations only).
+func handoverPlan(ctx context.Context, raised *api.Job, c *reservation, n gangNomad) (*api.JobPlanResponse, string) {
+	if *raised.Priority > maxJobPriority {
+		return nil, fmt.Sprintf("a raise to %d passes Nomad's highest priority", *raised.Priority)
+	}
+	plan, err := n.plan(ctx, raised)
+	if err != nil {
+		return nil, "Nomad's plan failed: " + err.Error()
+	}
+	if ok, why := gang.Admit(plan); !ok {
+		return nil, "its raised plan does not place it: " + why
+	}
+	if plan.Annotations != nil {
+		for _, a := range plan.Annotations.PreemptedAllocs {
+			if a == nil || a.JobID != c.placeholder.ID || a.Namespace != c.placeholder.Namespace {
+				return nil, "its raised plan would preempt other work"
+			}
+		}
+	}
+	return plan, ""
 }
 
 // admittedOnReservation stops the placeholder once every member of the
@@ -430,6 +484,20 @@ func jobPoolOf(job *api.Job) string {
 	return api.NodePoolDefault
 }
 
+// nodesPattern is the ${node.unique.id} pattern of exactly nodes.
+func nodesPattern(nodes []string) string {
+	quoted := make([]string, len(nodes))
+	for i, n := range nodes {
+		quoted[i] = regexp.QuoteMeta(n)
+	}
+	return "^(" + strings.Join(quoted, "|") + ")$"
+}
+
+// nodesConstraint keeps allocations to the nodes pattern matches.
+func nodesConstraint(pattern string) *api.Constraint {
+	return &api.Constraint{LTarget: "${node.unique.id}", Operand: "regexp", RTarget: pattern}
+}
+
 // nodeNames are the names of the nodes of ids (the ID where not listed).
 func nodeNames(snap *nomadview.Snapshot, ids []string) []string {
 	out := make([]string, len(ids))
@@ -452,16 +520,12 @@ func placeholderJob(k JobKey, gangJob *api.Job, nodes []string, gpus int, device
 		prio = *gangJob.Priority
 	}
 	prio = min(prio+1, 100)
-	quoted := make([]string, len(nodes))
-	for i, n := range nodes {
-		quoted[i] = regexp.QuoteMeta(n)
-	}
 	one, zero, cpu, mem, disk, logFiles, logMB, no := uint64(1), 0, 10, 16, 10, 1, 1, false
 	kill, batch, fail, name := time.Second, api.JobTypeBatch, "fail", "hold"
 	return &api.Job{ID: &id, Name: &id, Namespace: &k.Namespace, Type: &batch, Priority: &prio,
 		NodePool: gangJob.NodePool, Datacenters: gangJob.Datacenters,
 		Meta:        map[string]string{contract.MetaReservationFor: k.ID},
-		Constraints: []*api.Constraint{{LTarget: "${node.unique.id}", Operand: "regexp", RTarget: "^(" + strings.Join(quoted, "|") + ")$"}},
+		Constraints: []*api.Constraint{nodesConstraint(nodesPattern(nodes))},
 		TaskGroups: []*api.TaskGroup{{Name: &name, Count: &gpus,
 			RestartPolicy:    &api.RestartPolicy{Attempts: &zero, Mode: &fail},
 			ReschedulePolicy: &api.ReschedulePolicy{Attempts: &zero, Unlimited: &no},

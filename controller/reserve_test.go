@@ -63,8 +63,8 @@ func placeholderHolds(snap *nomadview.Snapshot, job *api.Job, nodes []string) {
 func TestReservationKeepsNodesAndAdmits(t *testing.T) {
 	g, n, snap, specs, idle, now := reserveCase(t)
 	ctx := context.Background()
-	g.Step(ctx, now, snap, specsOf(specs), n, nil) // planned, refused
-	got := g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n, nil)
+	g.Step(ctx, now, snap, specsOf(specs), n) // planned, refused
+	got := g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
 	if len(n.registered) != 1 || !slices.ContainsFunc(got, func(d Decision) bool { return d.Kind == "reserved" }) {
 		t.Fatalf("decisions %v, placeholders %d; want one reserved", kinds(got), len(n.registered))
 	}
@@ -80,7 +80,7 @@ func TestReservationKeepsNodesAndAdmits(t *testing.T) {
 
 	placeholderHolds(snap, ph, []string{"n0000", "n0001"})
 	n.fits = true
-	got = g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n, nil)
+	got = g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n)
 	if !slices.Equal(kinds(got), []string{"gang-admitted", "reservation-ended"}) || len(n.deregistered) != 0 || len(n.registered) != 2 {
 		t.Fatalf("full: decisions %v, registered %d, deregistered %v; want the gang admitted, registered raised, the placeholder kept", kinds(got), len(n.registered), n.deregistered)
 	}
@@ -102,7 +102,7 @@ func TestReservationKeepsNodesAndAdmits(t *testing.T) {
 		m.JobID, m.Name, m.NodeID, m.CreateIndex = "gang-000", fmt.Sprintf("gang-000.worker[%d]", i), fmt.Sprintf("n000%d", i), 100
 		snap.Allocs = append(snap.Allocs, m)
 	}
-	got = g.Step(ctx, now.Add(3*time.Minute), snap, specsOf(specs), n, nil)
+	got = g.Step(ctx, now.Add(3*time.Minute), snap, specsOf(specs), n)
 	if !slices.Equal(n.deregistered, []string{*ph.ID}) || !slices.Contains(kinds(got), "restored") || g.reserver.cur != nil {
 		t.Fatalf("placed: decisions %v, deregistered %v", kinds(got), n.deregistered)
 	}
@@ -117,11 +117,11 @@ func TestReservationKeepsNodesAndAdmits(t *testing.T) {
 func TestReservationRacesWhenTheRaiseWouldPreemptOthers(t *testing.T) {
 	g, n, snap, specs, _, now := reserveCase(t)
 	ctx := context.Background()
-	g.Step(ctx, now, snap, specsOf(specs), n, nil)
-	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n, nil)
+	g.Step(ctx, now, snap, specsOf(specs), n)
+	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
 	placeholderHolds(snap, n.registered[0], []string{"n0000", "n0001"})
 	n.fits, n.preempts = true, []*api.AllocationListStub{{ID: "other", JobID: "run-00002", Namespace: "default"}}
-	got := g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n, nil)
+	got := g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n)
 	if !slices.Equal(kinds(got), []string{"gang-admitted", "reservation-ended"}) || len(n.deregistered) != 1 || len(n.registered) != 1 {
 		t.Fatalf("decisions %v, registered %d, deregistered %v; want the placeholder stopped and the gang scaled", kinds(got), len(n.registered), n.deregistered)
 	}
@@ -138,19 +138,19 @@ func TestReservationEnds(t *testing.T) {
 	}{{"expired", time.Hour + 2*time.Minute, false, "reservation-expired"}, {"the gang left", 2 * time.Minute, true, "reservation-ended"}} {
 		g, n, snap, specs, _, now := reserveCase(t)
 		ctx := context.Background()
-		g.Step(ctx, now, snap, specsOf(specs), n, nil)
-		g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n, nil)
+		g.Step(ctx, now, snap, specsOf(specs), n)
+		g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
 		k := JobKey{Namespace: "default", ID: "gang-000"}
 		if tc.gone {
 			delete(snap.Jobs, k)
 		}
-		got := g.Step(ctx, now.Add(tc.after), snap, specsOf(specs), n, nil)
+		got := g.Step(ctx, now.Add(tc.after), snap, specsOf(specs), n)
 		if !slices.Contains(kinds(got), tc.kind) || len(n.deregistered) != 1 || g.reserver.cur != nil {
 			t.Errorf("%s: decisions %v, deregistered %v", tc.name, kinds(got), n.deregistered)
 			continue
 		}
 		if !tc.gone {
-			g.Step(ctx, now.Add(tc.after+2*time.Minute), snap, specsOf(specs), n, nil)
+			g.Step(ctx, now.Add(tc.after+2*time.Minute), snap, specsOf(specs), n)
 			if len(n.registered) != 1 {
 				t.Errorf("%s: kept again %d times while resting", tc.name, len(n.registered)-1)
 			}
@@ -166,7 +166,7 @@ func TestReservationDropsOrphanPlaceholders(t *testing.T) {
 		k := JobKey{Namespace: "default", ID: contract.ReservationJobPrefix + id}
 		snap.Jobs[k] = &api.JobListStub{ID: k.ID, Namespace: "default", Type: api.JobTypeBatch, Meta: map[string]string{contract.MetaReservationFor: id}}
 	}
-	got := g.Step(context.Background(), now, snap, specsOf(specs), n, nil)
+	got := g.Step(context.Background(), now, snap, specsOf(specs), n)
 	if len(n.deregistered) != 1 || !slices.Contains(kinds(got), "reservation-ended") {
 		t.Fatalf("decisions %v, deregistered %v; want one placeholder stopped this tick", kinds(got), n.deregistered)
 	}
@@ -179,14 +179,14 @@ func TestReservationNoRaiseAboveTheHighestPriority(t *testing.T) {
 	g, n, snap, specs, _, now := reserveCase(t)
 	specs[JobKey{Namespace: "default", ID: "gang-000"}].Priority = new(95)
 	ctx := context.Background()
-	g.Step(ctx, now, snap, specsOf(specs), n, nil)
-	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n, nil)
+	g.Step(ctx, now, snap, specsOf(specs), n)
+	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
 	if len(n.registered) != 1 || *n.registered[0].Priority != 96 {
 		t.Fatalf("placeholders %d; want one at 96", len(n.registered))
 	}
 	placeholderHolds(snap, n.registered[0], []string{"n0000", "n0001"})
 	n.fits = true
-	got := g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n, nil)
+	got := g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n)
 	if !slices.Equal(kinds(got), []string{"gang-admitted", "reservation-ended"}) || len(n.deregistered) != 1 || len(n.registered) != 1 {
 		t.Fatalf("decisions %v, registered %d, deregistered %v; want the placeholder stopped and the gang scaled, not raised past 100", kinds(got), len(n.registered), n.deregistered)
 	}
@@ -197,21 +197,21 @@ func TestReservationNoRaiseAboveTheHighestPriority(t *testing.T) {
 func TestReservationEndsWhenItsAdmittedGangWaitsAgain(t *testing.T) {
 	g, n, snap, specs, _, now := reserveCase(t)
 	ctx := context.Background()
-	g.Step(ctx, now, snap, specsOf(specs), n, nil)
-	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n, nil)
+	g.Step(ctx, now, snap, specsOf(specs), n)
+	g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
 	placeholderHolds(snap, n.registered[0], []string{"n0000", "n0001"})
 	n.fits = true
-	g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n, nil) // admitted, raised
+	g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n) // admitted, raised
 	if g.reserver.cur == nil || !g.reserver.cur.admitted {
 		t.Fatal("not admitted on its reservation")
 	}
 	// The spec still reads count 0 (the register not seen yet): within the
 	// bound the reservation stays.
-	g.Step(ctx, now.Add(2*time.Minute+time.Second), snap, specsOf(specs), n, nil)
+	g.Step(ctx, now.Add(2*time.Minute+time.Second), snap, specsOf(specs), n)
 	if g.reserver.cur == nil || len(n.deregistered) != 0 {
 		t.Fatalf("ended within the admission bound: deregistered %v", n.deregistered)
 	}
-	got := g.Step(ctx, now.Add(3*time.Minute), snap, specsOf(specs), n, nil)
+	got := g.Step(ctx, now.Add(3*time.Minute), snap, specsOf(specs), n)
 	if g.reserver.cur != nil || len(n.deregistered) != 1 || !slices.Contains(kinds(got), "reservation-ended") {
 		t.Fatalf("waiting again past the bound: decisions %v, deregistered %v", kinds(got), n.deregistered)
 	}
@@ -220,61 +220,77 @@ func TestReservationEndsWhenItsAdmittedGangWaitsAgain(t *testing.T) {
 // A blocked job that is no gang, asking 4 whole GPUs, heads the queue:
 // the node predicted to free soonest is kept for it by a placeholder one
 // above its priority; once the placeholder holds the node, the job is
-// raised through the ledger ten above it (Nomad's plan placing it over
-// the placeholder only); once it is placed, the placeholder is stopped
-// and the raise ended. Without a ledger no such reservation is made.
+// registered ten above it and pinned to the node (Nomad's plan placing it
+// over the placeholder only); once placed, it gets its own priority back
+// and its pin taken off; its meta keeps the keys (a change would replace
+// it). A job with an allocation placed is not reserved for.
 func TestReservationForAJob(t *testing.T) {
 	ctx := context.Background()
 	g, n, snap, _, _, now := reserveCase(t)
 	delete(snap.Jobs, JobKey{Namespace: "default", ID: "gang-000"})
 	queuedJob(snap, "big", "nvidia/gpu", 1)
 	big := JobKey{Namespace: "default", ID: "big"}
-	snap.Specs[big].Priority = new(50)
-	snap.Specs[big].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
-	specs := specsOf(nil)
+	spec := snap.Specs[big]
+	spec.Priority, spec.JobModifyIndex = new(50), new(uint64(30))
+	spec.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	specs := map[JobKey]*api.Job{big: spec}
 
-	if got := g.Step(ctx, now, snap, specs, n, nil); len(got) != 0 || len(n.registered) != 0 {
-		t.Fatalf("without a ledger: decisions %v, placeholders %d; want none", kinds(got), len(n.registered))
-	}
-	l := NewLedger(nil)
-	got := g.Step(ctx, now, snap, specs, n, l)
+	got := g.Step(ctx, now, snap, specsOf(specs), n)
 	if len(got) != 1 || got[0].Kind != "reserved" || len(n.registered) != 1 || *n.registered[0].Priority != 51 ||
-		*n.registered[0].TaskGroups[0].Count != 4 || !strings.Contains(n.registered[0].Constraints[0].RTarget, "n0000") {
+		*n.registered[0].TaskGroups[0].Count != 4 || n.registered[0].Constraints[0].RTarget != "^(n0000)$" {
 		t.Fatalf("decisions %+v, placeholders %d; want n0000 kept by a placeholder of 4 GPUs at 51", got, len(n.registered))
 	}
 
 	placeholderHolds(snap, n.registered[0], []string{"n0000"})
 	n.fits = true
-	got = g.Step(ctx, now.Add(time.Minute), snap, specs, n, l)
-	raise, ok := l.Peek(big).Get(reservationKey + *n.registered[0].ID)
-	if len(got) != 1 || got[0].Kind != "reservation-raised" || !ok || raise.Priority != 61 || l.Peek(big).Own != 50 || len(n.deregistered) != 0 {
-		t.Fatalf("full: decisions %+v, raise %+v (%v), deregistered %v; want the job raised to 61 in the ledger", got, raise, ok, n.deregistered)
+	got = g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
+	if len(got) != 1 || got[0].Kind != "reservation-raised" || len(n.registered) != 2 || len(n.deregistered) != 0 {
+		t.Fatalf("full: decisions %+v, registered %d, deregistered %v; want the job handed the node", got, len(n.registered), n.deregistered)
+	}
+	raised := n.registered[1]
+	pin := api.Constraint{LTarget: "${node.unique.id}", Operand: "regexp", RTarget: "^(n0000)$"}
+	if *raised.Priority != 61 || len(raised.Constraints) != 1 || *raised.Constraints[0] != pin ||
+		raised.Meta["nomad_gpu_reservation_own_priority"] != "50" || raised.Meta["nomad_gpu_reservation_pin"] != "^(n0000)$" {
+		t.Fatalf("handed over: priority %d, constraints %v, meta %v", *raised.Priority, raised.Constraints, raised.Meta)
 	}
 
-	snap.Blocked = nil // placed
-	got = g.Step(ctx, now.Add(time.Minute+time.Second), snap, specs, n, l)
-	if _, still := l.Peek(big).Get(reservationKey + *n.registered[0].ID); len(got) != 1 || got[0].Kind != "reservation-ended" || still ||
-		len(n.deregistered) != 1 || g.reserver.cur != nil {
-		t.Errorf("placed: decisions %+v, raise still %v, deregistered %v; want the placeholder stopped and the raise ended", got, still, n.deregistered)
+	// Placed: Nomad lists it raised, with the keys in its meta.
+	snap.Blocked = nil
+	snap.Jobs[big] = &api.JobListStub{ID: "big", Namespace: "default", Type: api.JobTypeBatch, Priority: 61, Meta: raised.Meta}
+	specs[big] = raised
+	got = g.Step(ctx, now.Add(time.Minute+time.Second), snap, specsOf(specs), n)
+	if !slices.Equal(kinds(got), []string{"reservation-ended", "restored"}) || len(n.deregistered) != 1 || g.reserver.cur != nil || len(n.registered) != 3 {
+		t.Fatalf("placed: decisions %v, deregistered %v, registered %d; want the placeholder stopped and the job restored", kinds(got), n.deregistered, len(n.registered))
+	}
+	if back := n.registered[2]; *back.Priority != 50 || len(back.Constraints) != 0 || back.Meta["nomad_gpu_reservation_pin"] != "^(n0000)$" {
+		t.Errorf("restored: priority %d, constraints %v, meta %v; want 50, no pin, the meta as it was", *back.Priority, back.Constraints, back.Meta)
+	}
+
+	// A job with one allocation placed and another waiting: none.
+	g, n, snap, _, _, now = reserveCase(t)
+	delete(snap.Jobs, JobKey{Namespace: "default", ID: "gang-000"})
+	queuedJob(snap, "big", "nvidia/gpu", 1)
+	snap.Specs[big].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	snap.Allocs[0].JobID = "big"
+	if got := g.Step(ctx, now, snap, specsOf(specs), n); len(got) != 0 || len(n.registered) != 0 {
+		t.Errorf("a job partly placed: decisions %v, placeholders %d; want none", kinds(got), len(n.registered))
 	}
 }
 
-// A raise whose plan would preempt other work than the placeholder's is
-// not made: the placeholder is stopped and the job races the queue.
+// A handover whose plan would preempt other work than the placeholder's
+// is not made: the placeholder is stopped and the job races the queue.
 func TestReservationForAJobNotRaisedOverOthers(t *testing.T) {
 	ctx := context.Background()
 	g, n, snap, _, _, now := reserveCase(t)
 	delete(snap.Jobs, JobKey{Namespace: "default", ID: "gang-000"})
 	queuedJob(snap, "big", "nvidia/gpu", 1)
-	big := JobKey{Namespace: "default", ID: "big"}
-	snap.Specs[big].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
-	l := NewLedger(nil)
-	g.Step(ctx, now, snap, specsOf(nil), n, l)
+	snap.Specs[JobKey{Namespace: "default", ID: "big"}].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	g.Step(ctx, now, snap, specsOf(nil), n)
 	placeholderHolds(snap, n.registered[0], []string{"n0000"})
 	n.fits, n.preempts = true, []*api.AllocationListStub{{ID: "other", Namespace: "default", JobID: "run-00001"}}
-	got := g.Step(ctx, now.Add(time.Minute), snap, specsOf(nil), n, l)
+	got := g.Step(ctx, now.Add(time.Minute), snap, specsOf(nil), n)
 	if len(got) != 1 || got[0].Kind != "reservation-ended" || !strings.Contains(got[0].Reason, "preempt other work") ||
-		len(l.Peek(big).Raises) != 0 || len(n.deregistered) != 1 {
-		t.Errorf("decisions %+v, raises %v, deregistered %v; want the placeholder stopped, no raise", got, l.Peek(big).Raises, n.deregistered)
+		len(n.registered) != 1 || len(n.deregistered) != 1 {
+		t.Errorf("decisions %+v, registered %d, deregistered %v; want the placeholder stopped, no handover", got, len(n.registered), n.deregistered)
 	}
 }

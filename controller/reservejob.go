@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/gang"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
@@ -17,22 +19,20 @@ import (
 // reservations). A job whose allocations each ask for several whole GPUs
 // starves behind a stream of small ones as a gang does: every GPU that
 // frees goes to the queue, and a node never has them all free at once.
-// When such a job, blocked, heads the queue, the leader keeps nodes for
-// it as for a gang: a placeholder pinned to the nodes predicted to free
-// soonest, one above its priority. Once the placeholder holds every GPU
-// the job's waiting allocations need, the leader raises the job through
-// the priority ledger ten above the placeholder (raise
-// "reservation/<placeholder>", in force AdmitTimeout at most), when
-// Nomad's plan of the raised job places it preempting the placeholder's
-// allocations and nothing else: Nomad places it over the placeholder in
-// one plan. A priority change is made in place, so the job's running
-// allocations stay; its meta is not touched (a meta change would replace
-// them). Once it is placed the placeholder is stopped and the raise
-// ended. A 1-GPU allocation fits any GPU that frees: no reservation.
-
-// reservationKey is the ledger raise of a job admitted on its
-// reservation, followed by the placeholder's job ID.
-const reservationKey = "reservation/"
+// When such a job, waiting whole (none of its allocations placed), heads
+// the queue, the leader keeps nodes for it as for a gang: a placeholder
+// pinned to the nodes predicted to free soonest, one above its priority.
+// Once the placeholder holds every GPU the job needs, the leader hands
+// them over as to a gang: it registers the job raised ten above the
+// placeholder and pinned to the reserved nodes (handover), when Nomad's
+// plan of that places it preempting the placeholder's allocations and
+// nothing else. Measured: unpinned, the raised plan preferred 1-GPU jobs
+// of the job's own priority on another node as victims (lower than the
+// placeholder). A job with allocations placed is not reserved for: its
+// handover would change its meta and constraints, which replaces them.
+// Once placed, the job gets its own priority back and its pin taken off
+// (restoreJobs), in place. A 1-GPU allocation fits any GPU that frees:
+// no reservation.
 
 // singleJob is what a reservation for a job that is no gang keeps: the
 // blocked group, its device request, and the job as reserved.
@@ -56,11 +56,13 @@ type blockedJob struct {
 }
 
 // blockedJobs are the snapshot's blocked groups a reservation could keep
-// nodes for, in queue order (priority, then age).
+// nodes for (of jobs none of whose allocations is placed), in queue order
+// (priority, then age).
 func blockedJobs(snap *nomadview.Snapshot) []blockedJob {
 	var out []blockedJob
+	placed := placedJobs(snap)
 	for _, q := range snap.QueuedGroups() {
-		if q.Gang || q.Job == nil || q.TaskGroup == nil {
+		if q.Gang || q.Job == nil || q.TaskGroup == nil || placed[JobKey{Namespace: q.Namespace, ID: q.JobID}] {
 			continue
 		}
 		device, per, ok := memberAsk(q.Job, gang.Spec{Groups: []gang.Group{{Name: q.Group, Members: q.Count}}})
@@ -79,13 +81,20 @@ func blockedJobs(snap *nomadview.Snapshot) []blockedJob {
 	return out
 }
 
-// blockedHead is the first blocked job a reservation may keep nodes for:
-// not resting, one that could fit some node; false when there is none or
-// no ledger to raise it through.
-func (g *Gangs) blockedHead(snap *nomadview.Snapshot, l *Ledger) (blockedJob, bool) {
-	if l == nil {
-		return blockedJob{}, false
+// placedJobs are the jobs with an allocation pending or running.
+func placedJobs(snap *nomadview.Snapshot) map[JobKey]bool {
+	out := map[JobKey]bool{}
+	for _, a := range snap.Allocs {
+		if a.DesiredStatus == api.AllocDesiredStatusRun && (a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending) {
+			out[JobKey{Namespace: a.Namespace, ID: a.JobID}] = true
+		}
 	}
+	return out
+}
+
+// blockedHead is the first blocked job a reservation may keep nodes for:
+// not resting, one that could fit some node; false when there is none.
+func (g *Gangs) blockedHead(snap *nomadview.Snapshot) (blockedJob, bool) {
 	for _, b := range blockedJobs(snap) {
 		if _, resting := g.reserver.resting[b.k]; !resting && snap.NeverFits(b.queued) == "" {
 			return b, true
@@ -129,9 +138,9 @@ func (g *Gangs) startJobReservation(ctx context.Context, now time.Time, snap *no
 }
 
 // holdJobReservation counts the reservation's idle GPUs, ends it when its
-// job no longer waits, is placed or it held too long, and raises the job
-// once the placeholder holds every GPU.
-func (g *Gangs) holdJobReservation(ctx context.Context, now time.Time, snap *nomadview.Snapshot, n gangNomad, l *Ledger) []Decision {
+// job no longer waits, is placed or it held too long, and hands the job
+// the GPUs once the placeholder holds them all.
+func (g *Gangs) holdJobReservation(ctx context.Context, now time.Time, snap *nomadview.Snapshot, n gangNomad) []Decision {
 	r, c := g.reserver, g.reserver.cur
 	held := placeholderRunning(snap, c.placeholder)
 	r.idle(float64(held) * now.Sub(c.counted).Seconds())
@@ -139,16 +148,16 @@ func (g *Gangs) holdJobReservation(ctx context.Context, now time.Time, snap *nom
 	waits := slices.ContainsFunc(blockedJobs(snap), func(b blockedJob) bool { return b.k == c.gang && b.group == c.single.group })
 	switch {
 	case c.admitted && !waits:
-		return g.endJobReservation(ctx, n, l, "reservation-ended", fmt.Sprintf("placed on the %d GPUs kept for it, after %s", c.gpus, now.Sub(c.since).Round(time.Second)))
+		return g.endReservation(ctx, n, "reservation-ended", fmt.Sprintf("placed on the %d GPUs kept for it, after %s", c.gpus, now.Sub(c.since).Round(time.Second)))
 	case c.admitted && now.Sub(c.admittedAt) > g.cfg.AdmitTimeout:
-		return g.endJobReservation(ctx, n, l, "reservation-ended", fmt.Sprintf("raised on it, not placed within %s", g.cfg.AdmitTimeout))
+		return g.endReservation(ctx, n, "reservation-ended", fmt.Sprintf("handed its GPUs, not placed within %s", g.cfg.AdmitTimeout))
 	case c.admitted:
 		return nil
 	case !waits:
-		return g.endJobReservation(ctx, n, l, "reservation-ended", "its job no longer waits (placed, stopped or gone)")
+		return g.endReservation(ctx, n, "reservation-ended", "its job no longer waits (placed, stopped or gone)")
 	case now.Sub(c.since) > r.cfg.MaxHold:
 		r.resting[c.gang] = now.Add(r.cfg.MaxHold)
-		return g.endJobReservation(ctx, n, l, "reservation-expired", fmt.Sprintf("held %s, the most a reservation holds; not kept again for as long", r.cfg.MaxHold))
+		return g.endReservation(ctx, n, "reservation-expired", fmt.Sprintf("held %s, the most a reservation holds; not kept again for as long", r.cfg.MaxHold))
 	case held < c.gpus:
 		if job := snap.Jobs[c.placeholder]; job == nil || job.Stop {
 			if _, _, err := n.register(ctx, placeholderJob(c.gang, c.single.job, c.nodes, c.gpus, c.single.device), 0); err != nil {
@@ -157,14 +166,14 @@ func (g *Gangs) holdJobReservation(ctx context.Context, now time.Time, snap *nom
 		}
 		return nil
 	}
-	return g.raiseOnReservation(ctx, now, snap, n, l)
+	return g.handOver(ctx, now, snap, n)
 }
 
-// raiseOnReservation raises the job ten above the full placeholder when
-// Nomad's plan of that places it preempting the placeholder's
-// allocations and nothing else; else it stops the placeholder and lets
-// the job race the queue for the GPUs it held.
-func (g *Gangs) raiseOnReservation(ctx context.Context, now time.Time, snap *nomadview.Snapshot, n gangNomad, l *Ledger) []Decision {
+// handOver registers the job raised ten above the full placeholder and
+// pinned to its nodes, when Nomad's plan of that places it preempting
+// the placeholder's allocations and nothing else; else it stops the
+// placeholder and lets the job race the queue for the GPUs it held.
+func (g *Gangs) handOver(ctx context.Context, now time.Time, snap *nomadview.Snapshot, n gangNomad) []Decision {
 	c := g.reserver.cur
 	job := c.single.job
 	if spec := snap.Specs[c.gang]; spec != nil {
@@ -174,48 +183,41 @@ func (g *Gangs) raiseOnReservation(ctx context.Context, now time.Time, snap *nom
 	if job.Priority != nil {
 		own = *job.Priority
 	}
-	prio := c.priority + 10
-	if why := g.raisedPlan(ctx, job, prio, c, n); why != "" {
-		return g.endJobReservation(ctx, n, l, "reservation-ended", "placeholder stopped, the job left to race the queue: "+why)
+	raised := handover(job, own, c.priority+10, c.nodes)
+	plan, why := handoverPlan(ctx, raised, c, n)
+	if why != "" {
+		return g.endReservation(ctx, n, "reservation-ended", "placeholder stopped, the job left to race the queue: "+why)
 	}
-	l.Edit(c.gang, own).Begin(Raise{Key: reservationKey + c.placeholder.ID, Priority: prio, Since: now, Until: now.Add(g.cfg.AdmitTimeout),
-		Reason: fmt.Sprintf("its reservation: over the placeholder %s's priority %d", c.placeholder.ID, c.priority)})
+	if _, _, err := n.register(ctx, raised, plan.JobModifyIndex); err != nil {
+		g.log.Warn("reservation: the job not registered raised; tried on the next tick", "job", c.gang.ID, "error", err)
+		return nil
+	}
 	c.admitted, c.admittedAt = true, now
-	return []Decision{{Kind: "reservation-raised", Job: c.gang, Reason: fmt.Sprintf("on its reservation, to priority %d (its own %d) over the placeholder's %d: Nomad's plan places it preempting the placeholder only",
-		prio, own, c.priority)}}
+	return []Decision{{Kind: "reservation-raised", Job: c.gang, Reason: fmt.Sprintf("on its reservation, to priority %d (its own %d) over the placeholder's %d, pinned to %s: Nomad's plan places it preempting the placeholder only",
+		*raised.Priority, own, c.priority, strings.Join(nodeNames(snap, c.nodes), ", "))}}
 }
 
-// raisedPlan says why job raised to prio cannot take the placeholder's
-// GPUs in one plan; "" when it can.
-func (g *Gangs) raisedPlan(ctx context.Context, job *api.Job, prio int, c *reservation, n gangNomad) string {
-	if prio > maxJobPriority {
-		return fmt.Sprintf("a raise to %d passes Nomad's highest priority", prio)
+// restoreJobs gives each job that is no gang and was handed its
+// reservation its own priority back and its pin taken off, once it is
+// placed or its reservation is over (a dead leader's too: the meta says
+// what to undo).
+func (g *Gangs) restoreJobs(ctx context.Context, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad) []Decision {
+	waiting := map[JobKey]bool{}
+	for _, q := range snap.QueuedGroups() {
+		waiting[JobKey{Namespace: q.Namespace, ID: q.JobID}] = true
 	}
-	raised := *job
-	raised.Priority = &prio
-	plan, err := n.plan(ctx, &raised)
-	if err != nil {
-		return "Nomad's plan failed: " + err.Error()
-	}
-	if ok, why := gang.Admit(plan); !ok {
-		return "its raised plan does not place it: " + why
-	}
-	if plan.Annotations != nil {
-		for _, a := range plan.Annotations.PreemptedAllocs {
-			if a == nil || a.JobID != c.placeholder.ID || a.Namespace != c.placeholder.Namespace {
-				return "its raised plan would preempt other work"
-			}
+	var out []Decision
+	for k, stub := range snap.Jobs {
+		own, err := strconv.Atoi(stub.Meta[contract.MetaReservationOwnPriority])
+		held := g.reserver.cur != nil && g.reserver.cur.gang == k && waiting[k]
+		if err != nil || nomadview.IsGang(stub) || stub.Stop || stub.Priority == own || held {
+			continue
 		}
+		job, err := specs(ctx, k)
+		if err != nil {
+			continue
+		}
+		out = append(out, g.restore(ctx, k, job, "it is placed on its reservation", n)...)
 	}
-	return ""
-}
-
-// endJobReservation stops the placeholder, ends the job's raise and drops
-// the reservation.
-func (g *Gangs) endJobReservation(ctx context.Context, n gangNomad, l *Ledger, kind, why string) []Decision {
-	c := g.reserver.cur
-	if e := l.Peek(c.gang); slices.ContainsFunc(e.Raises, func(r Raise) bool { return r.Key == reservationKey+c.placeholder.ID }) {
-		l.Edit(c.gang, e.Own).End(reservationKey + c.placeholder.ID)
-	}
-	return g.endReservation(ctx, n, kind, why)
+	return out
 }

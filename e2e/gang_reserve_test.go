@@ -85,6 +85,11 @@ func TestGangReservation(t *testing.T) {
 				t.Errorf("a member ran for %s while another was not placed", d)
 			}
 			log := ctl.Log()
+			// The priority comes back once every allocation is placed: a
+			// tick or two after it runs.
+			for deadline := time.Now().Add(15 * time.Second); tc.reserve && !strings.Contains(log, "kind=restored") && time.Now().Before(deadline); log = ctl.Log() {
+				time.Sleep(250 * time.Millisecond)
+			}
 			switch {
 			case tc.reserve && (started.IsZero() || started.Sub(submitted) > bound):
 				t.Fatalf("with a reservation it was not running %s after its submission (started %v, zero: never)\n%s",
