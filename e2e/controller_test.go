@@ -174,14 +174,7 @@ func TestPreemptionProtection(t *testing.T) {
 // the job's raise in force, from its own priority to raised, with its end.
 func topShowsProtection(t *testing.T, c *cluster.Cluster, job string, own, raised int) {
 	t.Helper()
-	out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "top", "-json", "-address", c.Server().HTTPAddr()).Output()
-	if err != nil {
-		t.Fatalf("nomad-gpu top -json: %v", err)
-	}
-	var v topview.View
-	if err := json.Unmarshal(out, &v); err != nil {
-		t.Fatalf("top -json: %v\n%s", err, out)
-	}
+	v := topJSON(t, c)
 	if v.Controller == nil || !v.Controller.Leading || v.Controller.Leader == "" {
 		t.Fatalf("top -json controller: %+v (error %q), want a named leader", v.Controller, v.ControllerError)
 	}
@@ -191,6 +184,20 @@ func topShowsProtection(t *testing.T, c *cluster.Cluster, job string, own, raise
 		}
 	}
 	t.Errorf("top -json shows no raise of %s from %d to %d in force: %+v", job, own, raised, v.Controller.Raises)
+}
+
+// topJSON is what `nomad-gpu top -json` shows of the cluster.
+func topJSON(t *testing.T, c *cluster.Cluster) topview.View {
+	t.Helper()
+	out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "top", "-json", "-address", c.Server().HTTPAddr()).Output()
+	if err != nil {
+		t.Fatalf("nomad-gpu top -json: %v", err)
+	}
+	var v topview.View
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("top -json: %v\n%s", err, out)
+	}
+	return v
 }
 
 // holderJob2 is holderJob with a GPU count.

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -75,14 +73,7 @@ func liveAllocs(t *testing.T, c *cluster.Cluster, id string) []*api.AllocationLi
 // group, nil when it has none.
 func queueEntry(t *testing.T, c *cluster.Cluster, job string) *topview.QueueEntry {
 	t.Helper()
-	out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "top", "-json", "-address", c.Server().HTTPAddr()).Output()
-	if err != nil {
-		t.Fatalf("nomad-gpu top -json: %v", err)
-	}
-	var v topview.View
-	if err := json.Unmarshal(out, &v); err != nil {
-		t.Fatalf("top -json: %v\n%s", err, out)
-	}
+	v := topJSON(t, c)
 	for i := range v.Queue {
 		if v.Queue[i].Job == job {
 			return &v.Queue[i]
