@@ -48,7 +48,7 @@ func (g *Gangs) domains(ctx context.Context, snap *nomadview.Snapshot, job *api.
 	var places []gang.Place
 	complete := true
 	for _, node := range nodes {
-		p := gang.Place{Datacenter: node.Datacenter, FreeGPUs: free[node.ID]}
+		p := gang.Place{ID: node.ID, Datacenter: node.Datacenter, FreeGPUs: free[node.ID]}
 		if locality != "" {
 			var read bool
 			p.Value, p.Known, read = g.nodeValue(ctx, node, locality, n)

@@ -110,9 +110,6 @@ func (g *Gangs) reserve(ctx context.Context, now time.Time, snap *nomadview.Snap
 		if _, ok := r.resting[w.k]; ok {
 			continue
 		}
-		if doms, _ := g.domains(ctx, snap, w.job, w.spec, n); len(doms) != 1 || doms[0].Pins != nil {
-			continue // reservations do not choose a locality yet
-		}
 		head = &w
 		break
 	}
@@ -149,7 +146,7 @@ func (g *Gangs) startReservation(ctx context.Context, now time.Time, snap *nomad
 		return nil
 	}
 	members := w.spec.Members()
-	res, ok := gang.Choose(outlook(snap, jobPoolOf(w.job), g.reserver.ends(snap, now)), members, per, now)
+	res, ok := g.chooseIn(ctx, now, snap, w, members, per, n)
 	if !ok {
 		return nil
 	}
@@ -162,6 +159,31 @@ func (g *Gangs) startReservation(ctx context.Context, now time.Time, snap *nomad
 		nodes: res.Nodes, due: res.Due, since: now, counted: now, priority: *ph.Priority, members: members}
 	return []Decision{{Kind: "reserved", Job: w.k, Reason: fmt.Sprintf("nodes %s kept for its %d members of %d GPUs; expected free in %s; held by job %s, priority %d",
 		strings.Join(nodeNames(snap, res.Nodes), ", "), members, per, res.Due.Sub(now).Round(time.Second), *ph.ID, *ph.Priority)}}
+}
+
+// chooseIn is the reservation for the gang in the domain whose nodes
+// are expected to free soonest (gang.Choose in each; its locality is
+// then kept by the handover's pin to the chosen nodes); false when no
+// domain has one or its nodes are not all read yet.
+func (g *Gangs) chooseIn(ctx context.Context, now time.Time, snap *nomadview.Snapshot, w waitingGang, members, per int, n gangNomad) (gang.Reservation, bool) {
+	doms, complete := g.domains(ctx, snap, w.job, w.spec, n)
+	if !complete {
+		return gang.Reservation{}, false
+	}
+	ends := g.reserver.ends(snap, now)
+	all := snap.JobNodes(w.job)
+	var best gang.Reservation
+	found := false
+	for _, d := range doms {
+		nodes := all
+		if d.Pins != nil {
+			nodes = slices.DeleteFunc(slices.Clone(all), func(n *api.NodeListStub) bool { return !slices.Contains(d.Nodes, n.ID) })
+		}
+		if res, ok := gang.Choose(outlook(snap, nodes, ends), members, per, now); ok && (!found || res.Due.Before(best.Due)) {
+			best, found = res, true
+		}
+	}
+	return best, found
 }
 
 // holdReservation counts the reservation's idle GPUs, ends it when its
@@ -431,14 +453,14 @@ func forecastEnds(snap *nomadview.Snapshot, now time.Time) map[string]time.Time 
 	return ends
 }
 
-// outlook is each schedulable node of pool with whole GPUs: how many it
+// outlook is each schedulable node of nodes with whole GPUs: how many it
 // has, how many are free, and when each of its allocations holding whole
 // GPUs is predicted to end (ends; zero when unknown).
-func outlook(snap *nomadview.Snapshot, pool string, ends map[string]time.Time) []gang.NodeOutlook {
+func outlook(snap *nomadview.Snapshot, nodes []*api.NodeListStub, ends map[string]time.Time) []gang.NodeOutlook {
 	held := snap.HeldIDs()
 	var out []gang.NodeOutlook
-	for _, n := range snap.Nodes {
-		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil || (pool != api.NodePoolAll && n.NodePool != pool) {
+	for _, n := range nodes {
+		if n == nil || !nomadview.Schedulable(n) || n.NodeResources == nil {
 			continue
 		}
 		o := gang.NodeOutlook{ID: n.ID}
@@ -475,13 +497,6 @@ func outlook(snap *nomadview.Snapshot, pool string, ends map[string]time.Time) [
 		}
 	}
 	return out
-}
-
-func jobPoolOf(job *api.Job) string {
-	if job.NodePool != nil && *job.NodePool != "" {
-		return *job.NodePool
-	}
-	return api.NodePoolDefault
 }
 
 // nodesPattern is the ${node.unique.id} pattern of exactly nodes.

@@ -217,6 +217,32 @@ func TestReservationEndsWhenItsAdmittedGangWaitsAgain(t *testing.T) {
 	}
 }
 
+// A gang with a locality gets the nodes of the one domain expected to
+// free soonest with enough nodes: rack a has one node, so rack b's two,
+// though n0000 (rack a) frees first; the handover pins the gang to them.
+func TestReservationKeepsTheLocality(t *testing.T) {
+	g, n, snap, specs, _, now := reserveCase(t)
+	ctx := context.Background()
+	k := JobKey{Namespace: "default", ID: "gang-000"}
+	specs[k].Meta["nomad_gpu_gang_locality"] = "${meta.rack}"
+	n.nodes = map[string]*api.Node{}
+	for id, rack := range map[string]string{"n0000": "a", "n0001": "b", "n0002": "b"} {
+		n.nodes[id] = &api.Node{ID: id, Meta: map[string]string{"rack": rack}}
+	}
+	g.Step(ctx, now, snap, specsOf(specs), n) // planned in one rack, refused
+	got := g.Step(ctx, now.Add(time.Minute), snap, specsOf(specs), n)
+	if len(n.registered) != 1 || !slices.Contains(kinds(got), "reserved") || n.registered[0].Constraints[0].RTarget != "^(n0001|n0002)$" {
+		t.Fatalf("decisions %+v, placeholders %d; want rack b's n0001 and n0002 kept", got, len(n.registered))
+	}
+	placeholderHolds(snap, n.registered[0], []string{"n0001", "n0002"})
+	n.fits = true
+	g.Step(ctx, now.Add(2*time.Minute), snap, specsOf(specs), n)
+	raised := n.registered[len(n.registered)-1]
+	if *raised.ID != "gang-000" || !slices.ContainsFunc(raised.Constraints, func(c *api.Constraint) bool { return c.RTarget == "^(n0001|n0002)$" }) {
+		t.Errorf("handover %s constraints %v; want the gang pinned to rack b's nodes", *raised.ID, raised.Constraints)
+	}
+}
+
 // A blocked job that is no gang, asking 4 whole GPUs, heads the queue:
 // the node predicted to free soonest is kept for it by a placeholder one
 // above its priority; once the placeholder holds the node, the job is

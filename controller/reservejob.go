@@ -121,7 +121,7 @@ func (b blockedJob) before(snap *nomadview.Snapshot, w waitingGang) bool {
 
 // startJobReservation keeps nodes for b, the head of the queue.
 func (g *Gangs) startJobReservation(ctx context.Context, now time.Time, snap *nomadview.Snapshot, b blockedJob, n gangNomad) []Decision {
-	res, ok := gang.Choose(outlook(snap, jobPoolOf(b.job), g.reserver.ends(snap, now)), b.allocs, b.per, now)
+	res, ok := gang.Choose(outlook(snap, snap.JobNodes(b.job), g.reserver.ends(snap, now)), b.allocs, b.per, now)
 	if !ok {
 		return nil
 	}

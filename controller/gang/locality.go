@@ -20,6 +20,7 @@ const DatacenterAttr = "${node.datacenter}"
 // the gang's locality attribute (Known false when it has none) and its
 // free whole GPUs.
 type Place struct {
+	ID         string
 	Datacenter string
 	Value      string
 	Known      bool
@@ -27,11 +28,14 @@ type Place struct {
 }
 
 // Domain is one set of nodes a gang's members may share: the value of
-// each pinned attribute (none when the gang needs no pin) and their free
-// whole GPUs.
+// each pinned attribute (none when the gang needs no pin), their free
+// whole GPUs and their IDs.
 type Domain struct {
 	Pins     map[string]string
 	FreeGPUs int
+	// Nodes are its places' IDs, in the order given (none for a domain
+	// without pins: every place).
+	Nodes []string
 }
 
 // Domains are the places a gang may be admitted in, in the order to plan
@@ -74,6 +78,7 @@ func Domains(places []Place, locality string, need int) []Domain {
 			byKey[string(key)] = d
 		}
 		d.FreeGPUs += p.FreeGPUs
+		d.Nodes = append(d.Nodes, p.ID)
 	}
 	out := make([]Domain, 0, len(byKey))
 	for _, d := range byKey {
