@@ -466,7 +466,8 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 	if d.Pins != nil {
 		where = " in " + d.String()
 	}
-	pinned := gang.Pin(job, d)
+	base := unreserved(job) // a handover of a run rolled back before its restore
+	pinned := gang.Pin(base, d)
 	plan, err := n.plan(ctx, withCounts(pinned, membersOf(spec)))
 	why := ""
 	if err != nil {
@@ -480,7 +481,8 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 	}
 	delete(g.refused, k)
 	reason := fmt.Sprintf("Nomad's plan places all %d members%s", spec.Members(), where)
-	index, err := g.scaleUp(ctx, k, job, pinned, spec, plan.JobModifyIndex, "gang admitted: "+reason, n)
+	rewrite := base != job || job.Meta[contract.MetaGangPinned] != pinned.Meta[contract.MetaGangPinned]
+	index, err := g.scaleUp(ctx, k, rewrite, pinned, spec, plan.JobModifyIndex, "gang admitted: "+reason, n)
 	if err != nil {
 		g.log.Warn("gang: admitting failed; its members are rolled back if they do not all run", "namespace", k.Namespace, "job", k.ID, "error", err)
 	}
@@ -490,11 +492,11 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 }
 
 // scaleUp gives the gang its members, guarded by the plan's index: a
-// scale of each group, or, when its pins change, a registration of the
-// pinned copy. It returns the job's modify index after it (the plan's
-// when nothing was written).
-func (g *Gangs) scaleUp(ctx context.Context, k JobKey, job, pinned *api.Job, spec gang.Spec, guard uint64, why string, n gangNomad) (uint64, error) {
-	if job.Meta[contract.MetaGangPinned] != pinned.Meta[contract.MetaGangPinned] {
+// scale of each group, or, when the job must change besides (rewrite:
+// its pins), a registration of the pinned copy. It returns the job's
+// modify index after it (the plan's when nothing was written).
+func (g *Gangs) scaleUp(ctx context.Context, k JobKey, rewrite bool, pinned *api.Job, spec gang.Spec, guard uint64, why string, n gangNomad) (uint64, error) {
+	if rewrite {
 		resp, _, err := n.register(ctx, withCounts(pinned, membersOf(spec)), guard)
 		if err != nil {
 			return guard, err

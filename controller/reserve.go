@@ -316,18 +316,17 @@ func handover(job *api.Job, own, prio int, nodes []string) *api.Job {
 	return &cp
 }
 
-// unreserved is job at its own priority (meta) without the constraint
-// its handover's pin added; job itself when it has neither to undo.
+// unreserved is job without its handover: the constraint its pin added
+// taken off and its own priority (meta) back; job itself when it carries
+// no such constraint. The constraint, not the meta (which stays), says a
+// handover is in force: a priority changed by hand after it is kept.
 func unreserved(job *api.Job) *api.Job {
-	own, err := strconv.Atoi(job.Meta[contract.MetaReservationOwnPriority])
 	pin := nodesConstraint(job.Meta[contract.MetaReservationPin])
-	pinned := slices.ContainsFunc(job.Constraints, func(c *api.Constraint) bool { return c != nil && *c == *pin })
-	raised := err == nil && job.Priority != nil && *job.Priority != own
-	if !raised && !pinned {
+	if !slices.ContainsFunc(job.Constraints, func(c *api.Constraint) bool { return c != nil && *c == *pin }) {
 		return job
 	}
 	cp := *job
-	if raised {
+	if own, err := strconv.Atoi(job.Meta[contract.MetaReservationOwnPriority]); err == nil {
 		cp.Priority = &own
 	}
 	cp.Constraints = slices.DeleteFunc(slices.Clone(job.Constraints), func(c *api.Constraint) bool { return c != nil && *c == *pin })

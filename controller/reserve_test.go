@@ -320,3 +320,54 @@ func TestReservationForAJobNotRaisedOverOthers(t *testing.T) {
 		t.Errorf("decisions %+v, registered %d, deregistered %v; want the placeholder stopped, no handover", got, len(n.registered), n.deregistered)
 	}
 }
+
+// A handover is undone while its pin is on the job: the pin taken off,
+// the own priority back; the meta keys stay, and once the pin is off a
+// priority changed by hand is the job's (nothing to undo).
+func TestUnreserved(t *testing.T) {
+	job := gangSpecJob(0)
+	job.Priority = new(50)
+	own := &api.Constraint{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux"}
+	job.Constraints = []*api.Constraint{own}
+	handed := handover(job, 50, 61, []string{"n1", "n2"})
+	for _, tc := range []struct {
+		name     string
+		job      *api.Job
+		priority int
+		same     bool
+	}{
+		{"handed over", handed, 50, false},
+		{"never handed over", job, 50, true},
+		{"restored, then changed by hand", func() *api.Job {
+			back := *unreserved(handed)
+			back.Priority = new(70)
+			return &back
+		}(), 70, true},
+	} {
+		got := unreserved(tc.job)
+		if (got == tc.job) != tc.same || *got.Priority != tc.priority || len(got.Constraints) != 1 || *got.Constraints[0] != *own {
+			t.Errorf("%s: priority %d, constraints %v, same %v; want %d, the job's own constraint only, same %v",
+				tc.name, *got.Priority, got.Constraints, got == tc.job, tc.priority, tc.same)
+		}
+	}
+	if handed.Meta[contract.MetaReservationPin] != "^(n1|n2)$" || unreserved(handed).Meta[contract.MetaReservationPin] != "^(n1|n2)$" {
+		t.Errorf("meta %v: the pin's record stays", handed.Meta)
+	}
+}
+
+// A gang rolled back while still handed over (raised, pinned to its
+// reserved nodes) is admitted next at its own priority and unpinned: the
+// admission registers that copy instead of scaling.
+func TestGangAdmittedAgainUnreserved(t *testing.T) {
+	job := gangSpecJob(0)
+	job.Priority = new(50)
+	handed := handover(job, 50, 61, []string{"n1", "n2"})
+	g, n := NewGangs(DefaultGangConfig(), hclog.NewNullLogger()), &fakeGangNomad{fits: true}
+	got := g.Step(context.Background(), time.Unix(1000, 0), gangSnapshot(), gangSpecs(handed), n)
+	if len(got) != 1 || got[0].Kind != "gang-admitted" || len(n.scales) != 0 || len(n.registered) != 1 {
+		t.Fatalf("decisions %v, scales %v, registered %d; want admitted by a registration", kinds(got), n.scales, len(n.registered))
+	}
+	if reg := n.registered[0]; *reg.Priority != 50 || len(reg.Constraints) != 0 || *reg.TaskGroups[0].Count != 2 {
+		t.Errorf("registered at priority %d, constraints %v, count %d; want 50, unpinned, its 2 members", *reg.Priority, reg.Constraints, *reg.TaskGroups[0].Count)
+	}
+}
