@@ -202,22 +202,30 @@ func (g *Gangs) handOver(ctx context.Context, now time.Time, snap *nomadview.Sna
 // placed or its reservation is over (a dead leader's too: the meta says
 // what to undo).
 func (g *Gangs) restoreJobs(ctx context.Context, snap *nomadview.Snapshot, specs JobSpecs, n gangNomad) []Decision {
+	var handed []JobKey
+	for k, stub := range snap.Jobs {
+		own, err := strconv.Atoi(stub.Meta[contract.MetaReservationOwnPriority])
+		if err == nil && !nomadview.IsGang(stub) && !stub.Stop && stub.Priority != own {
+			handed = append(handed, k)
+		}
+	}
+	if len(handed) == 0 {
+		return nil
+	}
 	waiting := map[JobKey]bool{}
 	for _, q := range snap.QueuedGroups() {
 		waiting[JobKey{Namespace: q.Namespace, ID: q.JobID}] = true
 	}
 	var out []Decision
-	for k, stub := range snap.Jobs {
-		own, err := strconv.Atoi(stub.Meta[contract.MetaReservationOwnPriority])
-		held := g.reserver.cur != nil && g.reserver.cur.gang == k && waiting[k]
-		if err != nil || nomadview.IsGang(stub) || stub.Stop || stub.Priority == own || held {
-			continue
+	for _, k := range handed {
+		if c := g.reserver.cur; c != nil && c.gang == k && waiting[k] {
+			continue // its handover under way
 		}
 		job, err := specs(ctx, k)
 		if err != nil {
 			continue
 		}
-		out = append(out, g.restore(ctx, k, job, "it is placed on its reservation", n)...)
+		out = append(out, g.restore(ctx, k, job, "it is placed on its reservation, or its reservation is over", n)...)
 	}
 	return out
 }
