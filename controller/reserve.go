@@ -25,13 +25,16 @@ import (
 // to those nodes, one above the gang's priority, so that each GPU that
 // frees there goes to the placeholder before the queue (measured: at the
 // gang's own priority the older queue goes first). Once the placeholder
-// holds every GPU the members need, the leader raises the gang ten above
-// the placeholder (a ledger raise, "reservation") and admits it: its plan
-// preempts the placeholder's allocations, and nothing else (checked), so
-// the GPUs pass from one to the other in one plan, with no window for the
-// queue. (Measured: stopping the placeholder and scaling the gang at once
-// lost a member's node to a small job submitted in between.) Once every
-// member is placed the placeholder is stopped and the raise ended. This
+// holds every GPU the members need, the leader hands them over: it
+// registers the gang with its members ten above the placeholder and
+// pinned to the reserved nodes (handover), when its plan preempts the
+// placeholder's allocations and nothing else (checked), so the GPUs pass
+// from one to the other in one plan, with no window for the queue.
+// (Measured: stopping the placeholder and scaling the gang at once lost a
+// member's node to a small job submitted in between; unpinned, a raised
+// plan preferred lower work on another node as victims.) Once every
+// member is placed the placeholder is stopped and the raise and pin are
+// undone in place (restore). This
 // needs Nomad's preemption on for batch jobs; where a raised plan does
 // not place the gang, the leader stops the placeholder and admits it
 // anyway, racing the queue. One reservation at a time, held MaxHold at
