@@ -121,19 +121,9 @@ func (g *Gangs) noLocality(ctx context.Context, snap *nomadview.Snapshot, job *a
 func gangGPUs(job *api.Job, spec gang.Spec) int {
 	total := 0
 	for _, sg := range spec.Groups {
-		tg := groupNamed(job, sg.Name)
-		if tg == nil {
-			continue
-		}
-		for _, t := range tg.Tasks {
-			if t.Resources == nil {
-				continue
-			}
-			for _, d := range t.Resources.Devices {
-				if d != nil && d.Count != nil && nomadview.ParseRequest(d.Name).Type == contract.SliceGPU {
-					total += sg.Members * int(*d.Count)
-				}
-			}
+		if tg := groupNamed(job, sg.Name); tg != nil {
+			_, n := wholeGPUAsk(tg)
+			total += sg.Members * n
 		}
 	}
 	return total

@@ -415,24 +415,31 @@ func memberAsk(job *api.Job, spec gang.Spec) (*api.RequestedDevice, int, bool) {
 		if tg == nil {
 			return nil, 0, false
 		}
-		n := 0
-		for _, t := range tg.Tasks {
-			if t.Resources == nil {
-				continue
-			}
-			for _, d := range t.Resources.Devices {
-				if d == nil || d.Count == nil || nomadview.ParseRequest(d.Name).Type != contract.SliceGPU {
-					continue
-				}
-				ask, n = d, n+int(*d.Count)
-			}
-		}
+		last, n := wholeGPUAsk(tg)
 		if n == 0 || (per != 0 && n != per) {
 			return nil, 0, false
 		}
-		per = n
+		ask, per = last, n
 	}
 	return ask, per, ask != nil
+}
+
+// wholeGPUAsk is how many whole GPUs one allocation of group tg asks
+// for, over its tasks, and the last such device request.
+func wholeGPUAsk(tg *api.TaskGroup) (*api.RequestedDevice, int) {
+	var ask *api.RequestedDevice
+	n := 0
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		for _, d := range t.Resources.Devices {
+			if d != nil && d.Count != nil && nomadview.ParseRequest(d.Name).Type == contract.SliceGPU {
+				ask, n = d, n+int(*d.Count)
+			}
+		}
+	}
+	return ask, n
 }
 
 func mustAsk(w waitingGang) *api.RequestedDevice {

@@ -243,6 +243,18 @@ func TestReservationKeepsTheLocality(t *testing.T) {
 	}
 }
 
+// bigJobCase is reserveCase with the gang gone and, in its place, job
+// "big" blocked: one allocation asking 4 whole GPUs.
+func bigJobCase(t *testing.T) (*Gangs, *fakeGangNomad, *nomadview.Snapshot, JobKey, time.Time) {
+	t.Helper()
+	g, n, snap, _, _, now := reserveCase(t)
+	delete(snap.Jobs, JobKey{Namespace: "default", ID: "gang-000"})
+	queuedJob(snap, "big", "nvidia/gpu", 1)
+	big := JobKey{Namespace: "default", ID: "big"}
+	snap.Specs[big].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	return g, n, snap, big, now
+}
+
 // A blocked job that is no gang, asking 4 whole GPUs, heads the queue:
 // the node predicted to free soonest is kept for it by a placeholder one
 // above its priority; once the placeholder holds the node, the job is
@@ -252,13 +264,9 @@ func TestReservationKeepsTheLocality(t *testing.T) {
 // it). A job with an allocation placed is not reserved for.
 func TestReservationForAJob(t *testing.T) {
 	ctx := context.Background()
-	g, n, snap, _, _, now := reserveCase(t)
-	delete(snap.Jobs, JobKey{Namespace: "default", ID: "gang-000"})
-	queuedJob(snap, "big", "nvidia/gpu", 1)
-	big := JobKey{Namespace: "default", ID: "big"}
+	g, n, snap, big, now := bigJobCase(t)
 	spec := snap.Specs[big]
 	spec.Priority, spec.JobModifyIndex = new(50), new(uint64(30))
-	spec.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
 	specs := map[JobKey]*api.Job{big: spec}
 
 	got := g.Step(ctx, now, snap, specsOf(specs), n)
@@ -293,10 +301,7 @@ func TestReservationForAJob(t *testing.T) {
 	}
 
 	// A job with one allocation placed and another waiting: none.
-	g, n, snap, _, _, now = reserveCase(t)
-	delete(snap.Jobs, JobKey{Namespace: "default", ID: "gang-000"})
-	queuedJob(snap, "big", "nvidia/gpu", 1)
-	snap.Specs[big].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	g, n, snap, _, now = bigJobCase(t)
 	snap.Allocs[0].JobID = "big"
 	if got := g.Step(ctx, now, snap, specsOf(specs), n); len(got) != 0 || len(n.registered) != 0 {
 		t.Errorf("a job partly placed: decisions %v, placeholders %d; want none", kinds(got), len(n.registered))
@@ -307,10 +312,7 @@ func TestReservationForAJob(t *testing.T) {
 // is not made: the placeholder is stopped and the job races the queue.
 func TestReservationForAJobNotRaisedOverOthers(t *testing.T) {
 	ctx := context.Background()
-	g, n, snap, _, _, now := reserveCase(t)
-	delete(snap.Jobs, JobKey{Namespace: "default", ID: "gang-000"})
-	queuedJob(snap, "big", "nvidia/gpu", 1)
-	snap.Specs[JobKey{Namespace: "default", ID: "big"}].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
+	g, n, snap, _, now := bigJobCase(t)
 	g.Step(ctx, now, snap, specsOf(nil), n)
 	placeholderHolds(snap, n.registered[0], []string{"n0000"})
 	n.fits, n.preempts = true, []*api.AllocationListStub{{ID: "other", Namespace: "default", JobID: "run-00001"}}
