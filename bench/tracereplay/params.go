@@ -57,6 +57,9 @@ type Params struct {
 	// PreemptionCooldown is Policy.PreemptionCooldown (0: no protection
 	// of preempted work), wall clock.
 	PreemptionCooldown time.Duration
+	// MultiNode is how jobs bigger than a node are replayed:
+	// MultiNodeGang or MultiNodeClip (Cluster.FitJobs).
+	MultiNode string
 }
 
 // TracePath is the file the trace is read from.
@@ -103,11 +106,12 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	// reservation) give the figures a realistic ratio; set your own.
 	fs.Float64Var(&p.PriceReserved, "price-reserved", 55, "price of a reserved node-hour (the fixed part of the cluster)")
 	fs.Float64Var(&p.PriceOnDemand, "price-ondemand", 98, "price of an on-demand node-hour (autoscaled nodes above the minimum)")
+	fs.StringVar(&p.MultiNode, "multi-node", MultiNodeGang, `jobs bigger than a node: "gang" keeps them whole, as members of at most a node's whole GPUs with slices on several nodes; "clip" asks for one node's (the real engine replays no gang yet)`)
 	fs.DurationVar(&p.PreemptionCooldown, "preemption-cooldown", DefaultPolicy().PreemptionCooldown, "how long preempted work is protected once its replacement runs, wall clock, with checkpoints (0: never)")
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "+reservations", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // ParseConfigs turns a comma-separated list of ConfigNames into
 // configurations, autoscaling with strategy where they autoscale.
@@ -128,18 +132,28 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 			f.Preemption, f.Checkpoints = true, true
 		case "+autoscale":
 			f.Autoscale = strategy
+		case "+gangs":
+			f.Gangs = true
+		case "+reservations":
+			f.Gangs, f.Reservations = true, true
 		case "nomad-gpu":
-			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Autoscale: strategy}
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: strategy}
 		case "nomad-gpu-fixed":
 			// nomad-gpu at the baseline's node count: what it does with
 			// the nodes a platform team already has.
-			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true}
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true}
+		case "nomad-gpu-reservations":
+			// nomad-gpu with the controller's reservations (-reservations,
+			// off by default): what keeping nodes for big work adds.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Reservations: true, Autoscale: strategy}
+		case "nomad-gpu-fixed-reservations":
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Reservations: true}
 		case "nomad-gpu-no-moves":
 			// nomad-gpu without consolidation: what moving checkpointed
 			// work adds.
-			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Autoscale: strategy}
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Gangs: true, Autoscale: strategy}
 		case "nomad-gpu-fixed-no-moves":
-			f = Features{Layouts: true, Preemption: true, Checkpoints: true}
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Gangs: true}
 		case "stock-preemption":
 			f.Preemption, cfg.Reference = true, true
 		case "target-value":
@@ -279,7 +293,12 @@ func (p Params) Load() (Setup, error) {
 	if len(t.Jobs) == 0 {
 		return s, ErrNoJobs
 	}
-	t.Jobs, s.Notes = s.Cluster.ClipJobs(t.Jobs)
+	if t.Jobs, s.Notes, err = s.Cluster.FitJobs(t.Jobs, p.MultiNode); err != nil {
+		return s, err
+	}
+	if len(t.Jobs) == 0 {
+		return s, ErrNoJobs
+	}
 	s.Trace = t
 	s.Horizon = t.Span() + drain
 	return s, nil

@@ -153,6 +153,18 @@ type Features struct {
 	// Cluster.MinNodes and MaxNodes: "gpu-queue" or "target-value"; ""
 	// keeps the node count fixed.
 	Autoscale string
+	// Gangs is the controller's gang admission for jobs bigger than a
+	// node (Slice.Members > 1): their members are placed all at once, when
+	// Nomad's plan places every one, and stop as one. Without it (stock
+	// Nomad) the members are one job's allocations, placed one at a time
+	// as GPUs free, each holding its GPUs while the others wait.
+	Gangs bool
+	// Reservations, with Gangs, is the controller's reservation for the
+	// head of the queue among gangs and jobs asking 2 or more whole GPUs:
+	// the nodes predicted to free soonest are kept for it by a
+	// placeholder that takes their GPUs as they free, and handed over
+	// when it holds them all.
+	Reservations bool
 }
 
 // Autoscale strategies a configuration may name.
@@ -172,6 +184,9 @@ func (f Features) Validate() error {
 	}
 	if f.Moves && !f.Checkpoints {
 		return fmt.Errorf("moves: on without checkpoints; allowed: moves only with checkpoints (a moved job resumes from its checkpoint)")
+	}
+	if f.Reservations && !f.Gangs {
+		return fmt.Errorf("reservations: on without gangs; allowed: reservations only with gangs (the controller keeps nodes for a gang it admits)")
 	}
 	switch f.Autoscale {
 	case AutoscaleNone, AutoscaleGPUQueue, AutoscaleTargetValue:
@@ -361,9 +376,15 @@ type Slice struct {
 	// Profile is the MIG profile; "" otherwise.
 	Profile string
 	// GPUs is the GPU-equivalents held: whole GPUs, shares / shares
-	// per GPU, or the profile's sevenths / 7.
+	// per GPU, or the profile's sevenths / 7; a gang's, all its members'.
 	GPUs float64
+	// Members are the allocations of Count whole GPUs each of a job
+	// bigger than a node (a gang); 0 for a job of one allocation.
+	Members int `json:",omitempty"`
 }
+
+// Allocations are the allocations the slice is: its Members, or 1.
+func (s Slice) Allocations() int { return max(1, s.Members) }
 
 // Device is the Nomad device name a job asks for this slice with:
 // nvidia/gpu, nvidia/mps or nvidia/mig/<profile>.
@@ -383,9 +404,9 @@ func (s Slice) Device() string {
 // the smallest profile whose compute share covers it; else one whole GPU.
 // With Layouts, a fractional request takes the fewest of a relaid GPU's
 // Shares that cover it (one GPU when that is all of them). A whole-GPU
-// request asks for min(GPUs, WholeGPUs) whole GPUs: a job cannot span
-// nodes, and with Slices a node has fewer whole GPUs. Every engine maps
-// jobs through here.
+// request that fits a node asks for its GPUs; a larger one is a gang of
+// Members (Cluster.Members), the same in every configuration. Every
+// engine maps jobs through here.
 func (c Cluster) Slice(j Job, f Features) Slice {
 	if f.Layouts && j.Fractional() {
 		shares := c.Shares()
@@ -413,28 +434,75 @@ func (c Cluster) Slice(j Job, f Features) Slice {
 			}
 		}
 	}
+	if m, per := c.Members(j); m > 1 {
+		return Slice{Kind: "gpu", Count: per, Members: m, GPUs: float64(m * per)}
+	}
 	n := max(1, min(j.GPUs, c.WholeGPUs(f)))
 	return Slice{Kind: "gpu", Count: n, GPUs: float64(n)}
 }
 
-// ClipJobs makes the jobs the same in every configuration: a whole-GPU
-// ask larger than the whole GPUs a node offers with slices is clipped to
-// them, in every configuration, and a note says how many were.
-func (c Cluster) ClipJobs(jobs []Job) ([]Job, []string) {
+// Members splits a whole-GPU ask larger than the whole GPUs a node offers
+// with slices (most, so that the split is the same in every
+// configuration) into m = ⌈GPUs / most⌉ members of ⌈GPUs / m⌉ GPUs each
+// (8 GPUs a node, 2 of them MPS: 12 → 2 × 6, 16 → 3 × 6, 32 → 6 × 6).
+// A job that fits a node is one member of its GPUs.
+func (c Cluster) Members(j Job) (m, per int) {
 	most := c.WholeGPUs(Features{Slices: true})
-	out := make([]Job, len(jobs))
-	clipped := 0
-	for i, j := range jobs {
-		if !j.Fractional() && j.GPUs > most && most > 0 {
+	if j.Fractional() || most < 1 || j.GPUs <= most {
+		return 1, max(1, j.GPUs)
+	}
+	m = (j.GPUs + most - 1) / most
+	return m, (j.GPUs + m - 1) / m
+}
+
+// MultiNode ways of replaying jobs bigger than a node.
+const (
+	// MultiNodeGang keeps them whole: members of a node's GPUs or less
+	// (Cluster.Members), run as a gang or as stock Nomad runs them.
+	MultiNodeGang = "gang"
+	// MultiNodeClip clips them to one node's whole GPUs with slices.
+	MultiNodeClip = "clip"
+)
+
+// FitJobs makes the jobs the same in every configuration, each able to
+// run on the fixed cluster: with MultiNodeGang a job bigger than a node
+// is kept whole as members (Members) and one whose members could not all
+// fit the fixed cluster's Nodes at once is left out; with MultiNodeClip
+// such a job asks for a node's whole GPUs with slices ("" is
+// MultiNodeGang). Notes say how many jobs were changed or left out.
+func (c Cluster) FitJobs(jobs []Job, multiNode string) ([]Job, []string, error) {
+	if multiNode != MultiNodeGang && multiNode != MultiNodeClip && multiNode != "" {
+		return nil, nil, fmt.Errorf("multi-node: %q; allowed: %q or %q (\"\": %[2]q)", multiNode, MultiNodeGang, MultiNodeClip)
+	}
+	most := c.WholeGPUs(Features{Slices: true})
+	var out []Job
+	gangs, clipped, left := 0, 0, 0
+	for _, j := range jobs {
+		m, per := c.Members(j)
+		switch {
+		case m == 1:
+		case multiNode == MultiNodeClip:
 			j.GPUs = most
 			clipped++
+		case m > c.Nodes*(most/per):
+			left++
+			continue
+		default:
+			gangs++
 		}
-		out[i] = j
+		out = append(out, j)
 	}
-	if clipped == 0 {
-		return out, nil
+	var notes []string
+	if gangs > 0 {
+		notes = append(notes, fmt.Sprintf("%d jobs ask for more than the %d whole GPUs a node offers with slices; each runs as members of at most %d GPUs on several nodes, in every configuration", gangs, most, most))
 	}
-	return out, []string{fmt.Sprintf("%d jobs asked for more than the %d whole GPUs a node offers with slices; they ask for %d in every configuration", clipped, most, most)}
+	if left > 0 {
+		notes = append(notes, fmt.Sprintf("%d jobs bigger than a node need more members than the %d nodes of the fixed cluster hold at once; left out", left, c.Nodes))
+	}
+	if clipped > 0 {
+		notes = append(notes, fmt.Sprintf("%d jobs asked for more than the %d whole GPUs a node offers with slices; they ask for %d in every configuration", clipped, most, most))
+	}
+	return out, notes, nil
 }
 
 // WholeGPUs is the GPUs a node offers whole under f; with Layouts all of
@@ -484,6 +552,11 @@ type Result struct {
 	// those where the free whole GPUs of the nodes it may use added up to its
 	// ask: the only rounds a move can serve (the rest wait for capacity).
 	MoveLooks MoveLooks `json:",omitzero"`
+	// Reservations counts the reservations made (Features.Reservations),
+	// and ReservationIdleGPUHours the GPU-hours their placeholders held:
+	// GPUs kept idle for the work they were made for.
+	Reservations            int     `json:",omitempty"`
+	ReservationIdleGPUHours float64 `json:",omitempty"`
 	// Incomplete is the evidence a real run kept of each interrupted run
 	// whose task's log tells neither a commit nor a stop, so that its
 	// cause can be named.
@@ -618,6 +691,20 @@ type JobRecord struct {
 	// (started or not), whose placement preempted at least one
 	// allocation: Nomad's PreemptedAllocations not empty.
 	PreemptingPlacements int
+	// MemberRuns are a gang's (Slice.Members > 1) members' allocations,
+	// each holding Slice.Count GPUs, in the order they started; its Runs
+	// are then the spans during which every member ran: the job's
+	// progress. Empty for a job of one allocation.
+	MemberRuns []Run `json:",omitempty"`
+}
+
+// Holding are the runs that held devices and the GPU-equivalents each
+// held: a gang's members' runs, else the job's runs.
+func (r JobRecord) Holding() ([]Run, float64) {
+	if r.Slice.Members > 1 {
+		return r.MemberRuns, float64(r.Slice.Count)
+	}
+	return r.Runs, r.Slice.GPUs
 }
 
 // Run is one allocation of a job, from its task's start to its stop.
@@ -626,6 +713,11 @@ type Run struct {
 	// there (Open).
 	Start, End time.Duration
 	Open       bool
+	// Placed is when its allocation was placed, holding its devices
+	// before its task started; recorded for a gang's members (MemberRuns)
+	// only, where a member placed while another is not is what gangs
+	// prevent.
+	Placed time.Duration `json:",omitempty"`
 	// Preempted says it was stopped by a preemption; Moved that the
 	// controller stopped it to move it (Features.Moves).
 	Preempted, Moved bool
@@ -734,6 +826,10 @@ type Policy struct {
 	// MoveSettle and MoveHold are its -move-settle and -move-hold.
 	MoveBudgetHour, MoveBudgetJobDay int
 	MoveSettle, MoveHold             time.Duration
+	// ReservationMaxHold is the controller's -reserve-max-hold: the
+	// longest a reservation holds (its work is not kept again for as
+	// long).
+	ReservationMaxHold time.Duration `json:",omitzero"`
 }
 
 // DefaultPolicy is what `make bench-trace` runs with.
@@ -759,6 +855,10 @@ func DefaultPolicy() Policy {
 		// in a replay's wall clock a placement takes well under a second.
 		MoveSettle: 5 * time.Second,
 		MoveHold:   10 * time.Second,
+		// The controller's default (controller.DefaultReserveConfig) is
+		// an hour of a real cluster's time: an hour of trace at the
+		// replay's default compression of 25.
+		ReservationMaxHold: time.Hour / 25,
 	}
 }
 

@@ -1,6 +1,7 @@
 package tracereplay
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +27,10 @@ func TestClusterSlice(t *testing.T) {
 		{"MIG: the smallest profile that covers", mig, Job{GPUs: 1, Fraction: 0.25}, slices, Slice{Kind: "mig", Count: 1, Profile: "2g.20gb", GPUs: 2.0 / 7}},
 		{"MIG: a seventh", mig, Job{GPUs: 1, Fraction: 0.1}, slices, Slice{Kind: "mig", Count: 1, Profile: "1g.10gb", GPUs: 1.0 / 7}},
 		{"MIG: none covers", mig, Job{GPUs: 1, Fraction: 0.6}, slices, Slice{Kind: "gpu", Count: 1, GPUs: 1}},
-		{"clipped to a node", mps, Job{GPUs: 16, Fraction: 1}, Features{}, Slice{Kind: "gpu", Count: 8, GPUs: 8}},
-		{"clipped to a node's whole GPUs", mps, Job{GPUs: 16, Fraction: 1}, slices, Slice{Kind: "gpu", Count: 6, GPUs: 6}},
+		// Bigger than a node's whole GPUs with slices: members of them,
+		// the same in every configuration.
+		{"members of a node's whole GPUs with slices", mps, Job{GPUs: 16, Fraction: 1}, Features{}, Slice{Kind: "gpu", Count: 6, Members: 3, GPUs: 18}},
+		{"members with slices too", mps, Job{GPUs: 16, Fraction: 1}, slices, Slice{Kind: "gpu", Count: 6, Members: 3, GPUs: 18}},
 		// Layouts: shares of a relaid GPU (8 by default), every GPU whole
 		// for whole asks; the static MPS GPUs play no part.
 		{"layouts: a quarter is two of 8 shares", mps, Job{GPUs: 1, Fraction: 0.25}, layouts, Slice{Kind: "mps", Count: 2, GPUs: 0.25}},
@@ -35,7 +38,8 @@ func TestClusterSlice(t *testing.T) {
 		{"layouts: a tiny fraction is one share", mps, Job{GPUs: 1, Fraction: 0.01}, layouts, Slice{Kind: "mps", Count: 1, GPUs: 0.125}},
 		{"layouts: every share is a whole GPU", mps, Job{GPUs: 1, Fraction: 0.95}, layouts, Slice{Kind: "gpu", Count: 1, GPUs: 1}},
 		{"layouts: LayoutShares", Cluster{GPUsPerNode: 8, LayoutShares: 4}, Job{GPUs: 1, Fraction: 0.3}, layouts, Slice{Kind: "mps", Count: 2, GPUs: 0.5}},
-		{"layouts: whole asks take any of a node's GPUs", mps, Job{GPUs: 16, Fraction: 1}, layouts, Slice{Kind: "gpu", Count: 8, GPUs: 8}},
+		{"layouts: members as without", mps, Job{GPUs: 16, Fraction: 1}, layouts, Slice{Kind: "gpu", Count: 6, Members: 3, GPUs: 18}},
+		{"without slices' GPUs a node's 8 whole", Cluster{GPUsPerNode: 8}, Job{GPUs: 8, Fraction: 1}, slices, Slice{Kind: "gpu", Count: 8, GPUs: 8}},
 		{"layouts: on MIG-only clusters too", mig, Job{GPUs: 1, Fraction: 0.5}, layouts, Slice{Kind: "mps", Count: 4, GPUs: 0.5}},
 	}
 	for _, tt := range tests {
@@ -95,8 +99,8 @@ func TestParseConfigs(t *testing.T) {
 		{Name: "+layouts", Features: Features{Layouts: true}},
 		{Name: "+preemption", Features: Features{Preemption: true, Checkpoints: true}},
 		{Name: "+autoscale", Features: Features{Autoscale: AutoscaleGPUQueue}},
-		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Autoscale: AutoscaleGPUQueue}},
-		{Name: "nomad-gpu-fixed", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true}},
+		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: AutoscaleGPUQueue}},
+		{Name: "nomad-gpu-fixed", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true}},
 		{Name: "stock-preemption", Features: Features{Preemption: true}, Reference: true},
 		{Name: "target-value", Features: Features{Autoscale: AutoscaleTargetValue}, Reference: true},
 		{Name: "fixed-like-autoscale", Reference: true, NodesLike: "+autoscale"},
@@ -187,20 +191,72 @@ func TestParamsLoadErrors(t *testing.T) {
 	}
 }
 
-// Whole-GPU asks larger than a node's whole GPUs with slices are clipped
-// to them, so every configuration runs the same jobs; fractions and asks
-// that fit are kept.
-func TestClipJobs(t *testing.T) {
-	c := Cluster{GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
-	jobs := []Job{{ID: "big", GPUs: 8, Fraction: 1}, {ID: "fits", GPUs: 6, Fraction: 1}, {ID: "frac", GPUs: 1, Fraction: 0.25}}
-	got, notes := c.ClipJobs(jobs)
-	if got[0].GPUs != 6 || got[1].GPUs != 6 || got[2] != jobs[2] || jobs[0].GPUs != 8 {
-		t.Errorf("clipped %+v (input %+v); want big at 6, the others as they were, the input unchanged", got, jobs)
+// Jobs bigger than a node's whole GPUs with slices are kept whole as
+// members (or clipped, with MultiNodeClip), the same in every
+// configuration; one whose members the fixed cluster could never hold at
+// once is left out; fractions and asks that fit are kept.
+func TestFitJobs(t *testing.T) {
+	c := Cluster{Nodes: 4, GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
+	jobs := []Job{
+		{ID: "big", GPUs: 8, Fraction: 1}, {ID: "fits", GPUs: 6, Fraction: 1}, {ID: "frac", GPUs: 1, Fraction: 0.25},
+		{ID: "16", GPUs: 16, Fraction: 1}, {ID: "32", GPUs: 32, Fraction: 1},
 	}
-	if len(notes) != 1 || !strings.Contains(notes[0], "1 jobs asked for more than the 6 whole GPUs") {
-		t.Errorf("notes %q, want one naming 1 job and 6 GPUs", notes)
+	for _, tc := range []struct {
+		mode      string
+		ids, gpus string
+		notes     []string
+	}{
+		{MultiNodeGang, "big fits frac 16", "8 6 1 16", []string{"2 jobs ask for more than the 6 whole GPUs", "1 jobs bigger than a node need more members than the 4 nodes"}},
+		{"", "big fits frac 16", "8 6 1 16", []string{"2 jobs ask", "1 jobs bigger"}},
+		{MultiNodeClip, "big fits frac 16 32", "6 6 1 6 6", []string{"3 jobs asked for more than the 6 whole GPUs a node offers with slices; they ask for 6"}},
+	} {
+		got, notes, err := c.FitJobs(jobs, tc.mode)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.mode, err)
+		}
+		var ids, gpus []string
+		for _, j := range got {
+			ids, gpus = append(ids, j.ID), append(gpus, strconv.Itoa(j.GPUs))
+		}
+		if strings.Join(ids, " ") != tc.ids || strings.Join(gpus, " ") != tc.gpus {
+			t.Errorf("%q: jobs %v asking %v; want %s asking %s", tc.mode, ids, gpus, tc.ids, tc.gpus)
+		}
+		if len(notes) != len(tc.notes) {
+			t.Fatalf("%q: notes %q; want %d", tc.mode, notes, len(tc.notes))
+		}
+		for i, n := range tc.notes {
+			if !strings.Contains(notes[i], n) {
+				t.Errorf("%q: note %q; want it to say %q", tc.mode, notes[i], n)
+			}
+		}
 	}
-	if _, notes := (Cluster{GPUsPerNode: 8}).ClipJobs(jobs); notes != nil {
-		t.Errorf("without slices' GPUs nothing is clipped, but notes %q", notes)
+	if jobs[0].GPUs != 8 {
+		t.Errorf("the input changed: %+v", jobs[0])
+	}
+	if _, _, err := c.FitJobs(jobs, "split"); err == nil || !strings.Contains(err.Error(), `multi-node: "split"; allowed: "gang" or "clip"`) {
+		t.Errorf("FitJobs(split) = %v; want an error naming multi-node and what is allowed", err)
+	}
+}
+
+// A job bigger than a node is members of at most a node's whole GPUs
+// with slices, split evenly, in every configuration.
+func TestMembers(t *testing.T) {
+	c := Cluster{Nodes: 4, GPUsPerNode: 8, MPSGPUs: 2, MPSShares: 4}
+	for _, tc := range []struct{ gpus, m, per int }{
+		{1, 1, 1}, {6, 1, 6}, {7, 2, 4}, {8, 2, 4}, {12, 2, 6}, {16, 3, 6}, {24, 4, 6}, {32, 6, 6},
+	} {
+		j := Job{GPUs: tc.gpus, Fraction: 1}
+		if m, per := c.Members(j); m != tc.m || per != tc.per {
+			t.Errorf("Members(%d GPUs) = %d × %d; want %d × %d", tc.gpus, m, per, tc.m, tc.per)
+		}
+		for _, f := range []Features{{}, {Slices: true}, {Layouts: true}} {
+			sl := c.Slice(j, f)
+			if tc.m > 1 && (sl.Members != tc.m || sl.Count != tc.per || sl.GPUs != float64(tc.m*tc.per)) {
+				t.Errorf("Slice(%d GPUs, %+v) = %+v; want %d members of %d", tc.gpus, f, sl, tc.m, tc.per)
+			}
+			if tc.m == 1 && (sl.Members != 0 || sl.Count != tc.gpus) {
+				t.Errorf("Slice(%d GPUs, %+v) = %+v; want one allocation of %d", tc.gpus, f, sl, tc.gpus)
+			}
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
@@ -154,7 +156,14 @@ func remodel(path, out string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench-trace", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	p.Register(fs)
-	if err := fs.Parse(rr.Flags); err != nil {
+	// A record without -multi-node replayed no job bigger than a node
+	// (the real engine refuses one) or predates the flag, when such jobs
+	// were clipped to a node: clip reads its sample again either way.
+	flags := rr.Flags
+	if !slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(strings.TrimLeft(f, "-"), "multi-node") }) {
+		flags = append([]string{"-multi-node=" + tracereplay.MultiNodeClip}, flags...)
+	}
+	if err := fs.Parse(flags); err != nil {
 		fmt.Fprintf(stderr, "bench-trace: real: %s: its flags %q: %v\n", path, rr.Flags, err)
 		return 2
 	}

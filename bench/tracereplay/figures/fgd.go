@@ -333,7 +333,8 @@ func fgdChanges(r tracereplay.Result, gpus int) []fgdChange {
 		}
 	}
 	for _, j := range r.Jobs {
-		for _, run := range j.Runs {
+		runs, _ := j.Holding()
+		for _, run := range runs {
 			if overlap(run.Start, run.End, r.Horizon) <= 0 {
 				continue
 			}

@@ -11,9 +11,18 @@
 //
 //   - Capacity is ∫ GPUs of ready nodes dt over [0, Horizon].
 //   - Allocated: Σ held GPU-equivalents × run time / capacity. A 0.25-GPU
-//     job on a whole GPU holds 1.
+//     job on a whole GPU holds 1. A gang's (a job bigger than a node, run
+//     as members) are its members' runs, each holding its GPUs.
 //   - Useful allocation: Σ requested GPU-equivalents × run time /
-//     capacity. That job counts 0.25.
+//     capacity. That job counts 0.25. A gang's run time is while every
+//     member runs: a member holding GPUs while another waits is not
+//     useful.
+//   - Partial placement (gangs): Σ over a gang's members of their GPUs ×
+//     the time each was placed (from its allocation's placement) while
+//     another member of its job was not: what gang admission is for.
+//   - Reservation idle: the GPU-hours the reservations' placeholders held
+//     (Result.ReservationIdleGPUHours), kept idle for the work they were
+//     made for.
 //   - Busy: Σ requested × utilisation × run time / capacity.
 //   - Fragmentation (FGD, Weng et al., USENIX ATC 2023): at each instant,
 //     the expected free capacity, in GPU-equivalents, that a request
@@ -65,7 +74,9 @@
 package figures
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
@@ -150,6 +161,14 @@ type Figures struct {
 	// (Result.PlacementsRecorded).
 	PreemptingPlacements      int
 	PreemptingPlacementsKnown bool
+	// PartialGPUHours is the gangs' partial placement; Reservations and
+	// ReservationIdleGPUHours are Result's.
+	PartialGPUHours         float64
+	Reservations            int
+	ReservationIdleGPUHours float64
+	// WaitBig is Wait over the jobs asking 4 GPUs or more, gangs
+	// included: the jobs reservations are for.
+	WaitBig Dist
 	// LostGPUHours is progress lost (the checkpoint record);
 	// StopGapGPUHours the work done after commits and thrown away.
 	LostGPUHours, StopGapGPUHours float64
@@ -191,11 +210,15 @@ const (
 	// KindManyGPUs is what consolidation (moving checkpointed work to
 	// free a node) is for: the asks that fragmentation keeps waiting.
 	KindManyGPUs = "4+ GPUs"
+	// KindGang is a job bigger than a node, run as members (a gang).
+	KindGang = "gang (more than a node)"
 )
 
 // RequestKind is what the job asked for, as WaitByKind groups it.
 func RequestKind(r tracereplay.JobRecord) string {
 	switch {
+	case r.Slice.Members > 1:
+		return KindGang
 	case r.Requested < 1:
 		return KindFraction
 	case r.Requested < 2:
@@ -223,11 +246,16 @@ func Compute(r tracereplay.Result, o Options) Figures {
 	for _, j := range r.Jobs {
 		for _, run := range j.Runs {
 			d := overlap(run.Start, run.End, h).Seconds()
-			held += d * j.Slice.GPUs
 			useful += d * j.Requested
 			busy += d * j.Requested * j.Util / 100
 		}
+		runs, gpus := j.Holding()
+		for _, run := range runs {
+			held += overlap(run.Start, run.End, h).Seconds() * gpus
+		}
+		f.PartialGPUHours += PartialPlacement(j, h).Hours() * float64(j.Slice.Count)
 	}
+	f.Reservations, f.ReservationIdleGPUHours = r.Reservations, r.ReservationIdleGPUHours
 	if capacity > 0 {
 		f.AllocUtil, f.UsefulUtil, f.BusyUtil = held/capacity, useful/capacity, busy/capacity
 		f.TelemetryAlloc = tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.Allocated }) / capacity
@@ -251,7 +279,7 @@ func Compute(r tracereplay.Result, o Options) Figures {
 
 // waits fills the wait figures.
 func (f *Figures) waits(r tracereplay.Result) {
-	var all, first []time.Duration
+	var all, first, big []time.Duration
 	byTier, byKind := map[int][]time.Duration{}, map[string][]time.Duration{}
 	for _, w := range jobWaits(r) {
 		if w.unstarted {
@@ -262,8 +290,11 @@ func (f *Figures) waits(r tracereplay.Result) {
 		first, all = append(first, w.first), append(all, w.whole)
 		byTier[w.job.Priority] = append(byTier[w.job.Priority], w.whole)
 		byKind[RequestKind(w.job)] = append(byKind[RequestKind(w.job)], w.whole)
+		if w.job.Requested >= 4 {
+			big = append(big, w.whole)
+		}
 	}
-	f.Wait, f.FirstWait = DistOf(all), DistOf(first)
+	f.Wait, f.FirstWait, f.WaitBig = DistOf(all), DistOf(first), DistOf(big)
 	for p, ws := range byTier {
 		f.WaitByTier[p] = DistOf(ws)
 	}
@@ -398,6 +429,38 @@ func CommonDone(rs []tracereplay.Result) map[string]bool {
 		common = done
 	}
 	return common
+}
+
+// PartialPlacement is, for a gang, Σ over its members of the time each
+// was placed (Run.Placed to End) within [0, horizon] while another member
+// was not: member-seconds, × the member's GPUs for GPU-seconds. 0 for a
+// job of one allocation.
+func PartialPlacement(r tracereplay.JobRecord, horizon time.Duration) time.Duration {
+	m := r.Slice.Members
+	if m < 2 {
+		return 0
+	}
+	type edge struct {
+		at    time.Duration
+		delta int
+	}
+	var es []edge
+	for _, run := range r.MemberRuns {
+		from, to := max(run.Placed, 0), min(run.End, horizon)
+		if to > from {
+			es = append(es, edge{from, 1}, edge{to, -1})
+		}
+	}
+	slices.SortFunc(es, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), a.delta-b.delta) })
+	var partial time.Duration
+	placed := 0
+	for i, e := range es {
+		if i > 0 && placed > 0 && placed < m {
+			partial += time.Duration(placed) * (e.at - es[i-1].at)
+		}
+		placed += e.delta
+	}
+	return partial
 }
 
 // overlap is the part of [from, to) within [0, horizon].

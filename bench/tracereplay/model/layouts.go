@@ -354,6 +354,11 @@ func (s *sim) planQueue() ([]layoutplan.Ask, []fgd.Shape) {
 			}
 		}
 	}
+	// A gang waiting for admission is queued work to the controller too
+	// (nomadview's QueuedGroups): its members, at its own priority.
+	for _, gid := range s.gangQueue {
+		waiting = append(waiting, s.gangs[gid].members...)
+	}
 	slices.SortFunc(waiting, func(a, b int32) int {
 		if s.before(a, b) {
 			return -1

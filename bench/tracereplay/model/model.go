@@ -118,6 +118,8 @@
 //   - A new node is ready Latencies.Boot after the request. A node being
 //     removed takes no work and holds no GPUs at once. It still counts in
 //     Sample.Nodes until Latencies.Remove later.
+//   - Jobs bigger than a node (Slice.Members), gangs and reservations:
+//     gangs.go and reservations.go say how.
 //   - Records. Each job's record has its runs: start, end, node, the
 //     devices held (an MPS hold names its GPU), and its progress: restored
 //     at the start, saved by the checkpoint, reached at the end. Runs
@@ -146,7 +148,7 @@ import (
 // What each version changed is in git log (git log -S'const Version'
 // bench/tracereplay/model); the rules themselves are in the package
 // comment and beside the code that applies them.
-const Version = "model-9"
+const Version = "model-10"
 
 // Options say what the model replays on and how.
 type Options struct {

@@ -715,29 +715,27 @@ func TestGPUQueueKeepsMinNodes(t *testing.T) {
 	}
 }
 
-func TestGPUQueueIgnoresUnfittableJobs(t *testing.T) {
-	o := autoscaled(tracereplay.AutoscaleGPUQueue, 1, 1, 4)
-	r := mustRun(t, []tracereplay.Job{wjob("huge", 0, 10*sec, 16)}, o)
-	// Clipped to 8, it fits a node; a 16-GPU job cannot be asked for.
-	if firstStart(r.Jobs[0]) != 0 {
-		t.Errorf("clipped job started at %s, want 0", firstStart(r.Jobs[0]))
-	}
-	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 jobs asked for more whole GPUs than a node has; clipped to 8") {
-		t.Errorf("notes %q, want the clipped job", r.Notes)
-	}
-
-	// Under slices a node has 6 whole GPUs: an 8-GPU job is clipped to 6,
-	// runs at once and does not grow the pool.
-	o.Cluster.MPSGPUs, o.Cluster.MPSShares = 2, 4
-	o.Config.Slices = true
-	r = mustRun(t, []tracereplay.Job{wjob("wide", 0, 10*sec, 8)}, o)
-	for _, s := range r.Timeline {
-		if s.Nodes != 1 {
-			t.Fatalf("at %s: %d nodes for a job one node holds, want 1", s.At, s.Nodes)
+// A job bigger than a node is members (gangs.go): the pool grows for the
+// members waiting, stock Nomad's queued ones and a gang waiting for
+// admission alike.
+func TestGPUQueueCountsMembers(t *testing.T) {
+	for _, gangs := range []bool{false, true} {
+		o := autoscaled(tracereplay.AutoscaleGPUQueue, 1, 1, 4)
+		o.Config.Gangs = gangs
+		r := mustRun(t, []tracereplay.Job{wjob("huge", 0, 1000*sec, 16)}, o)
+		if sl := r.Jobs[0].Slice; sl.Members != 2 || sl.Count != 8 {
+			t.Fatalf("gangs %v: slice %+v; want 2 members of 8", gangs, sl)
 		}
-	}
-	if firstStart(r.Jobs[0]) != 0 || r.Jobs[0].Slice.Count != 6 || !strings.Contains(strings.Join(r.Notes, "\n"), "clipped to 6") {
-		t.Errorf("wide started %v on %+v; notes %q", starts(r.Jobs[0]), r.Jobs[0].Slice, r.Notes)
+		if !r.Jobs[0].Done || len(r.Jobs[0].MemberRuns) != 2 {
+			t.Fatalf("gangs %v: not done, or member runs %+v; want both members run", gangs, r.Jobs[0].MemberRuns)
+		}
+		peak := 0
+		for _, smp := range r.Timeline {
+			peak = max(peak, smp.Nodes)
+		}
+		if peak != 2 {
+			t.Errorf("gangs %v: %d nodes at the peak; want 2, one a member", gangs, peak)
+		}
 	}
 }
 

@@ -151,10 +151,12 @@ func (s *sim) moveCandidates() ([]consolidate.Node, []consolidate.Alloc) {
 		nodes = append(nodes, consolidate.Node{ID: name, Name: name, Free: n.free[wholeGroup]})
 		for _, id := range n.allocs {
 			j := &s.jobs[id]
-			if j.g != wholeGroup {
+			if j.g != wholeGroup || j.placeholder {
 				continue
 			}
-			movable := j.state == jobRunning && j.prio == j.base && !s.exempt(j) && j.moves < s.o.Policy.MoveBudgetJobDay
+			// A gang member is not moved (its gang would stop as one):
+			// the controller leaves gangs to reservations.
+			movable := j.state == jobRunning && j.prio == j.base && !s.exempt(j) && j.moves < s.o.Policy.MoveBudgetJobDay && j.gang < 0
 			allocs = append(allocs, consolidate.Alloc{ID: strconv.Itoa(int(id)), Job: s.recs[id].ID, Node: name, GPUs: j.k, Movable: movable})
 		}
 	}

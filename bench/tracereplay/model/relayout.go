@@ -174,6 +174,13 @@ func (s *sim) drainSeen(nid int32, gpu int) {
 // reschedule or the controller's forced one.
 func (s *sim) refuse(id int32) {
 	j := &s.jobs[id]
+	if j.placeholder || s.waitsAsGang(id) {
+		// The controller's: it places its placeholders, and admits a
+		// gang, again itself.
+		s.refusals++
+		s.stopRun(id, false)
+		return
+	}
 	n := &s.nodes[j.node]
 	seen := s.now // when the servers stop offering its devices
 	for _, r := range j.relay {

@@ -123,6 +123,11 @@ func (s *sim) nodesNeeded() int {
 				sizes = append(sizes, size{q.k, q.Len()})
 			}
 		}
+		s.gangDemand(func(k, n int) {
+			if k <= capN {
+				sizes = append(sizes, size{k, n})
+			}
+		})
 		if len(sizes) == 0 {
 			continue
 		}
@@ -185,13 +190,13 @@ func (s *sim) sample() {
 
 func (s *sim) result() tracereplay.Result {
 	late := 0
-	for i := range s.jobs {
+	for i := range s.nTrace {
 		if s.jobs[i].arrival > s.horizon {
 			late++
 		}
 	}
 	for i := range s.recs {
-		if runs := s.recs[i].Runs; len(runs) > 0 && s.jobs[i].state == jobRunning {
+		if runs := s.recs[i].Runs; len(runs) > 0 && s.jobs[i].state == jobRunning && s.jobs[i].gang < 0 {
 			run := &runs[len(runs)-1]
 			run.End, run.Open = s.horizon, true
 			run.Reached = s.jobs[i].dur - s.jobs[i].remaining + (s.horizon - s.jobs[i].since)
@@ -204,19 +209,43 @@ func (s *sim) result() tracereplay.Result {
 	if s.refusals > 0 || s.cancels > 0 {
 		notes = append(notes, fmt.Sprintf("%d placements on a GPU being relaid were refused and placed again, and %d relayouts were abandoned to a placement made before the plugin read them", s.refusals, s.cancels))
 	}
-	return tracereplay.Result{
-		Engine:             "model",
-		Version:            Version,
-		Config:             s.o.Config,
-		Cluster:            s.o.Cluster,
-		Compression:        s.o.Compression,
-		Horizon:            s.horizon,
-		Jobs:               s.recs,
-		PlacementsRecorded: true,
-		LayoutChanges:      s.layoutChanges,
-		LayoutsRecorded:    s.f.Layouts,
-		MoveLooks:          s.moves.looks,
-		Timeline:           s.timeline,
-		Notes:              notes,
+	if s.res.made > 0 {
+		notes = append(notes, fmt.Sprintf("%d reservations made, %d of them handed over to the work they kept nodes for", s.res.made, s.res.handed))
 	}
+	return tracereplay.Result{
+		Reservations:            s.res.made,
+		ReservationIdleGPUHours: s.reservationIdle() / 3600,
+		Engine:                  "model",
+		Version:                 Version,
+		Config:                  s.o.Config,
+		Cluster:                 s.o.Cluster,
+		Compression:             s.o.Compression,
+		Horizon:                 s.horizon,
+		Jobs:                    s.traceRecords(),
+		PlacementsRecorded:      true,
+		LayoutChanges:           s.layoutChanges,
+		LayoutsRecorded:         s.f.Layouts,
+		MoveLooks:               s.moves.looks,
+		Timeline:                s.timeline,
+		Notes:                   notes,
+	}
+}
+
+// traceRecords are the trace's jobs' records, a gang's with its members'
+// runs; the runs still going end at the horizon.
+func (s *sim) traceRecords() []tracereplay.JobRecord {
+	out := slices.Clone(s.recs[:s.nTrace])
+	for i := range out {
+		if s.jobs[i].gang < 0 {
+			continue
+		}
+		for _, m := range s.gangs[s.jobs[i].gang].members {
+			if runs := s.recs[m].Runs; len(runs) > 0 && s.jobs[m].state == jobRunning {
+				run := &runs[len(runs)-1]
+				run.End, run.Open = s.horizon, true
+			}
+		}
+		out[i] = s.gangRecord(s.jobs[i].gang)
+	}
+	return out
 }

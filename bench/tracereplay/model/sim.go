@@ -38,6 +38,12 @@ const (
 	// in no queue until Nomad's reschedule or the controller's forced
 	// reschedule places it again.
 	jobFailed
+	// jobGang: a gang's member waiting for the gang's admission
+	// (Features.Gangs, gangs.go), in no queue.
+	jobGang
+	// jobHolding: a reservation's placeholder allocation not placed
+	// (reservations.go).
+	jobHolding
 )
 
 type nodeStateKind uint8
@@ -104,6 +110,13 @@ type job struct {
 	// avoid is the node of its refused placement, which its reschedule
 	// avoids; -1: none.
 	avoid int32
+	// gang is the gang it is a member of (gangs.go), -1 for none;
+	// placedAt when its current allocation was placed.
+	gang     int32
+	placedAt time.Duration
+	// placeholder: it is a reservation's 1-GPU allocation
+	// (reservations.go), no job of the trace.
+	placeholder bool
 }
 
 type node struct {
@@ -152,6 +165,9 @@ const (
 	evReschedule
 	evForce
 	evDrainSeen
+	evGangFinish
+	// evReserveHold is a reservation's ReservationMaxHold up: a round.
+	evReserveHold
 )
 
 // class orders an instant's events: every state change first, then (after
@@ -352,6 +368,15 @@ type sim struct {
 	planBuf []layoutplan.GPU
 	refBuf  []planRef
 	heldMPS [][]string
+	// nTrace is the trace's jobs: s.jobs[:nTrace] (a gang's first
+	// member among them); gang members and placeholders follow.
+	nTrace int
+	// gangs are the trace's jobs bigger than a node (gangs.go), gangQueue
+	// those waiting for admission; res is the reservation module's state
+	// (reservations.go).
+	gangs     []gangJob
+	gangQueue []int32
+	res       reserveState
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -411,7 +436,7 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		id := s.addNode()
 		s.setReady(id)
 	}
-	for i := range s.jobs {
+	for i := range s.nTrace {
 		if s.jobs[i].arrival <= s.horizon {
 			s.push(s.jobs[i].arrival, evArrive, int32(i), 0)
 		}
@@ -490,16 +515,13 @@ func (s *sim) buildJobs(tr tracereplay.Trace) {
 	s.jobs = make([]job, len(tr.Jobs))
 	s.recs = make([]tracereplay.JobRecord, len(tr.Jobs))
 	sqOf := map[[2]int]int32{} // lookups only: sub-queues are kept in order of first use
-	clipped := 0
+	var gangs []int
 	unfit := make([]int, len(s.groups))
 	for i, tj := range tr.Jobs {
 		sl := s.cl.Slice(tj, s.f)
 		g := s.groupOf(sl.Kind, sl.Profile)
 		if g < 0 {
 			panic(fmt.Sprintf("model: slice %+v has no device group", sl)) // Cluster.Slice only asks for what the layout has
-		}
-		if sl.Kind == "gpu" && sl.Count < tj.GPUs {
-			clipped++
 		}
 		if sl.Count > s.groups[g].perNode {
 			unfit[g]++
@@ -515,15 +537,19 @@ func (s *sim) buildJobs(tr tracereplay.Trace) {
 		s.jobs[i] = job{
 			g: g, k: sl.Count, units: sl.Count * s.groups[g].units, base: p, prio: p,
 			arrival: tj.Arrival, dur: tj.Duration, remaining: tj.Duration, util: tj.EffectiveUtil(),
-			node: -1, allocPos: -1, sq: q, qi: -1, mig: -1, avoid: -1,
+			node: -1, allocPos: -1, sq: q, qi: -1, mig: -1, avoid: -1, gang: -1,
 		}
 		s.recs[i] = tj.Record(sl)
+		if sl.Members > 1 {
+			gangs = append(gangs, i)
+		}
+	}
+	s.nTrace = len(s.jobs)
+	for _, i := range gangs {
+		s.buildGang(i, tr.Jobs[i], s.recs[i].Slice.Members)
 	}
 	for i := range s.sqs {
 		s.sqs[i].s = s
-	}
-	if clipped > 0 {
-		s.notes = append(s.notes, fmt.Sprintf("%d jobs asked for more whole GPUs than a node has; clipped to %d", clipped, s.cl.WholeGPUs(s.f)))
 	}
 	for g, n := range unfit {
 		if n > 0 {
@@ -578,6 +604,10 @@ func (s *sim) run() {
 func (s *sim) handle(e event) {
 	switch e.kind {
 	case evArrive:
+		if s.jobs[e.id].gang >= 0 {
+			s.arriveGang(s.jobs[e.id].gang)
+			return
+		}
 		s.jobs[e.id].evalAt = s.now
 		s.sqs[s.jobs[e.id].sq].active++
 		s.enqueue(e.id)
@@ -595,6 +625,14 @@ func (s *sim) handle(e event) {
 		j.avoid = -1
 		s.pending--
 		j.since = s.now
+		if j.placeholder {
+			return
+		}
+		if j.gang >= 0 {
+			s.memberRunning(e.id)
+			s.protect(e.id)
+			return
+		}
 		s.recs[e.id].Runs = append(s.recs[e.id].Runs, tracereplay.Run{
 			Start: s.now, Node: s.names[j.node], Held: s.holds(e.id), Restored: j.dur - j.remaining, ProgressKnown: true,
 		})
@@ -605,6 +643,7 @@ func (s *sim) handle(e event) {
 		if j.epoch != e.epoch || j.state != jobRunning {
 			return
 		}
+		s.recordRun(e.id)
 		s.release(e.id)
 		s.sqs[j.sq].active--
 		j.state = jobDone
@@ -655,6 +694,10 @@ func (s *sim) handle(e event) {
 		if s.moves.held == e.id && s.moves.heldEpoch == e.epoch {
 			s.endHold()
 		}
+	case evGangFinish:
+		s.finishGang(e.id, e.epoch)
+	case evReserveHold:
+		s.dirty = true
 	case evSample:
 		s.sample()
 		if next, ok := s.nextSample(e.epoch + 1); ok {
@@ -802,8 +845,11 @@ func (s *sim) dequeue(id int32) {
 
 // place gives a waiting job its devices on node id; it runs after delay.
 func (s *sim) place(id int32, nid int32, delay time.Duration) {
-	s.dequeue(id)
 	j := &s.jobs[id]
+	if j.state == jobWaiting {
+		s.dequeue(id) // gang members and placeholders are placed from no queue
+	}
+	j.placedAt = s.now
 	n := &s.nodes[nid]
 	switch {
 	case j.g == s.mpsGroup:
@@ -937,6 +983,11 @@ func (s *sim) schedule() {
 		s.planLayouts()
 		s.prePass = false
 	}
+	if s.res.active {
+		// The placeholder, one above its work's priority, takes each GPU
+		// freed on its nodes before the queue.
+		s.feedReservation()
+	}
 	for {
 		s.merge.sqs = s.merge.sqs[:0]
 		for i := range s.sqs {
@@ -955,6 +1006,12 @@ func (s *sim) schedule() {
 			}
 			if s.f.Moves && s.waiting > 0 && s.consolidate() {
 				continue // the moved jobs wait again: place them elsewhere
+			}
+			if len(s.gangQueue) > 0 && s.admitGangs() {
+				continue
+			}
+			if s.f.Reservations && s.reserve() {
+				continue
 			}
 			return
 		}
@@ -1115,6 +1172,9 @@ func (s *sim) tryPreempt(id int32) bool {
 		// Its replacement will be protected at its preemptor's priority
 		// once it runs (protect); it waits at its own.
 		vj.raiseTo = j.prio
+		if vj.placeholder || s.waitsAsGang(v) {
+			continue // the controller places it again, or not
+		}
 		// The plan that preempts it makes its job a new evaluation.
 		vj.evalAt = s.now
 		s.enqueue(v)
@@ -1260,6 +1320,9 @@ func (s *sim) evict(id int32) { s.stopRun(id, false) }
 // scratch.
 func (s *sim) stopRun(id int32, moved bool) {
 	j := &s.jobs[id]
+	if j.state != jobPending && j.state != jobRunning {
+		return // a gang member its gang's stop took with it
+	}
 	running := j.state == jobRunning
 	s.release(id)
 	j.epoch++
@@ -1267,6 +1330,14 @@ func (s *sim) stopRun(id int32, moved bool) {
 	// never raised, so it preempts nobody at its preemptor's priority.
 	j.prio = j.base
 	j.raise++
+	switch {
+	case j.placeholder:
+		s.placeholderLost(id)
+		return
+	case j.gang >= 0:
+		s.memberStopped(id, running, moved)
+		return
+	}
 	if !running {
 		return // placed, not started: no run to end
 	}

@@ -72,6 +72,11 @@ func TestTraceReplay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench-trace: %v", err)
 	}
+	for _, j := range setup.Trace.Jobs {
+		if m, _ := setup.Cluster.Members(j); m > 1 {
+			t.Fatalf("bench-trace: job %s asks %d GPUs, more than a node: the real engine does not replay jobs bigger than a node as members yet (the model does); add -multi-node clip to BENCH_TRACE_FLAGS", j.ID, j.GPUs)
+		}
+	}
 	cluster.NomadBinary(t)
 	for _, cfg := range setup.Configs {
 		if cfg.Autoscale != "" {

@@ -1,0 +1,295 @@
+package model
+
+import (
+	"slices"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+)
+
+// Jobs bigger than a node (Slice.Members > 1). Each member is a job of
+// the model's own (s.jobs), holding Slice.Count whole GPUs; the trace job
+// is its gang, which makes progress only while every member runs
+// (lockstep: a collective call waits for the slowest member), and whose
+// record (gang.rec) has those spans as its runs and the members' as its
+// MemberRuns.
+//
+//   - Stock Nomad (no Features.Gangs): the members are one job's
+//     allocations, queued at its arrival and placed one at a time as GPUs
+//     free; a placed member holds its GPUs while the others wait. A
+//     member preempted stops the gang's progress (the others stall in
+//     their collective call, holding their GPUs); without checkpoints the
+//     gang starts again from scratch once the member runs again.
+//   - Gangs (the controller's admission): the gang waits outside Nomad's
+//     queue (at count 0) until a controller round finds every member fits
+//     the free GPUs at once (Nomad's plan), then all are placed together.
+//     A member stopped (preempted, moved, refused) stops the others, all
+//     checkpointed, and the gang waits for admission again. The model
+//     admits on free GPUs only: the plan of a high-priority gang may also
+//     preempt lower work, which the model leaves out.
+
+// gangJob is one trace job run as members.
+type gangJob struct {
+	members []int32
+	// running counts its members running.
+	running int
+	// since is when the last member started (every member running).
+	since          time.Duration
+	dur, remaining time.Duration
+	// epoch invalidates an earlier evGangFinish.
+	epoch uint32
+	// queued: waiting for admission (Gangs); waitSince orders it.
+	queued    bool
+	waitSince time.Duration
+	// noReserveUntil: a reservation for it ended unused (MaxHold); it is
+	// not kept again before then.
+	noReserveUntil time.Duration
+	rec            tracereplay.JobRecord
+}
+
+// gangOf is the gang job id is a member of, nil for none.
+func (s *sim) gangOf(id int32) *gangJob {
+	if g := s.jobs[id].gang; g >= 0 {
+		return &s.gangs[g]
+	}
+	return nil
+}
+
+// buildGang makes trace job i (s.jobs[i], its first member) a gang of
+// members; the other members are new jobs of the model's, after the
+// trace's.
+func (s *sim) buildGang(i int, tj tracereplay.Job, members int) {
+	gid := int32(len(s.gangs))
+	g := gangJob{dur: tj.Duration, remaining: tj.Duration, rec: s.recs[i]}
+	s.jobs[i].gang = gid
+	g.members = append(g.members, int32(i))
+	for k := 1; k < members; k++ {
+		s.jobs = append(s.jobs, s.jobs[i])
+		s.recs = append(s.recs, tracereplay.JobRecord{ID: tj.ID})
+		g.members = append(g.members, int32(len(s.jobs)-1))
+	}
+	s.gangs = append(s.gangs, g)
+}
+
+// arriveGang submits gang gid: its members queue (stock Nomad) or it
+// waits for admission (Gangs).
+func (s *sim) arriveGang(gid int32) {
+	g := &s.gangs[gid]
+	for _, m := range g.members {
+		s.jobs[m].evalAt = s.now
+		s.sqs[s.jobs[m].sq].active++
+		if !s.f.Gangs {
+			s.enqueue(m)
+		}
+	}
+	if s.f.Gangs {
+		s.queueGang(gid)
+	}
+	s.dirty = true
+}
+
+// queueGang makes gang gid wait for admission.
+func (s *sim) queueGang(gid int32) {
+	g := &s.gangs[gid]
+	g.queued, g.waitSince = true, s.now
+	for _, m := range g.members {
+		s.jobs[m].state = jobGang
+	}
+	s.gangQueue = append(s.gangQueue, gid)
+}
+
+// gangBefore is the order the controller admits (and reserves for)
+// waiting gangs in: priority, then the longest waiting, then trace order.
+func (s *sim) gangBefore(a, b int32) int {
+	x, y := &s.gangs[a], &s.gangs[b]
+	px, py := s.jobs[x.members[0]].base, s.jobs[y.members[0]].base
+	switch {
+	case px != py:
+		return py - px
+	case x.waitSince != y.waitSince:
+		return int(x.waitSince - y.waitSince)
+	}
+	return int(a - b)
+}
+
+// admitGangs is the controller's admission round: every waiting gang, in
+// order, whose members all fit the free GPUs now is placed at once; true
+// when one was.
+func (s *sim) admitGangs() bool {
+	slices.SortFunc(s.gangQueue, s.gangBefore)
+	admitted := false
+	for i := 0; i < len(s.gangQueue); {
+		gid := s.gangQueue[i]
+		if !s.gangFits(gid) {
+			i++
+			continue
+		}
+		s.gangQueue = slices.Delete(s.gangQueue, i, i+1)
+		for _, m := range s.gangs[gid].members {
+			s.placeMember(m, s.pickNode(wholeGroup, s.jobs[m].k, -1))
+		}
+		admitted = true
+	}
+	return admitted
+}
+
+// gangFits says whether every member of gang gid fits the free whole
+// GPUs of the ready, placeable nodes at once.
+func (s *sim) gangFits(gid int32) bool {
+	g := &s.gangs[gid]
+	per, need := s.jobs[g.members[0]].k, len(g.members)
+	for _, nid := range s.ready {
+		if n := &s.nodes[nid]; !n.ineligible && s.fits(nid, wholeGroup, per) {
+			if need -= n.free[wholeGroup] / per; need <= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// placeMember places an admitted member on node nid.
+func (s *sim) placeMember(id, nid int32) {
+	if nid < 0 {
+		panic("model: an admitted member fits no node") // gangFits counted them
+	}
+	g := s.gangOf(id)
+	g.queued = false
+	s.jobs[id].evalAt = s.now
+	s.place(id, nid, s.startDelay(wholeGroup))
+}
+
+// memberRunning is member id's task started: its run is recorded, and
+// once every member runs the gang makes progress until its end.
+func (s *sim) memberRunning(id int32) {
+	g, j := s.gangOf(id), &s.jobs[id]
+	s.recs[id].Runs = append(s.recs[id].Runs, tracereplay.Run{
+		Start: s.now, Placed: j.placedAt, Node: s.names[j.node], Held: s.holds(id),
+		Restored: g.dur - g.remaining, ProgressKnown: true,
+	})
+	if g.running++; g.running < len(g.members) {
+		return
+	}
+	g.since = s.now
+	g.epoch++
+	g.rec.Runs = append(g.rec.Runs, tracereplay.Run{Start: s.now, Restored: g.dur - g.remaining, ProgressKnown: true})
+	s.push(s.now+g.remaining, evGangFinish, s.jobs[id].gang, g.epoch)
+}
+
+// finishGang ends gang gid's work: every member's allocation completes.
+func (s *sim) finishGang(gid int32, epoch uint32) {
+	g := &s.gangs[gid]
+	if g.epoch != epoch || g.running < len(g.members) {
+		return
+	}
+	for _, m := range g.members {
+		s.recordRun(m)
+		s.release(m)
+		s.jobs[m].state = jobDone
+		s.sqs[s.jobs[m].sq].active--
+		run := s.lastRun(m)
+		run.End, run.Reached = s.now, g.dur
+	}
+	g.running, g.remaining = 0, 0
+	run := &g.rec.Runs[len(g.rec.Runs)-1]
+	run.End, run.Reached = s.now, g.dur
+	g.rec.Done, g.rec.Finish = true, s.now
+	s.capVer[wholeGroup]++
+	s.dirty = true
+}
+
+// memberStopped is member id stopped (preempted, moved, refused) after
+// its devices were released; running says its task had started. The
+// gang's progress stops; with Gangs the other members stop too and the
+// gang waits for admission again.
+func (s *sim) memberStopped(id int32, running, moved bool) {
+	g := s.gangOf(id)
+	progressing := g.running == len(g.members)
+	if running {
+		g.running--
+		s.endMemberRun(id, !moved, moved)
+	}
+	if progressing {
+		s.stopProgress(g, moved)
+	}
+	if !s.f.Gangs {
+		return
+	}
+	for _, m := range g.members {
+		mj := &s.jobs[m]
+		if m == id || (mj.state != jobPending && mj.state != jobRunning) {
+			continue
+		}
+		wasRunning := mj.state == jobRunning
+		s.release(m)
+		mj.epoch++
+		mj.prio = mj.base
+		mj.raise++
+		if wasRunning {
+			g.running--
+			s.endMemberRun(m, false, false)
+		}
+	}
+	s.queueGang(s.jobs[id].gang)
+	s.capVer[wholeGroup]++
+	s.dirty = true
+}
+
+// endMemberRun ends member id's run record as its task stops.
+func (s *sim) endMemberRun(id int32, preempted, moved bool) {
+	run := s.lastRun(id)
+	run.End = s.now + s.preemptDelay
+	run.Preempted, run.Moved = preempted, moved
+}
+
+// stopProgress ends the gang's progress run at a member's stop: it keeps
+// what its checkpoint saved (every member commits the same step, being in
+// lockstep), or, without checkpoints, starts again from scratch.
+func (s *sim) stopProgress(g *gangJob, moved bool) {
+	g.epoch++
+	done := g.dur - g.remaining + (s.now - g.since)
+	run := &g.rec.Runs[len(g.rec.Runs)-1]
+	run.End = s.now + s.preemptDelay
+	run.Preempted, run.Moved = !moved, moved
+	run.Reached = min(g.dur, done+s.preemptDelay)
+	if s.f.Checkpoints {
+		saved := max(done, run.Reached-s.commitExit)
+		run.Checkpointed, run.Saved, run.StopGap = true, saved, min(s.o.Latencies.CommitExit, s.o.Latencies.Preempt)
+		g.remaining = g.dur - saved
+		return
+	}
+	g.remaining = g.dur
+}
+
+// waitsAsGang says whether stopped job id waits with its gang for
+// admission rather than in Nomad's queue.
+func (s *sim) waitsAsGang(id int32) bool {
+	return s.jobs[id].gang >= 0 && s.f.Gangs
+}
+
+// gangRecord is gang gid's record as the result gives it, its open runs
+// ended at the horizon.
+func (s *sim) gangRecord(gid int32) tracereplay.JobRecord {
+	g := &s.gangs[gid]
+	rec := g.rec
+	rec.Runs = slices.Clone(rec.Runs)
+	if g.running == len(g.members) && len(rec.Runs) > 0 {
+		run := &rec.Runs[len(rec.Runs)-1]
+		run.End, run.Open = s.horizon, true
+		run.Reached = g.dur - g.remaining + (s.horizon - g.since)
+	}
+	for _, m := range g.members {
+		rec.MemberRuns = append(rec.MemberRuns, s.recs[m].Runs...)
+	}
+	slices.SortStableFunc(rec.MemberRuns, func(a, b tracereplay.Run) int { return int(a.Start - b.Start) })
+	return rec
+}
+
+// gangDemand adds the waiting gangs' members to the autoscaler's queue
+// (the APM counts a waiting gang's members as queued work).
+func (s *sim) gangDemand(add func(k, n int)) {
+	for _, gid := range s.gangQueue {
+		g := &s.gangs[gid]
+		add(s.jobs[g.members[0]].k, len(g.members))
+	}
+}

@@ -1,0 +1,156 @@
+package model
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
+)
+
+// gangOptions are two nodes of 4 GPUs (a job of 8 GPUs is 2 members of
+// 4), starts taking 1s, stops 2s.
+func gangOptions(f tracereplay.Features) Options {
+	return Options{
+		Cluster: fixed(2, 4), Config: tracereplay.Config{Features: f},
+		Policy:    tracereplay.Policy{ReservationMaxHold: 1000 * sec},
+		Latencies: tracereplay.Latencies{Start: sec, Preempt: 2 * sec}, Horizon: 2000 * sec,
+	}
+}
+
+// A gang of 2 members while one node is busy for 100s: stock Nomad places
+// one member at once, which holds its 4 GPUs idle until the other is
+// placed at 100s (400 partial GPU-seconds); with gangs neither is placed
+// before both fit. Either way the job runs 50s once both run.
+func TestGangAdmission(t *testing.T) {
+	jobs := []tracereplay.Job{wjob("busy", 0, 100*sec, 4), wjob("gang", 10*sec, 50*sec, 8)}
+	for _, tc := range []struct {
+		name    string
+		f       tracereplay.Features
+		partial time.Duration
+	}{
+		{"stock", tracereplay.Features{}, 2 * (101*sec - 10*sec)},
+		{"gangs", tracereplay.Features{Gangs: true}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRun(t, jobs, gangOptions(tc.f))
+			g := r.Jobs[1]
+			if g.Slice.Members != 2 || g.Slice.Count != 4 || len(g.MemberRuns) != 2 {
+				t.Fatalf("gang %+v; want 2 members of 4, each run once", g)
+			}
+			if len(g.Runs) != 1 || g.Runs[0].Start != 102*sec || !g.Done || g.Finish != 152*sec {
+				t.Errorf("gang ran %+v, done %v at %s; want one run from 102s to 152s", g.Runs, g.Done, g.Finish)
+			}
+			// Stock: member 0 placed at 10s holds its GPUs until member 1
+			// is placed at 101s (busy's end) and starts at 102s.
+			if p := figures.PartialPlacement(g, r.Horizon); p != tc.partial/2 {
+				t.Errorf("partial placement %s member-seconds; want %s", p, tc.partial/2)
+			}
+			f := figures.Compute(r, figures.Options{})
+			if want := (tc.partial * 4).Hours() / 2; f.PartialGPUHours != want {
+				t.Errorf("partial GPU-hours %v; want %v", f.PartialGPUHours, want)
+			}
+			if f.WaitByKind[figures.KindGang].Mean != 92*sec {
+				t.Errorf("gang waits %s; want 92s, to its members' both running", f.WaitByKind[figures.KindGang].Mean)
+			}
+		})
+	}
+}
+
+// A member preempted: stock Nomad (no checkpoints) restarts the gang's
+// work from scratch while the other member stalls holding its GPUs; with
+// gangs and checkpoints both members stop, checkpointed, the gang waits as
+// one and resumes losing nothing.
+func TestGangPreemption(t *testing.T) {
+	jobs := []tracereplay.Job{
+		prio(wjob("gang", 0, 100*sec, 8), 20),
+		prio(wjob("high", 30*sec, 50*sec, 4), 80),
+	}
+	for _, tc := range []struct {
+		name             string
+		f                tracereplay.Features
+		finish, lost     time.Duration
+		otherMemberRuns  int
+		resumedFrom      time.Duration
+		partialPositive  bool
+		preemptedRecords int
+	}{
+		// Member placed on high's node stops at 30s (its run ends at
+		// 32s); high runs 33s–83s; the member runs again at 84s and the
+		// gang restarts from 0: 84s + 100s.
+		{"stock", tracereplay.Features{Preemption: true}, 184 * sec, 31 * sec, 1, 0, true, 1},
+		// Both stop at 30s (their runs end at 32s), 29s done since the
+		// gang ran at 1s, 31s reached and saved at the commit (no
+		// commit-to-exit latency); both placed at 83s, running at 84s;
+		// 69s left → 153s.
+		{"gangs", tracereplay.Features{Preemption: true, Checkpoints: true, Gangs: true}, 153 * sec, 0, 2, 31 * sec, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRun(t, jobs, gangOptions(tc.f))
+			g := r.Jobs[0]
+			if !g.Done || g.Finish != tc.finish {
+				t.Fatalf("gang done %v at %s; want done at %s (runs %+v)", g.Done, g.Finish, tc.finish, g.Runs)
+			}
+			if len(g.MemberRuns) != 2+tc.otherMemberRuns {
+				t.Errorf("%d member runs %+v; want %d", len(g.MemberRuns), g.MemberRuns, 2+tc.otherMemberRuns)
+			}
+			if len(g.Runs) != 2 || g.Runs[1].Restored != tc.resumedFrom || g.Preemptions() != tc.preemptedRecords {
+				t.Errorf("gang runs %+v; want 2, the second from %s", g.Runs, tc.resumedFrom)
+			}
+			f := figures.Compute(r, figures.Options{})
+			if got := time.Duration(f.LostGPUHours / 8 * float64(time.Hour)).Round(time.Second); got != tc.lost {
+				t.Errorf("lost %s of the gang's work; want %s", got, tc.lost)
+			}
+			if (f.PartialGPUHours > 0) != tc.partialPositive {
+				t.Errorf("partial GPU-hours %v; want above 0: %v", f.PartialGPUHours, tc.partialPositive)
+			}
+		})
+	}
+}
+
+// A stream of 1-GPU jobs of 20s, one every 5s, keeps both nodes' GPUs
+// taken as they free: a gang of 2 × 4 arriving at 12s never finds both
+// nodes free and waits to the horizon; with a reservation the placeholder
+// takes each GPU as it frees on the two nodes and hands them over once it
+// holds all 8, within a 1-GPU job's length or two. Its GPU-time held idle
+// is counted.
+func TestGangReservation(t *testing.T) {
+	var jobs []tracereplay.Job
+	for i := range 120 {
+		jobs = append(jobs, wjob(string(rune('a'+i%26))+string(rune('a'+i/26)), time.Duration(i)*5*sec, 20*sec, 1))
+	}
+	jobs = append(jobs[:3:3], append([]tracereplay.Job{wjob("gang", 12*sec, 100*sec, 8)}, jobs[3:]...)...)
+	for _, tc := range []struct {
+		name     string
+		f        tracereplay.Features
+		startMax time.Duration
+	}{
+		{"without", tracereplay.Features{Gangs: true}, -1},
+		{"with", tracereplay.Features{Gangs: true, Reservations: true}, 12*sec + 2*20*sec},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := gangOptions(tc.f)
+			o.Horizon = 600 * sec
+			r := mustRun(t, jobs, o)
+			g := r.Jobs[3]
+			f := figures.Compute(r, figures.Options{})
+			if tc.startMax < 0 {
+				if len(g.Runs) != 0 || f.Reservations != 0 {
+					t.Fatalf("gang ran %+v without reservations (%d made); want it kept waiting by the stream", g.Runs, f.Reservations)
+				}
+				return
+			}
+			if len(g.Runs) == 0 || g.Runs[0].Start > tc.startMax {
+				t.Fatalf("gang ran %+v; want a start by %s", g.Runs, tc.startMax)
+			}
+			if f.Reservations != 1 || f.ReservationIdleGPUHours <= 0 || f.PartialGPUHours != 0 {
+				t.Errorf("%d reservations, %v idle GPU-hours, %v partial; want 1, above 0, 0", f.Reservations, f.ReservationIdleGPUHours, f.PartialGPUHours)
+			}
+			for _, j := range r.Jobs {
+				if j.Arrival < 500*sec && !j.Done {
+					t.Errorf("%s, arrived at %s, not done; the stream should go on around the gang", j.ID, j.Arrival)
+				}
+			}
+		})
+	}
+}
