@@ -244,11 +244,7 @@ func (s *sim) feedReservation() bool {
 		}
 		full = full && held >= r.per
 	}
-	if !full {
-		return false
-	}
-	s.handOver()
-	return true
+	return full && s.handOver()
 }
 
 // placeHolder places one placeholder allocation on node nid.
@@ -270,10 +266,14 @@ func (s *sim) placeHolder(nid int32) {
 }
 
 // handOver places the reservation's work on its nodes in the
-// placeholder's stead, and ends it.
-func (s *sim) handOver() {
+// placeholder's stead, and ends it; false when the work does not fit them
+// once the placeholder let go (the next round feeds it again).
+func (s *sim) handOver() bool {
 	r := &s.res
 	s.releaseHolders()
+	if !s.reservedFit() {
+		return false
+	}
 	if r.gang >= 0 {
 		g := &s.gangs[r.gang]
 		s.gangQueue = slices.DeleteFunc(s.gangQueue, func(x int32) bool { return x == r.gang })
@@ -286,7 +286,20 @@ func (s *sim) handOver() {
 	}
 	r.handed++
 	r.active = false
+	return true
+}
 
+// reservedFit says whether the work fits its reserved nodes now, a member
+// on each: a placeholder's GPU that was being relaid does not come back
+// when it lets go, and then the work waits on.
+func (s *sim) reservedFit() bool {
+	r := &s.res
+	for _, nid := range r.nodes {
+		if s.nodes[nid].state != nodeReady || !s.fits(nid, wholeGroup, r.per) {
+			return false
+		}
+	}
+	return true
 }
 
 // endReservation lets its GPUs go.
