@@ -29,8 +29,10 @@ type Sweep struct {
 
 // sweepAcc is one configuration's sums over the windows.
 type sweepAcc struct {
-	wait                pooled
+	wait, big           pooled
 	byKind              map[string]*pooled
+	partialGPUH, idleH  float64
+	reservations        int
 	useful, frag        float64 // Σ over windows
 	moves               int
 	looks               tracereplay.MoveLooks
@@ -91,6 +93,10 @@ func (s *Sweep) add(fs []figures.Figures) {
 	for i, f := range fs {
 		a := &s.acc[i]
 		a.wait.add(f.Wait)
+		a.big.add(f.WaitBig)
+		a.partialGPUH += f.PartialGPUHours
+		a.idleH += f.ReservationIdleGPUHours
+		a.reservations += f.Reservations
 		for k, d := range f.WaitByKind {
 			if a.byKind[k] == nil {
 				a.byKind[k] = &pooled{}
@@ -187,6 +193,12 @@ func (s *Sweep) Markdown(title, what string) string {
 		return fmt.Sprintf("%d of %d", a.looks.WithRoom, a.looks.Looks)
 	})
 	row("lost GPU-hours", func(a *sweepAcc) string { return fmt.Sprintf("%.2f", a.lostGPUH) })
+	row("wait mean, jobs asking 4+ GPUs (gangs too)", func(a *sweepAcc) string {
+		return fmt.Sprintf("%s (%d)", Human(a.big.mean()), a.big.n)
+	})
+	row("partial-placement GPU-hours (gangs)", func(a *sweepAcc) string { return fmt.Sprintf("%.2f", a.partialGPUH) })
+	row("reservations", func(a *sweepAcc) string { return fmt.Sprint(a.reservations) })
+	row("reservation idle GPU-hours", func(a *sweepAcc) string { return fmt.Sprintf("%.2f", a.idleH) })
 	row("node-hours", func(a *sweepAcc) string { return fmt.Sprintf("%.1f", a.nodeHours) })
 	b.WriteString("\nWaits are pooled over every job of every window, as one window's report computes them (first wait and re-waits; jobs waiting at the horizon count their wait so far). A window's ratio is its mean wait over the reference's (the first column) in the same window, where the reference waited at all. Consolidation rounds are the model's rounds with a multi-GPU job waiting for a node; with room, those where the free whole GPUs of the nodes it may use add up to the job's ask: the only ones a move can serve.\n")
 	return b.String()
