@@ -215,3 +215,47 @@ func TestGangLocality(t *testing.T) {
 	}
 	c.StopJob(t, "train", true)
 }
+
+// A gang that can never be admitted is reported, never left to wait in
+// silence: against real Nomad, on a node of 4 whole GPUs, a gang with no
+// checkpoint block, one whose locality no node has, and one whose members
+// ask more GPUs than any node has each get a gang-invalid decision naming
+// the field or the group, and none is ever placed.
+func TestGangInvalid(t *testing.T) {
+	c, _ := startGPUCluster(t, func(n *harness.GPUNode) { n.DriverHCL = unveilNomadGPU(t) })
+	ctl := c.StartController(t, "controller", "-tick", "200ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	for _, tc := range []struct {
+		job  string
+		gpus int
+		edit func(*api.Job)
+		want string
+	}{
+		{"no-checkpoint", 1, func(j *api.Job) { delete(j.TaskGroups[0].Tasks[0].Config, "checkpoint") }, "config.checkpoint: none"},
+		{"no-rack", 1, func(j *api.Job) { j.Meta[contract.MetaGangLocality] = "${meta.rack}" }, "meta." + contract.MetaGangLocality + ": no node of the job's pool and datacenters has ${meta.rack}"},
+		{"too-big", 9, func(*api.Job) {}, "a member never fits: asks 9"},
+	} {
+		runGang(t, c, tc.job, tc.gpus, true, tc.edit)
+		deadline := time.Now().Add(30 * time.Second)
+		for !invalidDecision(ctl.Log(), tc.job, tc.want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no gang-invalid decision for %s saying %q in 30 s; the controller's log:\n%s", tc.job, tc.want, ctl.Log())
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	for _, job := range []string{"no-checkpoint", "no-rack", "too-big"} {
+		neverPlaced(t, c, job, 2*time.Second, "its spec can never be admitted")
+	}
+}
+
+// invalidDecision says whether log has a gang-invalid decision for job
+// whose line says want (quotes in a logged reason are escaped: want has
+// none).
+func invalidDecision(log, job, want string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "gang-invalid") && strings.Contains(l, job) && strings.Contains(l, want) {
+			return true
+		}
+	}
+	return false
+}
