@@ -400,6 +400,49 @@ func TestRequestKind(t *testing.T) {
 			t.Errorf("%v GPUs: %q, want %q", c.requested, got, c.want)
 		}
 	}
+	if got := RequestKind(tracereplay.JobRecord{Requested: 12, Slice: tracereplay.Slice{Kind: "gpu", Count: 6, Members: 2, GPUs: 12}}); got != KindGang {
+		t.Errorf("a job of 2 members: %q, want %q", got, KindGang)
+	}
+}
+
+// A gang of 3 members of 2 GPUs: partial placement is each member's time
+// placed while another is not, from its placement (not its start) to its
+// end, cut at the horizon.
+func TestPartialPlacement(t *testing.T) {
+	run := func(placed, start, end time.Duration) tracereplay.Run {
+		return tracereplay.Run{Placed: placed, Start: start, End: end}
+	}
+	for _, c := range []struct {
+		name    string
+		members []tracereplay.Run
+		want    time.Duration
+	}{
+		{"placed together", []tracereplay.Run{run(10, 11, 100), run(10, 12, 100), run(10, 11, 100)}, 0},
+		// 0–50: 1 placed; 50–60: 2; 60–100 all three.
+		{"one at a time", []tracereplay.Run{run(0, 1, 100), run(50, 51, 100), run(60, 61, 100)}, 50 + 2*10},
+		// All three until 40; one stops, is placed again at 70: the other
+		// two held 30 each in between.
+		{"a member stopped", []tracereplay.Run{run(0, 1, 100), run(0, 1, 40), run(0, 1, 100), run(70, 71, 100)}, 2 * 30},
+		// The horizon is 120.
+		{"both past the horizon", []tracereplay.Run{run(20, 21, 200), run(20, 21, 200)}, 0},
+		{"one waiting until 100", []tracereplay.Run{run(20, 21, 200), run(100, 101, 200)}, 80},
+		{"one waiting past the horizon", []tracereplay.Run{run(20, 21, 200), run(150, 151, 200)}, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			members := 3
+			if len(c.members) == 2 {
+				members = 2
+			}
+			r := tracereplay.JobRecord{Slice: tracereplay.Slice{Kind: "gpu", Count: 2, Members: members, GPUs: float64(2 * members)}, MemberRuns: c.members}
+			if got := PartialPlacement(r, 120); got != c.want {
+				t.Errorf("PartialPlacement = %v member-time; want %v", got, c.want)
+			}
+		})
+	}
+	single := tracereplay.JobRecord{Slice: tracereplay.Slice{Kind: "gpu", Count: 4, GPUs: 4}, Runs: []tracereplay.Run{{Start: 0, End: 100}}}
+	if got := PartialPlacement(single, 120); got != 0 {
+		t.Errorf("a job of one allocation: %v; want 0", got)
+	}
 }
 
 // A move is a stop like a preemption for the job's waits and lost work,

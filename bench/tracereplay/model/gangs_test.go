@@ -154,3 +154,38 @@ func TestGangReservation(t *testing.T) {
 		})
 	}
 }
+
+// A reservation whose last node does not free holds the others' GPUs idle
+// for ReservationMaxHold at most; its gang is not kept again for as long,
+// and the work behind takes the GPUs it let go. A placeholder allocation
+// preempted (by work ten above it) is counted, and its GPU taken again
+// once it frees.
+func TestReservationBounds(t *testing.T) {
+	jobs := []tracereplay.Job{
+		wjob("long", 0, 1000*sec, 4),                // node A, to 1001s
+		wjob("short", 0, 10*sec, 4),                 // node B, to 11s
+		wjob("gang", 5*sec, 50*sec, 8),              // 2 × 4: waits for A and B
+		wjob("small", 50*sec, 10*sec, 1),            // waits behind the placeholder on B
+		prio(wjob("urgent", 60*sec, 20*sec, 1), 80), // preempts a placeholder allocation
+	}
+	o := gangOptions(tracereplay.Features{Gangs: true, Reservations: true, Preemption: true, Checkpoints: true})
+	o.Policy.ReservationMaxHold = 100 * sec
+	o.Horizon = 400 * sec
+	r := mustRun(t, jobs, o)
+	f := figures.Compute(r, figures.Options{})
+	if f.Reservations < 1 || len(r.Jobs[2].Runs) != 0 {
+		t.Fatalf("%d reservations, gang runs %+v; want one made and the gang still waiting", f.Reservations, r.Jobs[2].Runs)
+	}
+	// Reserved at 5s; B's GPUs held from 11s (short's end) to 105s.
+	if s := firstStart(r.Jobs[3]); s < 105*sec || s > 107*sec {
+		t.Errorf("small started at %s; want once the reservation ends at 105s", s)
+	}
+	if s := firstStart(r.Jobs[4]); s > 64*sec || r.Jobs[4].PreemptingPlacements != 1 {
+		t.Errorf("urgent started at %s, %d preempting placements; want at once, preempting a placeholder", s, r.Jobs[4].PreemptingPlacements)
+	}
+	// 4 GPUs from 11s to 105s, less urgent's: one held from 11s to 60s
+	// and again from 80s (its end) — at most 4 × 94s.
+	if max := 4 * 94 * sec; f.ReservationIdleGPUHours <= 0 || f.ReservationIdleGPUHours > max.Hours()+1e-9 {
+		t.Errorf("reservation idle %v GPU-hours; want above 0, at most %v", f.ReservationIdleGPUHours, max.Hours())
+	}
+}
