@@ -24,9 +24,13 @@ import (
 //     queue (at count 0) until a controller round finds every member fits
 //     the free GPUs at once (Nomad's plan), then all are placed together.
 //     A member stopped (preempted, moved, refused) stops the others, all
-//     checkpointed, and the gang waits for admission again. The model
-//     admits on free GPUs only: the plan of a high-priority gang may also
-//     preempt lower work, which the model leaves out.
+//     checkpointed, and the gang waits for admission again. With
+//     preemption, Nomad's plan may also place members by preempting lower
+//     work: the gang is admitted when, node by node, the free GPUs and
+//     those of allocations it may preempt (at least 10 below it, past
+//     their minimum runtime) make room for every member, and its members
+//     are then placed as Nomad places them (preempting where they do not
+//     fit); a member that still finds no room rolls the gang back.
 
 // gangJob is one trace job run as members.
 type gangJob struct {
@@ -125,24 +129,79 @@ func (s *sim) admitGangs() bool {
 			continue
 		}
 		s.gangQueue = slices.Delete(s.gangQueue, i, i+1)
-		for _, m := range s.gangs[gid].members {
-			s.placeMember(m, s.pickNode(wholeGroup, s.jobs[m].k, -1))
+		if s.gangFitsFree(gid) {
+			for _, m := range s.gangs[gid].members {
+				s.placeMember(m, s.pickNode(wholeGroup, s.jobs[m].k, -1))
+			}
+		} else {
+			s.admitPreempting(gid)
 		}
 		admitted = true
 	}
 	return admitted
 }
 
-// gangFits says whether every member of gang gid fits the free whole
-// GPUs of the ready, placeable nodes at once.
+// admitPreempting places gang gid's members one at a time as Nomad's plan
+// does, preempting where a member does not fit; a member that finds no
+// room stops the ones placed, and the gang waits again.
+func (s *sim) admitPreempting(gid int32) {
+	g := &s.gangs[gid]
+	g.queued = false
+	for i, m := range g.members {
+		s.jobs[m].evalAt = s.now
+		if s.tryPlace(m) || s.tryPreempt(m) {
+			continue
+		}
+		if i == 0 {
+			s.queueGang(gid)
+		} else {
+			s.stopRun(g.members[0], false) // stops the others, and queues the gang
+		}
+		return
+	}
+}
+
+// gangFits says whether Nomad's plan would place every member of gang
+// gid now: on the free whole GPUs of the ready, placeable nodes, or, with
+// preemption, on those and the GPUs of allocations it may preempt.
 func (s *sim) gangFits(gid int32) bool {
+	return s.gangFitsFree(gid) || s.f.Preemption && s.gangFitsPreempting(gid)
+}
+
+// gangFitsFree says whether every member of gang gid fits the free whole
+// GPUs at once.
+func (s *sim) gangFitsFree(gid int32) bool {
+	return s.gangRoom(gid, func(*node) int { return 0 })
+}
+
+// gangFitsPreempting says whether every member of gang gid fits the free
+// whole GPUs and those held by allocations its members may preempt: at
+// least preemptGap below it and past their minimum runtime.
+func (s *sim) gangFitsPreempting(gid int32) bool {
+	lim := s.jobs[s.gangs[gid].members[0]].base - preemptGap
+	return s.gangRoom(gid, func(n *node) int {
+		held := 0
+		for _, a := range n.allocs {
+			if v := &s.jobs[a]; v.g == wholeGroup && v.prio <= lim && !s.exempt(v) {
+				held += v.k
+			}
+		}
+		return held
+	})
+}
+
+// gangRoom says whether, node by node, the free whole GPUs and extra(n)
+// more make room for every member of gang gid.
+func (s *sim) gangRoom(gid int32, extra func(*node) int) bool {
 	g := &s.gangs[gid]
 	per, need := s.jobs[g.members[0]].k, len(g.members)
 	for _, nid := range s.ready {
-		if n := &s.nodes[nid]; !n.ineligible && s.fits(nid, wholeGroup, per) {
-			if need -= n.free[wholeGroup] / per; need <= 0 {
-				return true
-			}
+		n := &s.nodes[nid]
+		if n.ineligible {
+			continue
+		}
+		if need -= (n.free[wholeGroup] + extra(n)) / per; need <= 0 {
+			return true
 		}
 	}
 	return false
@@ -280,6 +339,7 @@ func (s *sim) gangRecord(gid int32) tracereplay.JobRecord {
 	}
 	for _, m := range g.members {
 		rec.MemberRuns = append(rec.MemberRuns, s.recs[m].Runs...)
+		rec.PreemptingPlacements += s.recs[m].PreemptingPlacements
 	}
 	slices.SortStableFunc(rec.MemberRuns, func(a, b tracereplay.Run) int { return int(a.Start - b.Start) })
 	return rec

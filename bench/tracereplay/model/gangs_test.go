@@ -189,3 +189,41 @@ func TestReservationBounds(t *testing.T) {
 		t.Errorf("reservation idle %v GPU-hours; want above 0, at most %v", f.ReservationIdleGPUHours, max.Hours())
 	}
 }
+
+// With preemption Nomad's plan of a gang preempts lower work for it, and
+// the controller admits it on that plan: a gang at priority 80 takes both
+// nodes from two jobs at 20 at once; at 75 (less than 10 above one of
+// them, at 70) it waits for that job's end.
+func TestGangAdmittedByPreemption(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		other     int
+		start     time.Duration
+		preempted int
+	}{
+		{"both preemptable", 20, 13 * sec, 2},
+		{"one not", 70, 102 * sec, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs := []tracereplay.Job{
+				prio(wjob("low", 0, 100*sec, 4), 20),
+				prio(wjob("other", 0, 100*sec, 4), tc.other),
+				prio(wjob("gang", 10*sec, 50*sec, 8), 80),
+			}
+			if tc.other == 70 {
+				jobs[2] = prio(jobs[2], 75)
+			}
+			r := mustRun(t, jobs, gangOptions(tracereplay.Features{Gangs: true, Preemption: true, Checkpoints: true}))
+			g := r.Jobs[2]
+			if len(g.Runs) == 0 || g.Runs[0].Start != tc.start {
+				t.Fatalf("gang runs %+v; want its first from %s", g.Runs, tc.start)
+			}
+			if got := r.Jobs[0].Preemptions() + r.Jobs[1].Preemptions(); got != tc.preempted || g.PreemptingPlacements != tc.preempted {
+				t.Errorf("%d preemptions, %d preempting placements of the gang's members; want %d", got, g.PreemptingPlacements, tc.preempted)
+			}
+			if p := figures.PartialPlacement(g, r.Horizon); p != 0 {
+				t.Errorf("partial placement %s; want none", p)
+			}
+		})
+	}
+}
