@@ -100,6 +100,7 @@ func (s *sim) queueGang(gid int32) {
 		s.jobs[m].state = jobGang
 	}
 	s.gangQueue = append(s.gangQueue, gid)
+	s.gangRound.arrived = true
 }
 
 // gangBefore is the order the controller admits (and reserves for)
@@ -117,17 +118,25 @@ func (s *sim) gangBefore(a, b int32) int {
 }
 
 // admitGangs is the controller's admission round: every waiting gang, in
-// order, whose members all fit the free GPUs now is placed at once; true
-// when one was.
+// order, whose members all fit now is placed at once; true when one was.
+// A gang fits only after capacity of whole GPUs was freed (capVer) or it
+// arrived, so a round without either is skipped; within a round gangs of
+// one shape and priority share one answer until one is admitted.
 func (s *sim) admitGangs() bool {
+	if s.gangRound.cap == s.capVer[wholeGroup] && !s.gangRound.arrived {
+		return false
+	}
+	s.gangRound.cap, s.gangRound.arrived = s.capVer[wholeGroup], false
+	clear(s.gangRound.fits)
 	slices.SortFunc(s.gangQueue, s.gangBefore)
 	admitted := false
 	for i := 0; i < len(s.gangQueue); {
 		gid := s.gangQueue[i]
-		if !s.gangFits(gid) {
+		if !s.gangFitsMemo(gid) {
 			i++
 			continue
 		}
+		clear(s.gangRound.fits)
 		s.gangQueue = slices.Delete(s.gangQueue, i, i+1)
 		if s.gangFitsFree(gid) {
 			for _, m := range s.gangs[gid].members {
@@ -159,6 +168,32 @@ func (s *sim) admitPreempting(gid int32) {
 		}
 		return
 	}
+}
+
+// gangRoundState is admitGangs' bookkeeping: the whole-GPU capacity
+// version of its last round, whether a gang arrived since, and the
+// round's answers by shape and priority.
+type gangRoundState struct {
+	cap     uint64
+	arrived bool
+	fits    map[[3]int]bool
+}
+
+// gangFitsMemo is gangFits, shared by the gangs of one member count,
+// member size and priority within a round.
+func (s *sim) gangFitsMemo(gid int32) bool {
+	g := &s.gangs[gid]
+	m := &s.jobs[g.members[0]]
+	key := [3]int{len(g.members), m.k, m.base}
+	if ok, seen := s.gangRound.fits[key]; seen {
+		return ok
+	}
+	if s.gangRound.fits == nil {
+		s.gangRound.fits = map[[3]int]bool{}
+	}
+	ok := s.gangFits(gid)
+	s.gangRound.fits[key] = ok
+	return ok
 }
 
 // gangFits says whether Nomad's plan would place every member of gang

@@ -376,6 +376,7 @@ type sim struct {
 	// (reservations.go).
 	gangs     []gangJob
 	gangQueue []int32
+	gangRound gangRoundState
 	res       reserveState
 }
 
