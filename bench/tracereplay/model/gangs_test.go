@@ -1,11 +1,15 @@
 package model
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/predict"
 )
 
 // gangOptions are two nodes of 4 GPUs (a job of 8 GPUs is 2 members of
@@ -225,5 +229,36 @@ func TestGangAdmittedByPreemption(t *testing.T) {
 				t.Errorf("partial placement %s; want none", p)
 			}
 		})
+	}
+}
+
+// runtimeLevels.remaining is predict.Runtime for whole-GPU allocations,
+// computed once per reservation round: the same answer on random
+// histories, for random counts and elapsed times, duplicates, zero-length
+// runs and too few runs included.
+func TestRuntimeLevelsArePredictRuntime(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := range 300 {
+		s := &sim{}
+		for i := range rng.IntN(12) {
+			start := time.Duration(rng.IntN(1000)) * sec
+			d := time.Duration(rng.IntN(6)) * 10 * sec // few values: duplicates
+			s.res.history = append(s.res.history, history.Run{
+				Key: history.Key{Job: "done-" + strconv.Itoa(i)}, Slice: history.Slice{Kind: "gpu", Count: 1 + rng.IntN(3)},
+				Started: epoch.Add(start), Finished: epoch.Add(start + d), Outcome: history.OutcomeComplete,
+			})
+		}
+		lv := s.runtimeLevels()
+		for range 10 {
+			count, elapsed := 1+rng.IntN(3), time.Duration(rng.IntN(7))*10*sec
+			if rng.IntN(3) == 0 {
+				elapsed += time.Duration(rng.IntN(1000)) * time.Millisecond
+			}
+			want := predict.Runtime(history.Key{Job: "running"}, history.Slice{Kind: "gpu", Count: count}, elapsed, s.res.history)
+			got, ok := lv.remaining(count, elapsed)
+			if ok != want.Known || got != want.Duration() {
+				t.Fatalf("trial %d: %d GPUs, %s elapsed: %s, %v; predict.Runtime says %s, %v (%s)", trial, count, elapsed, got, ok, want.Duration(), want.Known, want.Basis)
+			}
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -170,6 +172,7 @@ func (s *sim) nodeWhole(n *node) int {
 // whole GPUs, those free, and when each whole-GPU allocation on it is
 // predicted to end.
 func (s *sim) outlook() []gang.NodeOutlook {
+	lv := s.runtimeLevels()
 	var out []gang.NodeOutlook
 	for _, nid := range s.ready {
 		n := &s.nodes[nid]
@@ -179,7 +182,7 @@ func (s *sim) outlook() []gang.NodeOutlook {
 		o := gang.NodeOutlook{ID: strconv.Itoa(int(nid)), GPUs: s.nodeWhole(n), Free: n.free[wholeGroup]}
 		for _, id := range n.allocs {
 			if j := &s.jobs[id]; j.g == wholeGroup {
-				o.Releases = append(o.Releases, gang.Release{GPUs: j.k, At: s.predictedEnd(id)})
+				o.Releases = append(o.Releases, gang.Release{GPUs: j.k, At: s.predictedEnd(lv, id)})
 			}
 		}
 		out = append(out, o)
@@ -188,19 +191,80 @@ func (s *sim) outlook() []gang.NodeOutlook {
 }
 
 // predictedEnd is when placed job id is predicted to end (predict.Runtime
-// on the runs finished so far); zero when unknown.
-func (s *sim) predictedEnd(id int32) time.Time {
+// on the runs finished so far, through lv); zero when unknown.
+func (s *sim) predictedEnd(lv runtimeLevels, id int32) time.Time {
 	j := &s.jobs[id]
 	var elapsed time.Duration
 	if j.state == jobRunning {
 		elapsed = s.now - j.since
 	}
-	e := predict.Runtime(history.Key{Job: s.recs[id].ID}, history.Slice{Kind: "gpu", Count: j.k}, elapsed, s.res.history)
-	if !e.Known {
+	d, ok := lv.remaining(j.k, elapsed)
+	if !ok {
 		return time.Time{}
 	}
-	return epoch.Add(s.now + e.Duration())
+	return epoch.Add(s.now + d)
 }
+
+// runtimeLevels are the whole-GPU runs' seconds, sorted, by GPU count and
+// all together: predict.Runtime's pool levels, built once for every
+// allocation a reservation weighs (predict.Runtime itself sorts them for
+// each). Its job level never applies here: a trace job completes once,
+// fewer runs than predict.MinRuns.
+type runtimeLevels struct {
+	all     []float64
+	byCount map[int][]float64
+}
+
+func (s *sim) runtimeLevels() runtimeLevels {
+	lv := runtimeLevels{byCount: map[int][]float64{}}
+	for _, r := range s.res.history {
+		if secs, ok := predict.RunSeconds(r); ok {
+			lv.all = append(lv.all, secs)
+			lv.byCount[r.Slice.Count] = append(lv.byCount[r.Slice.Count], secs)
+		}
+	}
+	slices.Sort(lv.all)
+	for _, xs := range lv.byCount {
+		slices.Sort(xs)
+	}
+	return lv
+}
+
+// remaining is predict.Runtime's estimate for a whole-GPU allocation of
+// count GPUs that has run elapsed: the conditional median of the first
+// level with predict.MinRuns runs, else elapsed again, else unknown.
+func (lv runtimeLevels) remaining(count int, elapsed time.Duration) (time.Duration, bool) {
+	e := max(0, elapsed.Seconds())
+	for _, level := range [][]float64{lv.byCount[count], lv.all} {
+		if len(level) < predict.MinRuns {
+			continue
+		}
+		if e == 0 {
+			return seconds(sortedMedian(level)), true
+		}
+		longer := level[sort.SearchFloat64s(level, math.Nextafter(e, math.Inf(1))):]
+		if len(longer) == 0 {
+			return seconds(e), true
+		}
+		return seconds(sortedMedian(longer) - e), true
+	}
+	if e > 0 {
+		return seconds(e), true
+	}
+	return 0, false
+}
+
+// sortedMedian is predict.Median of xs, sorted already.
+func sortedMedian(xs []float64) float64 {
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// seconds is predict.Estimate.Duration's conversion.
+func seconds(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
 
 // recordRun adds job id's run, ending now, to the history the
 // predictions read: whole-GPU runs only, as a reservation weighs only
