@@ -51,10 +51,6 @@ type reserveState struct {
 	// history are the whole-GPU runs finished, for the predictions.
 	history      []history.Run
 	made, handed int
-	// triedCap and triedArrivals are the capacity version and arrival
-	// count of the last attempt to make one.
-	triedCap      uint64
-	triedArrivals int
 }
 
 // epoch is the trace's zero as the controller's rules read time.
@@ -77,13 +73,6 @@ func (s *sim) reserve() bool {
 		}
 		return s.feedReservation()
 	}
-	// Choose answers differently only once GPUs free or work arrives: a
-	// failed attempt waits for either (its predictions cost a pass over
-	// the history per allocation).
-	if r.triedCap == s.capVer[wholeGroup] && r.triedArrivals == s.arrivals {
-		return false
-	}
-	r.triedCap, r.triedArrivals = s.capVer[wholeGroup], s.arrivals
 	gid, jid := s.reservationHead()
 	if gid < 0 && jid < 0 {
 		return false
@@ -101,7 +90,7 @@ func (s *sim) reserve() bool {
 	}
 	*r = reserveState{active: true, gang: gid, job: jid, per: per, prio: min(maxPriority, prio+1), since: s.now,
 		holders: r.holders[:0], spare: r.spare, noReserve: r.noReserve, idle: r.idle, history: r.history,
-		made: r.made + 1, handed: r.handed, triedCap: r.triedCap, triedArrivals: r.triedArrivals}
+		made: r.made + 1, handed: r.handed}
 	for _, name := range res.Nodes {
 		id, _ := strconv.Atoi(name)
 		r.nodes = append(r.nodes, int32(id))

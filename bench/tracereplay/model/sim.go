@@ -378,8 +378,6 @@ type sim struct {
 	gangQueue []int32
 	gangRound gangRoundState
 	res       reserveState
-	// arrivals counts the trace's jobs arrived.
-	arrivals int
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -607,7 +605,6 @@ func (s *sim) run() {
 func (s *sim) handle(e event) {
 	switch e.kind {
 	case evArrive:
-		s.arrivals++
 		if s.jobs[e.id].gang >= 0 {
 			s.arriveGang(s.jobs[e.id].gang)
 			return
