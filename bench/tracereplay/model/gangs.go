@@ -342,17 +342,7 @@ func (s *sim) endMemberRun(id int32, preempted, moved bool) {
 func (s *sim) stopProgress(g *gangJob, moved bool) {
 	g.epoch++
 	done := g.dur - g.remaining + (s.now - g.since)
-	run := &g.rec.Runs[len(g.rec.Runs)-1]
-	run.End = s.now + s.preemptDelay
-	run.Preempted, run.Moved = !moved, moved
-	run.Reached = min(g.dur, done+s.preemptDelay)
-	if s.f.Checkpoints {
-		saved := max(done, run.Reached-s.commitExit)
-		run.Checkpointed, run.Saved, run.StopGap = true, saved, min(s.o.Latencies.CommitExit, s.o.Latencies.Preempt)
-		g.remaining = g.dur - saved
-		return
-	}
-	g.remaining = g.dur
+	g.remaining = s.endRun(&g.rec.Runs[len(g.rec.Runs)-1], g.dur, done, moved)
 }
 
 // waitsAsGang says whether stopped job id waits with its gang for

@@ -1342,18 +1342,23 @@ func (s *sim) stopRun(id int32, moved bool) {
 	if !running {
 		return // placed, not started: no run to end
 	}
-	done := j.dur - j.remaining
-	run := s.lastRun(id)
+	j.remaining = s.endRun(s.lastRun(id), j.dur, j.dur-j.remaining, moved)
+}
+
+// endRun ends run, of a job of dur with done of it done, at a stop now
+// (preempted, or moved): the task exits Latencies.Preempt later. With
+// Checkpoints it keeps what its commit saved, else it starts again from
+// scratch; remaining is what is left to run.
+func (s *sim) endRun(run *tracereplay.Run, dur, done time.Duration, moved bool) (remaining time.Duration) {
 	run.End = s.now + s.preemptDelay
 	run.Preempted, run.Moved = !moved, moved
-	run.Reached = min(j.dur, done+s.preemptDelay)
-	if s.f.Checkpoints {
-		saved := max(done, run.Reached-s.commitExit)
-		run.Checkpointed, run.Saved, run.StopGap = true, saved, min(s.o.Latencies.CommitExit, s.o.Latencies.Preempt)
-		j.remaining = j.dur - saved
-		return
+	run.Reached = min(dur, done+s.preemptDelay)
+	if !s.f.Checkpoints {
+		return dur
 	}
-	j.remaining = j.dur
+	saved := max(done, run.Reached-s.commitExit)
+	run.Checkpointed, run.Saved, run.StopGap = true, saved, min(s.o.Latencies.CommitExit, s.o.Latencies.Preempt)
+	return dur - saved
 }
 
 // lastRun is the job's current run record.
