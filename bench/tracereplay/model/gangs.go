@@ -121,7 +121,8 @@ func (s *sim) gangBefore(a, b int32) int {
 // order, whose members all fit now is placed at once; true when one was.
 // A gang fits only after capacity of whole GPUs was freed (capVer) or it
 // arrived, so a round without either is skipped; within a round gangs of
-// one shape and priority share one answer until one is admitted.
+// one shape and priority share one answer until one is admitted. A gang
+// is looked at once a round, even if a roll-back queued it again.
 func (s *sim) admitGangs() bool {
 	if s.gangRound.cap == s.capVer[wholeGroup] && !s.gangRound.arrived {
 		return false
@@ -130,30 +131,29 @@ func (s *sim) admitGangs() bool {
 	clear(s.gangRound.fits)
 	slices.SortFunc(s.gangQueue, s.gangBefore)
 	admitted := false
-	for i := 0; i < len(s.gangQueue); {
-		gid := s.gangQueue[i]
-		if !s.gangFitsMemo(gid) {
-			i++
+	for _, gid := range slices.Clone(s.gangQueue) {
+		if !s.gangs[gid].queued || !s.gangFitsMemo(gid) {
 			continue
 		}
 		clear(s.gangRound.fits)
-		s.gangQueue = slices.Delete(s.gangQueue, i, i+1)
+		s.gangQueue = slices.DeleteFunc(s.gangQueue, func(x int32) bool { return x == gid })
 		if s.gangFitsFree(gid) {
 			for _, m := range s.gangs[gid].members {
 				s.placeMember(m, s.pickNode(wholeGroup, s.jobs[m].k, -1))
 			}
-		} else {
-			s.admitPreempting(gid)
+			admitted = true
+			continue
 		}
-		admitted = true
+		admitted = s.admitPreempting(gid) || admitted
 	}
 	return admitted
 }
 
 // admitPreempting places gang gid's members one at a time as Nomad's plan
 // does, preempting where a member does not fit; a member that finds no
-// room stops the ones placed, and the gang waits again.
-func (s *sim) admitPreempting(gid int32) {
+// room stops the ones placed, and the gang waits again. false when its
+// first member found none: nothing changed.
+func (s *sim) admitPreempting(gid int32) bool {
 	g := &s.gangs[gid]
 	g.queued = false
 	for i, m := range g.members {
@@ -161,13 +161,17 @@ func (s *sim) admitPreempting(gid int32) {
 		if s.tryPlace(m) || s.tryPreempt(m) {
 			continue
 		}
-		if i == 0 {
-			s.queueGang(gid)
-		} else {
+		if i > 0 {
 			s.stopRun(g.members[0], false) // stops the others, and queues the gang
+			return true
 		}
-		return
+		arrived, since := s.gangRound.arrived, g.waitSince
+		s.queueGang(gid)
+		// Back as it was: waiting since then, and no new round for it.
+		s.gangRound.arrived, g.waitSince = arrived, since
+		return false
 	}
+	return true
 }
 
 // gangRoundState is admitGangs' bookkeeping: the whole-GPU capacity
