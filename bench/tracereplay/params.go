@@ -280,21 +280,28 @@ func (p Params) Load() (Setup, error) {
 	if drain == 0 {
 		drain = max(p.Window, t.Span()) / 4
 	}
-	if p.Jobs == 0 && p.OfferedLoad > 0 {
-		horizon := max(p.Window, t.Span()) + drain
-		capacity := float64(s.Cluster.Nodes*s.Cluster.GPUsPerNode) * horizon.Seconds()
-		t.Jobs = SampleLoad(t.Jobs, p.OfferedLoad, capacity, horizon, p.Seed)
-		var offered float64
-		for _, j := range t.Jobs {
-			offered += Offered(j, horizon)
+	horizon := max(p.Window, t.Span()) + drain
+	capacity := float64(s.Cluster.Nodes*s.Cluster.GPUsPerNode) * horizon.Seconds()
+	offered := func(jobs []Job) float64 {
+		var sum float64
+		for _, j := range jobs {
+			sum += Offered(j, horizon)
 		}
-		t.Source += fmt.Sprintf(", %d drawn with seed %d to an offered load of %.2f (target %.2f) of %d nodes", len(t.Jobs), p.Seed, offered/capacity, p.OfferedLoad, s.Cluster.Nodes)
+		return sum / capacity
+	}
+	if p.Jobs == 0 && p.OfferedLoad > 0 {
+		t.Jobs = SampleLoad(t.Jobs, p.OfferedLoad, capacity, horizon, p.Seed)
+		t.Source += fmt.Sprintf(", %d drawn with seed %d to an offered load of %.2f (target %.2f) of %d nodes", len(t.Jobs), p.Seed, offered(t.Jobs), p.OfferedLoad, s.Cluster.Nodes)
 	}
 	if len(t.Jobs) == 0 {
 		return s, ErrNoJobs
 	}
+	drawn := len(t.Jobs)
 	if t.Jobs, s.Notes, err = s.Cluster.FitJobs(t.Jobs, p.MultiNode); err != nil {
 		return s, err
+	}
+	if len(t.Jobs) < drawn && p.Jobs == 0 && p.OfferedLoad > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("the sample's offered load without the jobs left out: %.2f", offered(t.Jobs)))
 	}
 	if len(t.Jobs) == 0 {
 		return s, ErrNoJobs
