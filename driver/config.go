@@ -46,6 +46,20 @@ type Config struct {
 	Nomad             NomadAPIConfig   `hcl:"nomad,block"`
 	Preemption        PreemptionConfig `hcl:"preemption,block"`
 	Metrics           MetricsConfig    `hcl:"metrics,block"`
+	Gang              GangConfig       `hcl:"gang,block"`
+}
+
+// GangConfig is how a gang's member (job meta nomad_gpu_gang = "true")
+// waits for its peers before its task starts.
+type GangConfig struct {
+	// Wait bounds the wait for every member to be placed, after which the
+	// member's task fails. The controller admits a gang whole and rolls
+	// back a partial one after its -gang-admit-timeout (30s), which stops
+	// the member first; the default, twice that, ends the wait where no
+	// controller does. Where gangs run without the controller's admission
+	// (members placed one at a time, as a torchrun job of count N on stock
+	// Nomad), raise it to the rendezvous timeout the job would have.
+	Wait time.Duration `hcl:"wait" default:"1m"`
 }
 
 // MetricsConfig serves Prometheus metrics of every task (off by default).
@@ -189,6 +203,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WatchdogInterval < 100*time.Millisecond {
 		return fmt.Errorf("watchdog_interval: %s is too short; use at least 100ms", c.WatchdogInterval)
+	}
+	if c.Gang.Wait < time.Second || c.Gang.Wait > 30*24*time.Hour {
+		return fmt.Errorf("gang.wait: %s; allowed: 1s to 720h", c.Gang.Wait)
 	}
 	switch c.GPU.Backend {
 	case "nvml", "sim":

@@ -170,6 +170,9 @@ var pluginKeyCases = []keyCase{
 	{"watchdog_interval", "zero", map[string]any{"watchdog_interval": "0s"}, "watchdog_interval: 0s is too short; use at least 100ms"},
 	{"watchdog_interval", "not a duration", map[string]any{"watchdog_interval": "5"}, `watchdog_interval: "5" is not a duration; use a number with a unit such as "500ms", "30s" or "5m"`},
 
+	{"gang.wait", "too short", map[string]any{"gang": map[string]any{"wait": "500ms"}}, "gang.wait: 500ms; allowed: 1s to 720h"},
+	{"gang.wait", "too long", map[string]any{"gang": map[string]any{"wait": "1000h"}}, "gang.wait: 1000h0m0s; allowed: 1s to 720h"},
+
 	{"mps.control_binary", "empty", map[string]any{"mps": map[string]any{"control_binary": ""}}, `mps.control_binary: "" must be a command name found in PATH or an absolute path`},
 	{"mps.control_binary", "relative path", map[string]any{"mps": map[string]any{"control_binary": "bin/nvidia-cuda-mps-control"}},
 		`mps.control_binary: "bin/nvidia-cuda-mps-control" must be a command name found in PATH or an absolute path`},

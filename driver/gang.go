@@ -15,12 +15,6 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/internal/atomicfile"
 )
 
-// gangWait bounds how long a member of a gang waits for its peers to be
-// placed. The controller admits a gang whole and rolls back a partial one
-// after its -gang-admit-timeout (30s), which stops this member first; the
-// bound here, twice that, ends the wait where no controller does.
-const gangWait = time.Minute
-
 // gangPoll is how often a waiting member reads its gang again.
 const gangPoll = 500 * time.Millisecond
 
@@ -28,14 +22,16 @@ const gangPoll = 500 * time.Millisecond
 const gangHostfile = "gang-hostfile"
 
 // joinGang holds a gang member's start until every member of its gang is
-// placed and no earlier run of the gang is still stopping, then hands the
+// placed and no earlier run of the gang is still stopping (at most the
+// plugin config's gang.wait), then hands the
 // task its rank, the world size, rank 0's address and port and a hostfile
 // (package rendezvous). A task that is no gang member passes at once.
 func (d *Driver) joinGang(rt *runtimeState, t *task, p *startPlan) error {
 	if p.cfg.Env["NOMAD_META_"+contract.MetaGang] != "true" {
 		return nil
 	}
-	deadline := time.Now().Add(gangWait)
+	wait := d.config().Gang.Wait
+	deadline := time.Now().Add(wait)
 	addrs := map[string]string{}
 	said := ""
 	for {
@@ -56,7 +52,7 @@ func (d *Driver) joinGang(rt *runtimeState, t *task, p *startPlan) error {
 			if err != nil {
 				why = err.Error()
 			}
-			return fmt.Errorf("gang: still waiting after %s (%s); the controller (nomad-gpu controller, gangs on) admits a gang whole and rolls back a partial one", gangWait, why)
+			return fmt.Errorf("gang: still waiting after %s, the plugin's gang.wait (%s); the controller (nomad-gpu controller, gangs on) admits a gang whole and rolls back a partial one", wait, why)
 		}
 		select {
 		case <-d.ctx.Done():

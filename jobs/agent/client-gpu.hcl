@@ -113,6 +113,14 @@ plugin "nomad-driver-gpu" {
       token   = "" # where ACLs are on: read-job (the driver writes nothing)
     }
 
+    # A gang's member (job meta nomad_gpu_gang = "true") starts once every
+    # member is placed; its task fails after waiting this long. The
+    # controller admits gangs whole; without it, raise this to the
+    # rendezvous timeout the jobs would have.
+    gang {
+      wait = "1m"
+    }
+
     # Every guard is on by default; only this block can relax it.
     isolation {
       pid_mode       = "private"  # each task in its own PID namespace; or "host"

@@ -72,11 +72,6 @@ func TestTraceReplay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench-trace: %v", err)
 	}
-	for _, j := range setup.Trace.Jobs {
-		if m, _ := setup.Cluster.Members(j); m > 1 {
-			t.Fatalf("bench-trace: job %s asks %d GPUs, more than a node: the real engine does not replay jobs bigger than a node as members yet (the model does); add -multi-node clip to BENCH_TRACE_FLAGS", j.ID, j.GPUs)
-		}
-	}
 	cluster.NomadBinary(t)
 	for _, cfg := range setup.Configs {
 		if cfg.Autoscale != "" {
@@ -246,6 +241,7 @@ func layoutFor(c tracereplay.Cluster, f tracereplay.Features) *harness.NodeLayou
 // replayOnNomad replays the trace on a fresh cluster in configuration
 // cfg, and says what the model's latencies are in it.
 func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (tracereplay.Result, tracereplay.Latencies) {
+	refuseStockGangPreemption(t, s, cfg)
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")
 	c := cluster.Start(t, cluster.Options{Clients: 0})
@@ -255,6 +251,9 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	pool := harness.NewSimPool(t, c, "gpu")
 	layout := layoutFor(s.Cluster, cfg.Features)
 	driverHCL := fmt.Sprintf("nomad {\naddress = %q\n}\nisolation {\nunveil_paths = [%q]\n}", c.Server().HTTPAddr(), "rx:"+filepath.Dir(cli))
+	if !cfg.Gangs {
+		driverHCL += fmt.Sprintf("\ngang {\nwait = %q\n}", stockGangWait)
+	}
 	ctl := replayController(t, c, cfg, s)
 	// One checkpoint root for the pool, as on a shared filesystem: a
 	// preempted job may resume on another node.
@@ -343,7 +342,11 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		if cfg.Checkpoints {
 			commit = s.Policy.CommitTimeout
 		}
-		regEval[j.ID] = registerJob(t, c, replayJob(j, sl, wall(j.Duration), cli, commit, cfg.Moves))
+		jobHCL := replayJob(j, sl, wall(j.Duration), cli, commit, cfg.Moves)
+		if sl.Members > 1 {
+			jobHCL = replayGangJob(j, sl, wall(j.Duration), cli, commit, cfg.Gangs)
+		}
+		regEval[j.ID] = registerJob(t, c, jobHCL)
 	}
 	res.Timeline = sampler.wait()
 	if layouts != nil {
@@ -372,6 +375,12 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	for _, j := range s.Trace.Jobs {
 		rec := j.Record(s.Cluster.Slice(j, cfg.Features))
 		rec.Submitted = trace(submitted[j.ID].Sub(t0))
+		if rec.Slice.Members > 1 {
+			_, step := gangSteps(wall(j.Duration))
+			rc.collectGang(t, &rec, byJob[j.ID], trace(step))
+			res.Jobs = append(res.Jobs, rec)
+			continue
+		}
 		rc.collect(t, &rec, byJob[j.ID])
 		// A job its first evaluation placed (it was not blocked) tells
 		// the scheduler's own latency.
@@ -467,12 +476,13 @@ func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
 
 // replayController starts the controller, one replica, when the
 // configuration protects preempted work (checkpointed preemption with a
-// cooldown): it raises a preempted job once its replacement runs, as the
-// model's Policy says. Nil when the configuration has no protection.
+// cooldown: it raises a preempted job once its replacement runs, as the
+// model's Policy says), lays GPUs out, moves work or admits gangs (with
+// reservations, where it has them). Nil when it does none of these.
 func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, s tracereplay.Setup) *cluster.Controller {
 	p := s.Policy
 	protect := cfg.Checkpoints && p.PreemptionCooldown > 0
-	if !protect && !cfg.Layouts && !cfg.Moves {
+	if !protect && !cfg.Layouts && !cfg.Moves && !cfg.Gangs {
 		return nil
 	}
 	cooldown := time.Duration(0)
@@ -480,7 +490,10 @@ func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, 
 		cooldown = p.PreemptionCooldown
 	}
 	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", harness.ReplayControllerTick.String(), "-layouts=" + strconv.FormatBool(cfg.Layouts),
-		"-moves=" + strconv.FormatBool(cfg.Moves)}
+		"-moves=" + strconv.FormatBool(cfg.Moves), "-gangs=" + strconv.FormatBool(cfg.Gangs)}
+	if cfg.Reservations {
+		args = append(args, "-reservations", "-reserve-max-hold", p.ReservationMaxHold.String())
+	}
 	if cfg.Layouts {
 		args = append(args, "-layout-shares", "*="+strconv.Itoa(s.Cluster.Shares()), "-layout-min-interval", p.LayoutMinInterval.String())
 	}
