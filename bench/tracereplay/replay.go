@@ -159,8 +159,9 @@ type Features struct {
 	// Nomad) the members are one job's allocations, placed one at a time
 	// as GPUs free, each holding its GPUs while the others wait.
 	Gangs bool
-	// Reservations, with Gangs, is the controller's reservation for the
-	// head of the queue among gangs and jobs asking 2 or more whole GPUs:
+	// Reservations, with Gangs and Preemption (the handover preempts the
+	// placeholder), is the controller's reservation for the head of the
+	// queue among gangs and jobs asking 2 or more whole GPUs:
 	// the nodes predicted to free soonest are kept for it by a
 	// placeholder that takes their GPUs as they free, and handed over
 	// when it holds them all.
@@ -185,8 +186,8 @@ func (f Features) Validate() error {
 	if f.Moves && !f.Checkpoints {
 		return fmt.Errorf("moves: on without checkpoints; allowed: moves only with checkpoints (a moved job resumes from its checkpoint)")
 	}
-	if f.Reservations && !f.Gangs {
-		return fmt.Errorf("reservations: on without gangs; allowed: reservations only with gangs (the controller keeps nodes for a gang it admits)")
+	if f.Reservations && (!f.Gangs || !f.Preemption) {
+		return fmt.Errorf("reservations: on without gangs or preemption; allowed: reservations only with both (the controller keeps nodes for a gang it admits, and hands them over by preempting its placeholder: Nomad's batch preemption must be on)")
 	}
 	switch f.Autoscale {
 	case AutoscaleNone, AutoscaleGPUQueue, AutoscaleTargetValue:

@@ -143,6 +143,8 @@ func TestFeaturesValidate(t *testing.T) {
 		{"slices and layouts", Features{Slices: true, Layouts: true}, "slices, layouts: both on"},
 		{"checkpoints alone", Features{Checkpoints: true}, "checkpoints: on without preemption"},
 		{"moves without checkpoints", Features{Preemption: true, Moves: true}, "moves: on without checkpoints"},
+		{"reservations without gangs", Features{Preemption: true, Reservations: true}, "reservations: on without gangs or preemption"},
+		{"reservations without preemption", Features{Gangs: true, Reservations: true}, "Nomad's batch preemption must be on"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

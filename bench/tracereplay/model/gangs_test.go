@@ -129,8 +129,8 @@ func TestGangReservation(t *testing.T) {
 		f        tracereplay.Features
 		startMax time.Duration
 	}{
-		{"without", tracereplay.Features{Gangs: true}, -1},
-		{"with", tracereplay.Features{Gangs: true, Reservations: true}, 12*sec + 2*20*sec},
+		{"without", tracereplay.Features{Gangs: true, Preemption: true}, -1},
+		{"with", tracereplay.Features{Gangs: true, Reservations: true, Preemption: true}, 12*sec + 2*20*sec},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := gangOptions(tc.f)
