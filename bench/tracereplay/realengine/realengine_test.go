@@ -349,6 +349,12 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		regEval[j.ID] = registerJob(t, c, jobHCL)
 	}
 	res.Timeline = sampler.wait()
+	if cfg.Reservations {
+		// The controller's own counts, read at the horizon: its idle
+		// GPU-seconds are wall clock.
+		res.Reservations = int(ctl.MetricByLabel(t, contract.MetricControllerDecisions, "kind")["reserved"])
+		res.ReservationIdleGPUHours = ctl.Metric(t, contract.MetricControllerReserveIdle) * s.Compression / 3600
+	}
 	if layouts != nil {
 		res.LayoutChanges, res.LayoutsRecorded = layouts.changes, true
 	}
