@@ -150,7 +150,11 @@ func (rc *recordCollector) collectGang(t *testing.T, rec *tracereplay.JobRecord,
 	slices.SortFunc(allocs, func(a, b *api.AllocationListStub) int { return int(a.CreateIndex - b.CreateIndex) })
 	done := map[string]bool{} // by member name (allocation index)
 	for _, a := range allocs {
-		if a.ClientStatus == api.AllocClientStatusFailed {
+		switch {
+		case a.ClientStatus != api.AllocClientStatusFailed:
+		case a.DesiredStatus != api.AllocDesiredStatusRun:
+			rc.stoppedMembers++ // told to stop before its peers were placed
+		default:
 			rc.failedAlloc(t, rec.ID, a.ID)
 		}
 		if len(a.PreemptedAllocations) > 0 && !time.Unix(0, a.CreateTime).After(rc.horizon) {

@@ -749,6 +749,10 @@ type recordCollector struct {
 	oom, silent int
 	// incomplete is the silent runs' evidence.
 	incomplete []tracereplay.IncompleteRecord
+	// stoppedMembers are gang members Nomad told to stop (preempted, or
+	// the gang rolled back) while they waited for their peers: the gpu
+	// driver refuses to start them, which Nomad records as a failure.
+	stoppedMembers int
 }
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
@@ -881,6 +885,9 @@ func (rc *recordCollector) failedAlloc(t *testing.T, job, id string) {
 
 func (rc *recordCollector) notes() []string {
 	var notes []string
+	if rc.stoppedMembers > 0 {
+		notes = append(notes, fmt.Sprintf("%d gang members were told to stop (preempted, or their gang rolled back) while they waited for their peers; the gpu driver refused to start them, which Nomad records as failed", rc.stoppedMembers))
+	}
 	if rc.refused > 0 {
 		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused, and the controller asked Nomad to place them again at once (a forced reschedule): jobs %s", rc.refused, strings.Join(rc.refusedJobs, ", ")))
 	}
