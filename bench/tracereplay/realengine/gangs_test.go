@@ -157,11 +157,8 @@ func (rc *recordCollector) collectGang(t *testing.T, rec *tracereplay.JobRecord,
 		default:
 			rc.failedAlloc(t, rec.ID, a.ID)
 		}
-		if len(a.PreemptedAllocations) > 0 && !time.Unix(0, a.CreateTime).After(rc.horizon) {
-			rec.PreemptingPlacements++
-		}
-		st := a.TaskStates["t"]
-		if st == nil || st.StartedAt.IsZero() || st.StartedAt.After(rc.horizon) {
+		st := rc.startedTask(rec, a)
+		if st == nil {
 			continue
 		}
 		run := tracereplay.Run{Placed: rc.at(time.Unix(0, a.CreateTime)), Start: rc.at(st.StartedAt), Node: a.NodeName, Held: held(a)}

@@ -757,6 +757,20 @@ type recordCollector struct {
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
 
+// startedTask counts allocation a of rec's job as a preempting placement
+// where it is one, and is its task's state where the task started by the
+// horizon, else nil.
+func (rc *recordCollector) startedTask(rec *tracereplay.JobRecord, a *api.AllocationListStub) *api.TaskState {
+	if len(a.PreemptedAllocations) > 0 && !time.Unix(0, a.CreateTime).After(rc.horizon) {
+		rec.PreemptingPlacements++
+	}
+	st := a.TaskStates["t"]
+	if st == nil || st.StartedAt.IsZero() || st.StartedAt.After(rc.horizon) {
+		return nil
+	}
+	return st
+}
+
 // collect fills rec's runs from the job's allocations.
 func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, allocs []*api.AllocationListStub) {
 	sort.Slice(allocs, func(a, b int) bool { return allocs[a].CreateIndex < allocs[b].CreateIndex })
@@ -764,11 +778,8 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 		if a.ClientStatus == api.AllocClientStatusFailed {
 			rc.failedAlloc(t, rec.ID, a.ID)
 		}
-		if len(a.PreemptedAllocations) > 0 && !time.Unix(0, a.CreateTime).After(rc.horizon) {
-			rec.PreemptingPlacements++
-		}
-		st := a.TaskStates["t"]
-		if st == nil || st.StartedAt.IsZero() || st.StartedAt.After(rc.horizon) {
+		st := rc.startedTask(rec, a)
+		if st == nil {
 			continue
 		}
 		for _, e := range st.Events {
