@@ -137,3 +137,31 @@ func TestGangRendezvous(t *testing.T) {
 		}
 	})
 }
+
+// A member whose peers are never placed fails once the plugin config's
+// gang.wait is over, saying so.
+func TestGangWaitBound(t *testing.T) {
+	e := newEnv(t)
+	fake := &fakeGangNomad{job: &api.Job{ID: new("train"), TaskGroups: []*api.TaskGroup{
+		{Name: new("worker"), Meta: map[string]string{contract.MetaGangMembers: "2"}},
+	}}}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	e.cfg.Nomad.Address = srv.URL
+	e.cfg.Gang.Wait = time.Second
+	d := e.plugin()
+	cfg := e.taskConfig(&TaskConfig{Command: "/bin/true"}, nil)
+	cfg.JobID, cfg.Namespace = "train", "default"
+	cfg.Env["NOMAD_META_"+contract.MetaGang] = "true"
+	fake.setAllocs(member(cfg.AllocID, "train.worker[0]", "1"))
+	started := make(chan error, 1)
+	go func() { _, _, err := d.StartTask(cfg); started <- err }()
+	select {
+	case err := <-started:
+		if err == nil || !strings.Contains(err.Error(), "still waiting after 1s, the plugin's gang.wait") {
+			t.Fatalf("start: %v; want it failed after gang.wait", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("still waiting 20s into a gang.wait of 1s")
+	}
+}
