@@ -700,12 +700,19 @@ type JobRecord struct {
 }
 
 // Holding are the runs that held devices and the GPU-equivalents each
-// held: a gang's members' runs, else the job's runs.
+// held: a gang's members' runs, each from its placement (a member holds
+// its GPUs while it waits for its peers, its task not yet started), else
+// the job's runs.
 func (r JobRecord) Holding() ([]Run, float64) {
-	if r.Slice.Members > 1 {
-		return r.MemberRuns, float64(r.Slice.Count)
+	if r.Slice.Members < 2 {
+		return r.Runs, r.Slice.GPUs
 	}
-	return r.Runs, r.Slice.GPUs
+	held := make([]Run, len(r.MemberRuns))
+	for i, run := range r.MemberRuns {
+		run.Start = min(run.Start, run.Placed)
+		held[i] = run
+	}
+	return held, float64(r.Slice.Count)
 }
 
 // Run is one allocation of a job, from its task's start to its stop.

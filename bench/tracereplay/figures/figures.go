@@ -12,7 +12,8 @@
 //   - Capacity is ∫ GPUs of ready nodes dt over [0, Horizon].
 //   - Allocated: Σ held GPU-equivalents × run time / capacity. A 0.25-GPU
 //     job on a whole GPU holds 1. A gang's (a job bigger than a node, run
-//     as members) are its members' runs, each holding its GPUs.
+//     as members) are its members' runs, each holding its GPUs from its
+//     placement (while it waits for its peers too).
 //   - Useful allocation: Σ requested GPU-equivalents × run time /
 //     capacity. That job counts 0.25. A gang's run time is while every
 //     member runs: a member holding GPUs while another waits is not

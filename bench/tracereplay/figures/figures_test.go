@@ -464,3 +464,30 @@ func TestMoves(t *testing.T) {
 		t.Errorf("wait %s (%d re-waits), lost %v GPU-h; want 8m (1), 0", f.Wait.Mean, f.ReWaits, f.LostGPUHours)
 	}
 }
+
+// A gang's members hold their GPUs from their placement, while they wait
+// for their peers too; its useful time is while both run. One node of 8
+// GPUs over 100s: member 0 placed at 0 (its task starts at 60, once its
+// peer is placed at 50), member 1 placed at 50, both running to 100.
+func TestGangHoldsFromPlacement(t *testing.T) {
+	r := tracereplay.Result{
+		Config: tracereplay.Config{Name: "baseline"}, Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 8},
+		Horizon: 100 * time.Second, Timeline: []tracereplay.Sample{{At: 0, Nodes: 1, GPUs: 8}},
+		Jobs: []tracereplay.JobRecord{{
+			ID: "g", Requested: 8, Util: 100, Slice: tracereplay.Slice{Kind: "gpu", Count: 4, Members: 2, GPUs: 8},
+			Runs: []tracereplay.Run{{Start: 60 * time.Second, End: 100 * time.Second}},
+			MemberRuns: []tracereplay.Run{
+				{Placed: 0, Start: 60 * time.Second, End: 100 * time.Second},
+				{Placed: 50 * time.Second, Start: 60 * time.Second, End: 100 * time.Second},
+			},
+		}},
+	}
+	f := Compute(r, Options{})
+	// Held: 4 × 100 + 4 × 50 = 600 of 800 GPU-seconds; useful 8 × 40.
+	if !near(f.AllocUtil, 0.75) || !near(f.UsefulUtil, 0.4) {
+		t.Errorf("allocated %v, useful %v; want 0.75, 0.4", f.AllocUtil, f.UsefulUtil)
+	}
+	if want := 4 * 50.0 / 3600; !near(f.PartialGPUHours, want) {
+		t.Errorf("partial %v GPU-hours; want %v", f.PartialGPUHours, want)
+	}
+}

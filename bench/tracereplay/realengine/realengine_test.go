@@ -113,7 +113,10 @@ func TestTraceReplay(t *testing.T) {
 	for i, r := range real {
 		t.Logf("model latencies of %s from this run: %+v", r.Config.Name, lats[i])
 	}
-	rr := tracereplay.RealRun{Flags: strings.Fields(os.Getenv("BENCH_TRACE_FLAGS")), Started: started, Elapsed: time.Since(started), Results: real, Latencies: lats}
+	// The record names how jobs bigger than a node were replayed: bench-trace
+	// -real reads a record without it as one from before the flag.
+	flags := append(strings.Fields(os.Getenv("BENCH_TRACE_FLAGS")), "-multi-node="+p.MultiNode)
+	rr := tracereplay.RealRun{Flags: flags, Started: started, Elapsed: time.Since(started), Results: real, Latencies: lats}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
