@@ -56,10 +56,11 @@ func member(id, name, node string, ports ...api.PortMapping) *api.AllocationList
 		AllocatedResources: &api.AllocatedResources{Shared: api.AllocatedSharedResources{Ports: ports}}}
 }
 
-// A gang member starts only once every member is placed and no earlier
-// run is stopping, with its rank, the world size, rank 0's address and
-// port, and the hostfile; told to stop while it waits, it never starts.
-func TestGangRendezvous(t *testing.T) {
+// gangEnv is a test env whose driver reads job "train", a gang of two
+// members in group "worker", from fake, with cfg edited before the
+// plugin starts.
+func gangEnv(t *testing.T, edit func(*Config)) (*env, *fakeGangNomad) {
+	t.Helper()
 	e := newEnv(t)
 	fake := &fakeGangNomad{job: &api.Job{ID: new("train"), TaskGroups: []*api.TaskGroup{
 		{Name: new("worker"), Meta: map[string]string{contract.MetaGangMembers: "2"}},
@@ -67,6 +68,15 @@ func TestGangRendezvous(t *testing.T) {
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	e.cfg.Nomad.Address = srv.URL
+	edit(e.cfg)
+	return e, fake
+}
+
+// A gang member starts only once every member is placed and no earlier
+// run is stopping, with its rank, the world size, rank 0's address and
+// port, and the hostfile; told to stop while it waits, it never starts.
+func TestGangRendezvous(t *testing.T) {
+	e, fake := gangEnv(t, func(*Config) {})
 	d := e.plugin()
 	rdzv := api.PortMapping{Label: contract.GangRendezvousPort, Value: 24001, HostIP: "10.0.0.1"}
 
@@ -141,14 +151,7 @@ func TestGangRendezvous(t *testing.T) {
 // A member whose peers are never placed fails once the plugin config's
 // gang.wait is over, saying so.
 func TestGangWaitBound(t *testing.T) {
-	e := newEnv(t)
-	fake := &fakeGangNomad{job: &api.Job{ID: new("train"), TaskGroups: []*api.TaskGroup{
-		{Name: new("worker"), Meta: map[string]string{contract.MetaGangMembers: "2"}},
-	}}}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	e.cfg.Nomad.Address = srv.URL
-	e.cfg.Gang.Wait = time.Second
+	e, fake := gangEnv(t, func(c *Config) { c.Gang.Wait = time.Second })
 	d := e.plugin()
 	cfg := e.taskConfig(&TaskConfig{Command: "/bin/true"}, nil)
 	cfg.JobID, cfg.Namespace = "train", "default"
