@@ -72,6 +72,29 @@ func gangEnv(t *testing.T, edit func(*Config)) (*env, *fakeGangNomad) {
 	return e, fake
 }
 
+// gangTaskConfig is a task of job "train" with the gang meta, running
+// tc.
+func gangTaskConfig(e *env, tc *TaskConfig) *drivers.TaskConfig {
+	cfg := e.taskConfig(tc, nil)
+	cfg.JobID, cfg.Namespace = "train", "default"
+	cfg.Env["NOMAD_META_"+contract.MetaGang] = "true"
+	return cfg
+}
+
+// startRefused fails the test unless StartTask's error, which started
+// yields, arrives within d and says want; late says what a timeout means.
+func startRefused(t *testing.T, started <-chan error, d time.Duration, want, late string) {
+	t.Helper()
+	select {
+	case err := <-started:
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("start: %v; want it refused: %q", err, want)
+		}
+	case <-time.After(d):
+		t.Fatal(late)
+	}
+}
+
 // A gang member starts only once every member is placed and no earlier
 // run is stopping, with its rank, the world size, rank 0's address and
 // port, and the hostfile; told to stop while it waits, it never starts.
@@ -81,11 +104,8 @@ func TestGangRendezvous(t *testing.T) {
 	rdzv := api.PortMapping{Label: contract.GangRendezvousPort, Value: 24001, HostIP: "10.0.0.1"}
 
 	gangTask := func() *drivers.TaskConfig {
-		cfg := e.taskConfig(&TaskConfig{Command: "/bin/sh", Args: []string{"-c",
-			`env | grep ^NOMAD_GPU_GANG_ | sort > "$NOMAD_TASK_DIR/env"; cat "$NOMAD_GPU_GANG_HOSTFILE" > "$NOMAD_TASK_DIR/hosts"`}}, nil)
-		cfg.JobID, cfg.Namespace = "train", "default"
-		cfg.Env["NOMAD_META_"+contract.MetaGang] = "true"
-		return cfg
+		return gangTaskConfig(e, &TaskConfig{Command: "/bin/sh", Args: []string{"-c",
+			`env | grep ^NOMAD_GPU_GANG_ | sort > "$NOMAD_TASK_DIR/env"; cat "$NOMAD_GPU_GANG_HOSTFILE" > "$NOMAD_TASK_DIR/hosts"`}})
 	}
 
 	t.Run("waits for its peer and for the previous run to stop", func(t *testing.T) {
@@ -137,14 +157,7 @@ func TestGangRendezvous(t *testing.T) {
 		stopped := *self
 		stopped.DesiredStatus = api.AllocDesiredStatusStop
 		fake.setAllocs(&stopped)
-		select {
-		case err := <-started:
-			if err == nil || !strings.Contains(err.Error(), "no longer a live member") {
-				t.Fatalf("start: %v; want it refused as no longer a member", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("still waiting after its allocation was told to stop")
-		}
+		startRefused(t, started, 10*time.Second, "no longer a live member", "still waiting after its allocation was told to stop")
 	})
 }
 
@@ -153,18 +166,9 @@ func TestGangRendezvous(t *testing.T) {
 func TestGangWaitBound(t *testing.T) {
 	e, fake := gangEnv(t, func(c *Config) { c.Gang.Wait = time.Second })
 	d := e.plugin()
-	cfg := e.taskConfig(&TaskConfig{Command: "/bin/true"}, nil)
-	cfg.JobID, cfg.Namespace = "train", "default"
-	cfg.Env["NOMAD_META_"+contract.MetaGang] = "true"
+	cfg := gangTaskConfig(e, &TaskConfig{Command: "/bin/true"})
 	fake.setAllocs(member(cfg.AllocID, "train.worker[0]", "1"))
 	started := make(chan error, 1)
 	go func() { _, _, err := d.StartTask(cfg); started <- err }()
-	select {
-	case err := <-started:
-		if err == nil || !strings.Contains(err.Error(), "still waiting after 1s, the plugin's gang.wait") {
-			t.Fatalf("start: %v; want it failed after gang.wait", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("still waiting 20s into a gang.wait of 1s")
-	}
+	startRefused(t, started, 20*time.Second, "still waiting after 1s, the plugin's gang.wait", "still waiting 20s into a gang.wait of 1s")
 }

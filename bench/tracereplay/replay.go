@@ -384,8 +384,6 @@ type Slice struct {
 	Members int `json:",omitempty"`
 }
 
-// Allocations are the allocations the slice is: its Members, or 1.
-func (s Slice) Allocations() int { return max(1, s.Members) }
 
 // Device is the Nomad device name a job asks for this slice with:
 // nvidia/gpu, nvidia/mps or nvidia/mig/<profile>.

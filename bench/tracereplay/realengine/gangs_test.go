@@ -191,17 +191,15 @@ func (rc *recordCollector) collectGang(t *testing.T, rec *tracereplay.JobRecord,
 func readTrainProgress(logs string, run *tracereplay.Run, stepTrace time.Duration) bool {
 	restored, reached, committed := int64(-1), int64(-1), int64(-1)
 	for _, l := range strings.Split(logs, "\n") {
-		var rank, world int
-		var n int64
 		switch {
 		case strings.HasSuffix(l, ": starting at step 0"):
 			restored = 0
-		case scan(l, "rank %d of %d: restored step %d", &rank, &world, &n):
-			restored = n
-		case scan(l, "step %d", &n):
-			reached = n
-		case scan(l, "checkpoint: step %d", &n):
-			committed = n
+		case strings.HasPrefix(l, "rank ") && strings.Contains(l, ": restored step "):
+			restored = stepOf(l[strings.LastIndex(l, " ")+1:])
+		case strings.HasPrefix(l, "step "):
+			reached = stepOf(strings.TrimPrefix(l, "step "))
+		case strings.HasPrefix(l, "checkpoint: step "):
+			committed = stepOf(strings.TrimPrefix(l, "checkpoint: step "))
 		}
 	}
 	if restored < 0 {
@@ -216,24 +214,13 @@ func readTrainProgress(logs string, run *tracereplay.Run, stepTrace time.Duratio
 	return true
 }
 
-// scan is fmt.Sscanf of a whole line.
-func scan(line, format string, args ...any) bool {
-	n, err := fmt.Sscanf(line, format, args...)
-	return err == nil && n == len(args) && fmt.Sprintf(format, deref(args)...) == line
-}
-
-// deref are the values args point at, for scan's check.
-func deref(args []any) []any {
-	out := make([]any, len(args))
-	for i, a := range args {
-		switch p := a.(type) {
-		case *int:
-			out[i] = *p
-		case *int64:
-			out[i] = *p
-		}
+// stepOf is a step number of sim-train's log; -1 for none.
+func stepOf(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
 	}
-	return out
+	return n
 }
 
 // gangRuns are the spans during which members of a gang's runs (members
