@@ -384,7 +384,6 @@ type Slice struct {
 	Members int `json:",omitempty"`
 }
 
-
 // Device is the Nomad device name a job asks for this slice with:
 // nvidia/gpu, nvidia/mps or nvidia/mig/<profile>.
 func (s Slice) Device() string {
