@@ -181,7 +181,7 @@ func NewGangs(cfg GangConfig, log hclog.Logger) *Gangs {
 		retry: map[JobKey]gangRetry{}, waiting: map[JobKey]string{}, refused: map[JobKey]gangPlan{}, kept: map[JobKey]time.Time{},
 		since: map[JobKey]gangSince{}, nodes: map[string]nodeDetail{}}
 	if cfg.Reserve != nil {
-		g.reserver = &reserver{cfg: *cfg.Reserve, resting: map[JobKey]time.Time{}, idle: func(float64) {}, ends: forecastEnds}
+		g.reserver = &reserver{cfg: *cfg.Reserve, resting: map[JobKey]time.Time{}, idle: func(float64) {}, ends: forecastEnds, runtimes: queuedRuntimes}
 	}
 	return g
 }

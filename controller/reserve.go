@@ -71,6 +71,11 @@ type reservation struct {
 	// single is what a reservation for a job that is no gang keeps
 	// (reservejob.go); nil for a gang's.
 	single *singleJob
+	// backfilled are the jobs raised onto its GPUs (backfill.go); tried
+	// the ones whose plan was refused, with the GPUs the placeholder held
+	// then.
+	backfilled map[JobKey]backfilled
+	tried      map[JobKey]int
 }
 
 // maxJobPriority is Nomad's highest job priority (job_max_priority's
@@ -87,8 +92,10 @@ type reserver struct {
 	// idle counts GPU-seconds held idle by placeholders.
 	idle func(gpuSeconds float64)
 	// ends are the predicted ends of the snapshot's allocations, by ID
-	// (forecastEnds; tests give their own).
-	ends func(snap *nomadview.Snapshot, now time.Time) map[string]time.Time
+	// (forecastEnds), runtimes the predicted run times of its queued
+	// groups (queuedRuntimes); tests give their own.
+	ends     func(snap *nomadview.Snapshot, now time.Time) map[string]time.Time
+	runtimes func(snap *nomadview.Snapshot, now time.Time) map[groupKey]time.Duration
 }
 
 // reserve runs the module on the waiting gangs (queue order). planned says
@@ -159,7 +166,8 @@ func (g *Gangs) startReservation(ctx context.Context, now time.Time, snap *nomad
 		return nil
 	}
 	g.reserver.cur = &reservation{gang: w.k, placeholder: JobKey{Namespace: w.k.Namespace, ID: *ph.ID}, gpus: members * per,
-		nodes: res.Nodes, due: res.Due, since: now, counted: now, priority: *ph.Priority, members: members}
+		nodes: res.Nodes, due: res.Due, since: now, counted: now, priority: *ph.Priority, members: members,
+		backfilled: map[JobKey]backfilled{}, tried: map[JobKey]int{}}
 	return []Decision{{Kind: "reserved", Job: w.k, Reason: fmt.Sprintf("nodes %s kept for its %d members of %d GPUs; expected free in %s; held by job %s, priority %d",
 		strings.Join(nodeNames(snap, res.Nodes), ", "), members, per, res.Due.Sub(now).Round(time.Second), *ph.ID, *ph.Priority)}}
 }
@@ -190,8 +198,9 @@ func (g *Gangs) chooseIn(ctx context.Context, now time.Time, snap *nomadview.Sna
 }
 
 // holdReservation counts the reservation's idle GPUs, ends it when its
-// gang no longer waits or it held too long, and admits the gang once the
-// placeholder holds every GPU.
+// gang no longer waits or it held too long, backfills its GPUs while it
+// fills, and admits the gang once the placeholder (with movable
+// backfilled jobs) holds every GPU.
 func (g *Gangs) holdReservation(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, waiting []waitingGang, n gangNomad) ([]Decision, bool) {
 	r, c := g.reserver, g.reserver.cur
 	held := placeholderRunning(snap, c.placeholder)
@@ -208,14 +217,15 @@ func (g *Gangs) holdReservation(ctx context.Context, now time.Time, snap *nomadv
 	case now.Sub(c.since) > r.cfg.MaxHold:
 		r.resting[c.gang] = now.Add(r.cfg.MaxHold)
 		return g.endReservation(ctx, n, "reservation-expired", fmt.Sprintf("held %s, the most a reservation holds; not kept again for as long", r.cfg.MaxHold)), false
-	case held < c.gpus:
+	case held+movableHeld(snap, c) < c.gpus:
 		if job := snap.Jobs[c.placeholder]; job == nil || job.Stop {
 			ph := placeholderJob(c.gang, waiting[i].job, c.nodes, c.gpus, mustAsk(waiting[i]))
 			if _, _, err := n.register(ctx, ph, 0); err != nil {
 				g.log.Warn("reservation: placeholder not registered again; tried on the next tick", "job", c.gang.ID, "error", err)
 			}
+			return nil, false
 		}
-		return nil, false
+		return g.backfill(ctx, now, snap, held, n), false
 	}
 	// Full: the placeholder's GPUs pass to the gang, raised above it so
 	// that its plan preempts the placeholder and nothing else.
@@ -254,7 +264,7 @@ func (g *Gangs) admitRaised(ctx context.Context, now time.Time, w waitingGang, c
 	}
 	prio := max(own, c.priority+10)
 	raised := handover(withCounts(w.job, membersOf(w.spec)), own, prio, c.nodes)
-	plan, why := handoverPlan(ctx, raised, c, n)
+	plan, why := handoverPlan(ctx, raised, c, true, n)
 	if why != "" {
 		return nil, false
 	}
@@ -336,10 +346,11 @@ func unreserved(job *api.Job) *api.Job {
 	return &cp
 }
 
-// handoverPlan is Nomad's plan of a handover copy, and why it cannot
-// take the placeholder's GPUs in one plan ("" when it can: it places
-// everything, preempting the placeholder's allocations only).
-func handoverPlan(ctx context.Context, raised *api.Job, c *reservation, n gangNomad) (*api.JobPlanResponse, string) {
+// handoverPlan is Nomad's plan of a handover (or backfill) copy, and why
+// it cannot take the reservation's GPUs in one plan ("" when it can: it
+// places everything, preempting the placeholder's allocations only, and,
+// with movable, those of jobs backfilled as movable).
+func handoverPlan(ctx context.Context, raised *api.Job, c *reservation, movable bool, n gangNomad) (*api.JobPlanResponse, string) {
 	if *raised.Priority > maxJobPriority {
 		return nil, fmt.Sprintf("a raise to %d passes Nomad's highest priority", *raised.Priority)
 	}
@@ -352,7 +363,11 @@ func handoverPlan(ctx context.Context, raised *api.Job, c *reservation, n gangNo
 	}
 	if plan.Annotations != nil {
 		for _, a := range plan.Annotations.PreemptedAllocs {
-			if a == nil || a.JobID != c.placeholder.ID || a.Namespace != c.placeholder.Namespace {
+			if a == nil {
+				continue
+			}
+			k := JobKey{Namespace: a.Namespace, ID: a.JobID}
+			if k != c.placeholder && !(movable && c.backfilled[k].movable) {
 				return nil, "its raised plan would preempt other work"
 			}
 		}

@@ -132,7 +132,7 @@ func (g *Gangs) startJobReservation(ctx context.Context, now time.Time, snap *no
 	}
 	g.reserver.cur = &reservation{gang: b.k, placeholder: JobKey{Namespace: b.k.Namespace, ID: *ph.ID}, gpus: b.allocs * b.per,
 		nodes: res.Nodes, due: res.Due, since: now, counted: now, priority: *ph.Priority, members: b.allocs,
-		single: &singleJob{group: b.group, device: b.device, job: b.job}}
+		single: &singleJob{group: b.group, device: b.device, job: b.job}, backfilled: map[JobKey]backfilled{}, tried: map[JobKey]int{}}
 	return []Decision{{Kind: "reserved", Job: b.k, Reason: fmt.Sprintf("nodes %s kept for group %q's %d allocations of %d GPUs; expected free in %s; held by job %s, priority %d",
 		strings.Join(nodeNames(snap, res.Nodes), ", "), b.group, b.allocs, b.per, res.Due.Sub(now).Round(time.Second), *ph.ID, *ph.Priority)}}
 }
@@ -158,13 +158,14 @@ func (g *Gangs) holdJobReservation(ctx context.Context, now time.Time, snap *nom
 	case now.Sub(c.since) > r.cfg.MaxHold:
 		r.resting[c.gang] = now.Add(r.cfg.MaxHold)
 		return g.endReservation(ctx, n, "reservation-expired", fmt.Sprintf("held %s, the most a reservation holds; not kept again for as long", r.cfg.MaxHold))
-	case held < c.gpus:
+	case held+movableHeld(snap, c) < c.gpus:
 		if job := snap.Jobs[c.placeholder]; job == nil || job.Stop {
 			if _, _, err := n.register(ctx, placeholderJob(c.gang, c.single.job, c.nodes, c.gpus, c.single.device), 0); err != nil {
 				g.log.Warn("reservation: placeholder not registered again; tried on the next tick", "job", c.gang.ID, "error", err)
 			}
+			return nil
 		}
-		return nil
+		return g.backfill(ctx, now, snap, held, n)
 	}
 	return g.handOver(ctx, now, snap, n)
 }
@@ -184,7 +185,7 @@ func (g *Gangs) handOver(ctx context.Context, now time.Time, snap *nomadview.Sna
 		own = *job.Priority
 	}
 	raised := handover(job, own, c.priority+10, c.nodes)
-	plan, why := handoverPlan(ctx, raised, c, n)
+	plan, why := handoverPlan(ctx, raised, c, true, n)
 	if why != "" {
 		return g.endReservation(ctx, n, "reservation-ended", "placeholder stopped, the job left to race the queue: "+why)
 	}
@@ -218,8 +219,8 @@ func (g *Gangs) restoreJobs(ctx context.Context, snap *nomadview.Snapshot, specs
 	}
 	var out []Decision
 	for _, k := range handed {
-		if c := g.reserver.cur; c != nil && c.gang == k && waiting[k] {
-			continue // its handover under way
+		if c := g.reserver.cur; c != nil && waiting[k] && (c.gang == k || c.backfilled[k] != backfilled{}) {
+			continue // its handover, or backfill, under way
 		}
 		job, err := specs(ctx, k)
 		if err != nil {
