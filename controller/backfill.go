@@ -19,7 +19,7 @@ import (
 // fills, the GPUs its placeholder holds are idle. Queued work that cannot
 // delay the reserved work may use them (gang.Backfill): a job predicted
 // (the sizer's forecast of its group) to end before the reservation is
-// due, with backfillMargin to spare, or a batch job that opted in to
+// due, with gang.BackfillMargin to spare, or a batch job that opted in to
 // moves (job meta nomad_gpu_movable) and whose GPU tasks all checkpoint,
 // which the handover then preempts, checkpointed, and Nomad places again
 // elsewhere, losing nothing. The leader raises such a job ten above the
@@ -30,11 +30,6 @@ import (
 // One plan a tick at most, so that a round asks Nomad the same whatever
 // the queue's length; a job whose plan was refused is planned again only
 // once the placeholder holds more GPUs than it did then.
-
-// backfillMargin is how many times its predicted run time a backfilled
-// job must be able to run before the reservation is due: a prediction is
-// a median, and the reserved work waits for the last backfilled job.
-const backfillMargin = 1.5
 
 // backfilled is a job raised onto a reservation's GPUs.
 type backfilled struct {
@@ -96,7 +91,7 @@ func (g *Gangs) backfillCandidates(now time.Time, snap *nomadview.Snapshot, c *r
 		}
 		rt, known := runtimes[groupKey{k, q.Group}]
 		w := gang.Work{Runtime: rt, Known: known, Movable: job.Meta[MetaMovable] == "true" && checkpointsWhy(job, q.Group) == ""}
-		if gang.Backfill(w, now, c.due, backfillMargin) {
+		if gang.Backfill(w, now, c.due, gang.BackfillMargin) {
 			out = append(out, backfillCandidate{q: q, k: k, job: job, per: per, work: w})
 		}
 	}
@@ -136,7 +131,7 @@ func (g *Gangs) backfill(ctx context.Context, now time.Time, snap *nomadview.Sna
 	}
 	c.backfilled[b.k] = backfilled{movable: b.work.Movable, per: b.per}
 	rule := fmt.Sprintf("predicted to run %s, ending before the reservation is due in %s with %.1f× to spare",
-		b.work.Runtime.Round(time.Second), c.due.Sub(now).Round(time.Second), backfillMargin)
+		b.work.Runtime.Round(time.Second), c.due.Sub(now).Round(time.Second), gang.BackfillMargin)
 	if b.work.Movable {
 		rule = "it checkpoints and opted in to moves: the handover preempts it, checkpointed, and Nomad places it again"
 	}

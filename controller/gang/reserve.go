@@ -119,6 +119,11 @@ type Work struct {
 	Movable bool
 }
 
+// BackfillMargin is how many times its predicted run time backfilled
+// work must be able to run before the reservation is due: a prediction
+// is a median, and the reserved work waits for the last backfilled job.
+const BackfillMargin = 1.5
+
 // Backfill says whether w may take a reserved node's free GPUs at now:
 // when it is predicted to end before the reservation is due, with margin
 // to spare (a prediction is a median, and the gang waits for the last

@@ -262,3 +262,52 @@ func TestRuntimeLevelsArePredictRuntime(t *testing.T) {
 		}
 	}
 }
+
+// Backfill on a reservation's GPUs (controller/backfill.go's rule): node
+// X runs "a" (4 GPUs) to 401s, node Y is free from 311s; a gang of 2 × 4
+// arriving at 300s is kept X and Y, due when a is predicted to end (its
+// elapsed time again: 599s). A 1-GPU job predicted (three 1-GPU runs of
+// 10s) to end well before that takes a kept GPU at once; one of the same
+// shape above the reservation's priority is not let on and waits past
+// the gang. With moves, a long job that checkpoints is let on too,
+// counted toward the handover, and stopped by it, checkpointed, losing
+// nothing. The gang starts once a ends either way.
+func TestReservationBackfill(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    tracereplay.Features
+		// job is the one arriving at 320s beside "above".
+		job tracereplay.Job
+	}{
+		{"predicted to end before due", tracereplay.Features{Gangs: true, Reservations: true, Preemption: true, Checkpoints: true}, wjob("small", 320*sec, 10*sec, 1)},
+		{"movable", tracereplay.Features{Gangs: true, Reservations: true, Preemption: true, Checkpoints: true, Moves: true}, wjob("movable", 320*sec, 300*sec, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs := []tracereplay.Job{
+				wjob("a", 0, 400*sec, 4),
+				wjob("h1", 0, 10*sec, 1), wjob("h2", 0, 10*sec, 1), wjob("h3", 0, 10*sec, 1),
+				wjob("b", 290*sec, 20*sec, 4),
+				wjob("gang", 300*sec, 50*sec, 8),
+				prio(wjob("above", 320*sec, 10*sec, 1), 55),
+				tc.job,
+			}
+			o := gangOptions(tc.f)
+			o.Horizon = 1500 * sec
+			r := mustRun(t, jobs, o)
+			f := figures.Compute(r, figures.Options{})
+			gang, above, job := r.Jobs[5], r.Jobs[6], r.Jobs[7]
+			if f.Reservations != 1 || firstStart(gang) < 401*sec || firstStart(gang) > 406*sec {
+				t.Fatalf("%d reservations, gang starts at %s; want one, and a start once a ends at 401s", f.Reservations, firstStart(gang))
+			}
+			if s := firstStart(job); s < 320*sec || s > 325*sec || !job.Done {
+				t.Errorf("%s starts at %s, done %v; want backfilled at once, and done", job.ID, s, job.Done)
+			}
+			if s := firstStart(above); s < firstStart(gang)+50*sec {
+				t.Errorf("above starts at %s; want after the gang (from %s), not backfilled", s, firstStart(gang))
+			}
+			if tc.f.Moves && (len(job.Runs) != 2 || job.Runs[0].End > 403*sec || f.LostGPUHours != 0) {
+				t.Errorf("movable runs %+v, lost %v GPU-hours; want stopped by the handover at 401s (in 2s), resumed, nothing lost", job.Runs, f.LostGPUHours)
+			}
+		})
+	}
+}

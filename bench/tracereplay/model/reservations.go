@@ -26,9 +26,10 @@ import (
 // preempt it. Once it holds a member's GPUs on every node, the work is
 // placed there in its stead (the pinned handover). A reservation whose
 // work started otherwise ends; one held ReservationMaxHold ends and its
-// work is not kept again for as long. Backfill on the kept GPUs is not
-// applied (nor is it by the controller yet): the placeholder's GPU-time
-// is counted idle (ReservationIdleGPUHours).
+// work is not kept again for as long. While it fills, waiting work that
+// cannot delay it takes the placeholder's GPUs (backfill, as
+// controller/backfill.go); the placeholder's GPU-time is counted idle
+// (ReservationIdleGPUHours).
 
 // reserveState is the reservation module's state.
 type reserveState struct {
@@ -40,6 +41,8 @@ type reserveState struct {
 	prio      int
 	nodes     []int32
 	since     time.Duration
+	// due is when gang.Choose expects the kept nodes free.
+	due time.Time
 	// holders are its placeholder allocations placed; spare are
 	// placeholder jobs not placed, for the next.
 	holders, spare []int32
@@ -48,9 +51,15 @@ type reserveState struct {
 	noReserve map[int32]time.Duration
 	// idle is the GPU-time held by placeholders that let go.
 	idle time.Duration
-	// history are the whole-GPU runs finished, for the predictions.
-	history      []history.Run
-	made, handed int
+	// history are the whole-GPU runs finished, for the predictions;
+	// levels their runtimeLevels, made at levelsOf runs.
+	history  []history.Run
+	levels   runtimeLevels
+	levelsOf int
+	// movable are the jobs backfilled as movable (the handover stops
+	// them, checkpointed); backfills counts every backfill.
+	movable             []int32
+	made, handed, backfills int
 }
 
 // epoch is the trace's zero as the controller's rules read time.
@@ -71,7 +80,7 @@ func (s *sim) reserve() bool {
 			s.endReservation()
 			return false
 		}
-		return s.feedReservation()
+		return s.feedReservation() || s.backfill()
 	}
 	gid, jid := s.reservationHead()
 	if gid < 0 && jid < 0 {
@@ -88,9 +97,9 @@ func (s *sim) reserve() bool {
 	if !ok {
 		return false
 	}
-	*r = reserveState{active: true, gang: gid, job: jid, per: per, prio: min(maxPriority, prio+1), since: s.now,
+	*r = reserveState{active: true, gang: gid, job: jid, per: per, prio: min(maxPriority, prio+1), since: s.now, due: res.Due,
 		holders: r.holders[:0], spare: r.spare, noReserve: r.noReserve, idle: r.idle, history: r.history,
-		made: r.made + 1, handed: r.handed}
+		levels: r.levels, levelsOf: r.levelsOf, movable: r.movable[:0], made: r.made + 1, handed: r.handed, backfills: r.backfills}
 	for _, name := range res.Nodes {
 		id, _ := strconv.Atoi(name)
 		r.nodes = append(r.nodes, int32(id))
@@ -205,6 +214,9 @@ type runtimeLevels struct {
 }
 
 func (s *sim) runtimeLevels() runtimeLevels {
+	if s.res.levelsOf == len(s.res.history) && s.res.levels.byCount != nil {
+		return s.res.levels
+	}
 	lv := runtimeLevels{byCount: map[int][]float64{}}
 	for _, r := range s.res.history {
 		if secs, ok := predict.RunSeconds(r); ok {
@@ -216,6 +228,7 @@ func (s *sim) runtimeLevels() runtimeLevels {
 	for _, xs := range lv.byCount {
 		slices.Sort(xs)
 	}
+	s.res.levels, s.res.levelsOf = lv, len(s.res.history)
 	return lv
 }
 
@@ -296,7 +309,7 @@ func (s *sim) feedReservation() bool {
 	full := true
 	for _, nid := range r.nodes {
 		n := &s.nodes[nid]
-		held := 0
+		held := s.movableOn(nid)
 		for _, h := range r.holders {
 			if s.jobs[h].node == nid {
 				held++
@@ -335,6 +348,7 @@ func (s *sim) placeHolder(nid int32) {
 func (s *sim) handOver() bool {
 	r := &s.res
 	s.releaseHolders()
+	s.moveOffMovable()
 	if !s.reservedFit() {
 		return false
 	}
@@ -404,4 +418,112 @@ func (s *sim) reservationIdle() float64 {
 		idle += max(0, s.horizon-s.jobs[h].placedAt)
 	}
 	return idle.Seconds()
+}
+
+// backfill is controller/backfill.go's round: the first waiting job in
+// the broker's order that asks whole GPUs, below the reservation's
+// priority, no gang's member, and that gang.Backfill lets on (predicted
+// to end before the reservation is due with gang.BackfillMargin to
+// spare, or movable: Features.Moves, whose jobs checkpoint and opt in)
+// takes the GPUs of placeholder allocations on a kept node, the pinned
+// raise preempting them; true when it placed one.
+func (s *sim) backfill() bool {
+	r := &s.res
+	if len(r.holders) == 0 {
+		return false
+	}
+	lv := s.runtimeLevels()
+	now := epoch.Add(s.now)
+	best, bestNode := int32(-1), int32(-1)
+	for i := range s.sqs {
+		q := &s.sqs[i]
+		if q.g != wholeGroup {
+			continue
+		}
+		for _, id := range q.ids {
+			j := &s.jobs[id]
+			if j.gang >= 0 || id == r.job || j.base >= r.prio || (best >= 0 && !s.before(id, best)) {
+				continue
+			}
+			nid := s.backfillNode(j.k)
+			if nid < 0 {
+				continue
+			}
+			rt, known := lv.remaining(j.k, 0)
+			if gang.Backfill(gang.Work{Runtime: rt, Known: known, Movable: s.f.Moves}, now, r.due, gang.BackfillMargin) {
+				best, bestNode = id, nid
+			}
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	s.freeHolders(bestNode, s.jobs[best].k)
+	if !s.fits(bestNode, wholeGroup, s.jobs[best].k) {
+		return false // a placeholder's GPU that was being relaid: the next round feeds it again
+	}
+	s.place(best, bestNode, s.startDelay(wholeGroup)+s.preemptDelay)
+	r.backfills++
+	if s.f.Moves {
+		r.movable = append(r.movable, best)
+	}
+	return true
+}
+
+// backfillNode is the kept node where placeholder allocations and free
+// GPUs make k, the first in the reservation's order; -1 for none.
+func (s *sim) backfillNode(k int) int32 {
+	for _, nid := range s.res.nodes {
+		have := s.nodes[nid].free[wholeGroup]
+		for _, h := range s.res.holders {
+			if s.jobs[h].node == nid {
+				have++
+			}
+		}
+		if have >= k {
+			return nid
+		}
+	}
+	return -1
+}
+
+// freeHolders lets go of placeholder allocations on node nid until k
+// whole GPUs are free there (or none is left).
+func (s *sim) freeHolders(nid int32, k int) {
+	r := &s.res
+	for i := len(r.holders) - 1; i >= 0 && s.nodes[nid].free[wholeGroup] < k; i-- {
+		if h := r.holders[i]; s.jobs[h].node == nid {
+			s.stopRun(h, false)
+		}
+	}
+}
+
+// movableOn are the GPUs of node nid that jobs backfilled as movable
+// hold: the handover takes them with the placeholder's.
+func (s *sim) movableOn(nid int32) int {
+	n := 0
+	for _, id := range s.res.movable {
+		if j := &s.jobs[id]; j.node == nid && (j.state == jobPending || j.state == jobRunning) {
+			n += j.k
+		}
+	}
+	return n
+}
+
+// moveOffMovable stops, checkpointed, the movable backfilled jobs on the
+// reserved nodes at the handover (its plan preempts them), and queues
+// them again.
+func (s *sim) moveOffMovable() {
+	r := &s.res
+	for _, id := range r.movable {
+		j := &s.jobs[id]
+		if (j.state == jobPending || j.state == jobRunning) && slices.Contains(r.nodes, j.node) {
+			s.evict(id)
+			// Protected once it runs again, as any preempted job, at the
+			// handover's priority.
+			j.raiseTo, j.evalAt = min(maxPriority, r.prio+10), s.now
+			s.enqueue(id)
+		}
+	}
+	r.movable = r.movable[:0]
 }

@@ -210,7 +210,7 @@ func (s *sim) result() tracereplay.Result {
 		notes = append(notes, fmt.Sprintf("%d placements on a GPU being relaid were refused and placed again, and %d relayouts were abandoned to a placement made before the plugin read them", s.refusals, s.cancels))
 	}
 	if s.res.made > 0 {
-		notes = append(notes, fmt.Sprintf("%d reservations made, %d of them handed over to the work they kept nodes for", s.res.made, s.res.handed))
+		notes = append(notes, fmt.Sprintf("%d reservations made, %d of them handed over to the work they kept nodes for; %d jobs backfilled on their GPUs", s.res.made, s.res.handed, s.res.backfills))
 	}
 	return tracereplay.Result{
 		Reservations:            s.res.made,
