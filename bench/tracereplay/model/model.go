@@ -148,7 +148,7 @@ import (
 // What each version changed is in git log (git log -S'const Version'
 // bench/tracereplay/model); the rules themselves are in the package
 // comment and beside the code that applies them.
-const Version = "model-10"
+const Version = "model-11"
 
 // Options say what the model replays on and how.
 type Options struct {

@@ -355,8 +355,11 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if cfg.Reservations {
 		// The controller's own counts, read at the horizon: its idle
 		// GPU-seconds are wall clock.
-		res.Reservations = int(ctl.MetricByLabel(t, contract.MetricControllerDecisions, "kind")["reserved"])
+		decisions := ctl.MetricByLabel(t, contract.MetricControllerDecisions, "kind")
+		res.Reservations = int(decisions["reserved"])
 		res.ReservationIdleGPUHours = ctl.Metric(t, contract.MetricControllerReserveIdle) * s.Compression / 3600
+		res.Notes = append(res.Notes, fmt.Sprintf("%d reservations made; %d jobs backfilled on their GPUs (the controller's decisions)",
+			res.Reservations, int(decisions["backfilled"])))
 	}
 	if layouts != nil {
 		res.LayoutChanges, res.LayoutsRecorded = layouts.changes, true
