@@ -158,3 +158,72 @@ func decisions(log string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// waitLog waits until the controller's log holds want, and returns it;
+// it fails the test after timeout.
+func waitLog(t *testing.T, ctl *cluster.Controller, want string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for log := ctl.Log(); ; log = ctl.Log() {
+		switch {
+		case strings.Contains(log, want):
+			return log
+		case time.Now().After(deadline):
+			t.Fatalf("no %q in the controller's log within %s:\n%s", want, timeout, decisions(log))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// Backfill on real Nomad: a gang of two 4-GPU members waits for node A,
+// held by "long" (45 s), while its placeholder holds node B. Three 1-GPU
+// runs of 5 s before make a 1-GPU job's predicted run time 5 s, and
+// long's is its elapsed time again, so the reservation is due some 20 s
+// on. A 1-GPU job queued then, below the gang's priority, is raised onto
+// a GPU the placeholder holds (its plan preempting a placeholder
+// allocation only), runs, and gets its own priority back; the placeholder
+// takes the GPU again, and the gang starts once long ends, never placed
+// in part.
+func TestReservationBackfill(t *testing.T) {
+	c, _ := fourGPUCluster(t, 2, func(c *cluster.Cluster, n *harness.GPUNode) {
+		n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), unveilNomadGPU(t))
+	}, "", func(*api.Node) bool { return true })
+	c.EnablePreemption(t)
+	ctl := c.StartController(t, "controller", "-tick", "500ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false", "-reservations=true")
+	for i := range 3 {
+		c.RunJob(t, holderJob(fmt.Sprintf("history-%d", i), 50, 5*time.Second))
+	}
+	c.RunJob(t, holderJob2("long", 50, 4, 45*time.Second))
+	longStarted := waitGangRunning(c, "long", 1, time.Minute)
+	if longStarted.IsZero() {
+		t.Fatal("long not running within a minute")
+	}
+	time.Sleep(time.Until(longStarted.Add(20 * time.Second)))
+	watch := watchPartial(t, c, "train", 2)
+	runGang(t, c, "train", 4, true, func(j *api.Job) {
+		j.TaskGroups[0].Tasks[0].Config["args"] = []string{"sim-train", "--steps", "0", "--step-time", "1s"}
+	})
+	waitLog(t, ctl, "kind=reserved", 15*time.Second)
+	if waitGangRunning(c, contract.ReservationJobPrefix+"train", 4, 15*time.Second).IsZero() {
+		t.Fatalf("the placeholder does not hold node B:\n%s", decisions(ctl.Log()))
+	}
+	c.RunJob(t, holderJob("short", 40, 5*time.Second))
+	log := waitLog(t, ctl, "kind=backfilled", 10*time.Second)
+	if !strings.Contains(log, "predicted to run") {
+		t.Errorf("backfilled not on its prediction:\n%s", decisions(log))
+	}
+	if waitGangRunning(c, "short", 1, 10*time.Second).IsZero() {
+		t.Fatalf("short, backfilled, not running:\n%s", decisions(ctl.Log()))
+	}
+	started := waitGangRunning(c, "train", 2, time.Until(longStarted.Add(45*time.Second+30*time.Second)))
+	if started.IsZero() {
+		t.Fatalf("the gang did not start within 30 s of long's end:\n%s", decisions(ctl.Log()))
+	}
+	if d := watch.longestPartial(); d > 30*time.Second {
+		t.Errorf("a member ran for %s while another was not placed", d)
+	}
+	if j, _, err := c.API().Jobs().Info("short", nil); err != nil || *j.Priority != 40 || len(j.Constraints) != 0 {
+		t.Errorf("short after its backfill: %v (%v); want its own priority 40 and no pin", j, err)
+	}
+	t.Logf("the gang ran %s after long started; short backfilled", started.Sub(longStarted).Round(100*time.Millisecond))
+}
