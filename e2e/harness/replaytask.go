@@ -20,8 +20,13 @@ import (
 
 // replayScript is the task of a replayed job: it works for WORK ms in all
 // under sim-load, resuming from its checkpoint's count when it has one,
-// and on the checkpoint signal commits the count of ms done so far. It
-// logs restored=, committed= and stopped= with that count.
+// and on the checkpoint signal commits the count of ms done so far. Its
+// work done, it commits the whole count, as a training job saves its
+// final weights (seen in a replay: Nomad evicted an allocation whose task
+// had just exited, and placed a replacement, which without that commit
+// redid the whole job; with it, the replacement restores the end and
+// exits). It logs restored=, committed=, stopped= and finished= with that
+// count.
 //
 // The checkpoint signal (SIGUSR1) goes to the task's whole process group
 // and may come at any moment, a preemption following its placement at
@@ -59,7 +64,7 @@ if [ $left -gt 0 ]; then
     while kill -0 $s 2>/dev/null; do wait $s; done
   done
 fi
-sofar; echo "finished=$d"`
+ck; echo "finished=$d"`
 
 // ReplayTask is replayScript for work ms at util percent, run by cli.
 func ReplayTask(work time.Duration, util float64, cli string) string {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -179,4 +181,30 @@ type fileText string
 func (f fileText) String() string {
 	b, _ := os.ReadFile(string(f))
 	return string(b)
+}
+
+// The replay's task, its work done, commits the whole count before it
+// exits, as a training job saves its final weights: a replacement placed
+// for it after all (Nomad may evict an allocation whose task has just
+// exited) restores the end instead of redoing the job.
+func TestReplayTaskCommitsItsEnd(t *testing.T) {
+	dir := t.TempDir()
+	staging := filepath.Join(dir, "staging")
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	commit := filepath.Join(staging, "COMMIT")
+	cmd := exec.Command("/bin/sh", "-c", harness.ReplayTask(300*time.Millisecond, 50, "/bin/true"))
+	cmd.Env = append(os.Environ(), "NOMAD_GPU_CHECKPOINT_DIR="+staging, "NOMAD_GPU_CHECKPOINT_COMMIT="+commit)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the task failed: %v; it logged:\n%s", err, out)
+	}
+	done, err := os.ReadFile(filepath.Join(staging, "done"))
+	if _, serr := os.Stat(commit); err != nil || serr != nil {
+		t.Fatalf("no final commit (%v, %v); the task logged:\n%s", err, serr, out)
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(done))); n < 300 || !strings.Contains(string(out), "committed=") {
+		t.Errorf("committed %q; want the whole 300 ms; the task logged:\n%s", done, out)
+	}
 }
