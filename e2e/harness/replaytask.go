@@ -64,7 +64,7 @@ if [ $left -gt 0 ]; then
     while kill -0 $s 2>/dev/null; do wait $s; done
   done
 fi
-ck; echo "finished=$d"`
+[ -z "$NOMAD_GPU_CHECKPOINT_COMMIT" ] || ck; sofar; echo "finished=$d"`
 
 // ReplayTask is replayScript for work ms at util percent, run by cli.
 func ReplayTask(work time.Duration, util float64, cli string) string {

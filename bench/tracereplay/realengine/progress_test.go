@@ -207,4 +207,10 @@ func TestReplayTaskCommitsItsEnd(t *testing.T) {
 	if n, _ := strconv.Atoi(strings.TrimSpace(string(done))); n < 300 || !strings.Contains(string(out), "committed=") {
 		t.Errorf("committed %q; want the whole 300 ms; the task logged:\n%s", done, out)
 	}
+	// Without a checkpoint block (no checkpoint directory) it commits
+	// nothing and exits 0.
+	if out, err := exec.Command("/bin/sh", "-c", harness.ReplayTask(100*time.Millisecond, 50, "/bin/true")).CombinedOutput(); err != nil ||
+		strings.Contains(string(out), "committed=") || !strings.Contains(string(out), "finished=") {
+		t.Errorf("without checkpoints: %v; it logged:\n%s", err, out)
+	}
 }
