@@ -94,7 +94,9 @@ func Parse(name string, src []byte) (Config, error) {
 		return Config{}, diagError(diags, f.Body)
 	}
 	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, a...)...)) }
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, a...)...))
+	}
 	cfg := Config{HalfLife: DefaultHalfLife, ReclaimWithin: DefaultReclaimWithin}
 	if raw.FairShare != nil && raw.FairShare.HalfLife != nil {
 		cfg.HalfLife = duration(bad, "fair_share.half_life", *raw.FairShare.HalfLife, minHalfLife, maxHalfLife)
