@@ -158,6 +158,14 @@ const (
 	MetricControllerGangMembers = "nomad_gpu_controller_gang_members"
 	MetricControllerReserveIdle = "nomad_gpu_controller_reservation_idle_gpu_seconds_total"
 	LabelGangState              = "state" // gangs: waiting, placing, running; members: wanted, placed, running
+
+	// Team queues (docs/controller.md, queues).
+	MetricControllerQueueGPUs     = "nomad_gpu_controller_queue_gpus"
+	MetricControllerQueueUsage    = "nomad_gpu_controller_queue_usage_gpu_seconds"
+	MetricControllerQueueStanding = "nomad_gpu_controller_queue_fair_share_ratio"
+	MetricControllerQueueWaiting  = "nomad_gpu_controller_queue_waiting_allocations"
+	LabelQueue                    = "queue"  // a queue of the controller's queue file
+	LabelQueueFigure              = "figure" // used, nominal, borrowed, lent
 )
 
 // ControllerMetrics lists every metric a controller replica exports.
@@ -174,6 +182,10 @@ func ControllerMetrics() []Metric {
 		{MetricControllerGangs, Gauge, "Gangs the leader saw at its last tick, by state: waiting (at count 0, not admitted), placing (admitted, not every member running), running (every member running).", []string{LabelGangState}},
 		{MetricControllerGangMembers, Gauge, "Members of the gangs the leader saw at its last tick: wanted (every gang's members), placed (holding GPUs, running or not), running.", []string{LabelGangState}},
 		{MetricControllerReserveIdle, Counter, "GPU-seconds a reservation's placeholder held idle for the gang at the head of the queue: its running allocations (one GPU each) times the time they ran.", nil},
+		{MetricControllerQueueGPUs, Gauge, "Each queue's GPU-equivalents at the leader's last tick, by figure: used (held by its namespaces' pending and running allocations), nominal (its quota), borrowed (used beyond nominal), lent (of its nominal, lendable and unused).", []string{LabelQueue, LabelQueueFigure}},
+		{MetricControllerQueueUsage, Gauge, "Each queue's decayed use in GPU-equivalent-seconds, halving every fair_share half_life: what its fair-share standing weighs.", []string{LabelQueue}},
+		{MetricControllerQueueStanding, Gauge, "Each active queue's fair-share standing: its share of the active queues' decayed use over its weighted share (below 1: less than its share); no series for a queue with nothing held or waiting.", []string{LabelQueue}},
+		{MetricControllerQueueWaiting, Gauge, "Allocations of each queue's queued task groups at the leader's last tick.", []string{LabelQueue}},
 		{MetricControllerMoveGPUSeconds, Counter, "GPU-seconds spent moving: for each moved allocation, the GPUs it held times the time from its stop to its job running again (counted when it runs again).", nil},
 	}
 }

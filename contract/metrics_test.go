@@ -11,9 +11,10 @@ import (
 var (
 	metricName = regexp.MustCompile(`^nomad_gpu_[a-z0-9_]+$`)
 	labelName  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-	// Base units as the Prometheus naming guide has them; _percent is the
-	// one non-base unit, kept because NVML and DCGM report percentages.
-	unitSuffix = regexp.MustCompile(`_(bytes|seconds|celsius|watts|hertz|percent|timestamp_seconds)$`)
+	// Base units as the Prometheus naming guide has them (a ratio of like
+	// figures is _ratio); _percent is the one non-base unit, kept because
+	// NVML and DCGM report percentages.
+	unitSuffix = regexp.MustCompile(`_(bytes|seconds|celsius|watts|hertz|percent|ratio|timestamp_seconds)$`)
 )
 
 // The names follow Prometheus conventions: one prefix, a unit in the
@@ -37,7 +38,7 @@ func TestMetricNamingConventions(t *testing.T) {
 				t.Errorf("%s: histograms here are durations in seconds", m.Name)
 			case m.Type == Gauge && !strings.HasSuffix(m.Name, "_info") && !unitSuffix.MatchString(m.Name) &&
 				!slices.Contains([]string{MetricDeviceHealthy, MetricDeviceAllocated, MetricDeviceAllocationsKnown, MetricControllerLeader,
-					MetricControllerGangs, MetricControllerGangMembers}, m.Name):
+					MetricControllerGangs, MetricControllerGangMembers, MetricControllerQueueGPUs, MetricControllerQueueWaiting}, m.Name):
 				t.Errorf("%s: a gauge names its unit (or is an _info or 0/1 state metric, or a count of things named by them)", m.Name)
 			}
 			if m.Help == "" || !strings.HasSuffix(m.Help, ".") {

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/controller/layoutplan"
+	"github.com/nomad-gpu/nomad-gpu/controller/queues"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
@@ -47,6 +48,8 @@ type Config struct {
 	Moves *MoveConfig
 	// Gangs bounds gang admission (Gangs); nil: off.
 	Gangs *GangConfig
+	// Queues is the queue file (QueueBook); nil: no queues.
+	Queues *queues.Config
 }
 
 // Controller is one replica.
@@ -61,6 +64,9 @@ type Controller struct {
 	layouts  *Layouts   // nil: off; made when the replica leads
 	mover    *Mover     // nil: off; made when the replica leads
 	gangs    *Gangs     // nil: off; made when the replica leads
+	queues   *QueueBook // nil: no queues; made when the replica leads
+	// queuesSaved is when the queues' use was last written.
+	queuesSaved time.Time
 	// replaced are the allocations a relayout refused that the leader
 	// asked Nomad to place again (replaceRefused), while listed.
 	replaced map[string]bool
@@ -135,6 +141,13 @@ func (c *Controller) lead(ctx context.Context) error {
 		c.gangs = NewGangs(*c.cfg.Gangs, c.log.Named("gangs"))
 		c.gangs.CountIdle(c.metrics.reservationIdle)
 	}
+	if c.cfg.Queues != nil {
+		usage, err := LoadQueueUsage(ctx, c.api, c.cfg.Namespace)
+		if err != nil {
+			return fmt.Errorf("loading the queues' use: %w", err)
+		}
+		c.queues, c.queuesSaved = NewQueueBook(*c.cfg.Queues, usage), time.Time{}
+	}
 	w := c.watcher()
 	defer w.Close()
 	if err := w.Sync(ctx, c.viewLists()...); err != nil {
@@ -174,10 +187,10 @@ func (c *Controller) watcher() *nomadview.Watcher {
 // GPUs change).
 func (c *Controller) viewLists() []nomadview.List {
 	lists := []nomadview.List{nomadview.Allocs, nomadview.Finished, nomadview.Jobs}
-	if len(c.minRun.ByPool) > 0 || c.cfg.Layouts != nil || c.cfg.Moves != nil || c.cfg.Gangs != nil {
+	if len(c.minRun.ByPool) > 0 || c.cfg.Layouts != nil || c.cfg.Moves != nil || c.cfg.Gangs != nil || c.cfg.Queues != nil {
 		lists = append(lists, nomadview.Nodes)
 	}
-	if c.deadline != nil || c.resize != nil || c.cfg.Layouts != nil || c.cfg.Moves != nil {
+	if c.deadline != nil || c.resize != nil || c.cfg.Layouts != nil || c.cfg.Moves != nil || c.cfg.Queues != nil {
 		lists = append(lists, nomadview.Blocked)
 	}
 	return lists
@@ -199,6 +212,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 		c.metrics.gangCensus(c.gangs.Census())
 		c.writeGangs(ctx)
 	}
+	c.account(ctx, now, view.Snap)
 	c.relayout(ctx, now, view.Snap)
 	c.replaceRefused(ctx, now, view.Snap)
 	c.move(ctx, now, view, ledger)

@@ -27,6 +27,10 @@ type Metrics struct {
 	gangs     *prometheus.GaugeVec
 	members   *prometheus.GaugeVec
 	reserve   prometheus.Counter
+	queueGPUs *prometheus.GaugeVec
+	usage     *prometheus.GaugeVec
+	standing  *prometheus.GaugeVec
+	waiting   *prometheus.GaugeVec
 	ticked    sync.Once // registers lastTick with the first tick
 }
 
@@ -41,6 +45,10 @@ func NewMetrics() *Metrics {
 	moves, moveCost := find(contract.MetricControllerMoves), find(contract.MetricControllerMoveGPUSeconds)
 	gangs, members := find(contract.MetricControllerGangs), find(contract.MetricControllerGangMembers)
 	reserve := find(contract.MetricControllerReserveIdle)
+	gauges := func(name string) *prometheus.GaugeVec {
+		d := find(name)
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: d.Name, Help: d.Help}, d.Labels)
+	}
 	m := &Metrics{
 		reg:       prometheus.NewRegistry(),
 		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: leader.Name, Help: leader.Help}),
@@ -61,8 +69,11 @@ func NewMetrics() *Metrics {
 		gangs:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: gangs.Name, Help: gangs.Help}, gangs.Labels),
 		members:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: members.Name, Help: members.Help}, members.Labels),
 		reserve:  prometheus.NewCounter(prometheus.CounterOpts{Name: reserve.Name, Help: reserve.Help}),
+		queueGPUs: gauges(contract.MetricControllerQueueGPUs), usage: gauges(contract.MetricControllerQueueUsage),
+		standing: gauges(contract.MetricControllerQueueStanding), waiting: gauges(contract.MetricControllerQueueWaiting),
 	}
-	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost, m.gangs, m.members, m.reserve)
+	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost, m.gangs, m.members, m.reserve,
+		m.queueGPUs, m.usage, m.standing, m.waiting)
 	return m
 }
 
@@ -105,6 +116,23 @@ func (m *Metrics) gangCensus(c GangCensus) {
 	}
 	for state, n := range map[string]int{"wanted": c.Wanted, "placed": c.Placed, "running": c.MembersRunning} {
 		m.members.WithLabelValues(state).Set(float64(n))
+	}
+}
+
+// queues sets the queue gauges from the leader's last tick; an inactive
+// queue has no standing series.
+func (m *Metrics) queues(st []QueueStatus) {
+	for _, q := range st {
+		for figure, v := range map[string]float64{"used": q.Use, "nominal": q.Nominal, "borrowed": q.Borrowed, "lent": q.Lent} {
+			m.queueGPUs.WithLabelValues(q.Name, figure).Set(v)
+		}
+		m.usage.WithLabelValues(q.Name).Set(q.UsageHours * 3600)
+		m.waiting.WithLabelValues(q.Name).Set(float64(q.Waiting))
+		if q.Active {
+			m.standing.WithLabelValues(q.Name).Set(q.Standing)
+		} else {
+			m.standing.DeleteLabelValues(q.Name)
+		}
 	}
 }
 

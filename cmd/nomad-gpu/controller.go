@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/controller"
+	"github.com/nomad-gpu/nomad-gpu/controller/queues"
 	"github.com/nomad-gpu/nomad-gpu/internal/metrics"
 )
 
@@ -111,6 +112,7 @@ type controllerOptions struct {
 	layouts        layoutFlags
 	moves          moveFlags
 	gangs          gangFlags
+	queuesFile     string
 }
 
 func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, error) {
@@ -131,6 +133,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	fs.DurationVar(&o.cfg.Tick, "tick", time.Second, "the shortest time between two reads of the cluster (100ms to 1m)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9405", `where /metrics is served ("" turns it off)`)
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&o.queuesFile, "queues", "", "the queue file (HCL: queues, cohorts, quotas, fair share; docs/controller.md#queues); unset: no queues")
 	o.modules.add(fs)
 	o.layouts.add(fs)
 	o.moves.add(fs)
@@ -179,6 +182,17 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 	}
 	if hclog.LevelFromString(o.logLevel) == hclog.NoLevel {
 		return nil, fmt.Errorf("-log-level: %q; allowed: trace, debug, info, warn, error", o.logLevel)
+	}
+	if o.queuesFile != "" {
+		src, err := os.ReadFile(o.queuesFile)
+		if err != nil {
+			return nil, fmt.Errorf("-queues: %v", err)
+		}
+		cfg, err := queues.Parse(o.queuesFile, src)
+		if err != nil {
+			return nil, fmt.Errorf("-queues:\n%v", err)
+		}
+		o.cfg.Queues = &cfg
 	}
 	return o, nil
 }

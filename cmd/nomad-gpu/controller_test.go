@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -115,5 +117,51 @@ func TestControllerLayoutFlags(t *testing.T) {
 	off, err := parseControllerFlags([]string{"-layouts=false"}, io.Discard)
 	if err != nil || off.cfg.Layouts != nil {
 		t.Errorf("-layouts=false: %+v, %v", off.cfg.Layouts, err)
+	}
+}
+
+// A bad queue file exits 2 naming the file, the key path and what is
+// allowed, every wrong key at once; a good one is the controller's.
+func TestControllerQueuesFlag(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bad := write("bad.hcl", `cohort "lab" {}
+queue "a" {
+  namespaces    = ["a"]
+  nominal       = -6
+  cohort        = "lba"
+}
+queue "b" {
+  namespaces    = ["b"]
+  nominal       = 2
+  cohort        = "lab"
+  lending_limit = 3
+}
+`)
+	var stderr strings.Builder
+	rc := runController([]string{"-queues", bad}, io.Discard, &stderr)
+	for _, want := range []string{
+		`bad.hcl: queue "a": nominal: -6; allowed: 0 or more GPU-equivalents`,
+		`bad.hcl: queue "a": cohort: "lba" is no cohort block; allowed: "lab"`,
+		`bad.hcl: queue "b": lending_limit: 3; allowed: 0 to nominal (2)`,
+	} {
+		if rc != 2 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("exit %d, stderr %q; want 2 and %q", rc, stderr.String(), want)
+		}
+	}
+	stderr.Reset()
+	if rc := runController([]string{"-queues", filepath.Join(dir, "none.hcl")}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), "-queues: open") {
+		t.Errorf("a missing file: exit %d, stderr %q", rc, stderr.String())
+	}
+	good := write("good.hcl", "queue \"a\" {\n  namespaces = [\"a\"]\n  nominal = 4\n}\n")
+	o, err := parseControllerFlags([]string{"-queues", good}, io.Discard)
+	if err != nil || o.cfg.Queues == nil || len(o.cfg.Queues.Queues) != 1 || o.cfg.Queues.Queues[0].Nominal != 4 {
+		t.Errorf("a good file: %+v, %v", o, err)
 	}
 }

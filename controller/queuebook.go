@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"slices"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller/queues"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// QueueBook keeps the teams' accounts (docs/design/queues.md): each tick,
+// what every queue of the queue file holds (the GPU-equivalents its
+// namespaces' pending and running allocations hold, in its node pool),
+// what it waits for, its decayed use, the quota figures of its cohort and
+// its fair-share standing. It decides nothing yet: it is what the gate
+// will order and admit by, and what operators see of their teams now.
+// The leader's alone; its use is kept across leaders (queueusage.go).
+type QueueBook struct {
+	cfg queues.Config
+	// usage is each queue's decayed use; rate what it held at the last
+	// step, held since (the use between two steps is taken as constant).
+	usage map[string]queues.Usage
+	rate  map[string]float64
+}
+
+// QueueStatus is one queue's account at a step.
+type QueueStatus struct {
+	Name string
+	// Use is the GPU-equivalents it holds; Nominal its quota; Borrowed
+	// what it uses beyond it; Lent what of its nominal it lends and does
+	// not use.
+	Use, Nominal, Borrowed, Lent float64
+	// UsageHours is its decayed use; Standing its fair-share standing
+	// (queues.Standings), for an active queue (holding or waiting).
+	UsageHours, Standing float64
+	Active               bool
+	// Waiting are its queued task groups' allocations.
+	Waiting int
+}
+
+// NewQueueBook keeps the accounts of cfg's queues from usage, the decayed
+// use a leader before kept (nil: none).
+func NewQueueBook(cfg queues.Config, usage map[string]queues.Usage) *QueueBook {
+	b := &QueueBook{cfg: cfg, usage: map[string]queues.Usage{}, rate: map[string]float64{}}
+	for _, q := range cfg.Queues {
+		if u, ok := usage[q.Name]; ok {
+			b.usage[q.Name] = u
+		}
+	}
+	return b
+}
+
+// Usage is every queue's decayed use as of the last step.
+func (b *QueueBook) Usage() map[string]queues.Usage {
+	out := make(map[string]queues.Usage, len(b.usage))
+	for k, v := range b.usage {
+		out[k] = v
+	}
+	return out
+}
+
+// Step brings the accounts to now from snap, the queues in the file's
+// order.
+func (b *QueueBook) Step(now time.Time, snap *nomadview.Snapshot) []QueueStatus {
+	use := b.useOf(snap)
+	waiting := map[string]int{}
+	for _, g := range snap.QueuedGroups() {
+		if q := b.queueOf(g.Namespace, g.Pool); q != "" {
+			waiting[q] += g.Count
+		}
+	}
+	hours, active := map[string]float64{}, map[string]bool{}
+	for _, q := range b.cfg.Queues {
+		u := b.usage[q.Name].Advance(now, b.rate[q.Name], b.cfg.HalfLife)
+		b.usage[q.Name], b.rate[q.Name] = u, use[q.Name]
+		hours[q.Name], active[q.Name] = u.Hours, use[q.Name] > 0 || waiting[q.Name] > 0
+	}
+	standing := queues.Standings(b.cfg, hours, active)
+	quota := queues.NewQuota(b.cfg, use)
+	out := make([]QueueStatus, 0, len(b.cfg.Queues))
+	for _, q := range b.cfg.Queues {
+		out = append(out, QueueStatus{Name: q.Name, Use: use[q.Name], Nominal: q.Nominal, Borrowed: quota.Borrowed(q.Name), Lent: quota.Lent(q.Name),
+			UsageHours: hours[q.Name], Standing: standing[q.Name], Active: active[q.Name], Waiting: waiting[q.Name]})
+	}
+	return out
+}
+
+// queueOf is the queue of work in namespace ns placed (or to be placed)
+// in pool; "" for none.
+func (b *QueueBook) queueOf(ns, pool string) string {
+	for _, q := range b.cfg.Queues {
+		if slices.Contains(q.Namespaces, ns) && (q.NodePool == "" || q.NodePool == pool) {
+			return q.Name
+		}
+	}
+	return ""
+}
+
+// useOf is the GPU-equivalents each queue's pending and running
+// allocations hold: a whole GPU 1, a MIG instance its profile's weight,
+// an MPS share 1 over its GPU's shares on its node.
+func (b *QueueBook) useOf(snap *nomadview.Snapshot) map[string]float64 {
+	use := map[string]float64{}
+	for nodeID, held := range snap.HeldSlices() {
+		n := snap.Node(nodeID)
+		if n == nil {
+			continue
+		}
+		shares := sharesPerGPU(n)
+		for _, h := range held {
+			q := b.queueOf(h.Alloc.Namespace, n.NodePool)
+			if q == "" || !nomadview.IsGPUAsk(h.Device) {
+				continue
+			}
+			for _, id := range h.IDs {
+				w := nomadview.GPUWeight(h.Device)
+				if h.Device.Type == contract.SliceMPS && shares[nomadview.ShareGPU(id)] > 0 {
+					w = 1 / float64(shares[nomadview.ShareGPU(id)])
+				}
+				use[q] += w
+			}
+		}
+	}
+	return use
+}
+
+// sharesPerGPU is how many MPS shares each GPU of node n offers, by the
+// GPU's UUID.
+func sharesPerGPU(n *api.NodeListStub) map[string]int {
+	out := map[string]int{}
+	if n.NodeResources == nil {
+		return out
+	}
+	for _, d := range n.NodeResources.Devices {
+		if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceMPS {
+			continue
+		}
+		for _, in := range d.Instances {
+			if in != nil {
+				out[nomadview.ShareGPU(in.ID)]++
+			}
+		}
+	}
+	return out
+}
