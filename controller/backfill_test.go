@@ -78,7 +78,7 @@ func TestBackfill(t *testing.T) {
 		{"asks more GPUs than the placeholder holds", 2 * time.Minute, func(s *nomadview.Snapshot, _ *fakeGangNomad, k JobKey) {
 			s.Specs[k].TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(4))
 		}, "", 0},
-		{"its plan would preempt other work", 2*time.Minute, func(_ *nomadview.Snapshot, n *fakeGangNomad, _ JobKey) {
+		{"its plan would preempt other work", 2 * time.Minute, func(_ *nomadview.Snapshot, n *fakeGangNomad, _ JobKey) {
 			n.preempts = []*api.AllocationListStub{{ID: "other", Namespace: "default", JobID: "run-00001"}}
 		}, "", 1},
 		{"its plan does not place it", 2 * time.Minute, func(_ *nomadview.Snapshot, n *fakeGangNomad, _ JobKey) { n.fits = false }, "", 1},

@@ -64,11 +64,11 @@ func NewMetrics() *Metrics {
 		// so that their median can be read from the buckets.
 		applied: prometheus.NewHistogram(prometheus.HistogramOpts{Name: applied.Name, Help: applied.Help,
 			Buckets: []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 30, 60, 120, 300, 600, 1800, 3600}}),
-		moves:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: moves.Name, Help: moves.Help}, moves.Labels),
-		moveCost: prometheus.NewCounter(prometheus.CounterOpts{Name: moveCost.Name, Help: moveCost.Help}),
-		gangs:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: gangs.Name, Help: gangs.Help}, gangs.Labels),
-		members:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: members.Name, Help: members.Help}, members.Labels),
-		reserve:  prometheus.NewCounter(prometheus.CounterOpts{Name: reserve.Name, Help: reserve.Help}),
+		moves:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: moves.Name, Help: moves.Help}, moves.Labels),
+		moveCost:  prometheus.NewCounter(prometheus.CounterOpts{Name: moveCost.Name, Help: moveCost.Help}),
+		gangs:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: gangs.Name, Help: gangs.Help}, gangs.Labels),
+		members:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: members.Name, Help: members.Help}, members.Labels),
+		reserve:   prometheus.NewCounter(prometheus.CounterOpts{Name: reserve.Name, Help: reserve.Help}),
 		queueGPUs: gauges(contract.MetricControllerQueueGPUs), usage: gauges(contract.MetricControllerQueueUsage),
 		standing: gauges(contract.MetricControllerQueueStanding), waiting: gauges(contract.MetricControllerQueueWaiting),
 	}

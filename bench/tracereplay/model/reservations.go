@@ -58,7 +58,7 @@ type reserveState struct {
 	levelsOf int
 	// movable are the jobs backfilled as movable (the handover stops
 	// them, checkpointed); backfills counts every backfill.
-	movable             []int32
+	movable                 []int32
 	made, handed, backfills int
 }
 
