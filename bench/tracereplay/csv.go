@@ -113,6 +113,11 @@ var csvColumns = []csvColumn{
 			return strconv.FormatFloat(j.Util, 'g', -1, 64)
 		},
 	},
+	{
+		name: "team", allowed: "a team's name",
+		parse:  func(j *Job, v string) bool { j.Team = v; return true },
+		format: func(j Job) string { return j.Team },
+	},
 }
 
 // fractionRule is what a fraction below 1 needs, for both directions.
@@ -151,6 +156,7 @@ func csvColumnNames(required bool) string {
 //	gpu_memory_mib  no        an integer ≥ 0                 0 (not given)
 //	priority        no        an integer from 1 to 100       Nomad's default, 50
 //	gpu_util        no        a percentage in (0, 100]       80
+//	team            no        a team's name                  none
 //
 // arrival_s counts from the trace's zero, not from its first job: a trace
 // whose first job arrives at 600 starts with 600 s of idle cluster.
@@ -158,7 +164,8 @@ func csvColumnNames(required bool) string {
 // the job asks for; a gpu_fraction below 1 asks for that share of one
 // GPU instead and needs gpus = 1. gpu_memory_mib is the GPU memory needed
 // per GPU, priority the Nomad job priority, gpu_util the utilisation the
-// job's load runs its GPUs at.
+// job's load runs its GPUs at, team the team that submitted it (the
+// report's figures by team).
 //
 // Records may come in any order: a trace is replayed sorted by arrival,
 // then id. Times are read to the nanosecond and written to the

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-const csvHeader = "id,arrival_s,duration_s,gpus,gpu_fraction,gpu_memory_mib,priority,gpu_util\n"
+const csvHeader = "id,arrival_s,duration_s,gpus,gpu_fraction,gpu_memory_mib,priority,gpu_util,team\n"
 
 func TestReadCSV(t *testing.T) {
 	tests := []struct {
@@ -19,10 +19,10 @@ func TestReadCSV(t *testing.T) {
 		{
 			name: "every column",
 			in: csvHeader +
-				"a,0,3600,4,1,40960,80,95.5\n" +
-				"b,12.5,600,1,0.25,0,10,30\n",
+				"a,0,3600,4,1,40960,80,95.5,vision\n" +
+				"b,12.5,600,1,0.25,0,10,30,\n",
 			want: []Job{
-				{ID: "a", Arrival: 0, Duration: time.Hour, GPUs: 4, Fraction: 1, MemoryMiB: 40960, Priority: 80, Util: 95.5},
+				{ID: "a", Arrival: 0, Duration: time.Hour, GPUs: 4, Fraction: 1, MemoryMiB: 40960, Priority: 80, Util: 95.5, Team: "vision"},
 				{ID: "b", Arrival: 12500 * time.Millisecond, Duration: 10 * time.Minute, GPUs: 1, Fraction: 0.25, Priority: 10, Util: 30},
 			},
 		},
@@ -90,9 +90,9 @@ func TestReadCSVErrors(t *testing.T) {
 		{"empty file", "", "no header; required: a first line naming the columns, at least arrival_s, duration_s, gpus"},
 		{"only comments", "# nothing\n", "no header; required: a first line naming the columns, at least arrival_s, duration_s, gpus"},
 		{"unknown columns", "id,arrival_s,duration_s,gpus,gpu,user\n",
-			`line 1: unknown column "gpu", "user"; allowed: id, arrival_s, duration_s, gpus, gpu_fraction, gpu_memory_mib, priority, gpu_util`},
+			`line 1: unknown column "gpu", "user"; allowed: id, arrival_s, duration_s, gpus, gpu_fraction, gpu_memory_mib, priority, gpu_util, team`},
 		{"empty column name", "arrival_s,duration_s,gpus,\n",
-			`line 1: unknown column ""; allowed: id, arrival_s, duration_s, gpus, gpu_fraction, gpu_memory_mib, priority, gpu_util`},
+			`line 1: unknown column ""; allowed: id, arrival_s, duration_s, gpus, gpu_fraction, gpu_memory_mib, priority, gpu_util, team`},
 		{"column twice", "# c\narrival_s,duration_s,gpus,arrival_s\n", "line 2: column arrival_s appears twice; allowed: each column once"},
 		{"required columns missing", "id,gpus\n", "line 1: no column arrival_s, duration_s; required: arrival_s, duration_s, gpus"},
 		{"too few fields", min + "a,0,1,1\n", "line 2: 4 fields; allowed: 5, one per header column"},
@@ -138,7 +138,7 @@ func TestReadCSVErrors(t *testing.T) {
 func TestCSVRoundTrip(t *testing.T) {
 	const day = 24 * time.Hour
 	in := Trace{Jobs: []Job{
-		{ID: "a", Arrival: 0, Duration: time.Hour, GPUs: 8, Fraction: 1, MemoryMiB: 81920, Priority: 80, Util: 92.5},
+		{ID: "a", Arrival: 0, Duration: time.Hour, GPUs: 8, Fraction: 1, MemoryMiB: 81920, Priority: 80, Util: 92.5, Team: "vision"},
 		{ID: "b", Arrival: 1500 * time.Millisecond, Duration: 1 * time.Millisecond, GPUs: 1, Fraction: 0.25, Priority: 30, Util: 30},
 		{ID: "c, \"quoted\"", Arrival: 1500 * time.Millisecond, Duration: 2 * time.Second, GPUs: 1, Fraction: 0.5},
 		{ID: "d", Arrival: 100*day + time.Millisecond, Duration: 53*day + 999*time.Millisecond, GPUs: 128, Fraction: 1, Util: 100},
@@ -168,8 +168,8 @@ func TestWriteCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := csvHeader +
-		"x,1.235,0.003,2,1,0,,\n" +
-		"y,2,10,1,0.5,1024,50,66.6\n"
+		"x,1.235,0.003,2,1,0,,,\n" +
+		"y,2,10,1,0.5,1024,50,66.6,\n"
 	if buf.String() != want {
 		t.Errorf("written\n%s\nwant\n%s", buf.String(), want)
 	}

@@ -79,8 +79,10 @@ type PhillyStats struct {
 }
 
 // ReadPhilly converts the Philly extract (philly.csv: columns timestamp,
-// duration, num_gpus and others, which are ignored) into jobs sorted by
-// arrival, then ID.
+// duration, num_gpus, cluster where present, and others, which are
+// ignored) into jobs sorted by arrival, then ID. A job's Team is its
+// cluster column: Philly's virtual cluster, the team that submitted it
+// (Jeon et al.: each virtual cluster is a product group's share).
 //
 // A job's ID is "philly-<n>", n its data row's number, from 1, counting
 // skipped rows, so that an ID names the same row whatever is skipped.
@@ -180,6 +182,9 @@ func ReadPhilly(r io.Reader, o PhillyOptions) (jobs []Job, epoch time.Time, stat
 			return nil, time.Time{}, stats, bad("duration", "a number of seconds up to 9e9")
 		}
 		j := Job{ID: "philly-" + strconv.Itoa(n), Duration: d, GPUs: gpus}
+		if _, ok := col["cluster"]; ok {
+			j.Team = field("cluster")
+		}
 		derivePhilly(&j, o.Seed, share)
 		rows = append(rows, row{at, j})
 	}

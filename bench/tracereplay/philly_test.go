@@ -64,6 +64,15 @@ func TestReadPhilly(t *testing.T) {
 			t.Errorf("job %s: derived fields out of range: %+v", j.ID, j)
 		}
 	}
+	// The cluster column is the job's team (Philly's virtual cluster).
+	if teams := []string{jobs[0].Team, jobs[1].Team, jobs[3].Team}; !reflect.DeepEqual(teams, []string{"6c71a0", "6214e9", "11cb48"}) {
+		t.Errorf("teams %q; want the cluster column", teams)
+	}
+	// Without a cluster column, no team.
+	plain, _, _, err := ReadPhilly(strings.NewReader("timestamp,duration,num_gpus\n2017-10-09 07:01:55,66.0,1\n"), PhillyOptions{Seed: 1})
+	if err != nil || len(plain) != 1 || plain[0].Team != "" {
+		t.Errorf("no cluster column: %+v, %v; want one job with no team", plain, err)
+	}
 }
 
 func TestReadPhillyErrors(t *testing.T) {

@@ -45,6 +45,9 @@ type Job struct {
 	// Util is the GPU utilisation its load runs at, in percent (0, 100];
 	// 0 when not given (DefaultUtil).
 	Util float64
+	// Team is the team that submitted it (Philly's virtual cluster, a
+	// CSV's team column); "" when the trace does not say.
+	Team string
 }
 
 // DefaultPriority and DefaultUtil stand in for a Job's unset fields.
@@ -84,7 +87,7 @@ func (j Job) Requested() float64 {
 // Record is the job's JobRecord before it ran: what it is and asks for.
 func (j Job) Record(s Slice) JobRecord {
 	return JobRecord{ID: j.ID, Arrival: j.Arrival, Submitted: j.Arrival, Slice: s,
-		Requested: j.Requested(), Util: j.EffectiveUtil(), Priority: j.EffectivePriority()}
+		Requested: j.Requested(), Util: j.EffectiveUtil(), Priority: j.EffectivePriority(), Team: j.Team}
 }
 
 // Interrupted says the run was stopped for another's sake, by a
@@ -683,8 +686,10 @@ type JobRecord struct {
 	Requested float64
 	// Util is its load's utilisation of what it asked for, in percent.
 	Util float64
-	// Priority is its job priority.
+	// Priority is its job priority; Team its team ("" when the trace
+	// says none).
 	Priority int
+	Team     string `json:",omitempty"`
 	// PreemptingPlacements counts its allocations, placed by the horizon
 	// (started or not), whose placement preempted at least one
 	// allocation: Nomad's PreemptedAllocations not empty.

@@ -142,9 +142,15 @@ type Figures struct {
 	ReWaits         int
 	ReWaitHours     float64
 	// WaitByTier is Wait by job priority, WaitByKind by request kind
-	// (RequestKind).
+	// (RequestKind), WaitByTeam by team (JobRecord.Team; empty when no
+	// job has one).
 	WaitByTier map[int]Dist
 	WaitByKind map[string]Dist
+	WaitByTeam map[string]Dist
+	// UsefulGPUHoursByTeam is each team's useful GPU-hours (what its jobs
+	// asked for × the time they ran, to the horizon): its share of the
+	// cluster's work.
+	UsefulGPUHoursByTeam map[string]float64
 	Unstarted  int
 	// JCT is over Options.Common (JCT.N of them).
 	JCT         Dist
@@ -232,7 +238,8 @@ func RequestKind(r tracereplay.JobRecord) string {
 
 // Compute summarises r.
 func Compute(r tracereplay.Result, o Options) Figures {
-	f := Figures{Jobs: len(r.Jobs), WaitByTier: map[int]Dist{}, WaitByKind: map[string]Dist{}}
+	f := Figures{Jobs: len(r.Jobs), WaitByTier: map[int]Dist{}, WaitByKind: map[string]Dist{}, WaitByTeam: map[string]Dist{},
+		UsefulGPUHoursByTeam: map[string]float64{}}
 	h := r.Horizon
 	capacity := tracereplay.StepIntegral(r.Timeline, h, func(s tracereplay.Sample) float64 { return s.GPUs })
 	f.CapacityGPUHours = capacity / 3600
@@ -249,6 +256,9 @@ func Compute(r tracereplay.Result, o Options) Figures {
 			d := overlap(run.Start, run.End, h).Seconds()
 			useful += d * j.Requested
 			busy += d * j.Requested * j.Util / 100
+			if j.Team != "" {
+				f.UsefulGPUHoursByTeam[j.Team] += d * j.Requested / 3600
+			}
 		}
 		runs, gpus := j.Holding()
 		for _, run := range runs {
@@ -281,7 +291,7 @@ func Compute(r tracereplay.Result, o Options) Figures {
 // waits fills the wait figures.
 func (f *Figures) waits(r tracereplay.Result) {
 	var all, first, big []time.Duration
-	byTier, byKind := map[int][]time.Duration{}, map[string][]time.Duration{}
+	byTier, byKind, byTeam := map[int][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
 	for _, w := range jobWaits(r) {
 		if w.unstarted {
 			f.Unstarted++
@@ -291,6 +301,9 @@ func (f *Figures) waits(r tracereplay.Result) {
 		first, all = append(first, w.first), append(all, w.whole)
 		byTier[w.job.Priority] = append(byTier[w.job.Priority], w.whole)
 		byKind[RequestKind(w.job)] = append(byKind[RequestKind(w.job)], w.whole)
+		if w.job.Team != "" {
+			byTeam[w.job.Team] = append(byTeam[w.job.Team], w.whole)
+		}
 		if w.job.Requested >= 4 {
 			big = append(big, w.whole)
 		}
@@ -301,6 +314,9 @@ func (f *Figures) waits(r tracereplay.Result) {
 	}
 	for k, ws := range byKind {
 		f.WaitByKind[k] = DistOf(ws)
+	}
+	for t, ws := range byTeam {
+		f.WaitByTeam[t] = DistOf(ws)
 	}
 }
 

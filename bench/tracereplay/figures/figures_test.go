@@ -491,3 +491,26 @@ func TestGangHoldsFromPlacement(t *testing.T) {
 		t.Errorf("partial %v GPU-hours; want %v", f.PartialGPUHours, want)
 	}
 }
+
+// By team: each team's useful GPU-hours and its waits. Team a runs a
+// 2-GPU job for 1 h after waiting 10 min and a 1-GPU job for 2 h after 30
+// min; team b a 1-GPU job for 1 h after 20 min; a job of no team counts
+// in neither.
+func TestByTeam(t *testing.T) {
+	job := func(id, team string, gpus float64, wait, run time.Duration) tracereplay.JobRecord {
+		return tracereplay.JobRecord{ID: id, Team: team, Requested: gpus, Util: 100, Priority: 50, Submitted: 0, Done: true, Finish: wait + run,
+			Slice: tracereplay.Slice{Kind: "gpu", Count: int(gpus), GPUs: int(gpus)}, Runs: []tracereplay.Run{{Start: wait, End: wait + run, ProgressKnown: true}}}
+	}
+	r := tracereplay.Result{Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 8}, Horizon: 5 * h, Timeline: []tracereplay.Sample{{GPUs: 8, Nodes: 1}},
+		Jobs: []tracereplay.JobRecord{
+			job("a1", "a", 2, 10*time.Minute, h), job("a2", "a", 1, 30*time.Minute, 2*h),
+			job("b1", "b", 1, 20*time.Minute, h), job("none", "", 4, 0, h),
+		}}
+	f := Compute(r, Options{})
+	if len(f.UsefulGPUHoursByTeam) != 2 || !near(f.UsefulGPUHoursByTeam["a"], 4) || !near(f.UsefulGPUHoursByTeam["b"], 1) {
+		t.Errorf("useful GPU-hours by team %v; want a 4, b 1", f.UsefulGPUHoursByTeam)
+	}
+	if len(f.WaitByTeam) != 2 || f.WaitByTeam["a"].Mean != 20*time.Minute || f.WaitByTeam["a"].N != 2 || f.WaitByTeam["b"].Mean != 20*time.Minute {
+		t.Errorf("waits by team %+v; want a 20m over 2, b 20m", f.WaitByTeam)
+	}
+}

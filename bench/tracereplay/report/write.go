@@ -115,6 +115,7 @@ func Write(dir string, run Run) error {
 	writeTable(&b, main, mainFigs, nil)
 	fmt.Fprintf(&b, definitions, run.Prices.Reserved, run.Prices.OnDemand)
 	writeWaitBreakdown(&b, main, mainFigs)
+	writeTeams(&b, main, mainFigs)
 	writeDistortion(&b, run.Real)
 
 	if len(run.Real) > 0 && len(run.Model) > 0 {
@@ -124,6 +125,7 @@ func Write(dir string, run Run) error {
 		modelFigs, realFigs := run.compute(run.Model), run.compute(run.Real)
 		writeTable(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 		writeWaitBreakdown(&b, run.Model, modelFigs)
+		writeTeams(&b, run.Model, modelFigs)
 		writeCalibration(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 	}
 
@@ -220,6 +222,42 @@ func writeWaitBreakdown(b *strings.Builder, rs []tracereplay.Result, fs []Figure
 	}
 	for _, k := range slices.Sorted(maps.Keys(kinds)) {
 		line(k, func(f Figures) figures.Dist { return f.WaitByKind[k] })
+	}
+	b.WriteString("\n")
+}
+
+// writeTeams writes each team's share of the useful GPU-hours and its
+// mean wait, in every configuration; nothing when no job has a team.
+func writeTeams(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
+	teams := map[string]bool{}
+	for _, f := range fs {
+		for t := range f.WaitByTeam {
+			teams[t] = true
+		}
+	}
+	if len(teams) == 0 {
+		return
+	}
+	b.WriteString("By team (the jobs' team: Philly's virtual cluster): its share of the useful GPU-hours, and its mean wait (with re-waits):\n\n| team |")
+	for _, r := range rs {
+		fmt.Fprintf(b, " %s |", cellText(r.Config.Name))
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(rs)) + "\n")
+	for _, t := range slices.Sorted(maps.Keys(teams)) {
+		fmt.Fprintf(b, "| %s |", cellText(t))
+		for _, f := range fs {
+			total := 0.0
+			for _, h := range f.UsefulGPUHoursByTeam {
+				total += h
+			}
+			share := 0.0
+			if total > 0 {
+				share = f.UsefulGPUHoursByTeam[t] / total
+			}
+			d := f.WaitByTeam[t]
+			fmt.Fprintf(b, " %.1f %%, %s (%d) |", 100*share, Human(d.Mean), d.N)
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString("\n")
 }
