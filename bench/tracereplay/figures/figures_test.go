@@ -499,7 +499,7 @@ func TestGangHoldsFromPlacement(t *testing.T) {
 func TestByTeam(t *testing.T) {
 	job := func(id, team string, gpus float64, wait, run time.Duration) tracereplay.JobRecord {
 		return tracereplay.JobRecord{ID: id, Team: team, Requested: gpus, Util: 100, Priority: 50, Submitted: 0, Done: true, Finish: wait + run,
-			Slice: tracereplay.Slice{Kind: "gpu", Count: int(gpus), GPUs: int(gpus)}, Runs: []tracereplay.Run{{Start: wait, End: wait + run, ProgressKnown: true}}}
+			Slice: tracereplay.Slice{Kind: "gpu", Count: int(gpus), GPUs: gpus}, Runs: []tracereplay.Run{{Start: wait, End: wait + run, ProgressKnown: true}}}
 	}
 	r := tracereplay.Result{Cluster: tracereplay.Cluster{Nodes: 1, GPUsPerNode: 8}, Horizon: 5 * h, Timeline: []tracereplay.Sample{{GPUs: 8, Nodes: 1}},
 		Jobs: []tracereplay.JobRecord{
