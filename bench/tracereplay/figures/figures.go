@@ -151,7 +151,7 @@ type Figures struct {
 	// asked for × the time they ran, to the horizon): its share of the
 	// cluster's work.
 	UsefulGPUHoursByTeam map[string]float64
-	Unstarted  int
+	Unstarted            int
 	// JCT is over Options.Common (JCT.N of them).
 	JCT         Dist
 	Done, Jobs  int
