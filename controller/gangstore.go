@@ -2,14 +2,10 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-
-	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
 // GangsVariable is where the gang module tells people (`nomad-gpu top`)
@@ -44,35 +40,16 @@ type GangStatus struct {
 
 // LoadGangs reads the gangs' status; none when the variable is missing.
 func LoadGangs(ctx context.Context, c *api.Client, namespace string) ([]GangStatus, error) {
-	v, _, err := c.Variables().Read(GangsVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
-	if nomadview.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", GangsVariable, err)
-	}
 	var out []GangStatus
-	if raw := v.Items[GangsItem]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &out); err != nil {
-			return nil, fmt.Errorf("%s: item %q: %v", GangsVariable, GangsItem, err)
-		}
-	}
-	return out, nil
+	_, err := readItems(ctx, c, namespace, GangsVariable, map[string]any{GangsItem: &out})
+	return out, err
 }
 
 // putGangs writes the gangs' status, whole (the leader is the one
 // writer); past maxGangRecords, the waiting gangs last in the queue are
 // left out.
 func putGangs(ctx context.Context, c *api.Client, namespace string, gangs []GangStatus) error {
-	b, err := json.Marshal(gangs[:min(len(gangs), maxGangRecords)])
-	if err != nil {
-		return err
-	}
-	v := &api.Variable{Namespace: namespace, Path: GangsVariable, Items: api.VariableItems{GangsItem: string(b)}}
-	if _, _, err := c.Variables().Update(v, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("writing %s: %w", GangsVariable, err)
-	}
-	return nil
+	return writeItems(ctx, c, namespace, GangsVariable, map[string]any{GangsItem: gangs[:min(len(gangs), maxGangRecords)]})
 }
 
 // writeGangs writes the gang module's statuses when they changed since

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -28,25 +27,10 @@ const (
 // LoadMoves reads the move history and the node held, if any; none when
 // the variable is missing.
 func LoadMoves(ctx context.Context, c *api.Client, namespace string) ([]MoveRecord, *Hold, error) {
-	v, _, err := c.Variables().Read(MovesVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
-	if nomadview.IsNotFound(err) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", MovesVariable, err)
-	}
 	var out []MoveRecord
-	if raw := v.Items[MovesItem]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &out); err != nil {
-			return nil, nil, fmt.Errorf("%s: item %q: %v", MovesVariable, MovesItem, err)
-		}
-	}
 	var hold *Hold
-	if raw := v.Items[HoldItem]; raw != "" {
-		hold = &Hold{}
-		if err := json.Unmarshal([]byte(raw), hold); err != nil {
-			return nil, nil, fmt.Errorf("%s: item %q: %v", MovesVariable, HoldItem, err)
-		}
+	if _, err := readItems(ctx, c, namespace, MovesVariable, map[string]any{MovesItem: &out, HoldItem: &hold}); err != nil {
+		return nil, nil, err
 	}
 	return out, hold, nil
 }
@@ -54,24 +38,11 @@ func LoadMoves(ctx context.Context, c *api.Client, namespace string) ([]MoveReco
 // putMoves writes the move history and the hold, whole (the leader is
 // the one writer).
 func putMoves(ctx context.Context, c *api.Client, namespace string, records []MoveRecord, hold *Hold) error {
-	records = records[max(0, len(records)-maxMoveRecords):]
-	b, err := json.Marshal(records)
-	if err != nil {
-		return err
-	}
-	items := api.VariableItems{MovesItem: string(b)}
+	items := map[string]any{MovesItem: records[max(0, len(records)-maxMoveRecords):]}
 	if hold != nil {
-		h, err := json.Marshal(hold)
-		if err != nil {
-			return err
-		}
-		items[HoldItem] = string(h)
+		items[HoldItem] = hold
 	}
-	v := &api.Variable{Namespace: namespace, Path: MovesVariable, Items: items}
-	if _, _, err := c.Variables().Update(v, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("writing %s: %w", MovesVariable, err)
-	}
-	return nil
+	return writeItems(ctx, c, namespace, MovesVariable, items)
 }
 
 // specCache reads jobs' full specs through the API, once per version of

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -33,18 +31,9 @@ type storedUsage struct {
 // LoadQueueUsage reads the queues' decayed use; none when the variable
 // is missing.
 func LoadQueueUsage(ctx context.Context, c *api.Client, namespace string) (map[string]queues.Usage, error) {
-	v, _, err := c.Variables().Read(QueuesVariable, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
-	if nomadview.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", QueuesVariable, err)
-	}
 	var stored map[string]storedUsage
-	if raw := v.Items[QueueUsageItem]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &stored); err != nil {
-			return nil, fmt.Errorf("%s: item %q: %v", QueuesVariable, QueueUsageItem, err)
-		}
+	if _, err := readItems(ctx, c, namespace, QueuesVariable, map[string]any{QueueUsageItem: &stored}); err != nil {
+		return nil, err
 	}
 	out := make(map[string]queues.Usage, len(stored))
 	for q, u := range stored {
@@ -60,15 +49,7 @@ func putQueueUsage(ctx context.Context, c *api.Client, namespace string, usage m
 	for q, u := range usage {
 		stored[q] = storedUsage{Hours: u.Hours, At: u.At}
 	}
-	b, err := json.Marshal(stored)
-	if err != nil {
-		return err
-	}
-	v := &api.Variable{Namespace: namespace, Path: QueuesVariable, Items: api.VariableItems{QueueUsageItem: string(b)}}
-	if _, _, err := c.Variables().Update(v, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("writing %s: %w", QueuesVariable, err)
-	}
-	return nil
+	return writeItems(ctx, c, namespace, QueuesVariable, map[string]any{QueueUsageItem: stored})
 }
 
 // account brings the queues' accounts to now, exports them, and writes
