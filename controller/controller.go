@@ -65,8 +65,10 @@ type Controller struct {
 	mover    *Mover     // nil: off; made when the replica leads
 	gangs    *Gangs     // nil: off; made when the replica leads
 	queues   *QueueBook // nil: no queues; made when the replica leads
-	// queuesSaved is when the queues' use was last written.
-	queuesSaved time.Time
+	// queuesSaved is when the queues' use was last written, and
+	// queuesWritten the accounts written then.
+	queuesSaved   time.Time
+	queuesWritten []QueueStatus
 	// replaced are the allocations a relayout refused that the leader
 	// asked Nomad to place again (replaceRefused), while listed.
 	replaced map[string]bool
@@ -142,11 +144,11 @@ func (c *Controller) lead(ctx context.Context) error {
 		c.gangs.CountIdle(c.metrics.reservationIdle)
 	}
 	if c.cfg.Queues != nil {
-		usage, err := LoadQueueUsage(ctx, c.api, c.cfg.Namespace)
+		usage, _, err := LoadQueues(ctx, c.api, c.cfg.Namespace)
 		if err != nil {
 			return fmt.Errorf("loading the queues' use: %w", err)
 		}
-		c.queues, c.queuesSaved = NewQueueBook(*c.cfg.Queues, usage), time.Time{}
+		c.queues, c.queuesSaved, c.queuesWritten = NewQueueBook(*c.cfg.Queues, usage), time.Time{}, nil
 	}
 	w := c.watcher()
 	defer w.Close()

@@ -28,17 +28,21 @@ type QueueBook struct {
 
 // QueueStatus is one queue's account at a step.
 type QueueStatus struct {
-	Name string
+	Name string `json:"name"`
 	// Use is the GPU-equivalents it holds; Nominal its quota; Borrowed
 	// what it uses beyond it; Lent what of its nominal it lends and does
 	// not use.
-	Use, Nominal, Borrowed, Lent float64
+	Use      float64 `json:"used"`
+	Nominal  float64 `json:"nominal"`
+	Borrowed float64 `json:"borrowed"`
+	Lent     float64 `json:"lent"`
 	// UsageHours is its decayed use; Standing its fair-share standing
 	// (queues.Standings), for an active queue (holding or waiting).
-	UsageHours, Standing float64
-	Active               bool
+	UsageHours float64 `json:"usage_gpu_hours"`
+	Standing   float64 `json:"fair_share"`
+	Active     bool    `json:"active"`
 	// Waiting are its queued task groups' allocations.
-	Waiting int
+	Waiting int `json:"waiting"`
 }
 
 // NewQueueBook keeps the accounts of cfg's queues from usage, the decayed

@@ -14,7 +14,8 @@ import (
 
 // Status is what an operator asks of the controller (nomad-gpu top): who
 // leads, which jobs run, or will run, above their own priority, why and
-// until when, what it moved, and what its gangs are doing. It is read from Nomad, not from a replica.
+// until when, what it moved, what its gangs are doing and its queues'
+// accounts. It is read from Nomad, not from a replica.
 type Status struct {
 	// Leading says a replica holds the leader lock; Leader is the name it
 	// gave itself ("" when none leads, or it gave none).
@@ -35,6 +36,9 @@ type Status struct {
 	// Gangs are what each gang was doing at the leader's last change of
 	// them, in the queue's order.
 	Gangs []GangStatus `json:"gangs,omitempty"`
+	// Queues are the queues' accounts at the leader's last write of them
+	// (a minute old at most), in the queue file's order.
+	Queues []QueueStatus `json:"queues,omitempty"`
 }
 
 // JobRaise is one raise of one job.
@@ -88,6 +92,9 @@ func ReadStatus(ctx context.Context, c *api.Client, namespace string, now time.T
 		return st, err
 	}
 	if st.Gangs, err = LoadGangs(ctx, c, namespace); err != nil {
+		return st, err
+	}
+	if _, st.Queues, err = LoadQueues(ctx, c, namespace); err != nil {
 		return st, err
 	}
 	return st, nil

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,5 +66,10 @@ queue "b" {
 	v, _, err := c.API().Variables().Read(controller.QueuesVariable, &api.QueryOptions{Namespace: "default"})
 	if err != nil || !strings.Contains(v.Items[controller.QueueUsageItem], `"a":`) {
 		t.Fatalf("variable %s: %v, %v; want the queues' use", controller.QueuesVariable, v, err)
+	}
+	// What nomad-gpu top -json shows of the controller: the accounts.
+	st, err := controller.ReadStatus(context.Background(), c.API(), "default", time.Now())
+	if err != nil || len(st.Queues) != 2 || st.Queues[0].Name != "a" || st.Queues[0].Use != 3 || st.Queues[0].Borrowed != 1 || st.Queues[1].Lent != 2 {
+		t.Errorf("the controller's status: queues %+v, %v; want a using 3, borrowing 1, b lending 2", st.Queues, err)
 	}
 }
