@@ -330,7 +330,33 @@ func writeController(b *strings.Builder, v *View, width int) {
 	writeRaises(b, c.Raises, width)
 	writeMoves(b, c.Moves, width)
 	writeGangs(b, c.Gangs, v.GeneratedAt, width)
+	writeQueues(b, c.Queues, width)
 }
+
+// writeQueues is the teams' queues: GPU-equivalents used of the nominal
+// quota, borrowed beyond it and lent of it, the fair-share standing of
+// an active queue (1: its weighted share of the recent use), and the
+// allocations waiting.
+func writeQueues(b *strings.Builder, qs []controller.QueueStatus, width int) {
+	if len(qs) == 0 {
+		return
+	}
+	t := &textTable{indent: "  ", cols: []column{
+		{head: "TEAM QUEUE", want: 20, min: 8}, {head: "USED", right: true}, {head: "BORROWED", right: true}, {head: "LENT", right: true},
+		{head: "FAIR SHARE", right: true}, {head: "WAITING", right: true},
+	}}
+	for _, q := range qs {
+		standing := "-"
+		if q.Active {
+			standing = strconv.FormatFloat(q.Standing, 'f', 2, 64)
+		}
+		t.add("", q.Name, gpuEq(q.Use)+"/"+gpuEq(q.Nominal), gpuEq(q.Borrowed), gpuEq(q.Lent), standing, strconv.Itoa(q.Waiting))
+	}
+	t.write(b, width)
+}
+
+// gpuEq writes GPU-equivalents: "6", "0.5", "2.25".
+func gpuEq(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 
 // writeGangs is the gangs: their state, members placed and running of
 // those wanted, since when, and why one waits.

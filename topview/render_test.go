@@ -229,6 +229,10 @@ func TestWriteController(t *testing.T) {
 			{Namespace: "default", Job: "torchrun", State: "placing", Wanted: 2, Placed: 2, Running: 1, Since: until},
 			{Namespace: "ml", Job: "mpi", State: "waiting", Wanted: 3, Reason: `group "rank": resources (devices: no devices match request on 3)`, Since: until.Add(time.Minute)},
 		}}}, []string{"GANG", "torchrun", "placing", "2/2", "1/2", "1m30s", "ml:mpi", "waiting", "0/3", "30s", "resources (devices: no devices match"}, []string{"MOVED"}},
+		{"queues", View{Controller: &controller.Status{Leading: true, Queues: []controller.QueueStatus{
+			{Name: "vision", Use: 8.25, Nominal: 6, Borrowed: 2.25, Standing: 1.4, Active: true, Waiting: 3},
+			{Name: "speech", Nominal: 6, Lent: 6},
+		}}}, []string{"TEAM QUEUE", "FAIR SHARE", "vision", "8.25/6", "2.25", "1.40", "speech", "0/6"}, []string{"GANG"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
