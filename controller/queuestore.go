@@ -59,7 +59,8 @@ func putQueues(ctx context.Context, c *api.Client, namespace string, usage map[s
 }
 
 // account brings the queues' accounts to now, exports them, and writes
-// them with their use every queueUsageEvery.
+// them with their use when a queue's holdings change and at least every
+// queueUsageEvery.
 func (c *Controller) account(ctx context.Context, now time.Time, snap *nomadview.Snapshot) {
 	if c.queues == nil {
 		return
