@@ -66,8 +66,8 @@ type backfillCandidate struct {
 	work gang.Work
 }
 
-// backfillCandidates are the queued groups the rule lets onto c's GPUs
-// (held of them held by its placeholder), in queue order: batch jobs
+// backfillCandidates are the queued groups the rule lets onto the held
+// GPUs c's placeholder holds, in queue order: batch jobs
 // below the reserved work's priority, no gang, none of whose allocations
 // is placed, not raised already (no pin in force), asking whole GPUs
 // only, no more than held.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -59,11 +60,7 @@ func NewQueueBook(cfg queues.Config, usage map[string]queues.Usage) *QueueBook {
 
 // Usage is every queue's decayed use as of the last step.
 func (b *QueueBook) Usage() map[string]queues.Usage {
-	out := make(map[string]queues.Usage, len(b.usage))
-	for k, v := range b.usage {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(b.usage)
 }
 
 // Step brings the accounts to now from snap, the queues in the file's
@@ -104,8 +101,9 @@ func (b *QueueBook) queueOf(ns, pool string) string {
 }
 
 // useOf is the GPU-equivalents each queue's pending and running
-// allocations hold: a whole GPU 1, a MIG instance its profile's weight,
-// an MPS share 1 over its GPU's shares on its node.
+// allocations hold, as nomadview.DeviceAsk.GPUEquivalents weighs them: a
+// whole GPU 1, a MIG instance its profile's weight, an MPS share 1 over
+// its GPU's shares on its node.
 func (b *QueueBook) useOf(snap *nomadview.Snapshot) map[string]float64 {
 	use := map[string]float64{}
 	for nodeID, held := range snap.HeldSlices() {
@@ -116,15 +114,11 @@ func (b *QueueBook) useOf(snap *nomadview.Snapshot) map[string]float64 {
 		shares := sharesPerGPU(n)
 		for _, h := range held {
 			q := b.queueOf(h.Alloc.Namespace, n.NodePool)
-			if q == "" || !nomadview.IsGPUAsk(h.Device) {
+			if q == "" {
 				continue
 			}
 			for _, id := range h.IDs {
-				w := nomadview.GPUWeight(h.Device)
-				if h.Device.Type == contract.SliceMPS && shares[nomadview.ShareGPU(id)] > 0 {
-					w = 1 / float64(shares[nomadview.ShareGPU(id)])
-				}
-				use[q] += w
+				use[q] += nomadview.DeviceAsk{Device: h.Device, Count: 1}.GPUEquivalents(shares[nomadview.ShareGPU(id)])
 			}
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/queues"
 )
 
@@ -42,5 +45,30 @@ func TestQueueBook(t *testing.T) {
 	}
 	if _, kept := b.Usage()["gone"]; kept {
 		t.Error("the use of a queue no longer in the file was kept")
+	}
+}
+
+// MPS shares weigh 1 over their GPU's shares: two of a GPU laid out as 4
+// shares are half a GPU; a whole GPU of the same node 1.
+func TestQueueBookShares(t *testing.T) {
+	snap := emptySnapshot(layoutNode("n1", "mps:4", "whole"))
+	held := func(id, ns string, dev *api.AllocatedDeviceResource) *api.AllocationListStub {
+		return &api.AllocationListStub{ID: id, Namespace: ns, JobID: id, NodeID: "n1", ClientStatus: api.AllocClientStatusRunning,
+			DesiredStatus: api.AllocDesiredStatusRun, AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+				"t": {Devices: []*api.AllocatedDeviceResource{dev}}}}}
+	}
+	snap.Allocs = []*api.AllocationListStub{
+		held("infer", "b", &api.AllocatedDeviceResource{Vendor: contract.Vendor, Type: contract.SliceMPS, Name: "GPU-n1-0",
+			DeviceIDs: []string{contract.ShareID("GPU-n1-0", 0), contract.ShareID("GPU-n1-0", 1)}}),
+		held("train", "a", &api.AllocatedDeviceResource{Vendor: contract.Vendor, Type: contract.SliceGPU, Name: "H100", DeviceIDs: []string{"GPU-n1-1"}}),
+	}
+	snap.Taken = time.Unix(1_000_000, 0)
+	cfg := queues.Config{HalfLife: time.Hour, Queues: []queues.Queue{
+		{Name: "a", Namespaces: []string{"a"}, Nominal: 1, Weight: 1},
+		{Name: "b", Namespaces: []string{"b"}, Nominal: 1, Weight: 1},
+	}}
+	got := NewQueueBook(cfg, nil).Step(snap.Taken, snap)
+	if len(got) != 2 || got[0].Use != 1 || got[1].Use != 0.5 {
+		t.Errorf("use %+v; want a 1 (a whole GPU), b 0.5 (2 of 4 shares)", got)
 	}
 }
