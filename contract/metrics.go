@@ -172,7 +172,7 @@ const (
 func ControllerMetrics() []Metric {
 	return []Metric{
 		{MetricControllerLeader, Gauge, "1 while this replica holds the leader lock and acts, 0 while it follows.", nil},
-		{MetricControllerDecisions, Counter, "Decisions of the leader by kind: protection-pending, protected, protection-dropped, protection-over, min-runtime, min-runtime-over, min-runtime-skipped, deadline-raised, deadline-restored, resized, raised, restored, hand-change, moved, replaced, gang-admitted, gang-waiting, gang-invalid, gang-rolled-back, gang-requeued, reserved, reservation-raised, backfilled, reservation-ended, reservation-expired.", []string{LabelKind}},
+		{MetricControllerDecisions, Counter, "Decisions of the leader by kind: protection-pending, protected, protection-dropped, protection-over, min-runtime, min-runtime-over, min-runtime-skipped, deadline-raised, deadline-restored, resized, raised, restored, hand-change, moved, replaced, gang-admitted, gang-waiting, gang-invalid, gang-rolled-back, gang-requeued, reserved, reservation-raised, backfilled, reservation-ended, reservation-expired, reclaimed.", []string{LabelKind}},
 		{MetricControllerLastTick, Gauge, "When the leader last read the cluster and ran its modules, in seconds since the epoch; absent on a follower that never led.", nil},
 		{MetricControllerLedgerWrite, Counter, "Writes (and deletes) of priority ledger variables by this replica.", nil},
 		{MetricControllerNomadCalls, Counter, "Nomad API list requests of the leader's watches of the cluster, by list.", []string{LabelEndpoint}},

@@ -149,6 +149,9 @@ func (c *Controller) lead(ctx context.Context) error {
 			return fmt.Errorf("loading the queues' use: %w", err)
 		}
 		c.queues, c.queuesSaved, c.queuesWritten = NewQueueBook(*c.cfg.Queues, usage), time.Time{}, nil
+		if c.gangs != nil {
+			c.gangs.UseQueues(c.queues)
+		}
 	}
 	w := c.watcher()
 	defer w.Close()
@@ -207,6 +210,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 	for _, jr := range c.resizes(ctx, now, view) {
 		c.registerResize(ctx, jr)
 	}
+	c.account(ctx, now, view.Snap) // the queues' accounts, which the gangs' gate admits by
 	if c.gangs != nil {
 		for _, d := range c.gangs.Step(ctx, now, view.Snap, c.specs.get(c.api, view), nomadGangs{c.api}) {
 			c.decided(d)
@@ -214,7 +218,6 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 		c.metrics.gangCensus(c.gangs.Census())
 		c.writeGangs(ctx)
 	}
-	c.account(ctx, now, view.Snap)
 	c.relayout(ctx, now, view.Snap)
 	c.replaceRefused(ctx, now, view.Snap)
 	c.move(ctx, now, view, ledger)

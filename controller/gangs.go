@@ -15,6 +15,7 @@ import (
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/gang"
+	"github.com/nomad-gpu/nomad-gpu/controller/queues"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -63,6 +64,8 @@ type gangNomad interface {
 	deregister(ctx context.Context, k JobKey) error
 	// node reads a node's details (its meta and attributes).
 	node(ctx context.Context, id string) (*api.Node, error)
+	// allocations lists a job's allocations (a dependency's runs).
+	allocations(ctx context.Context, k JobKey) ([]*api.AllocationListStub, error)
 }
 
 // Gangs is the gang module's state. Only the leader's loop uses it.
@@ -114,6 +117,14 @@ type Gangs struct {
 	nodes       map[string]nodeDetail
 	nodeReads   int
 	nodeVersion uint64
+	// queues, when set (UseQueues), are the team queues admissions go
+	// by; reclaimed the jobs the gate took back whose allocations may
+	// hold GPUs still, with the GPU-equivalents they held.
+	queues    *QueueBook
+	reclaimed map[JobKey]float64
+	// position is each waiting job's place in the queues' order at the
+	// last Step (1 first).
+	position map[JobKey]int
 }
 
 type gangSince struct {
@@ -152,6 +163,9 @@ func (g *Gangs) note(now time.Time, rows []GangStatus) {
 			g.since[k] = s
 		}
 		st.Since = s.at
+		if st.State == "waiting" {
+			st.Position = g.position[k]
+		}
 		g.statuses = append(g.statuses, st)
 	}
 }
@@ -208,6 +222,8 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	free := fmt.Sprint(snap.FreeSlices())
 	var due, waiting []waitingGang
 	var rows []GangStatus
+	var runs []heldRun
+	deps := map[queues.Dep]queues.DepRun{}
 	kept := false
 	g.census = GangCensus{}
 	g.forgetNodes(snap)
@@ -229,10 +245,16 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		}
 		job = g.asWritten(k, job, spec)
 		row := g.count(snap, k, job, spec)
+		if g.queues != nil {
+			row.Queue = g.queues.queueOf(k.Namespace, jobPoolOf(job))
+		}
 		if admitted(job, spec) {
 			rows = append(rows, row)
 			out = append(out, g.check(ctx, now, snap, k, job, spec, n)...)
 			out = append(out, g.restorePriority(ctx, k, job, row, n)...)
+			if at, ok := g.admitted[k]; ok && g.queues != nil {
+				runs = append(runs, g.run(snap, k, job, spec, at))
+			}
 			continue
 		}
 		g.forgetRun(k)
@@ -243,6 +265,12 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		if why == "" {
 			why = g.noLocality(ctx, snap, job, spec, n)
 		}
+		held := ""
+		if why == "" {
+			if held, err = g.dependency(ctx, snap, k, job, deps, n); err != nil {
+				why = err.Error()
+			}
+		}
 		if why != "" {
 			out = append(out, g.refuse(k, errors.New(why))...)
 			row.State = "invalid"
@@ -250,6 +278,10 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 			continue
 		}
 		rows = append(rows, row)
+		if held != "" {
+			out = append(out, g.wait(k, held)...)
+			continue
+		}
 		waiting = append(waiting, waitingGang{k, job, spec})
 		if g.due(now, free, k) {
 			due = append(due, waitingGang{k, job, spec})
@@ -263,7 +295,13 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		out = append(out, ds...)
 		out = append(out, g.restoreJobs(ctx, snap, specs, n)...)
 	}
-	if len(due) > 0 && !planned {
+	if g.queues != nil {
+		g.forgetReclaimed(snap)
+		if planned {
+			due = nil
+		}
+		out = append(out, g.admitQueued(ctx, now, snap, free, due, waiting, runs, n)...)
+	} else if len(due) > 0 && !planned {
 		slices.SortStableFunc(due, func(a, b waitingGang) int { return g.refused[a.k].at.Compare(g.refused[b.k].at) })
 		w := due[0]
 		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)...)
@@ -582,22 +620,16 @@ func (g *Gangs) check(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 	if restart {
 		kind, verb = "gang-requeued", "gang requeued: "
 	}
-	for _, sg := range spec.Groups {
-		index, err := n.scale(ctx, k, sg.Name, 0, 0, verb+why)
-		if err != nil {
-			g.log.Warn("gang: scaling a group to 0 failed; tried on the next tick", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
-			return nil
-		}
-		g.wrote[k] = index
-	}
 	r := g.retry[k]
 	if g.ranWhole[k] {
 		r.wait = 0 // it ran: no failed admission to back off from
 	}
+	if !g.scaleDown(ctx, k, spec, verb+why, n) {
+		return nil
+	}
 	r.wait = min(max(g.cfg.RetryMin, 2*r.wait), g.cfg.RetryMax)
 	r.at = now.Add(r.wait)
 	g.retry[k] = r
-	g.forgetRun(k)
 	return []Decision{{Kind: kind, Job: k, Reason: fmt.Sprintf("%s; planned again in %s", why, r.wait)}}
 }
 
@@ -692,6 +724,11 @@ func (n nomadGangs) deregister(ctx context.Context, k JobKey) error {
 func (n nomadGangs) node(ctx context.Context, id string) (*api.Node, error) {
 	node, _, err := n.c.Nodes().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	return node, err
+}
+
+func (n nomadGangs) allocations(ctx context.Context, k JobKey) ([]*api.AllocationListStub, error) {
+	list, _, err := n.c.Jobs().Allocations(k.ID, false, (&api.QueryOptions{Namespace: k.Namespace}).WithContext(ctx))
+	return list, err
 }
 
 func (n nomadGangs) evaluate(ctx context.Context, k JobKey) error {

@@ -33,6 +33,12 @@ type fakeGangNomad struct {
 	nodes     map[string]*api.Node
 	nodeReads int
 	planFits  func(*api.Job) bool
+	// allocs are the jobs' allocations allocations answers with.
+	allocs map[string][]*api.AllocationListStub
+}
+
+func (f *fakeGangNomad) allocations(_ context.Context, k JobKey) ([]*api.AllocationListStub, error) {
+	return f.allocs[k.ID], nil
 }
 
 func (f *fakeGangNomad) node(_ context.Context, id string) (*api.Node, error) {
@@ -52,7 +58,7 @@ func (f *fakeGangNomad) plan(_ context.Context, job *api.Job) (*api.JobPlanRespo
 	f.plans++
 	f.planned = append(f.planned, *job.ID)
 	for _, tg := range job.TaskGroups {
-		if job.Meta["nomad_gpu_gang"] == "true" && (tg.Count == nil || *tg.Count != 2) {
+		if job.Meta["nomad_gpu_gang"] == "true" && (tg.Count == nil || fmt.Sprint(*tg.Count) != tg.Meta["nomad_gpu_gang_members"]) {
 			return nil, errors.New("planned with a count other than the members")
 		}
 	}

@@ -34,6 +34,11 @@ type GangStatus struct {
 	Running int `json:"running"`
 	// Reason is why it waits or is invalid ("" otherwise).
 	Reason string `json:"reason,omitempty"`
+	// Queue is its team queue ("" without a queue file, or in none);
+	// Position its place among the waiting in the queues' order (1
+	// first; 0 when not ordered: not waiting, or held by a dependency).
+	Queue    string `json:"queue,omitempty"`
+	Position int    `json:"position,omitempty"`
 	// Since is when it reached State, as this leader saw it.
 	Since time.Time `json:"since"`
 }

@@ -41,7 +41,7 @@ func ViewOf(snap *nomadview.Snapshot) View {
 // Decision is one thing a module decided, logged with its reason and
 // counted by kind.
 type Decision struct {
-	Kind   string // "protection-pending", "protected", "protection-dropped", "protection-over", "deadline-raised", "deadline-restored", "resized", "raised", "restored", "hand-change", "moved", "replaced", "gang-admitted", "gang-waiting", "gang-invalid", "gang-rolled-back", "gang-requeued", "reserved", "reservation-raised", "backfilled", "reservation-ended", "reservation-expired"
+	Kind   string // "protection-pending", "protected", "protection-dropped", "protection-over", "deadline-raised", "deadline-restored", "resized", "raised", "restored", "hand-change", "moved", "replaced", "gang-admitted", "gang-waiting", "gang-invalid", "gang-rolled-back", "gang-requeued", "reserved", "reservation-raised", "backfilled", "reservation-ended", "reservation-expired", "reclaimed"
 	Job    JobKey
 	Reason string
 }

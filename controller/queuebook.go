@@ -16,8 +16,8 @@ import (
 // what every queue of the queue file holds (the GPU-equivalents its
 // namespaces' pending and running allocations hold, in its node pool),
 // what it waits for, its decayed use, the quota figures of its cohort and
-// its fair-share standing. It decides nothing yet: it is what the gate
-// will order and admit by, and what operators see of their teams now.
+// its fair-share standing. It decides nothing: the gate (queuegate.go)
+// orders and admits by its last step, and operators see their teams in it.
 // The leader's alone; its use is kept across leaders (queueusage.go).
 type QueueBook struct {
 	cfg queues.Config
@@ -25,6 +25,11 @@ type QueueBook struct {
 	// step, held since (the use between two steps is taken as constant).
 	usage map[string]queues.Usage
 	rate  map[string]float64
+	// held and standing are what each queue held and its fair-share
+	// standing at the last step; shares how many MPS shares a GPU of the
+	// cluster offers most often (a waiting MPS ask's weight).
+	held, standing map[string]float64
+	shares         int
 }
 
 // QueueStatus is one queue's account at a step.
@@ -80,6 +85,7 @@ func (b *QueueBook) Step(now time.Time, snap *nomadview.Snapshot) []QueueStatus 
 		hours[q.Name], active[q.Name] = u.Hours, use[q.Name] > 0 || waiting[q.Name] > 0
 	}
 	standing := queues.Standings(b.cfg, hours, active)
+	b.held, b.standing = use, standing
 	quota := queues.NewQuota(b.cfg, use)
 	out := make([]QueueStatus, 0, len(b.cfg.Queues))
 	for _, q := range b.cfg.Queues {
@@ -106,6 +112,7 @@ func (b *QueueBook) queueOf(ns, pool string) string {
 // its GPU's shares on its node.
 func (b *QueueBook) useOf(snap *nomadview.Snapshot) map[string]float64 {
 	use := map[string]float64{}
+	b.shares = commonShares(snap)
 	for nodeID, held := range snap.HeldSlices() {
 		n := snap.Node(nodeID)
 		if n == nil {
@@ -143,4 +150,23 @@ func sharesPerGPU(n *api.NodeListStub) map[string]int {
 		}
 	}
 	return out
+}
+
+// commonShares is how many MPS shares a GPU of the cluster offers most
+// often (the fewest of the most frequent; 1 where no GPU offers shares):
+// what a waiting job's MPS share weighs before a node is chosen.
+func commonShares(snap *nomadview.Snapshot) int {
+	seen := map[int]int{}
+	for _, n := range snap.Nodes {
+		for _, s := range sharesPerGPU(n) {
+			seen[s]++
+		}
+	}
+	best, most := 1, 0
+	for s, c := range seen {
+		if c > most || c == most && s < best {
+			best, most = s, c
+		}
+	}
+	return best
 }

@@ -205,6 +205,18 @@ func taskGroup(job *api.Job, name string) *api.TaskGroup {
 	return nil
 }
 
+// GroupGPUEquivalents is what one allocation of group asks for in
+// GPU-equivalents (DeviceAsk.GPUEquivalents: an MPS share weighs 1 over
+// sharesPerGPU, which the group alone does not say).
+func GroupGPUEquivalents(group *api.TaskGroup, sharesPerGPU int) float64 {
+	asks, _ := groupAsks(group)
+	sum := 0.0
+	for _, a := range asks {
+		sum += a.GPUEquivalents(sharesPerGPU)
+	}
+	return sum
+}
+
 // groupAsks are the devices one allocation of group asks for (summed by
 // name over its tasks, in first-seen order) and its first task by name
 // that asks for a GPU ("" when none does).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -191,6 +192,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (*controllerOptions, 
 		cfg, err := queues.Parse(o.queuesFile, src)
 		if err != nil {
 			return nil, fmt.Errorf("-queues:\n%v", err)
+		}
+		if o.cfg.Gangs == nil {
+			return nil, errors.New("-queues: set with -gangs=false; allowed: -gangs on (the queues admit held jobs through the gangs' gate)")
 		}
 		o.cfg.Queues = &cfg
 	}

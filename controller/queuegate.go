@@ -1,0 +1,270 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/controller/gang"
+	"github.com/nomad-gpu/nomad-gpu/controller/queues"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/nomadview"
+)
+
+// Team queues at the gang's gate (docs/design/queues.md). With a queue
+// file, the held jobs (the gang's form: GPU groups at count 0, their
+// counts in group meta) are admitted in the one order of queues.Order,
+// each only when its queue's quota and cohort allow it. What a queue's
+// waiting work asks within its nominal is not lent to the others. When
+// Nomad's plan cannot place a queue's work within its nominal, the gate
+// takes back what other queues of its cohort borrowed: their newest
+// admissions first, scaled back to 0, which stops them checkpointed (the
+// gpu driver commits a checkpoint on every stop), to wait again in their
+// queue and resume from their checkpoint when capacity frees.
+
+// UseQueues puts the gang module's admissions under the queues that b
+// keeps the accounts of (its last Step is what they are admitted by).
+func (g *Gangs) UseQueues(b *QueueBook) {
+	g.queues, g.reclaimed, g.position = b, map[JobKey]float64{}, map[JobKey]int{}
+}
+
+// heldRun is an admitted held job, which the gate may take back.
+type heldRun struct {
+	k     JobKey
+	spec  gang.Spec
+	queue string
+	// gpus is what it holds once placed, pending what it waits to have
+	// placed still; at when it was admitted (by this leader, or first
+	// seen admitted).
+	gpus, pending float64
+	at            time.Time
+	// holding: a member holds GPUs (placed or running).
+	holding bool
+}
+
+// queueGate is one tick's account of the queues, for admission.
+type queueGate struct {
+	cfg      queues.Config
+	standing map[string]float64
+	// use is what each queue holds and has admitted but not yet placed;
+	// claim what its waiting work asks within its nominal; queue and
+	// gpus each waiting job's queue ("" for none) and size.
+	use, claim map[string]float64
+	queue      map[JobKey]string
+	gpus       map[JobKey]float64
+	// free is the cluster's free whole GPUs.
+	free float64
+}
+
+// gate is the queues' account of this tick: waiting are the held jobs
+// waiting (dependencies done), runs the admitted ones.
+func (g *Gangs) gate(snap *nomadview.Snapshot, waiting []waitingGang, runs []heldRun) *queueGate {
+	b := g.queues
+	qg := &queueGate{cfg: b.cfg, standing: b.standing, use: maps.Clone(b.held), claim: map[string]float64{},
+		queue: map[JobKey]string{}, gpus: map[JobKey]float64{}}
+	if qg.use == nil {
+		qg.use = map[string]float64{}
+	}
+	for _, r := range runs {
+		qg.use[r.queue] += r.pending
+	}
+	asks := map[string]float64{}
+	for _, w := range waiting {
+		q := b.queueOf(w.k.Namespace, jobPoolOf(w.job))
+		qg.queue[w.k], qg.gpus[w.k] = q, heldGPUs(w.job, w.spec, b.shares)
+		asks[q] += qg.gpus[w.k]
+	}
+	for _, q := range b.cfg.Queues {
+		qg.claim[q.Name] = min(asks[q.Name], max(0, q.Nominal-qg.use[q.Name]))
+	}
+	for _, n := range snap.FreeGPUs() {
+		qg.free += float64(n)
+	}
+	return qg
+}
+
+// heldGPUs is what a held job asks for once admitted, in GPU-equivalents.
+func heldGPUs(job *api.Job, spec gang.Spec, shares int) float64 {
+	sum := 0.0
+	for _, sg := range spec.Groups {
+		if tg := groupNamed(job, sg.Name); tg != nil {
+			sum += float64(sg.Members) * nomadview.GroupGPUEquivalents(tg, shares)
+		}
+	}
+	return sum
+}
+
+// jobPoolOf is the node pool job asks for ("default" when it names none).
+func jobPoolOf(job *api.Job) string {
+	if job.NodePool == nil || *job.NodePool == "" {
+		return "default"
+	}
+	return *job.NodePool
+}
+
+// order is the waiting jobs in the queues' one rule (queues.Order).
+func (qg *queueGate) order(snap *nomadview.Snapshot, due []waitingGang) []waitingGang {
+	byKey := map[JobKey]waitingGang{}
+	ws := make([]queues.Waiting, 0, len(due))
+	for _, w := range due {
+		byKey[w.k] = w
+		stub := snap.Jobs[w.k]
+		x := queues.Waiting{Namespace: w.k.Namespace, ID: w.k.ID, Queue: qg.queue[w.k]}
+		if stub != nil {
+			x.Priority, x.Submitted = stub.Priority, time.Unix(0, stub.SubmitTime)
+		}
+		x.Deadline, _ = time.Parse(time.RFC3339, w.job.Meta[sizing.MetaDeadline])
+		ws = append(ws, x)
+	}
+	out := make([]waitingGang, 0, len(due))
+	for _, x := range queues.Order(ws, qg.standing) {
+		out = append(out, byKey[JobKey{Namespace: x.Namespace, ID: x.ID}])
+	}
+	return out
+}
+
+// verdict is whether job k may be admitted into its queue now: what the
+// other queues' waiting work claims of their nominal they do not lend.
+func (qg *queueGate) verdict(k JobKey) queues.Verdict {
+	q := qg.queue[k]
+	if q == "" {
+		return queues.Verdict{Admission: queues.WithinNominal}
+	}
+	use := maps.Clone(qg.use)
+	for r, c := range qg.claim {
+		if r != q {
+			use[r] += c
+		}
+	}
+	return queues.NewQuota(qg.cfg, use).Admit(q, qg.gpus[k])
+}
+
+// admitQueued places the waiting jobs in the queues' order and plans the
+// first of due that its queue may admit now; those before it wait with
+// their quota's reason. When
+// Nomad's plan cannot place it and it is within its queue's nominal, the
+// gate takes back borrowed work for its queue.
+func (g *Gangs) admitQueued(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, due, waiting []waitingGang, runs []heldRun, n gangNomad) []Decision {
+	clear(g.position)
+	qg := g.gate(snap, waiting, runs)
+	isDue := map[JobKey]bool{}
+	for _, w := range due {
+		isDue[w.k] = true
+	}
+	var out []Decision
+	for i, w := range qg.order(snap, waiting) {
+		g.position[w.k] = i + 1
+		if !isDue[w.k] {
+			continue
+		}
+		v := qg.verdict(w.k)
+		if v.Admission == queues.Waits {
+			out = append(out, g.wait(w.k, v.Reason)...)
+			continue
+		}
+		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)...)
+		if _, ok := g.admitted[w.k]; !ok && v.Admission == queues.WithinNominal && v.Reclaim > 0 {
+			out = append(out, g.reclaim(ctx, qg, qg.queue[w.k], runs, n)...)
+		}
+		isDue = nil // one plan a tick; the rest only get their places
+	}
+	return out
+}
+
+// reclaim takes back, for queue q, what its waiting work within its
+// nominal needs beyond the free GPUs and what is being taken back
+// already: the runs of the other queues of its cohort that borrow, newest
+// admission first, while their queue borrows.
+func (g *Gangs) reclaim(ctx context.Context, qg *queueGate, q string, runs []heldRun, n gangNomad) []Decision {
+	quota := queues.NewQuota(qg.cfg, qg.use)
+	need := quota.Admit(q, qg.claim[q]).Reclaim - qg.free
+	for _, gpus := range g.reclaimed {
+		need -= gpus
+	}
+	cohort := queueNamed(qg.cfg, q).Cohort
+	borrowed := map[string]float64{}
+	for _, r := range qg.cfg.Queues {
+		if r.Name != q && r.Cohort == cohort {
+			borrowed[r.Name] = quota.Borrowed(r.Name)
+		}
+	}
+	victims := slices.Clone(runs)
+	slices.SortFunc(victims, func(a, b heldRun) int {
+		return cmp.Or(b.at.Compare(a.at), cmp.Compare(b.k.Namespace, a.k.Namespace), cmp.Compare(b.k.ID, a.k.ID))
+	})
+	var out []Decision
+	for _, r := range victims {
+		if need <= 1e-9 {
+			break
+		}
+		if borrowed[r.queue] <= 1e-9 || !r.holding || r.pending > 0 {
+			continue
+		}
+		why := fmt.Sprintf("reclaimed: queue %s borrows %.3g GPU-equivalents of its cohort %s, and queue %s wants its nominal back", r.queue, borrowed[r.queue], cohort, q)
+		if !g.scaleDown(ctx, r.k, r.spec, "queue "+why, n) {
+			break
+		}
+		g.reclaimed[r.k] = r.gpus
+		borrowed[r.queue] -= r.gpus
+		need -= r.gpus
+		out = append(out, Decision{Kind: "reclaimed", Job: r.k, Reason: why + "; it waits in its queue again and resumes from its checkpoint"})
+	}
+	return out
+}
+
+// scaleDown scales every group of a held job to 0 and forgets its run;
+// false when Nomad refused a scale (tried again on a later tick).
+func (g *Gangs) scaleDown(ctx context.Context, k JobKey, spec gang.Spec, why string, n gangNomad) bool {
+	for _, sg := range spec.Groups {
+		index, err := n.scale(ctx, k, sg.Name, 0, 0, why)
+		if err != nil {
+			g.log.Warn("gang: scaling a group to 0 failed; tried on a later tick", "namespace", k.Namespace, "job", k.ID, "group", sg.Name, "error", err)
+			return false
+		}
+		g.wrote[k] = index
+	}
+	g.forgetRun(k)
+	return true
+}
+
+// forgetReclaimed drops the taken-back jobs that hold nothing any more.
+func (g *Gangs) forgetReclaimed(snap *nomadview.Snapshot) {
+	holding := map[JobKey]bool{}
+	for _, a := range snap.Allocs {
+		if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning {
+			holding[JobKey{Namespace: a.Namespace, ID: a.JobID}] = true
+		}
+	}
+	maps.DeleteFunc(g.reclaimed, func(k JobKey, _ float64) bool { return !holding[k] })
+}
+
+func queueNamed(cfg queues.Config, name string) queues.Queue {
+	for _, q := range cfg.Queues {
+		if q.Name == name {
+			return q
+		}
+	}
+	return queues.Queue{}
+}
+
+// run is an admitted held job as the gate weighs it, at when it was
+// admitted: its members not placed yet, nor done, are pending.
+func (g *Gangs) run(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.Spec, at time.Time) heldRun {
+	gpus := heldGPUs(job, spec, g.queues.shares)
+	r := heldRun{k: k, spec: spec, queue: g.queues.queueOf(k.Namespace, jobPoolOf(job)), gpus: gpus, at: at}
+	members := gangMembers(snap, k, spec, g.admittedAt[k])
+	for _, m := range members {
+		switch {
+		case m.Placed:
+			r.holding = true
+		case !m.Done && m.Ended == "":
+			r.pending += gpus / float64(len(members))
+		}
+	}
+	return r
+}
