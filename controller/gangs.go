@@ -515,7 +515,7 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 	}
 	if why != "" {
 		g.refused[k] = gangPlan{free: free, at: now, tried: i + 1, domains: len(doms), nodeVersion: g.nodeVersion}
-		return g.wait(k, why+where)
+		return g.wait(k, planRefused(spec)+why+where)
 	}
 	delete(g.refused, k)
 	reason := fmt.Sprintf("Nomad's plan places all %d members%s", spec.Members(), where)
@@ -527,6 +527,16 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 	g.admitted[k], g.admittedAt[k], g.wrote[k] = now, index, index
 	delete(g.waiting, k)
 	return []Decision{{Kind: "gang-admitted", Job: k, Reason: reason}}
+}
+
+// planRefused begins the reason of a held job Nomad's plan did not place
+// (the kinds nomad-gpu queue shows): a gang does not fit whole; a job of
+// one member waits for capacity.
+func planRefused(spec gang.Spec) string {
+	if spec.Members() > 1 {
+		return "gang does not fit: "
+	}
+	return "capacity: "
 }
 
 // scaleUp gives the gang its members, guarded by the plan's index: a

@@ -128,11 +128,11 @@ func TestQueueGate(t *testing.T) {
 			planned: []string{"a-3"}, scales: []string{"worker=1@7"}, kinds: []string{"gang-admitted"}},
 		{name: "what b's waiting work claims is not lent", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2"},
 			waiting: map[string]int{"a/a-3": 1, "b/b-1": 2}, fits: func(j *api.Job) bool { return *j.ID != "b-1" },
-			planned: []string{"b-1"}, kinds: []string{"gang-waiting", "gang-waiting"}, reason: "a-3: cohort lab lends 0 now, 1 needed"},
+			planned: []string{"b-1"}, kinds: []string{"gang-waiting", "gang-waiting"}, reason: "a-3: cohort: lab lends 0 now, 1 needed"},
 		{name: "b's work takes back a's newest borrowed runs", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3", "a/a-4"},
 			waiting: map[string]int{"b/b-1": 1, "b/b-2": 1}, fits: func(*api.Job) bool { return false },
 			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting", "gang-waiting", "gang-waiting"},
-			reason: "a-4: cohort lab lends 0 now, 1 needed"},
+			reason: "a-4: cohort: lab lends 0 now, 1 needed"},
 	} {
 		s := newQueueScene(t, tc.cfg, tc.running, tc.waiting)
 		if tc.edit != nil {

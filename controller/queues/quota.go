@@ -107,7 +107,7 @@ func (qt *Quota) Admit(name string, gpus float64) Verdict {
 			name, gpuEq(borrow), gpuEq(q.Nominal), gpuEq(q.BorrowingLimit))}
 	}
 	if need, free := borrow-qt.Borrowed(name), qt.CohortFree(name); need > free+epsilon {
-		return Verdict{Admission: Waits, Reason: fmt.Sprintf("cohort %s lends %s now, %s needed", q.Cohort, gpuEq(free), gpuEq(need))}
+		return Verdict{Admission: Waits, Reason: fmt.Sprintf("cohort: %s lends %s now, %s needed", q.Cohort, gpuEq(free), gpuEq(need))}
 	}
 	return Verdict{Admission: Borrowing}
 }
