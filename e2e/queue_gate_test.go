@@ -1,19 +1,23 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
+	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
 
 // queueFile writes a queue file and returns its path.
@@ -155,5 +159,219 @@ queue "b" {
 		if m == nil || restored < last-1 {
 			t.Errorf("%s stopped after step %d and started again %q; want from step %d or later", job, last, m, last-1)
 		}
+	}
+}
+
+// heldTemplate is the gang example as a held job of one 1-GPU member,
+// parsed once: registering hundreds of copies must not parse each.
+func heldTemplate(t *testing.T, c *cluster.Cluster) *api.Job {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(t), "jobs", "examples", "gang-sim.nomad.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := fmt.Sprintf("nomad_gpu = %q", cluster.RequireBinary(t, "nomad-gpu"))
+	job, err := c.API().Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: vars, Canonicalize: true})
+	if err != nil {
+		t.Fatalf("parsing the gang example: %v", err)
+	}
+	job.TaskGroups[0].Meta[contract.MetaGangMembers] = "1"
+	return job
+}
+
+// registerHeld registers a copy of the template as job id of namespace
+// ns, running args.
+func registerHeld(t *testing.T, c *cluster.Cluster, tmpl *api.Job, ns, id string, args ...string) {
+	t.Helper()
+	job := *tmpl
+	tg := *tmpl.TaskGroups[0]
+	task := *tg.Tasks[0]
+	task.Config = map[string]any{"command": task.Config["command"], "checkpoint": task.Config["checkpoint"], "args": args}
+	tg.Tasks = []*api.Task{&task}
+	job.TaskGroups = []*api.TaskGroup{&tg}
+	job.ID, job.Name, job.Namespace = new(id), new(id), new(ns)
+	if _, _, err := c.API().Jobs().Register(&job, nil); err != nil {
+		t.Fatalf("registering %s/%s: %v", ns, id, err)
+	}
+}
+
+// gpuSeconds is the GPU-time the allocations of namespace ns ran within
+// [from, to]: each one GPU, from its task's start to its end (now while
+// it runs).
+func gpuSeconds(t *testing.T, c *cluster.Cluster, ns string, from, to time.Time) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, a := range nsAllocs(t, c, ns) {
+		st := a.TaskStates["member"]
+		if st == nil || st.StartedAt.IsZero() {
+			continue
+		}
+		end := st.FinishedAt
+		if end.IsZero() || end.Before(st.StartedAt) {
+			end = to
+		}
+		start := st.StartedAt
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if end.After(start) {
+			sum += end.Sub(start).Seconds()
+		}
+	}
+	return sum
+}
+
+// Weighted fair share against real Nomad, on three sim nodes of 4 GPUs:
+// queues a (weight 2) and b (weight 1) of nominal 0 borrow every GPU
+// from the cohort's lender, queue shared (nominal 12, no work). Both are
+// saturated with 40-step held jobs for 10 minutes; each queue's GPU-time
+// in them is within 10 % of its weighted share (a 2/3, b 1/3). Quotas
+// outrank weights: queues that each use their nominal hold it whatever
+// their weights, so the weights govern what a cohort lends, as Kueue's.
+func TestQueueFairShare(t *testing.T) {
+	c := gangCluster(t)
+	makeNamespaces(t, c, "a", "b", "shared")
+	file := queueFile(t, `fair_share {
+  half_life = "10m"
+}
+cohort "lab" {}
+queue "shared" {
+  namespaces = ["shared"]
+  nominal    = 12
+  cohort     = "lab"
+}
+queue "a" {
+  namespaces = ["a"]
+  nominal    = 0
+  weight     = 2
+  cohort     = "lab"
+}
+queue "b" {
+  namespaces = ["b"]
+  nominal    = 0
+  weight     = 1
+  cohort     = "lab"
+}
+`)
+	c.StartController(t, "controller", "-tick", "500ms", "-queues", file, "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	tmpl := heldTemplate(t, c)
+	// 12 GPUs for 11 minutes of 40-step jobs: a needs about 130, b 65.
+	for i := range 150 {
+		registerHeld(t, c, tmpl, "a", fmt.Sprintf("a-%03d", i), "sim-train", "--steps", "40", "--step-time", "1s")
+		if i < 90 {
+			registerHeld(t, c, tmpl, "b", fmt.Sprintf("b-%03d", i), "sim-train", "--steps", "40", "--step-time", "1s")
+		}
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for len(runningJobs(t, c, "a"))+len(runningJobs(t, c, "b")) < 12 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster is not full after 3 minutes: a runs %d, b %d", len(runningJobs(t, c, "a")), len(runningJobs(t, c, "b")))
+		}
+		time.Sleep(time.Second)
+	}
+	from := time.Now()
+	time.Sleep(10 * time.Minute)
+	to := time.Now()
+	a, b := gpuSeconds(t, c, "a", from, to), gpuSeconds(t, c, "b", from, to)
+	shareA, shareB := a/(a+b), b/(a+b)
+	t.Logf("GPU-time over 10 minutes: a %.0f s (%.1f %%), b %.0f s (%.1f %%); weighted shares 66.7 %%, 33.3 %%", a, 100*shareA, b, 100*shareB)
+	if a+b < 0.9*12*to.Sub(from).Seconds() {
+		t.Errorf("a and b ran %.0f GPU-seconds of %.0f; want the 12 GPUs saturated", a+b, 12*to.Sub(from).Seconds())
+	}
+	for _, q := range []struct {
+		name         string
+		share, wants float64
+	}{{"a", shareA, 2.0 / 3}, {"b", shareB, 1.0 / 3}} {
+		if q.share < 0.9*q.wants || q.share > 1.1*q.wants {
+			t.Errorf("queue %s had %.1f %% of the GPU-time; want within 10 %% of its weighted share %.1f %%", q.name, 100*q.share, 100*q.wants)
+		}
+	}
+}
+
+// prepJob is a batch job of one GPU task that runs for run and exits with
+// code, restarted and rescheduled never: a dependency's run.
+func prepJob(id string, run time.Duration, code int) string {
+	return fmt.Sprintf(`
+job %q {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "t" {
+      driver = "gpu"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "sleep %d; exit %d"]
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+        device "nvidia/gpu" {
+          count = 1
+        }
+      }
+    }
+  }
+}`, id, int(run.Seconds()), code)
+}
+
+// gangReason waits until the controller's status says job waits for a
+// reason containing want, and returns it.
+func gangReason(t *testing.T, c *cluster.Cluster, job, want string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		st, err := controller.ReadStatus(context.Background(), c.API(), "default", time.Now())
+		if err == nil {
+			for _, g := range st.Gangs {
+				if g.Job == job {
+					last = g.Reason
+				}
+			}
+			if strings.Contains(last, want) {
+				return last
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s waits for %q after %v (error %v); want a reason with %q", job, last, timeout, err, want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// Dependencies against real Nomad, on a node of 4 GPUs: held job train
+// (meta nomad_gpu_after = "prep") waits, saying so, while prep runs, and
+// starts only after prep completed; train-2, after prep-bad, which
+// fails, waits with that reason.
+func TestQueueDependency(t *testing.T) {
+	c, _ := fourGPUCluster(t, 1, func(c *cluster.Cluster, n *harness.GPUNode) {
+		n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), unveilNomadGPU(t))
+	}, "", func(*api.Node) bool { return true })
+	c.StartController(t, "controller", "-tick", "500ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	c.RunJob(t, prepJob("prep", 8*time.Second, 0))
+	c.RunJob(t, prepJob("prep-bad", time.Second, 1))
+	runHeld(t, c, "default", "train", 0, "1s", map[string]string{contract.MetaAfter: "prep"})
+	runHeld(t, c, "default", "train-2", 0, "1s", map[string]string{contract.MetaAfter: "prep-bad"})
+
+	gangReason(t, c, "train", "dependency: after default/prep, which has not completed yet", 30*time.Second)
+	prep := c.WaitForAllocs(t, "prep", 1, time.Minute)[0]
+	done := c.WaitForAllocStatus(t, prep.ID, "complete", time.Minute)
+	train := c.WaitForAllocStatus(t, c.WaitForAllocs(t, "train", 1, time.Minute)[0].ID, "running", time.Minute)
+	if ended := done.TaskStates["t"].FinishedAt; !train.TaskStates["member"].StartedAt.After(ended) {
+		t.Errorf("train started at %v, before prep ended at %v", train.TaskStates["member"].StartedAt, ended)
+	}
+	gangReason(t, c, "train-2", "dependency: after default/prep-bad, whose latest run failed", 30*time.Second)
+	if n := len(liveAllocs(t, c, "train-2")); n != 0 {
+		t.Errorf("train-2 has %d allocations; its dependency failed", n)
 	}
 }

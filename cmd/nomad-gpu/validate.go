@@ -12,7 +12,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller/gang"
+	"github.com/nomad-gpu/nomad-gpu/controller/queues"
 	"github.com/nomad-gpu/nomad-gpu/driver"
 )
 
@@ -32,7 +34,9 @@ validate passes such a config, and the agent reports it only when the
 task is placed on a GPU node. A gang (job meta nomad_gpu_gang = "true")
 is checked against the gang conventions too: batch, each group with GPUs
 at count 0 with meta nomad_gpu_gang_members, no restarts or reschedules,
-a port labelled rendezvous in the first member group. Each error names
+a port labelled rendezvous in the first member group. Job meta
+nomad_gpu_after (the jobs it waits for) is checked too, and only a held
+job (a gang, of one member or more) may set it. Each error names
 the job, group and task, the key path and what is allowed; the exit
 status is 1 when any has one, 0 when all pass. It changes nothing.
 
@@ -143,6 +147,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		problems, tasks := validateGPUTasks(job)
 		gangProblems, members := validateGang(job)
 		problems = append(problems, gangProblems...)
+		problems = append(problems, validateAfter(job)...)
 		for _, p := range problems {
 			fmt.Fprintf(stderr, "%s: %s\n", spec, p)
 		}
@@ -227,4 +232,31 @@ func validateGang(job *api.Job) (problems []string, members int) {
 		return problems, 0
 	}
 	return problems, spec.Members()
+}
+
+// validateAfter checks job's meta nomad_gpu_after (queues.ParseAfter),
+// and that the job is held: only the controller's gate can keep a job
+// from Nomad until its dependencies complete; Nomad places any other at
+// once.
+func validateAfter(job *api.Job) []string {
+	v, ok := job.Meta[contract.MetaAfter]
+	if !ok {
+		return nil
+	}
+	id, ns := "", "default"
+	if job.ID != nil {
+		id = *job.ID
+	}
+	if job.Namespace != nil && *job.Namespace != "" {
+		ns = *job.Namespace
+	}
+	var problems []string
+	if _, err := queues.ParseAfter(ns, id, v); err != nil {
+		problems = append(problems, fmt.Sprintf("job %q: %v", id, err))
+	}
+	if job.Meta[contract.MetaGang] != "true" {
+		problems = append(problems, fmt.Sprintf("job %q: meta %s: set on a job that is not held, which Nomad places at once; allowed: a held job (meta %s = \"true\", its GPU groups at count 0 with meta %s)",
+			id, contract.MetaAfter, contract.MetaGang, contract.MetaGangMembers))
+	}
+	return problems
 }

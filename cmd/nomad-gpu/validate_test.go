@@ -91,6 +91,11 @@ func TestValidateCommand(t *testing.T) {
 		"notgang": gpuJob("train-p3", map[string]any{"command": "/bin/sh"}),
 	}
 	jobs["notgang"].TaskGroups[0].Meta = map[string]string{"nomad_gpu_gang_members": "2"}
+	after, afterBad := write("after.hcl", "after"), write("afterbad.hcl", "afterbad")
+	jobs["after"] = gangJob("train", "2", 0, true, nil)
+	jobs["after"].Meta["nomad_gpu_after"] = "prep, data/etl"
+	jobs["afterbad"] = gpuJob("train-p4", map[string]any{"command": "/bin/sh"})
+	jobs["afterbad"].Meta = map[string]string{"nomad_gpu_after": "train-p4"}
 	var vars string
 	addr := parseAgent(t, jobs, &vars).URL
 	cases := []struct {
@@ -113,6 +118,11 @@ func TestValidateCommand(t *testing.T) {
 		}},
 		{"gang meta on a job that is none", []string{notGang}, 1, nil, []string{
 			notGang + `: job "train-p3" group "trainer": meta.nomad_gpu_gang_members: set, but the job is no gang; allowed: only with the job's meta.nomad_gpu_gang = "true"`,
+		}},
+		{"dependencies of a held job", []string{after}, 0, []string{after + ": 1 gpu task(s) valid; a gang of 2 members"}, nil},
+		{"dependencies: itself, on a job not held", []string{afterBad}, 1, nil, []string{
+			afterBad + `: job "train-p4": meta nomad_gpu_after: "train-p4" names the job itself; allowed: other jobs`,
+			afterBad + `: job "train-p4": meta nomad_gpu_after: set on a job that is not held, which Nomad places at once; allowed: a held job (meta nomad_gpu_gang = "true"`,
 		}},
 		{"parse error", []string{broken}, 1, nil, []string{broken + ": the agent at " + addr + " could not parse it: ", "unexpected token"}},
 		{"missing file", []string{filepath.Join(dir, "nope.hcl")}, 1, nil, []string{"nope.hcl: no such file"}},
