@@ -164,6 +164,7 @@ const (
 	MetricControllerQueueUsage    = "nomad_gpu_controller_queue_usage_gpu_seconds"
 	MetricControllerQueueStanding = "nomad_gpu_controller_queue_fair_share_ratio"
 	MetricControllerQueueWaiting  = "nomad_gpu_controller_queue_waiting_allocations"
+	MetricControllerQueueHeld     = "nomad_gpu_controller_queue_waiting_jobs"
 	LabelQueue                    = "queue"  // a queue of the controller's queue file
 	LabelQueueFigure              = "figure" // used, nominal, borrowed, lent
 )
@@ -186,6 +187,7 @@ func ControllerMetrics() []Metric {
 		{MetricControllerQueueUsage, Gauge, "Each queue's decayed use in GPU-equivalent-seconds, halving every fair_share half_life: what its fair-share standing weighs.", []string{LabelQueue}},
 		{MetricControllerQueueStanding, Gauge, "Each active queue's fair-share standing: its share of the active queues' decayed use over its weighted share (below 1: less than its share); no series for a queue with nothing held or waiting.", []string{LabelQueue}},
 		{MetricControllerQueueWaiting, Gauge, "Allocations of each queue's queued task groups at the leader's last tick.", []string{LabelQueue}},
+		{MetricControllerQueueHeld, Gauge, "Held jobs waiting for the controller's admission at its last tick, by queue (\"\" for none) and the kind of their reason: quota, cohort, dependency, gang (does not fit whole), capacity, invalid, other.", []string{LabelQueue, LabelReason}},
 		{MetricControllerMoveGPUSeconds, Counter, "GPU-seconds spent moving: for each moved allocation, the GPUs it held times the time from its stop to its job running again (counted when it runs again).", nil},
 	}
 }

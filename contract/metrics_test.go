@@ -38,7 +38,7 @@ func TestMetricNamingConventions(t *testing.T) {
 				t.Errorf("%s: histograms here are durations in seconds", m.Name)
 			case m.Type == Gauge && !strings.HasSuffix(m.Name, "_info") && !unitSuffix.MatchString(m.Name) &&
 				!slices.Contains([]string{MetricDeviceHealthy, MetricDeviceAllocated, MetricDeviceAllocationsKnown, MetricControllerLeader,
-					MetricControllerGangs, MetricControllerGangMembers, MetricControllerQueueGPUs, MetricControllerQueueWaiting}, m.Name):
+					MetricControllerGangs, MetricControllerGangMembers, MetricControllerQueueGPUs, MetricControllerQueueWaiting, MetricControllerQueueHeld}, m.Name):
 				t.Errorf("%s: a gauge names its unit (or is an _info or 0/1 state metric, or a count of things named by them)", m.Name)
 			}
 			if m.Help == "" || !strings.HasSuffix(m.Help, ".") {

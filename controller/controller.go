@@ -216,6 +216,7 @@ func (c *Controller) step(ctx context.Context, view View, ledger *Ledger) {
 			c.decided(d)
 		}
 		c.metrics.gangCensus(c.gangs.Census())
+		c.metrics.heldJobs(c.gangs.Statuses())
 		c.writeGangs(ctx)
 	}
 	c.relayout(ctx, now, view.Snap)

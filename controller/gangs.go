@@ -156,6 +156,7 @@ func (g *Gangs) note(now time.Time, rows []GangStatus) {
 		k := JobKey{Namespace: st.Namespace, ID: st.Job}
 		if st.State == "waiting" || st.State == "invalid" {
 			st.Reason = g.waiting[k]
+			st.Kind = WaitKind(st.State, st.Reason)
 		}
 		s, ok := g.since[k]
 		if !ok || s.state != st.State {

@@ -39,6 +39,8 @@ type GangStatus struct {
 	// first; 0 when not ordered: not waiting, or held by a dependency).
 	Queue    string `json:"queue,omitempty"`
 	Position int    `json:"position,omitempty"`
+	// Kind is the kind of Reason (WaitKind), "" with none.
+	Kind string `json:"kind,omitempty"`
 	// Since is when it reached State, as this leader saw it.
 	Since time.Time `json:"since"`
 }

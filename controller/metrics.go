@@ -28,6 +28,8 @@ type Metrics struct {
 	members   *prometheus.GaugeVec
 	reserve   prometheus.Counter
 	queueGPUs *prometheus.GaugeVec
+	// heldWaiting counts the waiting held jobs by queue and reason kind.
+	heldWaiting *prometheus.GaugeVec
 	usage     *prometheus.GaugeVec
 	standing  *prometheus.GaugeVec
 	waiting   *prometheus.GaugeVec
@@ -71,9 +73,10 @@ func NewMetrics() *Metrics {
 		reserve:   prometheus.NewCounter(prometheus.CounterOpts{Name: reserve.Name, Help: reserve.Help}),
 		queueGPUs: gauges(contract.MetricControllerQueueGPUs), usage: gauges(contract.MetricControllerQueueUsage),
 		standing: gauges(contract.MetricControllerQueueStanding), waiting: gauges(contract.MetricControllerQueueWaiting),
+		heldWaiting: gauges(contract.MetricControllerQueueHeld),
 	}
 	m.reg.MustRegister(m.leader, m.decisions, m.writes, m.calls, m.relaid, m.applied, m.moves, m.moveCost, m.gangs, m.members, m.reserve,
-		m.queueGPUs, m.usage, m.standing, m.waiting)
+		m.queueGPUs, m.usage, m.standing, m.waiting, m.heldWaiting)
 	return m
 }
 
@@ -132,6 +135,17 @@ func (m *Metrics) queues(st []QueueStatus) {
 			m.standing.WithLabelValues(q.Name).Set(q.Standing)
 		} else {
 			m.standing.DeleteLabelValues(q.Name)
+		}
+	}
+}
+
+// heldJobs sets the waiting held jobs by queue and reason kind from the
+// gangs' statuses of the leader's last tick (series no longer counted go).
+func (m *Metrics) heldJobs(st []GangStatus) {
+	m.heldWaiting.Reset()
+	for _, g := range st {
+		if g.State == "waiting" || g.State == "invalid" {
+			m.heldWaiting.WithLabelValues(g.Queue, g.Kind).Inc()
 		}
 	}
 }

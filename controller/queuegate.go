@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -267,4 +268,31 @@ func (g *Gangs) run(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.
 		}
 	}
 	return r
+}
+
+// Reason kinds of a waiting held job, as nomad-gpu queue and the metrics
+// show them.
+const (
+	WaitQuota      = "quota"      // its queue is at its nominal and may not borrow
+	WaitCohort     = "cohort"     // the cohort lends too little now
+	WaitDependency = "dependency" // a nomad_gpu_after job has not completed
+	WaitGang       = "gang"       // Nomad's plan does not place the gang whole
+	WaitCapacity   = "capacity"   // Nomad's plan does not place it
+	WaitInvalid    = "invalid"    // its spec breaks a rule, or it never fits
+	WaitOther      = "other"      // anything else (a locality not read yet)
+)
+
+// WaitKind is the kind of a held job's reason in state: the reasons the
+// gate writes begin with it.
+func WaitKind(state, reason string) string {
+	if state == "invalid" {
+		return WaitInvalid
+	}
+	for prefix, kind := range map[string]string{"quota: ": WaitQuota, "cohort: ": WaitCohort, "dependency: ": WaitDependency,
+		"gang does not fit: ": WaitGang, "capacity: ": WaitCapacity} {
+		if strings.HasPrefix(reason, prefix) {
+			return kind
+		}
+	}
+	return WaitOther
 }

@@ -209,3 +209,20 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 }
+
+// The kinds of the reasons the gate writes.
+func TestWaitKind(t *testing.T) {
+	for _, tc := range []struct{ state, reason, want string }{
+		{"waiting", "quota: a would use 3 of its nominal 2, and it is in no cohort to borrow from", WaitQuota},
+		{"waiting", "cohort: lab lends 0 now, 1 needed", WaitCohort},
+		{"waiting", "dependency: after default/prep, which has not completed yet", WaitDependency},
+		{"waiting", `gang does not fit: group "worker": resources (exhausted on 3 nodes)`, WaitGang},
+		{"waiting", `capacity: group "worker": resources (exhausted on 3 nodes)`, WaitCapacity},
+		{"invalid", "not admitted: type: \"service\"", WaitInvalid},
+		{"waiting", "no node of the job's pool has its locality read yet", WaitOther},
+	} {
+		if got := WaitKind(tc.state, tc.reason); got != tc.want {
+			t.Errorf("%s %q: %s, want %s", tc.state, tc.reason, got, tc.want)
+		}
+	}
+}
