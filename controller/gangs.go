@@ -119,9 +119,9 @@ type Gangs struct {
 	nodeVersion uint64
 	// queues, when set (UseQueues), are the team queues admissions go
 	// by; reclaimed the jobs the gate took back whose allocations may
-	// hold GPUs still, with the GPU-equivalents they held.
+	// hold GPUs still.
 	queues    *QueueBook
-	reclaimed map[JobKey]float64
+	reclaimed map[JobKey]reclaim
 	// position is each waiting job's place in the queues' order at the
 	// last Step (1 first).
 	position map[JobKey]int
@@ -297,7 +297,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		out = append(out, g.restoreJobs(ctx, snap, specs, n)...)
 	}
 	if g.queues != nil {
-		g.forgetReclaimed(snap)
+		g.forgetReclaimed(now, snap)
 		if planned {
 			due = nil
 		}

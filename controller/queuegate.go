@@ -31,7 +31,15 @@ import (
 // UseQueues puts the gang module's admissions under the queues that b
 // keeps the accounts of (its last Step is what they are admitted by).
 func (g *Gangs) UseQueues(b *QueueBook) {
-	g.queues, g.reclaimed, g.position = b, map[JobKey]float64{}, map[JobKey]int{}
+	g.queues, g.reclaimed, g.position = b, map[JobKey]reclaim{}, map[JobKey]int{}
+}
+
+// reclaim is a run the gate took back: what it held, when, and whether
+// it was said to outlast the queue file's reclaim.within.
+type reclaim struct {
+	gpus float64
+	at   time.Time
+	late bool
 }
 
 // heldRun is an admitted held job, which the gate may take back.
@@ -44,8 +52,9 @@ type heldRun struct {
 	// seen admitted).
 	gpus, pending float64
 	at            time.Time
-	// holding: a member holds GPUs (placed or running).
-	holding bool
+	// holding: a member holds GPUs (placed or running); checkpoints:
+	// its GPU tasks commit a checkpoint when stopped.
+	holding, checkpoints bool
 }
 
 // queueGate is one tick's account of the queues, for admission.
@@ -170,7 +179,7 @@ func (g *Gangs) admitQueued(ctx context.Context, now time.Time, snap *nomadview.
 		}
 		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)...)
 		if _, ok := g.admitted[w.k]; !ok && v.Admission == queues.WithinNominal && v.Reclaim > 0 {
-			out = append(out, g.reclaim(ctx, qg, qg.queue[w.k], runs, n)...)
+			out = append(out, g.reclaim(ctx, now, qg, qg.queue[w.k], runs, n)...)
 		}
 		isDue = nil // one plan a tick; the rest only get their places
 	}
@@ -179,13 +188,14 @@ func (g *Gangs) admitQueued(ctx context.Context, now time.Time, snap *nomadview.
 
 // reclaim takes back, for queue q, what its waiting work within its
 // nominal needs beyond the free GPUs and what is being taken back
-// already: the runs of the other queues of its cohort that borrow, newest
+// already: the runs of the other queues of its cohort that borrow,
+// checkpointing runs first (they lose at most a step), then the newest
 // admission first, while their queue borrows.
-func (g *Gangs) reclaim(ctx context.Context, qg *queueGate, q string, runs []heldRun, n gangNomad) []Decision {
+func (g *Gangs) reclaim(ctx context.Context, now time.Time, qg *queueGate, q string, runs []heldRun, n gangNomad) []Decision {
 	quota := queues.NewQuota(qg.cfg, qg.use)
 	need := quota.Admit(q, qg.claim[q]).Reclaim - qg.free
-	for _, gpus := range g.reclaimed {
-		need -= gpus
+	for _, r := range g.reclaimed {
+		need -= r.gpus
 	}
 	cohort := queueNamed(qg.cfg, q).Cohort
 	borrowed := map[string]float64{}
@@ -196,7 +206,7 @@ func (g *Gangs) reclaim(ctx context.Context, qg *queueGate, q string, runs []hel
 	}
 	victims := slices.Clone(runs)
 	slices.SortFunc(victims, func(a, b heldRun) int {
-		return cmp.Or(b.at.Compare(a.at), cmp.Compare(b.k.Namespace, a.k.Namespace), cmp.Compare(b.k.ID, a.k.ID))
+		return cmp.Or(compareBool(b.checkpoints, a.checkpoints), b.at.Compare(a.at), cmp.Compare(b.k.Namespace, a.k.Namespace), cmp.Compare(b.k.ID, a.k.ID))
 	})
 	var out []Decision
 	for _, r := range victims {
@@ -210,7 +220,7 @@ func (g *Gangs) reclaim(ctx context.Context, qg *queueGate, q string, runs []hel
 		if !g.scaleDown(ctx, r.k, r.spec, "queue "+why, n) {
 			break
 		}
-		g.reclaimed[r.k] = r.gpus
+		g.reclaimed[r.k] = reclaim{gpus: r.gpus, at: now}
 		borrowed[r.queue] -= r.gpus
 		need -= r.gpus
 		out = append(out, Decision{Kind: "reclaimed", Job: r.k, Reason: why + "; it waits in its queue again and resumes from its checkpoint"})
@@ -233,15 +243,28 @@ func (g *Gangs) scaleDown(ctx context.Context, k JobKey, spec gang.Spec, why str
 	return true
 }
 
-// forgetReclaimed drops the taken-back jobs that hold nothing any more.
-func (g *Gangs) forgetReclaimed(snap *nomadview.Snapshot) {
+// forgetReclaimed drops the taken-back jobs that hold nothing any more,
+// and warns of one that still holds GPUs reclaim.within after it was
+// taken back (its task's kill_timeout, in which the driver commits its
+// checkpoint, is longer than the bound).
+func (g *Gangs) forgetReclaimed(now time.Time, snap *nomadview.Snapshot) {
 	holding := map[JobKey]bool{}
 	for _, a := range snap.Allocs {
 		if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning {
 			holding[JobKey{Namespace: a.Namespace, ID: a.JobID}] = true
 		}
 	}
-	maps.DeleteFunc(g.reclaimed, func(k JobKey, _ float64) bool { return !holding[k] })
+	for k, r := range g.reclaimed {
+		switch {
+		case !holding[k]:
+			delete(g.reclaimed, k)
+		case !r.late && now.Sub(r.at) > g.queues.cfg.ReclaimWithin:
+			g.log.Warn("queue reclaim: a job taken back still holds GPUs after reclaim.within; its kill_timeout (the checkpoint's commit) is longer",
+				"namespace", k.Namespace, "job", k.ID, "within", g.queues.cfg.ReclaimWithin)
+			r.late = true
+			g.reclaimed[k] = r
+		}
+	}
 }
 
 func queueNamed(cfg queues.Config, name string) queues.Queue {
@@ -257,7 +280,7 @@ func queueNamed(cfg queues.Config, name string) queues.Queue {
 // admitted: its members not placed yet, nor done, are pending.
 func (g *Gangs) run(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.Spec, at time.Time) heldRun {
 	gpus := heldGPUs(job, spec, g.queues.shares)
-	r := heldRun{k: k, spec: spec, queue: g.queues.queueOf(k.Namespace, jobPoolOf(job)), gpus: gpus, at: at}
+	r := heldRun{k: k, spec: spec, queue: g.queues.queueOf(k.Namespace, jobPoolOf(job)), gpus: gpus, at: at, checkpoints: checkpoints(job, spec)}
 	members := gangMembers(snap, k, spec, g.admittedAt[k])
 	for _, m := range members {
 		switch {
@@ -295,4 +318,26 @@ func WaitKind(state, reason string) string {
 		}
 	}
 	return WaitOther
+}
+
+// checkpoints says whether every member group of job checkpoints
+// (checkpointsWhy): stopped, it commits a checkpoint and resumes from it.
+func checkpoints(job *api.Job, spec gang.Spec) bool {
+	for _, sg := range spec.Groups {
+		if checkpointsWhy(job, sg.Name) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }

@@ -104,6 +104,7 @@ func TestQueueGate(t *testing.T) {
 		scales  []string
 		kinds   []string
 		reason  string // a waiting job's reason, "job: words"
+		victims string // the jobs reclaimed, in order
 	}{
 		{name: "fair share orders a tier: b has used less", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "b/b-1"},
 			waiting: map[string]int{"a/a-2": 1, "b/b-2": 1}, edit: func(s *queueScene) { s.book.standing = map[string]float64{"a": 1.5, "b": 0.5} },
@@ -132,7 +133,15 @@ func TestQueueGate(t *testing.T) {
 		{name: "b's work takes back a's newest borrowed runs", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3", "a/a-4"},
 			waiting: map[string]int{"b/b-1": 1, "b/b-2": 1}, fits: func(*api.Job) bool { return false },
 			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting", "gang-waiting", "gang-waiting"},
-			reason: "a-4: cohort: lab lends 0 now, 1 needed"},
+			reason: "a-4: cohort: lab lends 0 now, 1 needed", victims: "[a-4 a-3]"},
+		{name: "checkpointing runs are taken back first", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3", "a/a-4"},
+			waiting: map[string]int{"b/b-1": 1, "b/b-2": 1}, fits: func(*api.Job) bool { return false }, edit: func(s *queueScene) {
+				job := s.specs[JobKey{Namespace: "a", ID: "a-4"}]
+				job.Meta[contract.MetaGangCheckpoint] = "none"
+				delete(job.TaskGroups[0].Tasks[0].Config, "checkpoint")
+			},
+			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting", "gang-waiting", "gang-waiting"},
+			victims: "[a-3 a-2]"},
 	} {
 		s := newQueueScene(t, tc.cfg, tc.running, tc.waiting)
 		if tc.edit != nil {
@@ -152,16 +161,14 @@ func TestQueueGate(t *testing.T) {
 				t.Errorf("%s: decisions %v; want %s waiting with %q", tc.name, got, id, want)
 			}
 		}
-		if tc.name == "b's work takes back a's newest borrowed runs" {
-			var victims []string
-			for _, d := range got {
-				if d.Kind == "reclaimed" {
-					victims = append(victims, d.Job.ID)
-				}
+		var victims []string
+		for _, d := range got {
+			if d.Kind == "reclaimed" {
+				victims = append(victims, d.Job.ID)
 			}
-			if fmt.Sprint(victims) != "[a-4 a-3]" {
-				t.Errorf("reclaimed %v; want the newest admissions a-4, a-3", victims)
-			}
+		}
+		if tc.victims != "" && fmt.Sprint(victims) != tc.victims {
+			t.Errorf("%s: reclaimed %v; want %s", tc.name, victims, tc.victims)
 		}
 	}
 }
