@@ -30,10 +30,10 @@ type Metrics struct {
 	queueGPUs *prometheus.GaugeVec
 	// heldWaiting counts the waiting held jobs by queue and reason kind.
 	heldWaiting *prometheus.GaugeVec
-	usage     *prometheus.GaugeVec
-	standing  *prometheus.GaugeVec
-	waiting   *prometheus.GaugeVec
-	ticked    sync.Once // registers lastTick with the first tick
+	usage       *prometheus.GaugeVec
+	standing    *prometheus.GaugeVec
+	waiting     *prometheus.GaugeVec
+	ticked      sync.Once // registers lastTick with the first tick
 }
 
 // NewMetrics registers the controller's metrics.
