@@ -35,7 +35,7 @@ func buildQueue(in *Input) []QueueEntry {
 		out = append(out, QueueEntry{
 			Job: g.JobID, Namespace: g.Namespace, Group: g.Group, Pool: g.Pool, State: StateBlocked,
 			Devices: deviceAsks(g.Asks), Count: g.Count, Since: g.Since.UTC(), WaitingSeconds: waitSeconds(in.Now, g.Since),
-			Reason: reason, NeverFits: never != "",
+			Reason: reason, Gang: g.Gang, NeverFits: never != "",
 		})
 	}
 	for _, p := range in.PendingAllocs() {

@@ -135,6 +135,9 @@ func TestQueue(t *testing.T) {
 					asks[j] = fmt.Sprintf("%s x%d", d.Name, d.Count)
 				}
 				got := fmt.Sprintf("%s/%s %s %s %d %s %s", e.Job, e.Group, e.State, strings.Join(asks, ", "), e.Count, FormatWait(e.WaitingSeconds), e.Reason)
+				if e.Gang != (e.Job == "train") {
+					t.Errorf("entry %d (%s) gang %t", i, e.Job, e.Gang)
+				}
 				if !strings.HasPrefix(got, tc.want[i]) {
 					t.Errorf("entry %d\n got %s\nwant %s…", i, got, tc.want[i])
 				}

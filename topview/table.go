@@ -34,6 +34,9 @@ type textTable struct {
 	indent string
 	cols   []column
 	rows   []tableRow
+	// wrapNotes wraps notes to the width instead of cutting them: for
+	// notes that are the answer (why a job waits), not a detail.
+	wrapNotes bool
 }
 
 func (t *textTable) add(note string, cells ...string) {
@@ -168,7 +171,13 @@ func (t *textTable) write(b *strings.Builder, width int) {
 	draw(heads)
 	for _, r := range t.rows {
 		draw(r.cells)
-		if r.note != "" {
+		switch {
+		case r.note == "":
+		case t.wrapNotes:
+			for _, l := range wrapWords(r.note, width-textWidth(t.indent)-2) {
+				b.WriteString(t.indent + "  " + l + "\n")
+			}
+		default:
 			b.WriteString(Cut(t.indent+"  "+r.note, width) + "\n")
 		}
 	}
@@ -191,4 +200,26 @@ func writeWrapped(b *strings.Builder, parts []string, width int, cont string) {
 		}
 	}
 	b.WriteString(line + "\n")
+}
+
+// wrapWords breaks s into lines of at most width columns at spaces; a
+// word wider than a line has one of its own, whole.
+func wrapWords(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case textWidth(line)+1+textWidth(w) <= width:
+			line += " " + w
+		default:
+			lines = append(lines, line)
+			line = w
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }

@@ -137,6 +137,10 @@ type QueueEntry struct {
 	WaitingSeconds int64       `json:"waiting_seconds"`
 	Since          time.Time   `json:"since"`
 	Reason         string      `json:"reason"`
+	// Gang: a member group of a held job (a gang, of one member or more)
+	// waiting at count 0 for the controller to admit it; the controller's
+	// status says why it waits (Controller.Gangs).
+	Gang bool `json:"gang,omitempty"`
 	// NeverFits: no node of the pool could ever take one allocation
 	// (nomadview's NeverFits rule); Reason begins with why.
 	NeverFits bool `json:"never_fits,omitempty"`
