@@ -45,7 +45,7 @@ func writeWaitHeader(b *strings.Builder, r WaitReport, width int) {
 		}
 	}
 	parts := []string{"nomad-gpu queue", r.GeneratedAt.UTC().Format("2006-01-02 15:04:05 UTC"),
-		fmt.Sprintf("%d jobs waiting (%d held), %d allocations", len(r.Jobs), held, allocs)}
+		fmt.Sprintf("%s waiting (%d held), %s", counted(len(r.Jobs), "job"), held, counted(allocs, "allocation"))}
 	writeWrapped(b, parts, width, "")
 	switch {
 	case r.ControllerError != "":
@@ -153,4 +153,12 @@ func writeNote(b *strings.Builder, s string, width int) {
 	for _, l := range wrapWords(s, width) {
 		b.WriteString(l + "\n")
 	}
+}
+
+// counted is n of a thing, "1 job", "3 jobs".
+func counted(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

@@ -15,9 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
-	"github.com/nomad-gpu/nomad-gpu/nomadview"
 	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
@@ -58,13 +55,11 @@ Flags:
 
 // topOptions are the parsed flags of nomad-gpu top.
 type topOptions struct {
-	nomadConn
+	viewFlags
 	filter                 topview.Filter
 	json, once             bool
 	interval, statsTimeout time.Duration
-	historyWindow          time.Duration
 	width                  int
-	controllerNamespace    string
 }
 
 // minTopWidth is the narrowest -width: the GPU table's columns that are
@@ -80,15 +75,14 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 		fs.PrintDefaults()
 	}
 	var nodes string
-	o.addFlags(fs, `namespace of the allocations and queue shown (default $NOMAD_NAMESPACE, else all: "*")`)
+	o.addViewFlags(fs, `namespace of the allocations and queue shown (default $NOMAD_NAMESPACE, else all: "*")`,
+		`namespace of the controller's leader lock: top shows who leads and the jobs it raised ("" reads nothing of it)`)
 	fs.StringVar(&o.filter.Pool, "node-pool", "", "only nodes of this node pool (one that exists; all: every node), and work whose job targets it")
 	fs.StringVar(&nodes, "node", "", "only these nodes: comma-separated names or ID prefixes, each matching a node")
 	fs.BoolVar(&o.json, "json", false, "print one JSON document and exit")
 	fs.BoolVar(&o.once, "once", false, "draw one frame and exit")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "time between redraws")
 	fs.DurationVar(&o.statsTimeout, "stats-timeout", topview.DefaultStatsTimeout, "how long one node's device stats may take")
-	fs.DurationVar(&o.historyWindow, "history-window", 24*time.Hour, "how far back finished allocations are read to predict run times and waits; 0 reads none")
-	fs.StringVar(&o.controllerNamespace, "controller-namespace", "default", `namespace of the controller's leader lock: top shows who leads and the jobs it raised ("" reads nothing of it)`)
 	fs.IntVar(&o.width, "width", 0, fmt.Sprintf("line length of the table, at least %d; 0 fits the terminal (80 columns when stdout is no terminal)", minTopWidth))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -102,8 +96,8 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	if o.statsTimeout <= 0 {
 		return nil, fmt.Errorf("-stats-timeout %v: must be positive", o.statsTimeout)
 	}
-	if o.historyWindow < 0 {
-		return nil, fmt.Errorf("-history-window %v: must not be negative", o.historyWindow)
+	if err := o.checkViewFlags(); err != nil {
+		return nil, err
 	}
 	if o.width != 0 && o.width < minTopWidth {
 		return nil, fmt.Errorf("-width %d: must be 0 (the terminal's width) or at least %d", o.width, minTopWidth)
@@ -116,18 +110,15 @@ func parseTopFlags(args []string, stderr io.Writer) (*topOptions, error) {
 	return o, nil
 }
 
-// source connects to Nomad as the options and environment say: a
-// nomadview.Watcher (the APM's read model) and the nodes' stats. The
-// caller closes the watcher.
+// source is the view's source with top's stats timeout. The caller
+// closes the watcher.
 func (o *topOptions) source() (*topview.Source, error) {
-	cfg := o.config()
-	cl, err := api.NewClient(cfg)
+	r, err := o.viewSource()
 	if err != nil {
 		return nil, err
 	}
-	w := nomadview.NewWatcher(cl, nomadview.Config{Namespace: cfg.Namespace, FinishedWindow: o.historyWindow})
-	return &topview.Source{Client: cl, Watcher: w, StatsTimeout: o.statsTimeout, History: o.historyWindow > 0,
-		ControllerNamespace: o.controllerNamespace}, nil
+	r.StatsTimeout = o.statsTimeout
+	return r, nil
 }
 
 func runTop(args []string, stdout, stderr io.Writer) int {

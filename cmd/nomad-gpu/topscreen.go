@@ -61,12 +61,7 @@ func openScreen(o *topOptions, stdin *os.File, stdout io.Writer) (scr topScreen,
 	case o.width > 0:
 		scr.width = func() int { return o.width }
 	case outTTY:
-		scr.width = func() int {
-			if w, _, err := term.GetSize(outFd); err == nil && w > 0 {
-				return w
-			}
-			return topview.DefaultWidth
-		}
+		scr.width = func() int { return terminalWidth(outFd) }
 	}
 	inFd := int(stdin.Fd())
 	if o.json || o.once || !outTTY || !term.IsTerminal(inFd) {
@@ -90,6 +85,15 @@ func terminalFd(w io.Writer) (int, bool) {
 		return 0, false
 	}
 	return int(f.Fd()), true
+}
+
+// terminalWidth is the width of terminal fd now, topview.DefaultWidth
+// when it cannot say.
+func terminalWidth(fd int) int {
+	if w, _, err := term.GetSize(fd); err == nil && w > 0 {
+		return w
+	}
+	return topview.DefaultWidth
 }
 
 // readKeys sends what each read of r returns until it fails, then closes
