@@ -6,7 +6,8 @@
 //
 // Build turns API objects into a View and is pure (tests feed it fixtures);
 // Source reads them through a nomadview.Watcher; WriteTable draws a View
-// as text, and the View's JSON is `top -json`.
+// as text, and the View's JSON is `top -json`. Waiting is a View's
+// waiting work job by job, what `nomad-gpu queue` shows (WriteWaitTable).
 //
 // What the view shows, where each figure comes from and the JSON schema
 // are described in docs/top.md.
