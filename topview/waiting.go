@@ -113,7 +113,9 @@ func Waiting(v *View, namespace string) WaitReport {
 		applyGang(&r.Jobs[i], gangs[k], v.GeneratedAt)
 	}
 	for i := range r.Jobs {
-		r.Jobs[i].Kind = reasonKind(r.Jobs[i].Reason)
+		if r.Jobs[i].Kind == "" {
+			r.Jobs[i].Kind = reasonKind(r.Jobs[i].Reason)
+		}
 	}
 	slices.SortStableFunc(r.Jobs, waitOrder)
 	return r
@@ -151,8 +153,12 @@ func addMember(j *WaitingJob, e QueueEntry) {
 // applyGang gives a held job what the controller says of it: its queue,
 // place and reason (one of its own when the controller said none).
 func applyGang(j *WaitingJob, g controller.GangStatus, now time.Time) {
-	j.Queue, j.Position, j.Reason = g.Queue, g.Position, g.Reason
+	j.Queue, j.Position, j.Reason, j.Kind = g.Queue, g.Position, g.Reason, g.Kind
+	if j.Kind == "" && j.Reason != "" { // a status an older leader wrote
+		j.Kind = controller.WaitKind(g.State, g.Reason)
+	}
 	if j.Reason == "" {
+		j.Kind = controller.WaitGang
 		j.Reason = fmt.Sprintf("gang: its %s wait for the controller to admit them all at once; it has given no reason yet", members(j.Count))
 	}
 	j.PredictedStart = startAt(now, j.PredictedWaitSeconds)
@@ -190,23 +196,18 @@ func waitOrder(a, b WaitingJob) int {
 		cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Job, b.Job), cmp.Compare(a.State, b.State))
 }
 
-// reasonPrefixes name the kind of a reason by how it begins: the
-// controller begins a held job's reason with its kind; Nomad's placement
-// failures (FailureReason) and the queue's own reasons have their words.
+// reasonPrefixes name the kind of a reason of work not held by how it
+// begins: Nomad's placement failures (FailureReason) and the queue's own
+// reasons have their words. (A held job's kind is the controller's:
+// controller.WaitKind.)
 var reasonPrefixes = []struct{ prefix, kind string }{
-	{"quota", "quota"}, // the gate's "quota: …", Nomad's `quota "q" reached`
-	{"cohort:", "cohort"},
-	{"dependency:", "dependency"},
-	{"gang", "gang"}, // "gang does not fit: …", "gang: …"
-	{"capacity:", "capacity"},
-	{"not admitted:", "invalid"},
-	{"never fits:", "invalid"},
+	{"quota", controller.WaitQuota}, // Nomad's `quota "q" reached`
+	{"never fits:", controller.WaitInvalid},
 	{"placed on ", "pending"},
 }
 
-// reasonKind is the sort of a waiting job's reason, a word to scan and
-// filter by: quota, cohort, dependency, gang, capacity, invalid, pending
-// or other.
+// reasonKind is the sort of the reason of waiting work not held, a word
+// to scan and filter by: quota, capacity, invalid, pending or other.
 func reasonKind(reason string) string {
 	for _, p := range reasonPrefixes {
 		if strings.HasPrefix(reason, p.prefix) {
@@ -215,9 +216,9 @@ func reasonKind(reason string) string {
 	}
 	switch {
 	case strings.Contains(reason, "quota exhausted"):
-		return "quota"
+		return controller.WaitQuota
 	case strings.Contains(reason, " exhausted on "):
-		return "capacity"
+		return controller.WaitCapacity
 	}
-	return "other"
+	return controller.WaitOther
 }

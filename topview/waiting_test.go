@@ -135,16 +135,9 @@ func TestWaitingFields(t *testing.T) {
 
 func TestReasonKind(t *testing.T) {
 	tests := []struct{ reason, want string }{
-		{"quota: vision would use 11 of its nominal 6", "quota"},
 		{`quota "gpu-quota" reached`, "quota"},
 		{"devices exhausted on 2 nodes; quota exhausted: devices", "quota"},
-		{"cohort: lab lends 0 now, 2 needed", "cohort"},
-		{"dependency: after prep, which has not completed yet", "dependency"},
-		{"gang does not fit: group \"w\": no node has 8 GPUs free", "gang"},
-		{"gang: its 3 members wait for the controller", "gang"},
-		{"capacity: group \"g\": devices exhausted", "capacity"},
 		{"devices exhausted on 2 nodes", "capacity"},
-		{"not admitted: group \"g\": gang members must be a number", "invalid"},
 		{`never fits: asks 16 GPUs on one node; constraint "x" filtered 1 node`, "invalid"},
 		{"placed on gpu-1, not running yet", "pending"},
 		{"no node of the job's pool has its locality read yet", "other"},
