@@ -121,6 +121,7 @@ func TestGangAdmission(t *testing.T) {
 	if log := ctl.Log(); !strings.Contains(log, "gang-waiting") || !strings.Contains(log, "gang-b") {
 		t.Errorf("no gang-waiting decision for gang-b in the controller's log")
 	}
+	waitingAs(t, c, "default", "gang-b", "gang", "gang does not fit: ", 30*time.Second)
 
 	if _, _, err := c.API().Jobs().Deregister("gang-a", false, nil); err != nil {
 		t.Fatalf("stopping gang-a: %v", err)

@@ -1,9 +1,10 @@
 package e2e
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -15,9 +16,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
-	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
+	"github.com/nomad-gpu/nomad-gpu/topview"
 )
 
 // queueFile writes a queue file and returns its path.
@@ -145,6 +146,10 @@ queue "b" {
 	}
 	if len(lastSteps) != 6 || len(runningJobs(t, c, "a")) != 6 {
 		t.Fatalf("a's jobs stopped %v, %d running; want six taken back, six running\n%s", lastSteps, len(runningJobs(t, c, "a")), decisions(ctl.Log()))
+	}
+	for job := range lastSteps {
+		waitingAs(t, c, "a", job, "cohort", "cohort: lab lends 0 now", 30*time.Second)
+		break
 	}
 	// b's jobs end after 20 steps; the reclaimed run again and resume.
 	waitNamespaceRunning(t, c, "a", 12, 3*time.Minute)
@@ -324,53 +329,75 @@ job %q {
 }`, id, int(run.Seconds()), code)
 }
 
-// gangReason waits until the controller's status says job waits for a
-// reason containing want, and returns it.
-func gangReason(t *testing.T, c *cluster.Cluster, job, want string, timeout time.Duration) string {
+// waitingAs waits until `nomad-gpu queue -json` lists job of namespace
+// ns waiting for a reason of kind whose words contain want, and returns
+// its line.
+func waitingAs(t *testing.T, c *cluster.Cluster, ns, job, kind, want string, timeout time.Duration) topview.WaitingJob {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	last := ""
+	var last topview.WaitingJob
 	for {
-		st, err := controller.ReadStatus(context.Background(), c.API(), "default", time.Now())
-		if err == nil {
-			for _, g := range st.Gangs {
-				if g.Job == job {
-					last = g.Reason
+		out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "queue", "-json", "-address", c.Server().HTTPAddr(), "-namespace", "*").Output()
+		var r topview.WaitReport
+		if err == nil && json.Unmarshal(out, &r) == nil {
+			for _, j := range r.Jobs {
+				if j.Namespace == ns && j.Job == job {
+					last = j
 				}
 			}
-			if strings.Contains(last, want) {
+			if last.Kind == kind && strings.Contains(last.Reason, want) {
 				return last
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s waits for %q after %v (error %v); want a reason with %q", job, last, timeout, err, want)
+			t.Fatalf("nomad-gpu queue lists %s/%s as %+v (error %v); want kind %s, a reason with %q", ns, job, last, err, kind, want)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
-// Dependencies against real Nomad, on a node of 4 GPUs: held job train
-// (meta nomad_gpu_after = "prep") waits, saying so, while prep runs, and
-// starts only after prep completed; train-2, after prep-bad, which
-// fails, waits with that reason.
+// Dependencies and the reasons held jobs wait for, against real Nomad,
+// on a node of 4 GPUs, as nomad-gpu queue lists them: held job train
+// (meta nomad_gpu_after = "prep") waits for its dependency while prep
+// runs, and starts only after prep completed; train-2, after prep-bad,
+// which fails, waits with that reason; q/wide asks 2 GPUs of queue q,
+// whose nominal is 1 and which has no cohort (quota); cap asks a GPU
+// while filler and prep hold all four (capacity).
 func TestQueueDependency(t *testing.T) {
 	c, _ := fourGPUCluster(t, 1, func(c *cluster.Cluster, n *harness.GPUNode) {
 		n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}\n%s", c.Server().HTTPAddr(), unveilNomadGPU(t))
 	}, "", func(*api.Node) bool { return true })
-	c.StartController(t, "controller", "-tick", "500ms", "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	makeNamespaces(t, c, "q")
+	file := queueFile(t, `queue "q" {
+  namespaces = ["q"]
+  nominal    = 1
+}
+`)
+	c.StartController(t, "controller", "-tick", "500ms", "-queues", file, "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	c.RunJob(t, holderJob2("filler", 50, 3, time.Minute))
 	c.RunJob(t, prepJob("prep", 8*time.Second, 0))
+	for _, id := range []string{"filler", "prep"} {
+		c.WaitForAllocStatus(t, c.WaitForAllocs(t, id, 1, time.Minute)[0].ID, "running", time.Minute)
+	}
 	c.RunJob(t, prepJob("prep-bad", time.Second, 1))
 	runHeld(t, c, "default", "train", 0, "1s", map[string]string{contract.MetaAfter: "prep"})
 	runHeld(t, c, "default", "train-2", 0, "1s", map[string]string{contract.MetaAfter: "prep-bad"})
+	runGang(t, c, "wide", 2, true, func(j *api.Job) {
+		j.Namespace = new("q")
+		j.TaskGroups[0].Meta[contract.MetaGangMembers] = "1"
+	})
+	runHeld(t, c, "default", "cap", 0, "1s", nil)
 
-	gangReason(t, c, "train", "dependency: after default/prep, which has not completed yet", 30*time.Second)
-	prep := c.WaitForAllocs(t, "prep", 1, time.Minute)[0]
-	done := c.WaitForAllocStatus(t, prep.ID, "complete", time.Minute)
+	waitingAs(t, c, "default", "train", "dependency", "dependency: after default/prep, which has not completed yet", 30*time.Second)
+	waitingAs(t, c, "q", "wide", "quota", "quota: q would use 2 of its nominal 1, and it is in no cohort to borrow from", 30*time.Second)
+	capLine := waitingAs(t, c, "default", "cap", "capacity", "capacity: ", 30*time.Second)
+	t.Logf("cap waits: position %d, %q, predicted start %v (%s)", capLine.Position, capLine.Reason, capLine.PredictedStart, capLine.PredictionBasis)
+	done := c.WaitForAllocStatus(t, c.WaitForAllocs(t, "prep", 1, time.Minute)[0].ID, "complete", time.Minute)
 	train := c.WaitForAllocStatus(t, c.WaitForAllocs(t, "train", 1, time.Minute)[0].ID, "running", time.Minute)
 	if ended := done.TaskStates["t"].FinishedAt; !train.TaskStates["member"].StartedAt.After(ended) {
 		t.Errorf("train started at %v, before prep ended at %v", train.TaskStates["member"].StartedAt, ended)
 	}
-	gangReason(t, c, "train-2", "dependency: after default/prep-bad, whose latest run failed", 30*time.Second)
+	waitingAs(t, c, "default", "train-2", "dependency", "dependency: after default/prep-bad, whose latest run failed", 30*time.Second)
 	if n := len(liveAllocs(t, c, "train-2")); n != 0 {
 		t.Errorf("train-2 has %d allocations; its dependency failed", n)
 	}
