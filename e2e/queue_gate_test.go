@@ -280,6 +280,21 @@ queue "b" {
 	from := time.Now()
 	time.Sleep(10 * time.Minute)
 	to := time.Now()
+	// The jobs that wait have their places and, with the pool's finished
+	// runs to learn from, predicted starts.
+	r, err := queueReport(t, c)
+	predicted := 0
+	for _, j := range r.Jobs {
+		if j.PredictedStart != nil {
+			predicted++
+		}
+	}
+	if err != nil || len(r.Jobs) == 0 || r.Jobs[0].Position != 1 || predicted == 0 {
+		t.Errorf("nomad-gpu queue: %d waiting jobs, %d with a predicted start, error %v; want the next at position 1, and predictions", len(r.Jobs), predicted, err)
+	} else {
+		t.Logf("nomad-gpu queue: %d waiting, %d with a predicted start; next: %s/%s, %s, predicted start %v (%s)",
+			len(r.Jobs), predicted, r.Jobs[0].Namespace, r.Jobs[0].Job, r.Jobs[0].Reason, r.Jobs[0].PredictedStart, r.Jobs[0].PredictionBasis)
+	}
 	a, b := gpuSeconds(t, c, "a", from, to), gpuSeconds(t, c, "b", from, to)
 	shareA, shareB := a/(a+b), b/(a+b)
 	t.Logf("GPU-time over 10 minutes: a %.0f s (%.1f %%), b %.0f s (%.1f %%); weighted shares 66.7 %%, 33.3 %%", a, 100*shareA, b, 100*shareB)
@@ -329,6 +344,17 @@ job %q {
 }`, id, int(run.Seconds()), code)
 }
 
+// queueReport is what `nomad-gpu queue -json` reports of every namespace.
+func queueReport(t *testing.T, c *cluster.Cluster) (topview.WaitReport, error) {
+	t.Helper()
+	var r topview.WaitReport
+	out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "queue", "-json", "-address", c.Server().HTTPAddr(), "-namespace", "*").Output()
+	if err == nil {
+		err = json.Unmarshal(out, &r)
+	}
+	return r, err
+}
+
 // waitingAs waits until `nomad-gpu queue -json` lists job of namespace
 // ns waiting for a reason of kind whose words contain want, and returns
 // its line.
@@ -337,9 +363,8 @@ func waitingAs(t *testing.T, c *cluster.Cluster, ns, job, kind, want string, tim
 	deadline := time.Now().Add(timeout)
 	var last topview.WaitingJob
 	for {
-		out, err := exec.Command(cluster.RequireBinary(t, "nomad-gpu"), "queue", "-json", "-address", c.Server().HTTPAddr(), "-namespace", "*").Output()
-		var r topview.WaitReport
-		if err == nil && json.Unmarshal(out, &r) == nil {
+		r, err := queueReport(t, c)
+		if err == nil {
 			for _, j := range r.Jobs {
 				if j.Namespace == ns && j.Job == job {
 					last = j
