@@ -225,6 +225,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	var rows []GangStatus
 	var runs []heldRun
 	deps := map[queues.Dep]queues.DepRun{}
+	never := map[string]string{} // neverFits' answers by shape
 	kept := false
 	g.census = GangCensus{}
 	g.forgetNodes(snap)
@@ -262,7 +263,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 		if !kept {
 			kept = g.keep(ctx, now, k, time.Unix(0, snap.Jobs[k].SubmitTime), n)
 		}
-		why := neverFits(snap, job, spec)
+		why := neverFits(snap, job, spec, never)
 		if why == "" {
 			why = g.noLocality(ctx, snap, job, spec, n)
 		}
@@ -581,15 +582,44 @@ func (g *Gangs) forgetNodes(snap *nomadview.Snapshot) {
 
 // neverFits says which member group of a waiting gang no node of its
 // pool could ever take, and why; "" when every one could.
-func neverFits(snap *nomadview.Snapshot, job *api.Job, spec gang.Spec) string {
+func neverFits(snap *nomadview.Snapshot, job *api.Job, spec gang.Spec, seen map[string]string) string {
 	for _, sg := range spec.Groups {
-		if tg := groupNamed(job, sg.Name); tg != nil {
-			if why := snap.GroupNeverFits(job, tg); why != "" {
-				return fmt.Sprintf("group %q: a member %s", sg.Name, why)
-			}
+		tg := groupNamed(job, sg.Name)
+		if tg == nil {
+			continue
+		}
+		// One answer per shape a tick: thousands of held jobs ask the
+		// same of the same nodes (the rule reads the group's devices, the
+		// job's pool and datacenters).
+		shape := fmt.Sprint(jobPoolOf(job), job.Datacenters, deviceShape(tg))
+		why, ok := seen[shape]
+		if !ok {
+			why = snap.GroupNeverFits(job, tg)
+			seen[shape] = why
+		}
+		if why != "" {
+			return fmt.Sprintf("group %q: a member %s", sg.Name, why)
 		}
 	}
 	return ""
+}
+
+// deviceShape is what group tg's tasks ask of devices, for neverFits.
+func deviceShape(tg *api.TaskGroup) string {
+	var b strings.Builder
+	for _, t := range tg.Tasks {
+		if t == nil || t.Resources == nil {
+			continue
+		}
+		for _, d := range t.Resources.Devices {
+			if d != nil && d.Count != nil {
+				fmt.Fprintf(&b, "%s=%d;", d.Name, *d.Count)
+			} else if d != nil {
+				fmt.Fprintf(&b, "%s;", d.Name)
+			}
+		}
+	}
+	return b.String()
 }
 
 // wait notes why a gang waits, as a decision when the reason changed.

@@ -69,6 +69,14 @@ type queueGate struct {
 	gpus       map[JobKey]float64
 	// free is the cluster's free whole GPUs.
 	free float64
+	// verdicts are the verdicts given this tick, by queue and size: a
+	// verdict depends on nothing else.
+	verdicts map[verdictKey]queues.Verdict
+}
+
+type verdictKey struct {
+	queue string
+	gpus  float64
 }
 
 // gate is the queues' account of this tick: waiting are the held jobs
@@ -76,7 +84,7 @@ type queueGate struct {
 func (g *Gangs) gate(snap *nomadview.Snapshot, waiting []waitingGang, runs []heldRun) *queueGate {
 	b := g.queues
 	qg := &queueGate{cfg: b.cfg, standing: b.standing, use: maps.Clone(b.held), claim: map[string]float64{},
-		queue: map[JobKey]string{}, gpus: map[JobKey]float64{}}
+		queue: map[JobKey]string{}, gpus: map[JobKey]float64{}, verdicts: map[verdictKey]queues.Verdict{}}
 	if qg.use == nil {
 		qg.use = map[string]float64{}
 	}
@@ -145,13 +153,19 @@ func (qg *queueGate) verdict(k JobKey) queues.Verdict {
 	if q == "" {
 		return queues.Verdict{Admission: queues.WithinNominal}
 	}
+	key := verdictKey{q, qg.gpus[k]}
+	if v, ok := qg.verdicts[key]; ok {
+		return v
+	}
 	use := maps.Clone(qg.use)
 	for r, c := range qg.claim {
 		if r != q {
 			use[r] += c
 		}
 	}
-	return queues.NewQuota(qg.cfg, use).Admit(q, qg.gpus[k])
+	v := queues.NewQuota(qg.cfg, use).Admit(q, qg.gpus[k])
+	qg.verdicts[key] = v
+	return v
 }
 
 // admitQueued places the waiting jobs in the queues' order and plans the
