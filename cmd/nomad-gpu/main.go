@@ -34,7 +34,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-16s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun nomad-gpu <command> -h for a command's flags.")
 }

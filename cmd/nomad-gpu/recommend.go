@@ -32,7 +32,8 @@ recommend or auto, says which slice it should have (MPS share count, MIG
 profile or whole-GPU count) and why, from its utilisation, memory and run
 outcomes over -window, bounded by nomad_gpu_sizing_min/_max and by what the
 nodes of the job's pool offer; and whether the sizer would apply it now.
-It changes nothing.
+It changes nothing. (A queue's nominal quota from its use: nomad-gpu
+recommend-quotas.)
 
 History comes from Prometheus (-prometheus, the task metrics of the gpu
 driver) or from a sizer's history file (-history); run outcomes come from

@@ -70,7 +70,7 @@ func (r Recommendation) Change() float64 { return r.Recommended - r.Nominal }
 // promise capacity taken from no one: it keeps its nominal unless its
 // quantile use is below it, then gets that use rounded up to Step.
 func Recommend(cfg Config, use map[string]Use, o RecommendOptions) ([]Recommendation, error) {
-	if err := o.check(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	out := make([]Recommendation, len(cfg.Queues))
@@ -101,7 +101,9 @@ func Recommend(cfg Config, use map[string]Use, o RecommendOptions) ([]Recommenda
 	return out, nil
 }
 
-func (o RecommendOptions) check() error {
+// Validate says what is wrong with o, naming the option (step, floor)
+// and what is allowed.
+func (o RecommendOptions) Validate() error {
 	switch {
 	case !finite(o.Step) || o.Step <= 0:
 		return fmt.Errorf("step %g; allowed: more than 0 GPU-equivalents", o.Step)
@@ -121,7 +123,7 @@ func (r *Recommendation) alone(o RecommendOptions) {
 		return
 	}
 	r.Recommended = up
-	r.Reason = fmt.Sprintf("in no cohort, it used %s at most of the time: the rest of its nominal stood idle", gpuEq(r.Use.Quantile))
+	r.Reason = fmt.Sprintf("in no cohort, its use (%s at the quantile) stays below its nominal: the rest of it stood idle", gpuEq(r.Use.Quantile))
 }
 
 // shareCohort shares the nominal of cohort's queues with history (idx)
