@@ -62,11 +62,11 @@ func queueUse(ctx context.Context, address string, window time.Duration, quantil
 		val, _, _, err := papi.Query(qctx, q, now)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("Prometheus at %s: query %s: %w", address, q, err)
+			return nil, fmt.Errorf("-prometheus %s: query %s: %w", address, q, err)
 		}
 		vec, ok := val.(model.Vector)
 		if !ok {
-			return nil, fmt.Errorf("Prometheus at %s: query %s: got a %s, not a vector", address, q, val.Type())
+			return nil, fmt.Errorf("-prometheus %s: query %s: got a %s, not a vector", address, q, val.Type())
 		}
 		figures[name] = map[string]float64{}
 		for _, s := range vec {
@@ -76,7 +76,7 @@ func queueUse(ctx context.Context, address string, window time.Duration, quantil
 		}
 	}
 	if len(figures["quantile"]) == 0 {
-		return nil, fmt.Errorf("Prometheus at %s has no %s{%s=\"used\"} of a leader (%s == 1) over the last %s: does it scrape the controller?",
+		return nil, fmt.Errorf("-prometheus %s: no %s{%s=\"used\"} of a leader (%s == 1) over the last %s: does it scrape the controller?",
 			address, contract.MetricControllerQueueGPUs, contract.LabelQueueFigure, contract.MetricControllerLeader, model.Duration(window))
 	}
 	use := map[string]queues.Use{}

@@ -182,7 +182,7 @@ func TestRecommendQuotasRefuses(t *testing.T) {
 		{append(base, "-floor", "6.5"), 2, `-floor 6.5: cohort "lab"'s 2 queues would need 13`},
 		{append(base, "train"), 2, `unexpected argument "train"`},
 		{[]string{"recommend-quotas", "-queues", bad, "-prometheus", srv.URL}, 2, "nominal: -1; allowed: 0 or more"},
-		{[]string{"recommend-quotas", "-queues", path, "-prometheus", down.URL}, 1, "Prometheus at " + down.URL},
+		{[]string{"recommend-quotas", "-queues", path, "-prometheus", down.URL}, 1, "-prometheus " + down.URL + ": query"},
 		{[]string{"recommend-quotas", "-queues", path, "-prometheus", empty.URL}, 1, "does it scrape the controller?"},
 	} {
 		var stdout, stderr bytes.Buffer
