@@ -181,6 +181,9 @@ func heldTemplate(t *testing.T, c *cluster.Cluster) *api.Job {
 		t.Fatalf("parsing the gang example: %v", err)
 	}
 	job.TaskGroups[0].Meta[contract.MetaGangMembers] = "1"
+	// One pool: a wait is predicted within a pool (the example's "all"
+	// has no one schedule).
+	job.NodePool = new("default")
 	return job
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,9 @@ type Params struct {
 	// MultiNode is how jobs bigger than a node are replayed:
 	// MultiNodeGang or MultiNodeClip (Cluster.FitJobs).
 	MultiNode string
+	// Teams are the team queues of configurations with Queues
+	// (ParseTeams: "team=weight,…").
+	Teams string
 }
 
 // TracePath is the file the trace is read from.
@@ -107,11 +111,12 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.PriceReserved, "price-reserved", 55, "price of a reserved node-hour (the fixed part of the cluster)")
 	fs.Float64Var(&p.PriceOnDemand, "price-ondemand", 98, "price of an on-demand node-hour (autoscaled nodes above the minimum)")
 	fs.StringVar(&p.MultiNode, "multi-node", MultiNodeGang, `jobs bigger than a node: "gang" keeps them whole, as members of at most a node's whole GPUs with slices on several nodes; "clip" asks for one node's (the real engine replays no gang yet)`)
+	fs.StringVar(&p.Teams, "teams", "", `team queues of +queues: "team=weight,…", "*" for every other team together (Philly's virtual clusters); each queue's nominal quota is its weight's share of the fixed cluster, in whole nodes`)
 	fs.DurationVar(&p.PreemptionCooldown, "preemption-cooldown", DefaultPolicy().PreemptionCooldown, "how long preempted work is protected once its replacement runs, wall clock, with checkpoints (0: never)")
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "+queues", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // ParseConfigs turns a comma-separated list of ConfigNames into
 // configurations, autoscaling with strategy where they autoscale.
@@ -146,6 +151,10 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Reservations: true, Autoscale: strategy}
 		case "nomad-gpu-fixed-reservations":
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Reservations: true}
+		case "+queues":
+			// +preemption with the team queues (-teams): what quotas and
+			// fair share do for teams, against +preemption's one line.
+			f.Preemption, f.Checkpoints, f.Queues = true, true, true
 		case "nomad-gpu-no-moves":
 			// nomad-gpu without consolidation: what moving checkpointed
 			// work adds.
@@ -238,6 +247,18 @@ func (p Params) Load() (Setup, error) {
 		return s, err
 	}
 	s.Configs = configs
+	if s.Cluster.Teams, err = ParseTeams(p.Teams); err != nil {
+		return s, err
+	}
+	queued := slices.ContainsFunc(configs, func(c Config) bool { return c.Queues })
+	switch {
+	case queued && len(s.Cluster.Teams) == 0:
+		return s, fmt.Errorf("teams: none, with a configuration of queues; allowed: -teams \"team=weight,…\"")
+	case queued:
+		if err := s.Cluster.validateTeams(s.Cluster.Nodes); err != nil {
+			return s, err
+		}
+	}
 
 	var jobs []Job
 	var epoch time.Time

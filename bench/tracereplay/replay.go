@@ -91,9 +91,9 @@ func (j Job) Record(s Slice) JobRecord {
 }
 
 // Interrupted says the run was stopped for another's sake, by a
-// preemption or a move, for the job to run again: its job waits again,
-// and resumes from what it saved.
-func (r Run) Interrupted() bool { return r.Preempted || r.Moved }
+// preemption, a move or a queue's reclaim, for the job to run again: its
+// job waits again, and resumes from what it saved.
+func (r Run) Interrupted() bool { return r.Preempted || r.Moved || r.Reclaimed }
 
 // Preemptions counts the job's runs stopped by a preemption.
 func (r JobRecord) Preemptions() int {
@@ -162,6 +162,13 @@ type Features struct {
 	// Nomad) the members are one job's allocations, placed one at a time
 	// as GPUs free, each holding its GPUs while the others wait.
 	Gangs bool
+	// Queues, with Checkpoints, on a fixed cluster with Cluster.Teams, is
+	// the controller's team queues (teams.go): every job is held and
+	// admitted in weighted fair-share order within its queue's nominal
+	// quota, or beyond it on what the other queues lend; a queue whose
+	// work within its nominal does not fit takes back the borrowers'
+	// newest runs, checkpointed.
+	Queues bool
 	// Reservations, with Gangs and Preemption (the handover preempts the
 	// placeholder), is the controller's reservation for the head of the
 	// queue among gangs and jobs asking 2 or more whole GPUs:
@@ -188,6 +195,9 @@ func (f Features) Validate() error {
 	}
 	if f.Moves && !f.Checkpoints {
 		return fmt.Errorf("moves: on without checkpoints; allowed: moves only with checkpoints (a moved job resumes from its checkpoint)")
+	}
+	if f.Queues && (!f.Checkpoints || f.Autoscale != "") {
+		return fmt.Errorf("queues: on without checkpoints, or autoscaled; allowed: queues only with checkpoints (reclaim stops borrowed work checkpointed) on a fixed cluster (the quotas are shares of its GPUs)")
 	}
 	if f.Reservations && (!f.Gangs || !f.Preemption) {
 		return fmt.Errorf("reservations: on without gangs or preemption; allowed: reservations only with both (the controller keeps nodes for a gang it admits, and hands them over by preempting its placeholder: Nomad's batch preemption must be on)")
@@ -318,6 +328,9 @@ type Cluster struct {
 	// when a configuration has Layouts (gpulayout's PoolBounds.Shares);
 	// 0 means gpulayout.DefaultShares.
 	LayoutShares int
+	// Teams are the team queues of a configuration with Queues (teams.go);
+	// none: no queues.
+	Teams []TeamWeight `json:",omitempty"`
 }
 
 // Shares is the share count of a GPU relaid as MPS shares under
@@ -519,6 +532,11 @@ func (c Cluster) WholeGPUs(f Features) int {
 type Result struct {
 	// Engine is "nomad" (real agents) or "model".
 	Engine string
+	// QueueAlone is, for a configuration with Queues, each team queue's
+	// mean wait with its jobs alone on a cluster of its nominal quota
+	// (Cluster.NominalNodes) in the same configuration less the queues:
+	// what quotas promise a team whatever the others do.
+	QueueAlone map[string]time.Duration `json:",omitempty"`
 	// Version is the Nomad version a real run used, or the model's.
 	Version string
 	Config  Config
@@ -729,8 +747,11 @@ type Run struct {
 	// prevent.
 	Placed time.Duration `json:",omitempty"`
 	// Preempted says it was stopped by a preemption; Moved that the
-	// controller stopped it to move it (Features.Moves).
+	// controller stopped it to move it (Features.Moves); Reclaimed that
+	// the controller took it back for a queue lending to its team's
+	// (Features.Queues).
 	Preempted, Moved bool
+	Reclaimed        bool `json:",omitempty"`
 	// Node is the node it ran on, and Held the devices it held there.
 	Node string
 	Held []Hold
@@ -840,6 +861,9 @@ type Policy struct {
 	// longest a reservation holds (its work is not kept again for as
 	// long).
 	ReservationMaxHold time.Duration `json:",omitzero"`
+	// QueueHalfLife is the team queues' fair_share { half_life }
+	// (Features.Queues), wall clock.
+	QueueHalfLife time.Duration `json:",omitzero"`
 }
 
 // DefaultPolicy is what `make bench-trace` runs with.
@@ -869,6 +893,11 @@ func DefaultPolicy() Policy {
 		// an hour of a real cluster's time: an hour of trace at the
 		// replay's default compression of 25.
 		ReservationMaxHold: time.Hour / 25,
+		// The controller's default is 7 days of a real cluster's time,
+		// longer than any replay: use since the start would weigh alike.
+		// An hour of trace at compression 25 lets the order follow the
+		// teams' recent use, as over days of a real cluster.
+		QueueHalfLife: time.Hour / 25,
 	}
 }
 

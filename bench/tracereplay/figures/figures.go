@@ -152,6 +152,14 @@ type Figures struct {
 	// cluster's work.
 	UsefulGPUHoursByTeam map[string]float64
 	Unstarted            int
+	// Reclaims are the runs a team queue took back for another's
+	// (Features.Queues); QueueShares each queue's share of the queues'
+	// GPU-time while every queue had work waiting (QueueShares; nil
+	// without Cluster.Teams).
+	Reclaims    int
+	QueueShares map[string]float64
+	// WaitByQueue is Wait by team queue (nil without Cluster.Teams).
+	WaitByQueue map[string]Dist
 	// JCT is over Options.Common (JCT.N of them).
 	JCT         Dist
 	Done, Jobs  int
@@ -284,6 +292,7 @@ func Compute(r tracereplay.Result, o Options) Figures {
 	f.LayoutsKnown = !r.Config.Layouts || r.LayoutsRecorded
 	f.waits(r)
 	f.work(r, o.Common)
+	f.QueueShares = QueueShares(r)
 	f.cost(r, o.Prices, useful/3600)
 	return f
 }
@@ -292,6 +301,7 @@ func Compute(r tracereplay.Result, o Options) Figures {
 func (f *Figures) waits(r tracereplay.Result) {
 	var all, first, big []time.Duration
 	byTier, byKind, byTeam := map[int][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
+	byQueue := map[string][]time.Duration{}
 	for _, w := range jobWaits(r) {
 		if w.unstarted {
 			f.Unstarted++
@@ -303,6 +313,9 @@ func (f *Figures) waits(r tracereplay.Result) {
 		byKind[RequestKind(w.job)] = append(byKind[RequestKind(w.job)], w.whole)
 		if w.job.Team != "" {
 			byTeam[w.job.Team] = append(byTeam[w.job.Team], w.whole)
+		}
+		if q := r.Cluster.QueueOf(w.job.Team); q != "" {
+			byQueue[q] = append(byQueue[q], w.whole)
 		}
 		if w.job.Requested >= 4 {
 			big = append(big, w.whole)
@@ -317,6 +330,12 @@ func (f *Figures) waits(r tracereplay.Result) {
 	}
 	for t, ws := range byTeam {
 		f.WaitByTeam[t] = DistOf(ws)
+	}
+	for q, ws := range byQueue {
+		if f.WaitByQueue == nil {
+			f.WaitByQueue = map[string]Dist{}
+		}
+		f.WaitByQueue[q] = DistOf(ws)
 	}
 }
 
@@ -384,14 +403,17 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 			if !run.Interrupted() {
 				continue
 			}
-			if run.Moved {
+			switch {
+			case run.Reclaimed:
+				f.Reclaims++
+			case run.Moved:
 				f.Moves++
 				next := r.Horizon
 				if i+1 < len(j.Runs) {
 					next = min(j.Runs[i+1].Start, r.Horizon)
 				}
 				f.MoveGPUHours += max(0, next-run.End).Hours() * j.Slice.GPUs
-			} else {
+			default:
 				f.Preemptions++
 			}
 			if run.Checkpointed && run.StopGap > 0 {

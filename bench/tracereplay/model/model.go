@@ -186,6 +186,10 @@ func validate(tr tracereplay.Trace, o *Options) error {
 	if err := o.Config.Validate(); err != nil {
 		return fmt.Errorf("config %q: %w", o.Config.Name, err)
 	}
+	if f := o.Config.Features; f.Queues && (f.Layouts || f.Moves || f.Reservations || len(o.Cluster.Teams) < 2) {
+		// Their rounds read Nomad's queue, which held work is not in.
+		return fmt.Errorf("config %q: queues with layouts, moves or reservations, or without two teams; allowed: queues with two or more Cluster.Teams, and none of those (the model's rounds of them do not see held work yet)", o.Config.Name)
+	}
 	c := o.Compression
 	if c == 0 {
 		o.Compression = 1

@@ -171,7 +171,7 @@ func (s *sim) sample() {
 		Nodes:     s.nBooting + s.nReady + s.nRemoving,
 		GPUs:      float64(s.nReady * s.cl.GPUsPerNode),
 		Allocated: float64(s.heldUnit) / float64(s.unitsPerGPU),
-		Queued:    s.waiting + s.pending + s.failed,
+		Queued:    s.waiting + s.pending + s.failed + s.heldWaiting(),
 	}
 	if s.f.Layouts {
 		smp.Layouts = s.sampleLayouts()

@@ -44,6 +44,9 @@ const (
 	// jobHolding: a reservation's placeholder allocation not placed
 	// (reservations.go).
 	jobHolding
+	// jobHeld: held for the team queues' admission (Features.Queues,
+	// queues.go), in no queue.
+	jobHeld
 )
 
 type nodeStateKind uint8
@@ -378,6 +381,8 @@ type sim struct {
 	gangQueue []int32
 	gangRound gangRoundState
 	res       reserveState
+	// qs are the team queues (Features.Queues, queues.go); nil: none.
+	qs *queueState
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -424,6 +429,9 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		s.starts[g] = latency{p50: scale(sp.P50), p95: scale(sp.P95), p99: scale(max(sp.P95, sp.P99))}
 	}
 	s.buildJobs(tr)
+	if s.f.Queues {
+		s.initQueues()
+	}
 	s.horizon = o.Horizon
 	if s.horizon == 0 {
 		s.horizon = defaultHorizon(tr)
@@ -611,6 +619,10 @@ func (s *sim) handle(e event) {
 		}
 		s.jobs[e.id].evalAt = s.now
 		s.sqs[s.jobs[e.id].sq].active++
+		if s.qs != nil {
+			s.holdJob(e.id)
+			return
+		}
 		s.enqueue(e.id)
 		s.dirty = true
 	case evRun:
@@ -885,6 +897,7 @@ func (s *sim) place(id int32, nid int32, delay time.Duration) {
 	}
 	s.changeFree(nid, j.g, -j.k)
 	s.heldInst[j.g] += j.k
+	s.queueHeld(id, 1)
 	n.held += j.units
 	s.heldUnit += j.units
 	j.node = nid
@@ -922,6 +935,7 @@ func (s *sim) release(id int32) {
 	}
 	s.changeFree(nid, j.g, j.k-gone)
 	s.heldInst[j.g] -= j.k
+	s.queueHeld(id, -1)
 	n.held -= j.units
 	s.heldUnit -= j.units
 	last := n.allocs[len(n.allocs)-1]
@@ -1009,6 +1023,9 @@ func (s *sim) schedule() {
 				continue // the moved jobs wait again: place them elsewhere
 			}
 			if len(s.gangQueue) > 0 && s.admitGangs() {
+				continue
+			}
+			if s.qs != nil && len(s.qs.waiting) > 0 && s.admitHeld() {
 				continue
 			}
 			if s.f.Reservations && s.reserve() {

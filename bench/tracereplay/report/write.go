@@ -116,6 +116,7 @@ func Write(dir string, run Run) error {
 	fmt.Fprintf(&b, definitions, run.Prices.Reserved, run.Prices.OnDemand)
 	writeWaitBreakdown(&b, main, mainFigs)
 	writeTeams(&b, main, mainFigs)
+	writeQueues(&b, main, mainFigs)
 	writeDistortion(&b, run.Real)
 
 	if len(run.Real) > 0 && len(run.Model) > 0 {
@@ -126,6 +127,7 @@ func Write(dir string, run Run) error {
 		writeTable(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 		writeWaitBreakdown(&b, run.Model, modelFigs)
 		writeTeams(&b, run.Model, modelFigs)
+		writeQueues(&b, run.Model, modelFigs)
 		writeCalibration(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 	}
 
@@ -260,6 +262,53 @@ func writeTeams(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+}
+
+// writeQueues writes, with Cluster.Teams, each team queue's weight share,
+// its share of the queues' GPU-time while every queue had work waiting and its
+// mean wait in every configuration, and its mean wait alone on its
+// nominal quota in the configurations with queues.
+func writeQueues(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
+	if len(rs) == 0 {
+		return
+	}
+	names, shares := rs[0].Cluster.Queues()
+	if len(names) < 2 {
+		return
+	}
+	b.WriteString("Team queues (-teams): each queue's weight share (its nominal quota's share of the cluster, and its fair share); its share of the queues' GPU-time while every queue had work waiting, and its mean wait (with re-waits)")
+	var alone []int
+	for i, r := range rs {
+		if r.QueueAlone != nil {
+			alone = append(alone, i)
+		}
+	}
+	if len(alone) > 0 {
+		b.WriteString("; and, for a configuration with queues, its mean wait with its jobs alone on its nominal quota")
+	}
+	b.WriteString(":\n\n| queue | weight share |")
+	for _, r := range rs {
+		fmt.Fprintf(b, " %s |", cellText(r.Config.Name))
+	}
+	for _, i := range alone {
+		fmt.Fprintf(b, " alone on its nominal (%s) |", cellText(rs[i].Config.Name))
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(rs)+len(alone)) + "\n")
+	for q, name := range names {
+		fmt.Fprintf(b, "| %s | %.1f %% |", cellText(name), 100*shares[q])
+		for _, f := range fs {
+			fmt.Fprintf(b, " %.1f %%, %s |", 100*f.QueueShares[name], Human(f.WaitByQueue[name].Mean))
+		}
+		for _, i := range alone {
+			fmt.Fprintf(b, " %s |", Human(rs[i].QueueAlone[name]))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nRuns taken back by a queue (reclaims):")
+	for i, r := range rs {
+		fmt.Fprintf(b, " %s %d;", r.Config.Name, fs[i].Reclaims)
+	}
+	b.WriteString("\n\n")
 }
 
 // writeDistortion writes what the real runs measured of their own
