@@ -257,6 +257,9 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	if !cfg.Gangs {
 		driverHCL += fmt.Sprintf("\ngang {\nwait = %q\n}", stockGangWait)
 	}
+	if cfg.Queues {
+		makeQueueNamespaces(t, c, s)
+	}
 	ctl := replayController(t, c, cfg, s)
 	// One checkpoint root for the pool, as on a shared filesystem: a
 	// preempted job may resume on another node.
@@ -346,10 +349,14 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			commit = s.Policy.CommitTimeout
 		}
 		jobHCL := replayJob(j, sl, wall(j.Duration), cli, commit, cfg.Moves)
-		if sl.Members > 1 {
-			jobHCL = replayGangJob(j, sl, wall(j.Duration), cli, commit, cfg.Gangs)
+		switch q := s.Cluster.QueueOf(j.Team); {
+		case sl.Members > 1:
+			regEval[j.ID] = registerJob(t, c, replayGangJob(j, sl, wall(j.Duration), cli, commit, cfg.Gangs))
+		case cfg.Queues && q != "":
+			regEval[j.ID] = registerHeld(t, c, jobHCL, q)
+		default:
+			regEval[j.ID] = registerJob(t, c, jobHCL)
 		}
-		regEval[j.ID] = registerJob(t, c, jobHCL)
 	}
 	res.Timeline = sampler.wait()
 	if cfg.Reservations {
@@ -373,12 +380,15 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 	}
 	res.Distortion.SubmitLagP50, res.Distortion.SubmitLagP95 = quantileOf(lags, 0.5), quantileOf(lags, 0.95)
 
-	stubs, _, err := c.API().Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	stubs, _, err := c.API().Allocations().List(&api.QueryOptions{Namespace: "*", Params: map[string]string{"resources": "true"}})
 	if err != nil {
 		t.Fatalf("listing allocations: %v", err)
 	}
 	rc := recordCollector{c: c, t0: t0, horizon: t0.Add(wall(s.Horizon)), trace: trace, byID: map[string]*api.AllocationListStub{},
 		moved: movedAllocs(t, c, cfg), startsByKind: map[string][]time.Duration{}}
+	if cfg.Queues {
+		rc.reclaimed = reclaimedJobs(ctl.Log())
+	}
 	byJob := map[string][]*api.AllocationListStub{}
 	for _, a := range stubs {
 		byJob[a.JobID] = append(byJob[a.JobID], a)
@@ -494,7 +504,7 @@ func registerJob(t *testing.T, c *cluster.Cluster, jobHCL string) string {
 func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, s tracereplay.Setup) *cluster.Controller {
 	p := s.Policy
 	protect := cfg.Checkpoints && p.PreemptionCooldown > 0
-	if !protect && !cfg.Layouts && !cfg.Moves && !cfg.Gangs {
+	if !protect && !cfg.Layouts && !cfg.Moves && !cfg.Gangs && !cfg.Queues {
 		return nil
 	}
 	cooldown := time.Duration(0)
@@ -502,7 +512,11 @@ func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, 
 		cooldown = p.PreemptionCooldown
 	}
 	args := []string{"-preemption-cooldown", cooldown.String(), "-tick", harness.ReplayControllerTick.String(), "-layouts=" + strconv.FormatBool(cfg.Layouts),
-		"-moves=" + strconv.FormatBool(cfg.Moves), "-gangs=" + strconv.FormatBool(cfg.Gangs)}
+		"-moves=" + strconv.FormatBool(cfg.Moves), "-gangs=" + strconv.FormatBool(cfg.Gangs || cfg.Queues)}
+	if cfg.Queues {
+		// The queues admit through the gangs' gate.
+		args = append(args, "-queues", queueFile(t, s, cfg))
+	}
 	if cfg.Reservations {
 		args = append(args, "-reservations", "-reserve-max-hold", p.ReservationMaxHold.String())
 	}
@@ -759,6 +773,9 @@ type recordCollector struct {
 	// the gang rolled back) while they waited for their peers: the gpu
 	// driver refuses to start them, which Nomad records as a failure.
 	stoppedMembers int
+	// reclaimed are the jobs a team queue took runs back from
+	// (Features.Queues): their runs Nomad was told to stop.
+	reclaimed map[string]bool
 }
 
 func (rc *recordCollector) at(w time.Time) time.Duration { return rc.trace(w.Sub(rc.t0)) }
@@ -807,6 +824,9 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 			}
 		case rc.moved[a.ID]:
 			run.End, run.Moved = rc.at(st.FinishedAt), true
+		case rc.reclaimed[rec.ID] && a.DesiredStatus == api.AllocDesiredStatusStop:
+			// Scaled to 0 by the controller for a lending queue.
+			run.End, run.Reclaimed = rc.at(st.FinishedAt), true
 		default:
 			run.End = rc.at(st.FinishedAt)
 			if a.ClientStatus == api.AllocClientStatusComplete && !st.Failed {
