@@ -156,8 +156,9 @@ type Figures struct {
 	// (Features.Queues); QueueShares each queue's share of the queues'
 	// GPU-time while every queue had work waiting (QueueShares; nil
 	// without Cluster.Teams).
-	Reclaims    int
-	QueueShares map[string]float64
+	Reclaims            int
+	QueueShares         map[string]float64
+	QueueWaitGPUSeconds map[string]float64
 	// WaitByQueue is Wait by team queue (nil without Cluster.Teams).
 	WaitByQueue map[string]Dist
 	// JCT is over Options.Common (JCT.N of them).
@@ -292,6 +293,7 @@ func Compute(r tracereplay.Result, o Options) Figures {
 	f.LayoutsKnown = !r.Config.Layouts || r.LayoutsRecorded
 	f.waits(r)
 	f.work(r, o.Common)
+	f.QueueWaitGPUSeconds = QueueWaitGPUSeconds(r)
 	f.QueueShares = QueueShares(r)
 	f.cost(r, o.Prices, useful/3600)
 	return f

@@ -17,6 +17,26 @@ import (
 // says nothing of fairness. Nil without Cluster.Teams, or when the queues
 // never all waited at once.
 func QueueShares(r tracereplay.Result) map[string]float64 {
+	held := QueueWaitGPUSeconds(r)
+	total := 0.0
+	for _, t := range held {
+		total += t
+	}
+	if total <= 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for n, t := range held {
+		out[n] = t / total
+	}
+	return out
+}
+
+// QueueWaitGPUSeconds is the GPU-time (GPU-equivalent-seconds) each team
+// queue's jobs held while every queue with jobs in the run had work
+// waiting, by queue: what QueueShares divides (and a sweep pools); nil
+// without Cluster.Teams.
+func QueueWaitGPUSeconds(r tracereplay.Result) map[string]float64 {
 	names, _ := r.Cluster.Queues()
 	if len(names) < 2 {
 		return nil
@@ -66,16 +86,9 @@ func QueueShares(r tracereplay.Result) map[string]float64 {
 		work[e.queue] += e.work
 		held[e.queue] += e.gpus
 	}
-	total := 0.0
-	for _, t := range gpuSeconds {
-		total += t
-	}
-	if total <= 0 {
-		return nil
-	}
 	out := map[string]float64{}
 	for i, n := range names {
-		out[n] = gpuSeconds[i] / total
+		out[n] = gpuSeconds[i]
 	}
 	return out
 }

@@ -22,6 +22,10 @@ import (
 type Sweep struct {
 	// Configs are the configurations' names, the first the reference.
 	Configs []string
+	// Queues and Shares are the team queues (tracereplay.Cluster.Queues)
+	// and their weights' shares; none without -teams.
+	Queues []string
+	Shares []float64
 	// Windows are the windows added, Skipped the windows holding no job.
 	Windows, Skipped int
 	acc              []sweepAcc
@@ -42,6 +46,12 @@ type sweepAcc struct {
 	// shorter and longer count the windows with a mean wait below and
 	// above the reference's, [0] of every job, [1] of KindManyGPUs.
 	shorter, longer [2]int
+	// By team queue: the GPU-seconds held while every queue waited
+	// (figures.QueueWaitGPUSeconds), the waits, and with queues the
+	// waits alone on the queue's nominal (pooled by the queue's jobs).
+	queueHeld             map[string]float64
+	queueWait, queueAlone map[string]*pooled
+	reclaims              int
 }
 
 // pooled is a mean over every job of every window.
@@ -67,6 +77,7 @@ func NewSweep(configs []string) *Sweep {
 	s := &Sweep{Configs: configs, acc: make([]sweepAcc, len(configs))}
 	for i := range s.acc {
 		s.acc[i].byKind = map[string]*pooled{}
+		s.acc[i].queueHeld, s.acc[i].queueWait, s.acc[i].queueAlone = map[string]float64{}, map[string]*pooled{}, map[string]*pooled{}
 	}
 	return s
 }
@@ -82,8 +93,30 @@ func (s *Sweep) Add(trace tracereplay.Trace, rs []tracereplay.Result) error {
 		// No JCT is pooled, so no common set of jobs is needed.
 		fs[i] = figures.Compute(r, figures.Options{Mix: figures.MixOf(trace.Jobs, r.Cluster, r.Config.Features)})
 	}
+	s.Queues, s.Shares = rs[0].Cluster.Queues()
 	s.add(fs)
+	for i, r := range rs {
+		s.acc[i].addQueues(fs[i], r.QueueAlone)
+	}
 	return nil
+}
+
+// addQueues takes one window's team queue figures; alone are the
+// queues' mean waits alone on their nominal (none without queues).
+func (a *sweepAcc) addQueues(f figures.Figures, alone map[string]time.Duration) {
+	for q, gs := range f.QueueWaitGPUSeconds {
+		a.queueHeld[q] += gs
+	}
+	for q, d := range f.WaitByQueue {
+		if a.queueWait[q] == nil {
+			a.queueWait[q], a.queueAlone[q] = &pooled{}, &pooled{}
+		}
+		a.queueWait[q].add(d)
+		if w, ok := alone[q]; ok {
+			a.queueAlone[q].add(figures.Dist{N: d.N, Mean: w})
+		}
+	}
+	a.reclaims += f.Reclaims
 }
 
 // add takes one window's figures, one per configuration in order.
@@ -201,7 +234,56 @@ func (s *Sweep) Markdown(title, what string) string {
 	row("reservation idle GPU-hours", func(a *sweepAcc) string { return fmt.Sprintf("%.2f", a.idleH) })
 	row("node-hours", func(a *sweepAcc) string { return fmt.Sprintf("%.1f", a.nodeHours) })
 	b.WriteString("\nWaits are pooled over every job of every window, as one window's report computes them (first wait and re-waits; jobs waiting at the horizon count their wait so far). A window's ratio is its mean wait over the reference's (the first column) in the same window, where the reference waited at all. Consolidation rounds are the model's rounds with a multi-GPU job waiting for a node; with room, those where the free whole GPUs of the nodes it may use add up to the job's ask: the only ones a move can serve.\n")
+	s.queuesMarkdown(&b)
 	return b.String()
+}
+
+// queuesMarkdown writes the team queues pooled over the windows: each
+// queue's share of the GPU-time held while every queue waited, its mean
+// wait, and with queues its mean wait alone on its nominal.
+func (s *Sweep) queuesMarkdown(b *strings.Builder) {
+	if len(s.Queues) < 2 {
+		return
+	}
+	b.WriteString("\n## Team queues\n\nPooled over the windows: each queue's weight share, its share of the queues' GPU-time while every queue had work waiting (summed over the windows), and its mean wait; for a configuration with queues, its mean wait alone on its nominal quota (each window's, weighed by the queue's jobs in it).\n\n| queue | weight share |")
+	var alone []int
+	for i, c := range s.Configs {
+		fmt.Fprintf(b, " %s |", cellText(c))
+		if len(s.acc[i].queueAlone) > 0 && s.acc[i].queueAlone[s.Queues[0]] != nil && s.acc[i].queueAlone[s.Queues[0]].n > 0 {
+			alone = append(alone, i)
+		}
+	}
+	for _, i := range alone {
+		fmt.Fprintf(b, " alone on its nominal (%s) |", cellText(s.Configs[i]))
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(s.Configs)+len(alone)) + "\n")
+	for qi, q := range s.Queues {
+		fmt.Fprintf(b, "| %s | %.1f %% |", cellText(q), 100*s.Shares[qi])
+		for i := range s.acc {
+			a := &s.acc[i]
+			total := 0.0
+			for _, g := range a.queueHeld {
+				total += g
+			}
+			share, wait := 0.0, time.Duration(0)
+			if total > 0 {
+				share = a.queueHeld[q] / total
+			}
+			if p := a.queueWait[q]; p != nil {
+				wait = p.mean()
+			}
+			fmt.Fprintf(b, " %.1f %%, %s |", 100*share, Human(wait))
+		}
+		for _, i := range alone {
+			fmt.Fprintf(b, " %s |", Human(s.acc[i].queueAlone[q].mean()))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nRuns taken back by a queue (reclaims):")
+	for i, c := range s.Configs {
+		fmt.Fprintf(b, " %s %d;", c, s.acc[i].reclaims)
+	}
+	b.WriteString("\n")
 }
 
 // medianCell writes the median of xs with text; "–" for none.
