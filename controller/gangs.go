@@ -306,7 +306,7 @@ func (g *Gangs) Step(ctx context.Context, now time.Time, snap *nomadview.Snapsho
 	} else if len(due) > 0 && !planned {
 		slices.SortStableFunc(due, func(a, b waitingGang) int { return g.refused[a.k].at.Compare(g.refused[b.k].at) })
 		w := due[0]
-		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)...)
+		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n, nil)...)
 	}
 	g.note(now, rows)
 	return out
@@ -492,7 +492,8 @@ func groupNamed(job *api.Job, name string) *api.TaskGroup {
 // admit plans a waiting gang with every member, in the next of its
 // domains, and when every one fits admits it there. free is the
 // cluster's free capacity now.
-func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, k JobKey, job *api.Job, spec gang.Spec, n gangNomad) []Decision {
+func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, k JobKey, job *api.Job, spec gang.Spec, n gangNomad,
+	guard func(*api.JobPlanResponse) string) []Decision {
 	doms, _ := g.domains(ctx, snap, job, spec, n)
 	if len(doms) == 0 {
 		return g.wait(k, "no node of the job's pool has its locality read yet")
@@ -511,13 +512,15 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 	plan, err := n.plan(ctx, withCounts(pinned, membersOf(spec)))
 	why := ""
 	if err != nil {
-		why = "Nomad's plan failed: " + err.Error()
+		why = planRefused(spec) + "Nomad's plan failed: " + err.Error()
 	} else if ok, refused := gang.Admit(plan); !ok {
-		why = refused
+		why = planRefused(spec) + refused
+	} else if guard != nil {
+		why = guard(plan)
 	}
 	if why != "" {
 		g.refused[k] = gangPlan{free: free, at: now, tried: i + 1, domains: len(doms), nodeVersion: g.nodeVersion}
-		return g.wait(k, planRefused(spec)+why+where)
+		return g.wait(k, why+where)
 	}
 	delete(g.refused, k)
 	reason := fmt.Sprintf("Nomad's plan places all %d members%s", spec.Members(), where)

@@ -59,6 +59,7 @@ type heldRun struct {
 
 // queueGate is one tick's account of the queues, for admission.
 type queueGate struct {
+	book     *QueueBook
 	cfg      queues.Config
 	standing map[string]float64
 	// use is what each queue holds and has admitted but not yet placed;
@@ -83,7 +84,7 @@ type verdictKey struct {
 // waiting (dependencies done), runs the admitted ones.
 func (g *Gangs) gate(snap *nomadview.Snapshot, waiting []waitingGang, runs []heldRun) *queueGate {
 	b := g.queues
-	qg := &queueGate{cfg: b.cfg, standing: b.standing, use: maps.Clone(b.held), claim: map[string]float64{},
+	qg := &queueGate{book: b, cfg: b.cfg, standing: b.standing, use: maps.Clone(b.held), claim: map[string]float64{},
 		queue: map[JobKey]string{}, gpus: map[JobKey]float64{}, verdicts: map[verdictKey]queues.Verdict{}}
 	if qg.use == nil {
 		qg.use = map[string]float64{}
@@ -191,13 +192,38 @@ func (g *Gangs) admitQueued(ctx context.Context, now time.Time, snap *nomadview.
 			out = append(out, g.wait(w.k, v.Reason)...)
 			continue
 		}
-		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)...)
+		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n, qg.sparesNominal(snap, qg.queue[w.k]))...)
 		if _, ok := g.admitted[w.k]; !ok && v.Admission == queues.WithinNominal && v.Reclaim > 0 {
 			out = append(out, g.reclaim(ctx, now, qg, qg.queue[w.k], runs, n)...)
 		}
 		isDue = nil // one plan a tick; the rest only get their places
 	}
 	return out
+}
+
+// sparesNominal is the gate's guard on a plan of a job of queue q:
+// Nomad's plan may preempt lower work for it, which knows no quota, so a
+// plan that preempts another queue's work while that queue uses no more
+// than its nominal is refused (the quota is that queue's promise; work a
+// queue borrows beyond it may be taken, as reclaim takes it).
+func (qg *queueGate) sparesNominal(snap *nomadview.Snapshot, q string) func(*api.JobPlanResponse) string {
+	return func(plan *api.JobPlanResponse) string {
+		if plan.Annotations == nil {
+			return ""
+		}
+		quota := queues.NewQuota(qg.cfg, qg.use)
+		for _, a := range plan.Annotations.PreemptedAllocs {
+			pool := ""
+			if node := snap.Node(a.NodeID); node != nil {
+				pool = node.NodePool
+			}
+			r := qg.book.queueOf(a.Namespace, pool)
+			if r != "" && r != q && quota.Borrowed(r) <= 1e-9 {
+				return fmt.Sprintf("quota: Nomad's plan preempts %s/%s of queue %s, which uses no more than its nominal %.3g", a.Namespace, a.JobID, r, queueNamed(qg.cfg, r).Nominal)
+			}
+		}
+		return ""
+	}
 }
 
 // reclaim takes back, for queue q, what its waiting work within its

@@ -100,6 +100,7 @@ func TestQueueGate(t *testing.T) {
 		waiting map[string]int
 		edit    func(s *queueScene)
 		fits    func(*api.Job) bool
+		preempt string // the job whose allocation Nomad's plan preempts
 		planned []string
 		scales  []string
 		kinds   []string
@@ -134,6 +135,12 @@ func TestQueueGate(t *testing.T) {
 			waiting: map[string]int{"b/b-1": 1, "b/b-2": 1}, fits: func(*api.Job) bool { return false },
 			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting", "gang-waiting", "gang-waiting"},
 			reason: "a-4: cohort: lab lends 0 now, 1 needed", victims: "[a-4 a-3]"},
+		{name: "a plan preempting a's run within its nominal is refused", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2"},
+			waiting: map[string]int{"b/b-1": 1}, preempt: "a-1",
+			planned: []string{"b-1"}, kinds: []string{"gang-waiting"}, reason: "b-1: quota: Nomad's plan preempts a/a-1 of queue a, which uses no more than its nominal 2"},
+		{name: "a plan preempting a's borrowed run is taken", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3"},
+			waiting: map[string]int{"b/b-1": 1}, preempt: "a-3",
+			planned: []string{"b-1"}, scales: []string{"worker=1@7"}, kinds: []string{"gang-admitted"}},
 		{name: "checkpointing runs are taken back first", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3", "a/a-4"},
 			waiting: map[string]int{"b/b-1": 1, "b/b-2": 1}, fits: func(*api.Job) bool { return false }, edit: func(s *queueScene) {
 				job := s.specs[JobKey{Namespace: "a", ID: "a-4"}]
@@ -148,6 +155,11 @@ func TestQueueGate(t *testing.T) {
 			tc.edit(s)
 		}
 		n := &fakeGangNomad{fits: true, planFits: tc.fits}
+		for _, a := range s.snap.Allocs {
+			if a.JobID == tc.preempt {
+				n.preempts = append(n.preempts, a)
+			}
+		}
 		var got []Decision
 		for range 2 { // one admission a tick; what was refused is not planned again on the same capacity
 			got = append(got, s.g.Step(ctx, s.snap.Taken, s.snap, specsOf(s.specs), n)...)

@@ -238,7 +238,7 @@ func (g *Gangs) holdReservation(ctx context.Context, now time.Time, snap *nomadv
 		g.log.Warn("reservation: placeholder not stopped; tried on the next tick", "job", c.placeholder.ID, "error", err)
 		return nil, true
 	}
-	out := g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n)
+	out := g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n, nil)
 	if slices.ContainsFunc(out, func(d Decision) bool { return d.Kind == "gang-admitted" }) {
 		c.admitted, c.admittedAt = true, now
 		return append(out, g.admittedOn(now, c)), true

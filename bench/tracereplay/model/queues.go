@@ -137,8 +137,15 @@ func (s *sim) admitHeld() bool {
 			continue
 		}
 		// Nomad's plan places it where it fits, or by preempting work ten
-		// below it; within its nominal, the gate takes back borrowed runs.
+		// below it, which the gate refuses where that work is another
+		// queue's within its nominal (queueGate.sparesNominal); within
+		// its nominal, the gate takes back borrowed runs.
+		s.spare = func(v int32) bool {
+			r := q.of[v]
+			return r >= 0 && r != i && use[q.cfg.Queues[r].Name] <= q.cfg.Queues[r].Nominal+1e-9
+		}
 		ok := s.tryPlace(id) || s.f.Preemption && s.tryPreempt(id)
+		s.spare = nil
 		if !ok && v.Admission == queues.WithinNominal && v.Reclaim > 0 {
 			ok = s.reclaimFor(id, i, use)
 		}

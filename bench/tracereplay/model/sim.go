@@ -382,7 +382,10 @@ type sim struct {
 	gangRound gangRoundState
 	res       reserveState
 	// qs are the team queues (Features.Queues, queues.go); nil: none.
-	qs *queueState
+	// spare, while the gate plans a held job, says which allocations its
+	// plan may not preempt.
+	qs    *queueState
+	spare func(int32) bool
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -1288,7 +1291,9 @@ func (s *sim) victims(n *node, g, bin, k, lim, have int) bool {
 		}
 		got += s.jobs[a].k
 	}
-	return true
+	// The team queues' gate refuses a plan preempting what it spares
+	// (queues.go): this node is then no option.
+	return s.spare == nil || !slices.ContainsFunc(s.chosen, s.spare)
 }
 
 // distinctPrioritySum is selectBestAllocs's net priority of an option:
