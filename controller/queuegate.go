@@ -171,9 +171,9 @@ func (qg *queueGate) verdict(k JobKey) queues.Verdict {
 
 // admitQueued places the waiting jobs in the queues' order and plans the
 // first of due that its queue may admit now; those before it wait with
-// their quota's reason. When
-// Nomad's plan cannot place it and it is within its queue's nominal, the
-// gate takes back borrowed work for its queue.
+// their quota's reason. When Nomad's plan cannot place it and it is
+// within its queue's nominal, the gate takes back borrowed work for its
+// queue.
 func (g *Gangs) admitQueued(ctx context.Context, now time.Time, snap *nomadview.Snapshot, free string, due, waiting []waitingGang, runs []heldRun, n gangNomad) []Decision {
 	clear(g.position)
 	qg := g.gate(snap, waiting, runs)

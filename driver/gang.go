@@ -154,8 +154,13 @@ func gangKeys(namespace string, job *api.Job, groups []rendezvous.Group) []check
 // gangRestore is the rule a gang member's checkpoints restore by: the
 // newest step every member committed, or none when they have none in
 // common (the gang then starts afresh, every member alike). what says
-// which, for the task's events.
+// which, for the task's events. A gang of one member (a team queue's
+// held job) has no peer to line up with, and its commits need name no
+// step: it restores its newest generation, as any task ("" for what).
 func gangRestore(store *checkpoint.Store, keys []checkpoint.Key) (rule checkpoint.RestoreRule, step *int64, what string, err error) {
+	if len(keys) == 1 {
+		return checkpoint.RestoreNewest, nil, "", nil
+	}
 	steps, err := store.CommittedSteps(keys)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("reading the gang's checkpoints: %w", err)

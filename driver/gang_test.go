@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/driver/checkpoint"
 	"github.com/nomad-gpu/nomad-gpu/wire/drivers"
 )
 
@@ -171,4 +172,16 @@ func TestGangWaitBound(t *testing.T) {
 	started := make(chan error, 1)
 	go func() { _, _, err := d.StartTask(cfg); started <- err }()
 	startRefused(t, started, 20*time.Second, "still waiting after 1s, the plugin's gang.wait", "still waiting 20s into a gang.wait of 1s")
+}
+
+// A gang of one member (a team queue's held job) restores its newest
+// generation, as any task: its commits need name no step, and with no
+// peer there is none to line up with. (It reads no store: a replay's
+// task commits unnamed steps, and took the step rule for none at all.)
+func TestGangOfOneRestoresItsNewest(t *testing.T) {
+	rule, step, what, err := gangRestore(nil, []checkpoint.Key{{Namespace: "a", Job: "train", Group: "worker", Task: "t"}})
+	gens := []*checkpoint.Generation{{}, {}}
+	if err != nil || step != nil || what != "" || rule(gens) != gens[1] {
+		t.Errorf("rule picks %p of %p, step %v, note %q, error %v; want the newest, no step, no note", rule(gens), gens, step, what, err)
+	}
 }

@@ -368,7 +368,9 @@ func (d *Driver) prepareCheckpoints(rt *runtimeState, t *task, p *startPlan) err
 		if rule, step, what, err = gangRestore(rt.ckpt, p.gangKeys); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		p.iso.notes = append(p.iso.notes, what)
+		if what != "" {
+			p.iso.notes = append(p.iso.notes, what)
+		}
 	}
 	run, discarded, err := rt.ckpt.PrepareWith(*p.ckptKey, p.user.uid, p.user.gid, rule)
 	if err != nil {
