@@ -164,4 +164,8 @@ queue "b" {
 	if err != nil || o.cfg.Queues == nil || len(o.cfg.Queues.Queues) != 1 || o.cfg.Queues.Queues[0].Nominal != 4 {
 		t.Errorf("a good file: %+v, %v", o, err)
 	}
+	stderr.Reset()
+	if rc := runController([]string{"-queues", good, "-gangs=false"}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), "-queues: set with -gangs=false; allowed: -gangs on") {
+		t.Errorf("queues without the gangs' gate: exit %d, stderr %q; want 2 naming -gangs", rc, stderr.String())
+	}
 }
