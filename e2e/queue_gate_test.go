@@ -314,37 +314,11 @@ queue "b" {
 	}
 }
 
-// prepJob is a batch job of one GPU task that runs for run and exits with
-// code, restarted and rescheduled never: a dependency's run.
+// prepJob is a dependency's run: isolationJob's batch job of one GPU
+// task, restarted and rescheduled never, running for run and exiting with
+// code.
 func prepJob(id string, run time.Duration, code int) string {
-	return fmt.Sprintf(`
-job %q {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "gpu"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", "sleep %d; exit %d"]
-      }
-      resources {
-        cpu    = 50
-        memory = 32
-        device "nvidia/gpu" {
-          count = 1
-        }
-      }
-    }
-  }
-}`, id, int(run.Seconds()), code)
+	return isolationJob(id, "nvidia/gpu", "", fmt.Sprintf("sleep %d; exit %d", int(run.Seconds()), code))
 }
 
 // queueReport is what `nomad-gpu queue -json` reports of every namespace.

@@ -153,11 +153,10 @@ type Figures struct {
 	UsefulGPUHoursByTeam map[string]float64
 	Unstarted            int
 	// Reclaims are the runs a team queue took back for another's
-	// (Features.Queues); QueueShares each queue's share of the queues'
-	// GPU-time while every queue had work waiting (QueueShares; nil
+	// (Features.Queues); QueueWaitGPUSeconds the GPU-time each queue held
+	// while every queue had work waiting (its share: Shares of it; nil
 	// without Cluster.Teams).
 	Reclaims            int
-	QueueShares         map[string]float64
 	QueueWaitGPUSeconds map[string]float64
 	// WaitByQueue is Wait by team queue (nil without Cluster.Teams).
 	WaitByQueue map[string]Dist
@@ -294,7 +293,6 @@ func Compute(r tracereplay.Result, o Options) Figures {
 	f.waits(r)
 	f.work(r, o.Common)
 	f.QueueWaitGPUSeconds = QueueWaitGPUSeconds(r)
-	f.QueueShares = QueueShares(r)
 	f.cost(r, o.Prices, useful/3600)
 	return f
 }

@@ -17,17 +17,22 @@ import (
 // says nothing of fairness. Nil without Cluster.Teams, or when the queues
 // never all waited at once.
 func QueueShares(r tracereplay.Result) map[string]float64 {
-	held := QueueWaitGPUSeconds(r)
+	return Shares(QueueWaitGPUSeconds(r))
+}
+
+// Shares is each key's share (0–1) of the sum of xs; nil when the sum is
+// not above 0.
+func Shares(xs map[string]float64) map[string]float64 {
 	total := 0.0
-	for _, t := range held {
-		total += t
+	for _, x := range xs {
+		total += x
 	}
 	if total <= 0 {
 		return nil
 	}
-	out := map[string]float64{}
-	for n, t := range held {
-		out[n] = t / total
+	out := make(map[string]float64, len(xs))
+	for k, x := range xs {
+		out[k] = x / total
 	}
 	return out
 }

@@ -261,14 +261,7 @@ func (s *Sweep) queuesMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %.1f %% |", cellText(q), 100*s.Shares[qi])
 		for i := range s.acc {
 			a := &s.acc[i]
-			total := 0.0
-			for _, g := range a.queueHeld {
-				total += g
-			}
-			share, wait := 0.0, time.Duration(0)
-			if total > 0 {
-				share = a.queueHeld[q] / total
-			}
+			share, wait := figures.Shares(a.queueHeld)[q], time.Duration(0)
 			if p := a.queueWait[q]; p != nil {
 				wait = p.mean()
 			}

@@ -297,7 +297,7 @@ func writeQueues(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
 	for q, name := range names {
 		fmt.Fprintf(b, "| %s | %.1f %% |", cellText(name), 100*shares[q])
 		for _, f := range fs {
-			fmt.Fprintf(b, " %.1f %%, %s |", 100*f.QueueShares[name], Human(f.WaitByQueue[name].Mean))
+			fmt.Fprintf(b, " %.1f %%, %s |", 100*figures.Shares(f.QueueWaitGPUSeconds)[name], Human(f.WaitByQueue[name].Mean))
 		}
 		for _, i := range alone {
 			fmt.Fprintf(b, " %s |", Human(rs[i].QueueAlone[name]))
