@@ -25,11 +25,13 @@ type QueueBook struct {
 	// step, held since (the use between two steps is taken as constant).
 	usage map[string]queues.Usage
 	rate  map[string]float64
-	// held and standing are what each queue held and its fair-share
-	// standing at the last step; shares how many MPS shares a GPU of the
-	// cluster offers most often (a waiting MPS ask's weight).
-	held, standing map[string]float64
-	shares         int
+	// held and charged are what each queue held and the use the order
+	// charged it (queues.Charged) at the last step, active whether it
+	// held or waited for anything then; shares how many MPS shares a GPU
+	// of the cluster offers most often (a waiting MPS ask's weight).
+	held, charged map[string]float64
+	active        map[string]bool
+	shares        int
 }
 
 // QueueStatus is one queue's account at a step.
@@ -78,14 +80,15 @@ func (b *QueueBook) Step(now time.Time, snap *nomadview.Snapshot) []QueueStatus 
 			waiting[q] += g.Count
 		}
 	}
-	hours, active := map[string]float64{}, map[string]bool{}
+	hours, charged, active := map[string]float64{}, map[string]float64{}, map[string]bool{}
 	for _, q := range b.cfg.Queues {
 		u := b.usage[q.Name].Advance(now, b.rate[q.Name], b.cfg.HalfLife)
 		b.usage[q.Name], b.rate[q.Name] = u, use[q.Name]
 		hours[q.Name], active[q.Name] = u.Hours, use[q.Name] > 0 || waiting[q.Name] > 0
+		charged[q.Name] = queues.Charged(u.Hours, use[q.Name], b.cfg.HalfLife)
 	}
-	standing := queues.Standings(b.cfg, hours, active)
-	b.held, b.standing = use, standing
+	standing := queues.Standings(b.cfg, charged, active)
+	b.held, b.charged, b.active = use, charged, active
 	quota := queues.NewQuota(b.cfg, use)
 	out := make([]QueueStatus, 0, len(b.cfg.Queues))
 	for _, q := range b.cfg.Queues {

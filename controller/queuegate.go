@@ -34,12 +34,14 @@ func (g *Gangs) UseQueues(b *QueueBook) {
 	g.queues, g.reclaimed, g.position = b, map[JobKey]reclaim{}, map[JobKey]int{}
 }
 
-// reclaim is a run the gate took back: what it held, when, and whether
-// it was said to outlast the queue file's reclaim.within.
+// reclaim is a run the gate took back: what it held, its queue, the
+// queue it was taken back for (taker), when, and whether it was said to outlast
+// the queue file's reclaim.within.
 type reclaim struct {
-	gpus float64
-	at   time.Time
-	late bool
+	gpus         float64
+	queue, taker string
+	at           time.Time
+	late         bool
 }
 
 // heldRun is an admitted held job, which the gate may take back.
@@ -53,8 +55,10 @@ type heldRun struct {
 	gpus, pending float64
 	at            time.Time
 	// holding: a member holds GPUs (placed or running); checkpoints:
-	// its GPU tasks commit a checkpoint when stopped.
+	// its GPU tasks commit a checkpoint when stopped; node the node its
+	// placed members are on, "" for none or several.
 	holding, checkpoints bool
+	node                 string
 }
 
 // queueGate is one tick's account of the queues, for admission.
@@ -84,14 +88,21 @@ type verdictKey struct {
 // waiting (dependencies done), runs the admitted ones.
 func (g *Gangs) gate(snap *nomadview.Snapshot, waiting []waitingGang, runs []heldRun) *queueGate {
 	b := g.queues
-	qg := &queueGate{book: b, cfg: b.cfg, standing: b.standing, use: maps.Clone(b.held), claim: map[string]float64{},
+	qg := &queueGate{book: b, cfg: b.cfg, use: maps.Clone(b.held), claim: map[string]float64{},
 		queue: map[JobKey]string{}, gpus: map[JobKey]float64{}, verdicts: map[verdictKey]queues.Verdict{}}
 	if qg.use == nil {
 		qg.use = map[string]float64{}
 	}
+	// The order charges an admitted run's use from its admission, before
+	// Nomad places it (queues.Charged).
+	charged := maps.Clone(b.charged)
 	for _, r := range runs {
 		qg.use[r.queue] += r.pending
+		if r.pending > 0 && charged != nil {
+			charged[r.queue] = queues.Charged(charged[r.queue], r.pending, b.cfg.HalfLife)
+		}
 	}
+	qg.standing = queues.Standings(b.cfg, charged, b.active)
 	asks := map[string]float64{}
 	for _, w := range waiting {
 		q := b.queueOf(w.k.Namespace, jobPoolOf(w.job))
@@ -182,6 +193,7 @@ func (g *Gangs) admitQueued(ctx context.Context, now time.Time, snap *nomadview.
 		isDue[w.k] = true
 	}
 	var out []Decision
+	yielded := false
 	for i, w := range qg.order(snap, waiting) {
 		g.position[w.k] = i + 1
 		if !isDue[w.k] {
@@ -190,6 +202,10 @@ func (g *Gangs) admitQueued(ctx context.Context, now time.Time, snap *nomadview.
 		v := qg.verdict(w.k)
 		if v.Admission == queues.Waits {
 			out = append(out, g.wait(w.k, v.Reason)...)
+			if !yielded {
+				ys := g.yield(ctx, now, snap, qg, w, runs, n)
+				out, yielded = append(out, ys...), len(ys) > 0
+			}
 			continue
 		}
 		out = append(out, g.admit(ctx, now, snap, free, w.k, w.job, w.spec, n, qg.sparesNominal(snap, qg.queue[w.k]))...)
@@ -235,7 +251,9 @@ func (g *Gangs) reclaim(ctx context.Context, now time.Time, qg *queueGate, q str
 	quota := queues.NewQuota(qg.cfg, qg.use)
 	need := quota.Admit(q, qg.claim[q]).Reclaim - qg.free
 	for _, r := range g.reclaimed {
-		need -= r.gpus
+		if r.taker == q {
+			need -= r.gpus
+		}
 	}
 	cohort := queueNamed(qg.cfg, q).Cohort
 	borrowed := map[string]float64{}
@@ -260,10 +278,80 @@ func (g *Gangs) reclaim(ctx context.Context, now time.Time, qg *queueGate, q str
 		if !g.scaleDown(ctx, r.k, r.spec, "queue "+why, n) {
 			break
 		}
-		g.reclaimed[r.k] = reclaim{gpus: r.gpus, at: now}
+		g.reclaimed[r.k] = reclaim{gpus: r.gpus, queue: r.queue, taker: q, at: now}
 		borrowed[r.queue] -= r.gpus
 		need -= r.gpus
 		out = append(out, Decision{Kind: "reclaimed", Job: r.k, Reason: why + "; it waits in its queue again and resumes from its checkpoint"})
+	}
+	return out
+}
+
+// nomadPreemptGap is how far below a job's priority Nomad's scheduler
+// preempts work for it.
+const nomadPreemptGap = 10
+
+// yield is Kueue's preemption within a ClusterQueue, as Nomad's
+// preemption does on a cluster of the queue's own: held job w, of one
+// member, waits for its queue's quota, so its queue's runs at least
+// nomadPreemptGap below its priority are taken back for it, checkpointing
+// runs first, then the lowest priority, then the newest: those on the
+// first node where they make room for it (with the node's free GPUs) and
+// bring the queue back within its nominal with it (less what is being
+// taken back of the queue already). Each is scaled to 0 as reclaim does;
+// w is admitted on a later tick, once its queue's quota allows it. None
+// is taken where no node has such runs: w waits. Decision kind
+// "yielded".
+func (g *Gangs) yield(ctx context.Context, now time.Time, snap *nomadview.Snapshot, qg *queueGate, w waitingGang, runs []heldRun, n gangNomad) []Decision {
+	q, stub := qg.queue[w.k], snap.Jobs[w.k]
+	if q == "" || stub == nil || len(w.spec.Groups) != 1 || w.spec.Groups[0].Members != 1 {
+		return nil
+	}
+	need := qg.use[q] + qg.gpus[w.k] - queueNamed(qg.cfg, q).Nominal
+	for _, r := range g.reclaimed {
+		if r.queue == q {
+			need -= r.gpus
+		}
+	}
+	if need <= 1e-9 {
+		return nil
+	}
+	priority := map[JobKey]int{}
+	var victims []heldRun
+	for _, r := range runs {
+		if s := snap.Jobs[r.k]; s != nil && r.queue == q && r.node != "" && r.pending == 0 && s.Priority <= stub.Priority-nomadPreemptGap {
+			victims = append(victims, r)
+			priority[r.k] = s.Priority
+		}
+	}
+	slices.SortFunc(victims, func(a, b heldRun) int {
+		return cmp.Or(compareBool(b.checkpoints, a.checkpoints), cmp.Compare(priority[a.k], priority[b.k]), b.at.Compare(a.at),
+			cmp.Compare(b.k.Namespace, a.k.Namespace), cmp.Compare(b.k.ID, a.k.ID))
+	})
+	free, chosen := snap.FreeGPUs(), map[string][]heldRun{}
+	for _, r := range victims {
+		chosen[r.node] = append(chosen[r.node], r)
+		taken := 0.0
+		for _, c := range chosen[r.node] {
+			taken += c.gpus
+		}
+		if float64(free[r.node])+taken >= qg.gpus[w.k]-1e-9 && taken >= need-1e-9 {
+			return g.yieldRuns(ctx, now, chosen[r.node], q, fmt.Sprintf("yielded: queue %s is at its nominal, and %s/%s of priority %d waits for it",
+				q, w.k.Namespace, w.k.ID, stub.Priority), n)
+		}
+	}
+	return nil
+}
+
+// yieldRuns scales each of victims, runs of queue q, to 0 for their own
+// queue, why being the reason; it stops at a scale Nomad refused.
+func (g *Gangs) yieldRuns(ctx context.Context, now time.Time, victims []heldRun, q, why string, n gangNomad) []Decision {
+	var out []Decision
+	for _, r := range victims {
+		if !g.scaleDown(ctx, r.k, r.spec, "queue "+why, n) {
+			break
+		}
+		g.reclaimed[r.k] = reclaim{gpus: r.gpus, queue: q, taker: q, at: now}
+		out = append(out, Decision{Kind: "yielded", Job: r.k, Reason: why + "; it waits in its queue again and resumes from its checkpoint"})
 	}
 	return out
 }
@@ -322,6 +410,7 @@ func (g *Gangs) run(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.
 	gpus := heldGPUs(job, spec, g.queues.shares)
 	r := heldRun{k: k, spec: spec, queue: g.queues.queueOf(k.Namespace, jobPoolOf(job)), gpus: gpus, at: at, checkpoints: checkpoints(job, spec)}
 	members := gangMembers(snap, k, spec, g.admittedAt[k])
+	r.node = placedNode(snap, k, g.admittedAt[k])
 	for _, m := range members {
 		switch {
 		case m.Placed:
@@ -331,6 +420,23 @@ func (g *Gangs) run(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.
 		}
 	}
 	return r
+}
+
+// placedNode is the one node job k's pending and running allocations
+// written since index are on: "" for none, or more than one.
+func placedNode(snap *nomadview.Snapshot, k JobKey, index uint64) string {
+	node := ""
+	for _, a := range snap.Allocs {
+		if a.JobID != k.ID || a.Namespace != k.Namespace || a.CreateIndex < index || a.DesiredStatus != api.AllocDesiredStatusRun ||
+			(a.ClientStatus != api.AllocClientStatusPending && a.ClientStatus != api.AllocClientStatusRunning) {
+			continue
+		}
+		if node != "" && node != a.NodeID {
+			return ""
+		}
+		node = a.NodeID
+	}
+	return node
 }
 
 // Reason kinds of a waiting held job, as nomad-gpu queue and the metrics

@@ -108,11 +108,16 @@ func TestQueueGate(t *testing.T) {
 		victims string // the jobs reclaimed, in order
 	}{
 		{name: "fair share orders a tier: b has used less", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "b/b-1"},
-			waiting: map[string]int{"a/a-2": 1, "b/b-2": 1}, edit: func(s *queueScene) { s.book.standing = map[string]float64{"a": 1.5, "b": 0.5} },
+			waiting: map[string]int{"a/a-2": 1, "b/b-2": 1}, edit: func(s *queueScene) { s.book.charged = map[string]float64{"a": 3, "b": 1} },
+			planned: []string{"b-2", "a-2"}, scales: []string{"worker=1@7", "worker=1@7"}, kinds: []string{"gang-admitted", "gang-admitted"}},
+		{name: "an admission not placed yet is charged at once: b first", cfg: labQueues(3, "lab"), running: []string{"a/a-1", "b/b-1"},
+			waiting: map[string]int{"a/a-2": 1, "b/b-2": 1}, edit: func(s *queueScene) {
+				s.g.admitted[s.add(heldJob("a", "a-9", 1, true), 50)] = s.snap.Taken
+			},
 			planned: []string{"b-2", "a-2"}, scales: []string{"worker=1@7", "worker=1@7"}, kinds: []string{"gang-admitted", "gang-admitted"}},
 		{name: "priority before fair share", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "b/b-1"},
 			waiting: map[string]int{"a/a-2": 1, "b/b-2": 1}, edit: func(s *queueScene) {
-				s.book.standing = map[string]float64{"a": 1.5, "b": 0.5}
+				s.book.charged = map[string]float64{"a": 3, "b": 1}
 				s.snap.Jobs[JobKey{Namespace: "a", ID: "a-2"}].Priority = 60
 			},
 			planned: []string{"a-2", "b-2"}, scales: []string{"worker=1@7", "worker=1@7"}, kinds: []string{"gang-admitted", "gang-admitted"}},
@@ -133,21 +138,33 @@ func TestQueueGate(t *testing.T) {
 			planned: []string{"b-1"}, kinds: []string{"gang-waiting", "gang-waiting"}, reason: "a-3: cohort: lab lends 0 now, 1 needed"},
 		{name: "b's work takes back a's newest borrowed runs", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3", "a/a-4"},
 			waiting: map[string]int{"b/b-1": 1, "b/b-2": 1}, fits: func(*api.Job) bool { return false },
-			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting", "gang-waiting", "gang-waiting"},
-			reason: "a-4: cohort: lab lends 0 now, 1 needed", victims: "[a-4 a-3]"},
+			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting"},
+			victims: "[a-4 a-3]"},
 		{name: "a plan preempting a's run within its nominal is refused", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2"},
 			waiting: map[string]int{"b/b-1": 1}, preempt: "a-1",
 			planned: []string{"b-1"}, kinds: []string{"gang-waiting"}, reason: "b-1: quota: Nomad's plan preempts a/a-1 of queue a, which uses no more than its nominal 2"},
 		{name: "a plan preempting a's borrowed run is taken", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3"},
 			waiting: map[string]int{"b/b-1": 1}, preempt: "a-3",
 			planned: []string{"b-1"}, scales: []string{"worker=1@7"}, kinds: []string{"gang-admitted"}},
+		{name: "at its nominal, a's work 10 above takes back a's lower runs, newest first", cfg: labQueues(2, ""), running: []string{"a/a-1", "a/a-2"},
+			waiting: map[string]int{"a/a-3": 1}, edit: func(s *queueScene) { s.snap.Jobs[JobKey{Namespace: "a", ID: "a-3"}].Priority = 60 },
+			scales: []string{"worker=0@0"}, kinds: []string{"gang-waiting", "yielded", "gang-waiting"}, victims: "[a-2]"},
+		{name: "at its nominal, a's lower runs on no one node make room: a's work waits", cfg: labQueues(2, ""), running: []string{"a/a-1", "a/a-2"},
+			waiting: map[string]int{"a/a-3": 2}, edit: func(s *queueScene) {
+				s.snap.Jobs[JobKey{Namespace: "a", ID: "a-3"}].Priority = 60
+				s.snap.Allocs[1].NodeID = "n2" // a node full of other work
+			},
+			kinds: []string{"gang-waiting"}, reason: "a-3: quota: a would use 4 of its nominal 2, and it is in no cohort to borrow from"},
+		{name: "at its nominal, a's work less than 10 above waits", cfg: labQueues(2, ""), running: []string{"a/a-1", "a/a-2"},
+			waiting: map[string]int{"a/a-3": 1}, edit: func(s *queueScene) { s.snap.Jobs[JobKey{Namespace: "a", ID: "a-3"}].Priority = 59 },
+			kinds: []string{"gang-waiting"}, reason: "a-3: quota: a would use 3 of its nominal 2, and it is in no cohort to borrow from"},
 		{name: "checkpointing runs are taken back first", cfg: labQueues(2, "lab"), running: []string{"a/a-1", "a/a-2", "a/a-3", "a/a-4"},
 			waiting: map[string]int{"b/b-1": 1, "b/b-2": 1}, fits: func(*api.Job) bool { return false }, edit: func(s *queueScene) {
 				job := s.specs[JobKey{Namespace: "a", ID: "a-4"}]
 				job.Meta[contract.MetaGangCheckpoint] = "none"
 				delete(job.TaskGroups[0].Tasks[0].Config, "checkpoint")
 			},
-			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting", "gang-waiting", "gang-waiting"},
+			planned: []string{"b-1", "b-2"}, scales: []string{"worker=0@0", "worker=0@0"}, kinds: []string{"gang-waiting", "reclaimed", "reclaimed", "gang-waiting"},
 			victims: "[a-3 a-2]"},
 	} {
 		s := newQueueScene(t, tc.cfg, tc.running, tc.waiting)
@@ -175,7 +192,7 @@ func TestQueueGate(t *testing.T) {
 		}
 		var victims []string
 		for _, d := range got {
-			if d.Kind == "reclaimed" {
+			if d.Kind == "reclaimed" || d.Kind == "yielded" {
 				victims = append(victims, d.Job.ID)
 			}
 		}

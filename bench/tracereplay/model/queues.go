@@ -14,7 +14,7 @@ import (
 // queuegate.go). Every job of the trace that is no gang is held at its
 // arrival, outside Nomad's queue, and admitted by the controller's round
 // in the queues' one order (queues.Order: priority, then its queue's
-// fair-share standing over its decayed use, then age) when its queue's
+// fair-share standing over its charged use, queues.Charged, then age) when its queue's
 // quota allows it (queues.Quota: within its nominal, or on what the
 // cohort lends and the other queues' waiting work does not claim) and it
 // fits. The quotas and the order are the controller's own code. A queue
@@ -34,8 +34,12 @@ type queueState struct {
 	usage []queues.Usage
 	// waiting are the held jobs waiting for admission, in no order.
 	waiting []int32
-	// gated marks the jobs the round admitted (and may take back).
+	// gated marks the jobs the round admitted (and may take back);
+	// since is when each held job was last held, at its arrival or when
+	// it was taken back: its age in the order, as Nomad's SubmitTime,
+	// which the controller's scale to 0 sets anew.
 	gated []bool
+	since []time.Duration
 	// version is what the last round saw: the capacity's versions and
 	// the arrivals; a round on the same is skipped.
 	version, arrivals uint64
@@ -66,7 +70,7 @@ func (s *sim) initQueues() {
 			q.of[id] = i
 		}
 	}
-	q.held, q.usage, q.gated = make([]int, len(names)), make([]queues.Usage, len(names)), make([]bool, len(s.jobs))
+	q.held, q.usage, q.gated, q.since = make([]int, len(names)), make([]queues.Usage, len(names)), make([]bool, len(s.jobs)), make([]time.Duration, len(s.jobs))
 	for i := range q.usage {
 		q.usage[i].At = epoch
 	}
@@ -83,6 +87,7 @@ func (s *sim) scaleHalfLife() time.Duration {
 // holdJob holds an arrived job for the round's admission.
 func (s *sim) holdJob(id int32) {
 	s.jobs[id].state = jobHeld
+	s.qs.since[id] = s.now
 	s.qs.waiting = append(s.qs.waiting, id)
 	s.qs.arrivals++
 	s.dirty = true
@@ -126,41 +131,57 @@ func (s *sim) admitHeld() bool {
 	for i, x := range q.cfg.Queues {
 		claim[i] = min(asks[i], max(0, x.Nominal-use[x.Name]))
 	}
-	placed := false
-	for _, id := range s.heldOrder(standing) {
+	placed, tried, order := false, map[int32]bool{}, s.heldOrder(standing)
+	for n := 0; n < len(order); n++ {
+		id := order[n]
+		if tried[id] {
+			continue
+		}
+		tried[id] = true
 		i, gpus := q.of[id], s.gpus(s.jobs[id].units)
 		v := queues.Verdict{Admission: queues.WithinNominal}
 		if i >= 0 {
 			v = s.queueVerdict(i, gpus, use, claim)
 		}
-		if v.Admission == queues.Waits {
-			continue
-		}
-		// Nomad's plan places it where it fits, or by preempting work ten
-		// below it, which the gate refuses where that work is another
-		// queue's within its nominal (queueGate.sparesNominal); within
-		// its nominal, the gate takes back borrowed runs.
-		s.spare = func(v int32) bool {
-			r := q.of[v]
-			return r >= 0 && r != i && use[q.cfg.Queues[r].Name] <= q.cfg.Queues[r].Nominal+1e-9
-		}
-		ok := s.tryPlace(id) || s.f.Preemption && s.tryPreempt(id)
-		s.spare = nil
-		if !ok && v.Admission == queues.WithinNominal && v.Reclaim > 0 {
-			ok = s.reclaimFor(id, i, use)
-		}
-		if !ok {
+		if !s.admitOne(id, i, v, use) {
 			continue
 		}
 		placed = true
 		q.gated[id] = true
 		q.waiting = slices.DeleteFunc(q.waiting, func(x int32) bool { return x == id })
 		if i >= 0 {
-			use[q.cfg.Queues[i].Name] += gpus
 			claim[i] = max(0, claim[i]-gpus)
+			// The controller admits one a tick, each in the order of the
+			// standings its admissions moved (queues.Charged): the round
+			// goes on from the top of the new order.
+			use, standing = s.queueStandings()
+			order, n = s.heldOrder(standing), -1
 		}
 	}
 	return placed
+}
+
+// admitOne places held job id of queue i (-1: none) by the gate's
+// verdict v: where it fits, or by preempting work ten below it, which
+// the gate refuses where that work is another queue's within its nominal
+// (queueGate.sparesNominal); within its nominal and not fitting, on what
+// it takes back from borrowers; waiting for its quota, on its own
+// queue's lower runs (Gangs.yield). False when it stays held.
+func (s *sim) admitOne(id int32, i int16, v queues.Verdict, use map[string]float64) bool {
+	if v.Admission == queues.Waits {
+		return i >= 0 && s.yieldFor(id, i, use)
+	}
+	q := s.qs
+	s.spare = func(v int32) bool {
+		r := q.of[v]
+		return r >= 0 && r != i && use[q.cfg.Queues[r].Name] <= q.cfg.Queues[r].Nominal+1e-9
+	}
+	ok := s.tryPlace(id) || s.f.Preemption && s.tryPreempt(id)
+	s.spare = nil
+	if !ok && v.Admission == queues.WithinNominal && v.Reclaim > 0 {
+		ok = s.reclaimFor(id, i, use)
+	}
+	return ok
 }
 
 // queueStandings are each queue's use now (GPU-equivalents) and fair-share
@@ -175,7 +196,7 @@ func (s *sim) queueStandings() (map[string]float64, map[string]float64) {
 	}
 	for i, x := range q.cfg.Queues {
 		q.usage[i] = q.usage[i].Advance(epoch.Add(s.now), s.gpus(q.held[i]), q.cfg.HalfLife)
-		use[x.Name], hours[x.Name] = s.gpus(q.held[i]), q.usage[i].Hours
+		use[x.Name], hours[x.Name] = s.gpus(q.held[i]), queues.Charged(q.usage[i].Hours, s.gpus(q.held[i]), q.cfg.HalfLife)
 		active[x.Name] = active[x.Name] || q.held[i] > 0
 	}
 	return use, queues.Standings(q.cfg, hours, active)
@@ -189,7 +210,7 @@ func (s *sim) heldOrder(standing map[string]float64) []int32 {
 		j := &s.jobs[id]
 		// Namespace orders the jobs of one age by trace order (IDs
 		// compare as strings), as the broker's order does.
-		w := queues.Waiting{Namespace: fmt.Sprintf("%09d", id), ID: strconv.Itoa(n), Priority: j.base, Submitted: epoch.Add(j.arrival)}
+		w := queues.Waiting{Namespace: fmt.Sprintf("%09d", id), ID: strconv.Itoa(n), Priority: j.base, Submitted: epoch.Add(q.since[id])}
 		if i := q.of[id]; i >= 0 {
 			w.Queue = q.cfg.Queues[i].Name
 		}
@@ -220,40 +241,78 @@ func (s *sim) queueVerdict(i int16, gpus float64, use map[string]float64, claim 
 
 // reclaimFor takes back, for held job id of queue i, the newest runs the
 // round admitted of the queues that borrow, on the first node where that
-// makes room for it; each is stopped checkpointed and held again, and id
-// placed there once their devices are free (their stop before its
-// start). False when no node could make room: nothing is stopped then.
+// makes room for it (makeRoom). False when no node could: nothing is
+// stopped then.
 func (s *sim) reclaimFor(id int32, i int16, use map[string]float64) bool {
 	q := s.qs
-	j := &s.jobs[id]
 	borrowed := map[int16]float64{}
 	for n, x := range q.cfg.Queues {
 		borrowed[int16(n)] = use[x.Name] - x.Nominal
 	}
-	var victims []int32
-	for v := range s.jobs[:s.nTrace] {
-		vj := &s.jobs[v]
-		if q.gated[v] && q.of[v] >= 0 && q.of[v] != i && vj.gang < 0 && (vj.state == jobRunning || vj.state == jobPending) && vj.g == j.g {
-			victims = append(victims, int32(v))
-		}
-	}
+	victims := s.gatedRuns(id, func(v int32) bool { return q.of[v] != i })
 	slices.SortFunc(victims, func(a, b int32) int {
 		return cmp.Or(cmp.Compare(s.jobs[b].placedAt, s.jobs[a].placedAt), cmp.Compare(b, a))
 	})
+	return s.makeRoom(id, victims, 0, func(v int32) bool {
+		if borrowed[q.of[v]] <= 1e-9 {
+			return false
+		}
+		borrowed[q.of[v]] -= s.gpus(s.jobs[v].units)
+		return true
+	})
+}
+
+// yieldFor is the controller's yield (Gangs.yield): held job id of queue
+// i waits for its queue's quota, so the queue's runs at least preemptGap
+// below it are taken back for it, the lowest priority first, then the
+// newest, on the first node where they make room for it and bring the
+// queue within its nominal with it (makeRoom). False when no node could:
+// nothing is stopped then.
+func (s *sim) yieldFor(id int32, i int16, use map[string]float64) bool {
+	q, j := s.qs, &s.jobs[id]
+	x := q.cfg.Queues[i]
+	need := use[x.Name] + s.gpus(j.units) - x.Nominal
+	victims := s.gatedRuns(id, func(v int32) bool { return q.of[v] == i && s.jobs[v].base <= j.base-preemptGap })
+	slices.SortFunc(victims, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(s.jobs[a].base, s.jobs[b].base), cmp.Compare(s.jobs[b].placedAt, s.jobs[a].placedAt), cmp.Compare(b, a))
+	})
+	return s.makeRoom(id, victims, need, func(int32) bool { return true })
+}
+
+// gatedRuns are the runs the round admitted, no gang, pending or
+// running on id's kind of device, that keep says may be taken for id.
+func (s *sim) gatedRuns(id int32, keep func(int32) bool) []int32 {
+	q, g := s.qs, s.jobs[id].g
+	var out []int32
+	for v := range s.jobs[:s.nTrace] {
+		vj := &s.jobs[v]
+		if q.gated[v] && q.of[v] >= 0 && vj.gang < 0 && (vj.state == jobRunning || vj.state == jobPending) && vj.g == g && keep(int32(v)) {
+			out = append(out, int32(v))
+		}
+	}
+	return out
+}
+
+// makeRoom takes back victims, in order, each that take accepts, on the
+// first node where they make room for held job id and add up to need
+// GPU-equivalents: each is stopped checkpointed and held again, and id
+// placed there once their devices are free (their stop before its
+// start). False when no node could: nothing is stopped then.
+func (s *sim) makeRoom(id int32, victims []int32, need float64, take func(int32) bool) bool {
+	j := &s.jobs[id]
 	chosen := map[int32][]int32{} // by node
 	for _, v := range victims {
-		vj := &s.jobs[v]
-		if borrowed[q.of[v]] <= 1e-9 {
+		if !take(v) {
 			continue
 		}
-		borrowed[q.of[v]] -= s.gpus(vj.units)
-		nid := vj.node
+		nid := s.jobs[v].node
 		chosen[nid] = append(chosen[nid], v)
-		freed := 0
+		freed, taken := 0, 0.0
 		for _, c := range chosen[nid] {
 			freed += s.jobs[c].k
+			taken += s.gpus(s.jobs[c].units)
 		}
-		if s.nodes[nid].free[j.g]+freed >= j.k {
+		if s.nodes[nid].free[j.g]+freed >= j.k && taken >= need-1e-9 {
 			for _, c := range chosen[nid] {
 				s.reclaimRun(c)
 			}

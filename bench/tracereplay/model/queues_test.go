@@ -61,6 +61,33 @@ func TestQueuesReclaim(t *testing.T) {
 	}
 }
 
+// A queue at its nominal preempts its own lower work, as Nomad would on
+// a cluster of its own (the controller's yield): on a node of 4 GPUs, a
+// and b of nominal 2 each, b's two jobs hold b's nominal; a's two jobs
+// of priority 30 hold a's. a's job of priority 80 at 100s takes back
+// a's newest, checkpointed, and starts after its stop (2s) and start
+// (1s); a's job of priority 35 at 200s is not 10 above a's and waits.
+func TestQueuesYield(t *testing.T) {
+	jobs := []tracereplay.Job{
+		prio(teamJob("a", "a-0", 0, 1000*sec, 1), 30), prio(teamJob("a", "a-1", sec, 1000*sec, 1), 30),
+		teamJob("b", "b-0", 0, 1000*sec, 1), teamJob("b", "b-1", 0, 1000*sec, 1),
+		prio(teamJob("a", "a-high", 100*sec, 50*sec, 1), 80), prio(teamJob("a", "a-low", 200*sec, 50*sec, 1), 35),
+	}
+	r := mustRun(t, jobs, queueOptions(1, 1))
+	if high := r.Jobs[4]; len(high.Runs) != 1 || high.Runs[0].Start != 103*sec {
+		t.Errorf("a-high ran %+v; want from 103s", high.Runs)
+	}
+	if a1 := r.Jobs[1]; len(a1.Runs) < 2 || !a1.Runs[0].Reclaimed || !a1.Runs[0].Checkpointed || a1.Runs[0].End != 102*sec {
+		t.Errorf("a-1 ran %+v; want taken back at 100s (stopped at 102s), checkpointed, and run again", a1.Runs)
+	}
+	if a0 := r.Jobs[0]; len(a0.Runs) != 1 {
+		t.Errorf("a-0 ran %+v; want one run: the newest is taken", a0.Runs)
+	}
+	if low := r.Jobs[5]; len(low.Runs) == 0 || low.Runs[0].Start < 1000*sec {
+		t.Errorf("a-low ran %+v; want it to wait for a's runs to end", low.Runs)
+	}
+}
+
 // Weighted fair share on a node of 8 GPUs: teams a, b and c at weights
 // 3, 1 and 4, c with no work, so its nominal 4 is lent; a and b both
 // have more 1-GPU jobs of 60s than the node runs. While both wait, a
@@ -80,6 +107,39 @@ func TestQueuesFairShare(t *testing.T) {
 	sh := figures.QueueShares(r)
 	if math.Abs(sh["a"]-0.75) > 0.05 || math.Abs(sh["b"]-0.25) > 0.05 {
 		t.Errorf("shares while both wait %v; want a 0.75, b 0.25, within 5 points", sh)
+	}
+}
+
+// The order charges an admission at once (queues.Charged): on twelve
+// 1-GPU nodes, teams a and b at weights 2 and 1 borrow the nine GPUs of
+// idle c with more 1-GPU jobs of 40s than fit. In every 30s from the
+// first minute to the eleventh, a holds two thirds of the GPU-time and b
+// one, within a point. By decayed use alone the order lagged its own
+// admissions: every GPU that freed went to one queue until its use
+// caught up, and a's share swung between 17 % and 92 %.
+func TestQueuesFairShareCharged(t *testing.T) {
+	var jobs []tracereplay.Job
+	for i := range 400 {
+		at := time.Duration(i) * 10 * time.Millisecond
+		jobs = append(jobs, teamJob("a", fmt.Sprintf("a-%03d", i), at, 40*sec, 1), teamJob("b", fmt.Sprintf("b-%03d", i), at+5*time.Millisecond, 40*sec, 1))
+	}
+	o := queueOptions(2, 1)
+	o.Cluster = fixed(12, 1)
+	o.Cluster.Teams = []tracereplay.TeamWeight{{Team: "a", Weight: 2}, {Team: "b", Weight: 1}, {Team: "c", Weight: 9}}
+	r := mustRun(t, jobs, o)
+	for from := 60 * sec; from+30*sec <= 660*sec; from += 30 * sec {
+		held := map[string]time.Duration{}
+		for _, j := range r.Jobs {
+			for _, run := range j.Runs {
+				if d := min(run.End, from+30*sec) - max(run.Start, from); d > 0 {
+					held[j.Team] += d
+				}
+			}
+		}
+		a := held["a"].Seconds() / (held["a"] + held["b"]).Seconds()
+		if math.Abs(a-2.0/3) > 0.01 {
+			t.Errorf("a held %.1f %% of the GPU-time of the 30s from %s; want 66.7 %%, within a point", 100*a, from)
+		}
 	}
 }
 

@@ -79,8 +79,9 @@ func registerHeld(t *testing.T, c *cluster.Cluster, jobHCL, ns string) string {
 	return resp.EvalID
 }
 
-// reclaimedLine is a decision of the controller's log taking a run back.
-var reclaimedLine = regexp.MustCompile(`decision: kind=reclaimed namespace=\S+ job=(\S+)`)
+// reclaimedLine is a decision of the controller's log taking a run back
+// (for another queue, or its own work 10 above).
+var reclaimedLine = regexp.MustCompile(`decision: kind=(?:reclaimed|yielded) namespace=\S+ job=(\S+)`)
 
 // reclaimedJobs are the jobs the controller took runs back from, from
 // its log (its decisions): their allocations it stopped are reclaimed
