@@ -45,16 +45,16 @@ func makeNamespaces(t *testing.T, c *cluster.Cluster, names ...string) {
 // gang example (sim-train, checkpointing every step of stepTime) as a
 // gang of one, which waits at count 0 for the controller's admission;
 // steps 0 runs until stopped.
-func runHeld(t *testing.T, c *cluster.Cluster, ns, id string, steps int, stepTime string, meta map[string]string) {
+func runHeld(t *testing.T, c *cluster.Cluster, ns, id string, steps int, stepTime string, meta map[string]string, edit ...func(*api.Job)) {
 	t.Helper()
-	runGang(t, c, id, 1, true, func(j *api.Job) {
+	runGang(t, c, id, 1, true, append([]func(*api.Job){func(j *api.Job) {
 		j.Namespace = new(ns)
 		j.TaskGroups[0].Meta[contract.MetaGangMembers] = "1"
 		j.TaskGroups[0].Tasks[0].Config["args"] = []string{"sim-train", "--steps", strconv.Itoa(steps), "--step-time", stepTime}
 		for k, v := range meta {
 			j.Meta[k] = v
 		}
-	})
+	}}, edit...)...)
 }
 
 // nsAllocs are namespace ns's allocations, oldest first.
@@ -138,12 +138,7 @@ queue "b" {
 	}
 	// The reclaimed: a's jobs whose allocation was stopped, with the last
 	// step each printed.
-	lastSteps := map[string]int{}
-	for _, a := range nsAllocs(t, c, "a") {
-		if a.DesiredStatus == api.AllocDesiredStatusStop {
-			lastSteps[a.JobID] = lastStep(t, c, a.ID)
-		}
-	}
+	lastSteps := stoppedLastSteps(t, c, "a")
 	if len(lastSteps) != 6 || len(runningJobs(t, c, "a")) != 6 {
 		t.Fatalf("a's jobs stopped %v, %d running; want six taken back, six running\n%s", lastSteps, len(runningJobs(t, c, "a")), decisions(ctl.Log()))
 	}
@@ -153,8 +148,32 @@ queue "b" {
 	}
 	// b's jobs end after 20 steps; the reclaimed run again and resume.
 	waitNamespaceRunning(t, c, "a", 12, 3*time.Minute)
-	running := runningJobs(t, c, "a")
+	checkResumed(t, c, "a", lastSteps)
+}
+
+// stoppedLastSteps are the jobs of namespace ns with an allocation
+// stopped, each with the last step that allocation printed.
+func stoppedLastSteps(t *testing.T, c *cluster.Cluster, ns string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, a := range nsAllocs(t, c, ns) {
+		if a.DesiredStatus == api.AllocDesiredStatusStop {
+			out[a.JobID] = lastStep(t, c, a.ID)
+		}
+	}
+	return out
+}
+
+// checkResumed checks that each job of namespace ns in lastSteps runs
+// again, from at most one step before the last its stopped run printed.
+func checkResumed(t *testing.T, c *cluster.Cluster, ns string, lastSteps map[string]int) {
+	t.Helper()
+	running := runningJobs(t, c, ns)
 	for job, last := range lastSteps {
+		if running[job] == nil {
+			t.Errorf("%s does not run again", job)
+			continue
+		}
 		log := c.WaitForAllocLogs(t, running[job].ID, "member", "stdout", "rank 0", time.Minute)
 		m := oneRankStart.FindStringSubmatch(log)
 		restored := 0
@@ -165,6 +184,53 @@ queue "b" {
 			t.Errorf("%s stopped after step %d and started again %q; want from step %d or later", job, last, m, last-1)
 		}
 	}
+}
+
+// A queue at its nominal runs its urgent work first, as Nomad would on
+// nodes of its own (yield), against real Nomad: queue a (namespace a) of
+// nominal 4 in no cohort runs four checkpointing 1-GPU jobs of priority
+// 30 on three sim nodes of 4 GPUs; its job of priority 80 runs within
+// 60 s, one of the four taken back for it, checkpointed; that one runs
+// again once the urgent job is done, from at most a step before where
+// it stopped.
+func TestQueueYield(t *testing.T) {
+	c := gangCluster(t)
+	makeNamespaces(t, c, "a")
+	file := queueFile(t, `queue "a" {
+  namespaces = ["a"]
+  nominal    = 4
+}
+`)
+	ctl := c.StartController(t, "controller", "-tick", "500ms", "-queues", file, "-preemption-cooldown", "0", "-layouts=false", "-moves=false")
+	priority := func(p int) func(*api.Job) { return func(j *api.Job) { j.Priority = new(p) } }
+	for i := range 4 {
+		runHeld(t, c, "a", fmt.Sprintf("low-%d", i+1), 0, "1s", nil, priority(30))
+	}
+	waitNamespaceRunning(t, c, "a", 4, 3*time.Minute)
+	time.Sleep(3 * time.Second) // a few steps each
+
+	submitted := time.Now()
+	runHeld(t, c, "a", "urgent", 10, "1s", nil, priority(80))
+	deadline := time.Now().Add(time.Minute)
+	for runningJobs(t, c, "a")["urgent"] == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the urgent job does not run a minute after it was submitted\n%s", decisions(ctl.Log()))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("the urgent job ran %v after it was submitted", time.Since(submitted).Round(100*time.Millisecond))
+	lastSteps := stoppedLastSteps(t, c, "a")
+	if len(lastSteps) != 1 || !strings.Contains(ctl.Log(), "kind=yielded") {
+		t.Fatalf("a's jobs stopped %v; want one of the low ones, yielded\n%s", lastSteps, decisions(ctl.Log()))
+	}
+	// The urgent job ends after 10 steps; the yielded one runs again.
+	for deadline := time.Now().Add(2 * time.Minute); runningJobs(t, c, "a")["urgent"] != nil; time.Sleep(250 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the urgent job of 10 steps still runs after 2 minutes")
+		}
+	}
+	waitNamespaceRunning(t, c, "a", 4, 2*time.Minute)
+	checkResumed(t, c, "a", lastSteps)
 }
 
 // heldTemplate is the gang example as a held job of one 1-GPU member,

@@ -141,37 +141,13 @@ func modelConfigs(setup tracereplay.Setup) ([]tracereplay.Result, error) {
 			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 		}
 		if cfg.Queues {
-			if r.QueueAlone, err = aloneWaits(setup, cfg); err != nil {
+			if r.QueueAlone, err = report.AloneWaits(setup, cfg, tracereplay.DefaultLatencies()); err != nil {
 				return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 			}
 		}
 		results = append(results, r)
 	}
 	return results, nil
-}
-
-// aloneWaits is each team queue's mean wait with its jobs alone on a
-// cluster of its nominal quota, in cfg less the queues
-// (tracereplay.Result.QueueAlone).
-func aloneWaits(setup tracereplay.Setup, cfg tracereplay.Config) (map[string]time.Duration, error) {
-	out := map[string]time.Duration{}
-	for q, nodes := range setup.Cluster.NominalNodes(cfg.StartNodes(setup.Cluster)) {
-		tr := setup.Trace
-		tr.Jobs = slices.DeleteFunc(slices.Clone(tr.Jobs), func(j tracereplay.Job) bool { return setup.Cluster.QueueOf(j.Team) != q })
-		cl := setup.Cluster
-		cl.Nodes, cl.Teams = nodes, nil
-		alone := cfg
-		alone.Name, alone.Queues, alone.Nodes = cfg.Name+" alone: "+q, false, nodes
-		r, err := model.Run(tr, model.Options{
-			Cluster: cl, Config: alone, Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
-			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("queue %s alone: %w", q, err)
-		}
-		out[q] = figures.DistOf(figures.Waits(r)).Mean
-	}
-	return out, nil
 }
 
 // remodel rewrites a real run's report from its record.

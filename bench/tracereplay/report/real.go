@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
@@ -40,6 +42,11 @@ func FromReal(dir, title string, setup tracereplay.Setup, rr tracereplay.RealRun
 		if err != nil {
 			return fmt.Errorf("model %s: %w", r.Config.Name, err)
 		}
+		if r.Config.Queues {
+			if m.QueueAlone, err = AloneWaits(setup, r.Config, lat); err != nil {
+				return fmt.Errorf("model %s: %w", r.Config.Name, err)
+			}
+		}
 		modelled = append(modelled, m)
 		lats = append(lats, lat)
 	}
@@ -52,4 +59,28 @@ func FromReal(dir, title string, setup tracereplay.Setup, rr tracereplay.RealRun
 		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand}, Notes: setup.Notes,
 		Latencies: lats,
 	})
+}
+
+// AloneWaits is each team queue's mean wait with its jobs alone on a
+// cluster of its nominal quota, in cfg less the queues, the model at
+// latencies lat (tracereplay.Result.QueueAlone).
+func AloneWaits(setup tracereplay.Setup, cfg tracereplay.Config, lat tracereplay.Latencies) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for q, nodes := range setup.Cluster.NominalNodes(cfg.StartNodes(setup.Cluster)) {
+		tr := setup.Trace
+		tr.Jobs = slices.DeleteFunc(slices.Clone(tr.Jobs), func(j tracereplay.Job) bool { return setup.Cluster.QueueOf(j.Team) != q })
+		cl := setup.Cluster
+		cl.Nodes, cl.Teams = nodes, nil
+		alone := cfg
+		alone.Name, alone.Queues, alone.Nodes = cfg.Name+" alone: "+q, false, nodes
+		r, err := model.Run(tr, model.Options{
+			Cluster: cl, Config: alone, Policy: setup.Policy, Latencies: lat,
+			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("queue %s alone: %w", q, err)
+		}
+		out[q] = figures.DistOf(figures.Waits(r)).Mean
+	}
+	return out, nil
 }

@@ -272,7 +272,7 @@ func (s *Sweep) queuesMarkdown(b *strings.Builder) {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nRuns taken back by a queue (reclaims):")
+	b.WriteString("\nRuns taken back by the queues (for a lender, or for their own work 10 above):")
 	for i, c := range s.Configs {
 		fmt.Fprintf(b, " %s %d;", c, s.acc[i].reclaims)
 	}

@@ -304,7 +304,7 @@ func writeQueues(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nRuns taken back by a queue (reclaims):")
+	b.WriteString("\nRuns taken back by the queues (for a lender, or for their own work 10 above):")
 	for i, r := range rs {
 		fmt.Fprintf(b, " %s %d;", r.Config.Name, fs[i].Reclaims)
 	}
