@@ -38,8 +38,8 @@ func Shares(xs map[string]float64) map[string]float64 {
 }
 
 // QueueWaitGPUSeconds is the GPU-time (GPU-equivalent-seconds) each team
-// queue's jobs held while every queue with jobs in the run had work
-// waiting, by queue: what QueueShares divides (and a sweep pools); nil
+// queue with jobs in the run held while every such queue had work
+// waiting, by queue (a queue without jobs has no entry): what QueueShares divides (and a sweep pools); nil
 // without Cluster.Teams.
 func QueueWaitGPUSeconds(r tracereplay.Result) map[string]float64 {
 	names, _ := r.Cluster.Queues()
@@ -75,9 +75,12 @@ func QueueWaitGPUSeconds(r tracereplay.Result) map[string]float64 {
 	}
 	slices.SortStableFunc(edges, func(a, b edge) int { return int(a.at - b.at) })
 	work, held, gpuSeconds := make([]int, len(names)), make([]float64, len(names)), make([]float64, len(names))
+	absent := make([]bool, len(names))
 	for i := range work {
 		if !slices.ContainsFunc(edges, func(e edge) bool { return e.queue == i }) {
-			work[i] = 1 // a queue with no job in the run waits for nothing: it is no party to the shares
+			// A queue with no job in the run waits for nothing: it is no
+			// party to the shares, and has no figure.
+			work[i], absent[i] = 1, true
 		}
 	}
 	var last time.Duration
@@ -93,7 +96,9 @@ func QueueWaitGPUSeconds(r tracereplay.Result) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for i, n := range names {
-		out[n] = gpuSeconds[i]
+		if !absent[i] {
+			out[n] = gpuSeconds[i]
+		}
 	}
 	return out
 }

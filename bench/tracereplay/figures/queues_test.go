@@ -32,6 +32,12 @@ func TestQueueShares(t *testing.T) {
 	if sh := QueueShares(r); math.Abs(sh["a"]-want) > 1e-9 || math.Abs(sh["b"]-(1-want)) > 1e-9 {
 		t.Errorf("shares %v; want a %v", sh, want)
 	}
+	// A team with no job is no party to the shares, and has no figure
+	// (a pool of windows takes only those where every team had jobs).
+	r.Cluster.Teams = append(r.Cluster.Teams, tracereplay.TeamWeight{Team: "c", Weight: 1})
+	if gs := QueueWaitGPUSeconds(r); len(gs) != 2 || gs["a"] != 80 || gs["b"] != 40 {
+		t.Errorf("c with no job: GPU-seconds %v; want a 80, b 40, no c", gs)
+	}
 	r.Cluster.Teams = nil
 	if sh := QueueShares(r); sh != nil {
 		t.Errorf("without teams: %v, want none", sh)

@@ -96,16 +96,21 @@ func (s *Sweep) Add(trace tracereplay.Trace, rs []tracereplay.Result) error {
 	s.Queues, s.Shares = rs[0].Cluster.Queues()
 	s.add(fs)
 	for i, r := range rs {
-		s.acc[i].addQueues(fs[i], r.QueueAlone)
+		s.acc[i].addQueues(fs[i], r.QueueAlone, len(s.Queues))
 	}
 	return nil
 }
 
 // addQueues takes one window's team queue figures; alone are the
-// queues' mean waits alone on their nominal (none without queues).
-func (a *sweepAcc) addQueues(f figures.Figures, alone map[string]time.Duration) {
-	for q, gs := range f.QueueWaitGPUSeconds {
-		a.queueHeld[q] += gs
+// queues' mean waits alone on their nominal (none without queues). Its
+// GPU-time while every queue waited counts only where each of the n
+// queues had jobs in the window: one with none never waited, so no span
+// of the window is one in which every queue waited.
+func (a *sweepAcc) addQueues(f figures.Figures, alone map[string]time.Duration, n int) {
+	if len(f.QueueWaitGPUSeconds) == n {
+		for q, gs := range f.QueueWaitGPUSeconds {
+			a.queueHeld[q] += gs
+		}
 	}
 	for q, d := range f.WaitByQueue {
 		if a.queueWait[q] == nil {

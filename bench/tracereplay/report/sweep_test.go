@@ -55,3 +55,15 @@ func TestSweepPools(t *testing.T) {
 		}
 	}
 }
+
+// A window's GPU-time while every team queue waited is pooled only where
+// each queue had jobs: a window of b alone adds none of b's time.
+func TestSweepPoolsQueuesWithEveryTeam(t *testing.T) {
+	s := NewSweep([]string{"A"})
+	acc := &s.acc[0]
+	acc.addQueues(figures.Figures{QueueWaitGPUSeconds: map[string]float64{"a": 80, "b": 40}}, nil, 2)
+	acc.addQueues(figures.Figures{QueueWaitGPUSeconds: map[string]float64{"b": 500}}, nil, 2)
+	if acc.queueHeld["a"] != 80 || acc.queueHeld["b"] != 40 {
+		t.Errorf("pooled GPU-seconds %v; want a 80, b 40", acc.queueHeld)
+	}
+}
