@@ -515,6 +515,9 @@ func (g *Gangs) admit(ctx context.Context, now time.Time, snap *nomadview.Snapsh
 		why = planRefused(spec) + "Nomad's plan failed: " + err.Error()
 	} else if ok, refused := gang.Admit(plan); !ok {
 		why = planRefused(spec) + refused
+		if held := g.reservationHolds(snap, k, job, spec); held != "" {
+			why = "reservation: " + held
+		}
 	} else if guard != nil {
 		why = guard(plan)
 	}

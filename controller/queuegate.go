@@ -35,8 +35,9 @@ func (g *Gangs) UseQueues(b *QueueBook) {
 }
 
 // reclaim is a run the gate took back: what it held, its queue, the
-// queue it was taken back for (taker), when, and whether it was said to outlast
-// the queue file's reclaim.within.
+// queue it was taken back for (taker: another, or its own for a yield),
+// when, and whether it was said to outlast the queue file's
+// reclaim.within.
 type reclaim struct {
 	gpus         float64
 	queue, taker string
@@ -442,13 +443,14 @@ func placedNode(snap *nomadview.Snapshot, k JobKey, index uint64) string {
 // Reason kinds of a waiting held job, as nomad-gpu queue and the metrics
 // show them.
 const (
-	WaitQuota      = "quota"      // its queue is at its nominal and may not borrow
-	WaitCohort     = "cohort"     // the cohort lends too little now
-	WaitDependency = "dependency" // a nomad_gpu_after job has not completed
-	WaitGang       = "gang"       // Nomad's plan does not place the gang whole
-	WaitCapacity   = "capacity"   // Nomad's plan does not place it
-	WaitInvalid    = "invalid"    // its spec breaks a rule, or it never fits
-	WaitOther      = "other"      // anything else (a locality not read yet)
+	WaitQuota       = "quota"       // its queue is at its nominal and may not borrow
+	WaitCohort      = "cohort"      // the cohort lends too little now
+	WaitDependency  = "dependency"  // a nomad_gpu_after job has not completed
+	WaitGang        = "gang"        // Nomad's plan does not place the gang whole
+	WaitReservation = "reservation" // another job's reservation holds the GPUs it would fit on
+	WaitCapacity    = "capacity"    // Nomad's plan does not place it
+	WaitInvalid     = "invalid"     // its spec breaks a rule, or it never fits
+	WaitOther       = "other"       // anything else (a locality not read yet)
 )
 
 // WaitKind is the kind of a held job's reason in state: the reasons the
@@ -458,7 +460,7 @@ func WaitKind(state, reason string) string {
 		return WaitInvalid
 	}
 	for prefix, kind := range map[string]string{"quota: ": WaitQuota, "cohort: ": WaitCohort, "dependency: ": WaitDependency,
-		"gang does not fit: ": WaitGang, "capacity: ": WaitCapacity} {
+		"gang does not fit: ": WaitGang, "reservation: ": WaitReservation, "capacity: ": WaitCapacity} {
 		if strings.HasPrefix(reason, prefix) {
 			return kind
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller/gang"
 	"github.com/nomad-gpu/nomad-gpu/controller/queues"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
@@ -260,5 +261,42 @@ func TestWaitKind(t *testing.T) {
 		if got := WaitKind(tc.state, tc.reason); got != tc.want {
 			t.Errorf("%s %q: %s, want %s", tc.state, tc.reason, got, tc.want)
 		}
+	}
+}
+
+// A held job that Nomad's plan did not place waits for another job's
+// reservation where the placeholder holds GPUs on a node that, with its
+// free GPUs, would fit one member: on a node of 4 GPUs, three held by a's
+// runs and one by the placeholder, a 1-GPU job waits for the reservation;
+// a 2-GPU job, which the placeholder's one GPU would not fit, for
+// capacity; and the reservation's own job for none.
+func TestReservationHolds(t *testing.T) {
+	s := newQueueScene(t, labQueues(2, "lab"), []string{"a/a-1", "a/a-2", "a/a-3"}, nil)
+	s.snap.Allocs = append(s.snap.Allocs, &api.AllocationListStub{ID: "hold-0", Namespace: "default", JobID: "train-reserve", TaskGroup: "hold",
+		NodeID: "n1", ClientStatus: api.AllocClientStatusRunning, DesiredStatus: api.AllocDesiredStatusRun,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"hold": {Devices: []*api.AllocatedDeviceResource{
+			{Vendor: contract.Vendor, Type: contract.SliceGPU, Name: "H100", DeviceIDs: []string{"GPU-n1-3"}}}}}}})
+	s.g.reserver = &reserver{cur: &reservation{gang: JobKey{Namespace: "default", ID: "train"}, placeholder: JobKey{Namespace: "default", ID: "train-reserve"},
+		due: time.Date(2026, 12, 7, 15, 0, 0, 0, time.UTC)}}
+	for _, tc := range []struct {
+		k    JobKey
+		gpus int
+		want string
+	}{
+		{JobKey{Namespace: "b", ID: "one"}, 1, "the reservation for default/train, due by 2026-12-07T15:00:00Z, holds GPUs it would fit on (1 on 1 of its nodes)"},
+		{JobKey{Namespace: "b", ID: "two"}, 2, ""},
+		{JobKey{Namespace: "default", ID: "train"}, 1, ""},
+	} {
+		job := heldJob(tc.k.Namespace, tc.k.ID, tc.gpus, false)
+		spec, _, err := gang.ParseSpec(waitingCopy(job))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.g.reservationHolds(s.snap, tc.k, job, spec); got != tc.want {
+			t.Errorf("%s asking %d: %q, want %q", tc.k.ID, tc.gpus, got, tc.want)
+		}
+	}
+	if kind := WaitKind("waiting", "reservation: the reservation for default/train, due by 2026-12-07T15:00:00Z"); kind != WaitReservation {
+		t.Errorf("kind %q, want %q", kind, WaitReservation)
 	}
 }

@@ -578,3 +578,38 @@ func placeholderJob(k JobKey, gangJob *api.Job, nodes []string, gpus int, device
 		}},
 	}
 }
+
+// reservationHolds is why held job k, which Nomad's plan did not place,
+// waits for the current reservation (another job's): its placeholder
+// holds GPUs on a node where, with the node's free GPUs, they would make
+// room for one member of k. "" when no reservation holds such GPUs: k
+// waits for capacity.
+func (g *Gangs) reservationHolds(snap *nomadview.Snapshot, k JobKey, job *api.Job, spec gang.Spec) string {
+	if g.reserver == nil || g.reserver.cur == nil || g.reserver.cur.gang == k {
+		return ""
+	}
+	cur := g.reserver.cur
+	held, total := map[string]int{}, 0
+	for nodeID, hs := range snap.HeldSlices() {
+		for _, h := range hs {
+			if h.Alloc.JobID == cur.placeholder.ID && h.Alloc.Namespace == cur.placeholder.Namespace {
+				held[nodeID] += len(h.IDs)
+				total += len(h.IDs)
+			}
+		}
+	}
+	ask := 0.0 // the most one member asks
+	for _, sg := range spec.Groups {
+		if tg := groupNamed(job, sg.Name); tg != nil {
+			ask = max(ask, nomadview.GroupGPUEquivalents(tg, 1))
+		}
+	}
+	free := snap.FreeGPUs()
+	for node, n := range held {
+		if float64(free[node]+n) >= ask-1e-9 {
+			return fmt.Sprintf("the reservation for %s/%s, due by %s, holds GPUs it would fit on (%d on %d of its nodes)",
+				cur.gang.Namespace, cur.gang.ID, cur.due.UTC().Format(time.RFC3339), total, len(held))
+		}
+	}
+	return ""
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
+	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 )
@@ -79,8 +80,22 @@ func TestGangReservation(t *testing.T) {
 					j.TaskGroups[0].Count = new(1)
 				}
 			})
+			// A held 2-GPU job below the stream: while the placeholder
+			// holds GPUs it would fit on, it waits for the reservation.
+			stopWatch := make(chan struct{})
+			seen := watchReason(t, c, "default", "waiter", controller.WaitReservation, stopWatch)
+			runHeld(t, c, "default", "waiter", 3, "1s", nil, func(j *api.Job) {
+				j.Priority = new(20)
+				j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = new(uint64(2))
+			})
 			bound := 2 * streamJobLength
 			started := waitGangRunning(c, "train", members, bound+10*time.Second)
+			close(stopWatch)
+			if reason := <-seen; tc.reserve && reason == "" {
+				t.Errorf("the held 2-GPU job never waited for the reservation in nomad-gpu queue")
+			} else if reason != "" {
+				t.Logf("the held 2-GPU job waited: %s", reason)
+			}
 			if d := watch.longestPartial(); d > 30*time.Second {
 				t.Errorf("a member ran for %s while another was not placed", d)
 			}
@@ -126,6 +141,30 @@ func TestGangReservation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// watchReason polls nomad-gpu queue until stop closes, then sends the
+// first reason of kind job of namespace ns waited with ("" for none).
+func watchReason(t *testing.T, c *cluster.Cluster, ns, job, kind string, stop <-chan struct{}) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		seen := ""
+		for {
+			select {
+			case <-stop:
+				out <- seen
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			r, err := queueReport(t, c)
+			for _, j := range r.Jobs {
+				if err == nil && seen == "" && j.Namespace == ns && j.Job == job && j.Kind == kind {
+					seen = j.Reason
+				}
+			}
+		}
+	}()
+	return out
 }
 
 // waitGangRunning is when the job first had members running, zero when

@@ -41,3 +41,21 @@ func TestUsageAdvance(t *testing.T) {
 		t.Errorf("nine steps %g, one step %g", step.Hours, whole.Hours)
 	}
 }
+
+// Charged use on hand-computed cases: U + n·h/ln 2.
+func TestCharged(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		hours, holding float64
+		h              time.Duration
+		want           float64
+	}{
+		{"nothing held: its decayed use", 3, 0, time.Hour, 3},
+		{"2 held at a half-life of an hour: 2/ln 2 more", 1, 2, time.Hour, 1 + 2/math.Ln2},
+		{"held for ever, it settles at twice its decayed use", 3 / math.Ln2, 3, time.Hour, 6 / math.Ln2},
+	} {
+		if got := Charged(tc.hours, tc.holding, tc.h); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: %g, want %g", tc.name, got, tc.want)
+		}
+	}
+}
