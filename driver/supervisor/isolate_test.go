@@ -128,6 +128,12 @@ func TestExecJoinsTheNamespace(t *testing.T) {
 	s.Isolation.Landlock = systemRules(s.Dir)
 	h := start(t, s)
 	eventually(t, "task ready", func() bool { _, err := os.Stat(readyPath(s)); return err == nil })
+	// READY is written before the shell execs sleep: under load the
+	// session could list the shell still (a flake once).
+	eventually(t, "task runs sleep", func() bool {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(h.TaskPID()) + "/comm")
+		return strings.TrimSpace(string(comm)) == "sleep"
+	})
 	out, err := exec.Command(testExecutable(t), "exec-shim", s.StateDir, "--", "/bin/sh", "-c", `for p in /proc/[0-9]*; do cat $p/comm; done; exit 3`).CombinedOutput()
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 3 {

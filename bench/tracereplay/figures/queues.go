@@ -39,8 +39,8 @@ func Shares(xs map[string]float64) map[string]float64 {
 
 // QueueWaitGPUSeconds is the GPU-time (GPU-equivalent-seconds) each team
 // queue with jobs in the run held while every such queue had work
-// waiting, by queue (a queue without jobs has no entry): what QueueShares divides (and a sweep pools); nil
-// without Cluster.Teams.
+// waiting, by queue (a queue without jobs has no entry): what
+// QueueShares divides (and a sweep pools); nil without Cluster.Teams.
 func QueueWaitGPUSeconds(r tracereplay.Result) map[string]float64 {
 	names, _ := r.Cluster.Queues()
 	if len(names) < 2 {

@@ -14,14 +14,17 @@ import (
 // queuegate.go). Every job of the trace that is no gang is held at its
 // arrival, outside Nomad's queue, and admitted by the controller's round
 // in the queues' one order (queues.Order: priority, then its queue's
-// fair-share standing over its charged use, queues.Charged, then age) when its queue's
-// quota allows it (queues.Quota: within its nominal, or on what the
-// cohort lends and the other queues' waiting work does not claim) and it
-// fits. The quotas and the order are the controller's own code. A queue
-// whose job within its nominal does not fit takes back the runs of
-// borrowing queues, the newest admitted first, each stopped checkpointed
-// (a run Reclaimed) and held again. Gangs keep their own admission and
-// count toward their team's use.
+// fair-share standing over its charged use, queues.Charged, then age
+// since it was last held) when its queue's quota allows it (queues.Quota:
+// within its nominal, or on what the cohort lends and the other queues'
+// waiting work does not claim) and it fits. The quotas and the order are
+// the controller's own code. A queue whose job within its nominal does
+// not fit takes back the runs of borrowing queues, the newest admitted
+// first; a queue at its nominal takes back its own runs 10 below a
+// waiting job (the controller's yield); each is stopped checkpointed (a
+// run Reclaimed) and held again. Gangs keep their own admission, outside
+// the quotas (the controller's gate takes them too), and count toward
+// their team's use.
 
 // queueState is the team queues' state.
 type queueState struct {

@@ -250,7 +250,7 @@ func (s *Sweep) queuesMarkdown(b *strings.Builder) {
 	if len(s.Queues) < 2 {
 		return
 	}
-	b.WriteString("\n## Team queues\n\nPooled over the windows: each queue's weight share, its share of the queues' GPU-time while every queue had work waiting (summed over the windows), and its mean wait; for a configuration with queues, its mean wait alone on its nominal quota (each window's, weighed by the queue's jobs in it).\n\n| queue | weight share |")
+	b.WriteString("\n## Team queues\n\nPooled over the windows: each queue's weight share, its share of the queues' GPU-time while every queue had work waiting (summed over the windows in which every queue had jobs), and its mean wait; for a configuration with queues, its mean wait alone on its nominal quota (each window's, weighed by the queue's jobs in it).\n\n| queue | weight share |")
 	var alone []int
 	for i, c := range s.Configs {
 		fmt.Fprintf(b, " %s |", cellText(c))
