@@ -748,8 +748,8 @@ type Run struct {
 	Placed time.Duration `json:",omitempty"`
 	// Preempted says it was stopped by a preemption; Moved that the
 	// controller stopped it to move it (Features.Moves); Reclaimed that
-	// the controller took it back for a queue lending to its team's
-	// (Features.Queues).
+	// the controller took it back for a queue lending to its team's, or
+	// for its own team's work 10 above it (a yield; Features.Queues).
 	Preempted, Moved bool
 	Reclaimed        bool `json:",omitempty"`
 	// Node is the node it ran on, and Held the devices it held there.

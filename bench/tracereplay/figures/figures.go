@@ -152,8 +152,8 @@ type Figures struct {
 	// cluster's work.
 	UsefulGPUHoursByTeam map[string]float64
 	Unstarted            int
-	// Reclaims are the runs a team queue took back for another's
-	// (Features.Queues); QueueWaitGPUSeconds the GPU-time each queue held
+	// Reclaims are the runs taken back for a lending queue or for their
+	// own queue's work 10 above (a yield; Features.Queues); QueueWaitGPUSeconds the GPU-time each queue held
 	// while every queue had work waiting (its share: Shares of it; nil
 	// without Cluster.Teams).
 	Reclaims            int
