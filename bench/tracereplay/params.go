@@ -116,7 +116,11 @@ func (p *Params) Register(fs *flag.FlagSet) {
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "+queues", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "+queues", "alone", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
+
+// aloneEach is ParseConfigs' Config.Alone for "alone", until Load knows
+// the queues: one configuration a queue.
+const aloneEach = "*"
 
 // ParseConfigs turns a comma-separated list of ConfigNames into
 // configurations, autoscaling with strategy where they autoscale.
@@ -161,6 +165,12 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Gangs: true, Autoscale: strategy}
 		case "nomad-gpu-fixed-no-moves":
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Gangs: true}
+		case "alone":
+			// +preemption with each team queue's jobs alone on its
+			// nominal (Load makes one configuration a queue): the
+			// yardstick of +queues' waits, run by the engine itself.
+			f.Preemption, f.Checkpoints = true, true
+			cfg.Alone = aloneEach
 		case "stock-preemption":
 			f.Preemption, cfg.Reference = true, true
 		case "target-value":
@@ -250,14 +260,20 @@ func (p Params) Load() (Setup, error) {
 	if s.Cluster.Teams, err = ParseTeams(p.Teams); err != nil {
 		return s, err
 	}
-	queued := slices.ContainsFunc(configs, func(c Config) bool { return c.Queues })
+	queued := slices.ContainsFunc(configs, func(c Config) bool { return c.Queues || c.Alone != "" })
 	switch {
 	case queued && len(s.Cluster.Teams) == 0:
-		return s, fmt.Errorf("teams: none, with a configuration of queues; allowed: -teams \"team=weight,…\"")
+		return s, fmt.Errorf("teams: none, with a configuration of queues or alone; allowed: -teams \"team=weight,…\"")
 	case queued:
 		if err := s.Cluster.validateTeams(s.Cluster.Nodes); err != nil {
 			return s, err
 		}
+	}
+	if i := slices.IndexFunc(s.Configs, func(c Config) bool { return c.Alone == aloneEach }); i >= 0 {
+		if len(s.Configs) == 1 {
+			return s, fmt.Errorf("configs: \"alone\" with no other; allowed: alone beside the configurations whose queue waits it is the yardstick of (+queues, say)")
+		}
+		s.Configs = slices.Replace(s.Configs, i, i+1, s.Cluster.AloneConfigs(s.Configs[i])...)
 	}
 
 	var jobs []Job

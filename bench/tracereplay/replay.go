@@ -226,6 +226,11 @@ type Config struct {
 	// Nodes is the node count of a fixed configuration, set once known:
 	// Cluster.Nodes, or the match for NodesLike.
 	Nodes int
+	// Alone names the team queue whose jobs alone it runs, without
+	// queues, on the queue's nominal quota in nodes (Cluster.AloneConfigs):
+	// the yardstick a queue's wait with the queues is held to, run by an
+	// engine as any configuration. "" runs every job.
+	Alone string
 }
 
 // StartNodes is the nodes the configuration starts with: a fixed

@@ -3,6 +3,7 @@ package tracereplay
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -111,4 +112,30 @@ func (c Cluster) NominalNodes(nodes int) map[string]int {
 		out[names[i]] = int(math.Round(sh * float64(nodes)))
 	}
 	return out
+}
+
+// AloneConfigs are base less its queues once per team queue, each
+// running that queue's jobs alone (Config.Alone) on its nominal quota in
+// nodes of base's fixed cluster, named "alone: <queue>": what the queue's
+// wait would be on a cluster of its own.
+func (c Cluster) AloneConfigs(base Config) []Config {
+	names, _ := c.Queues()
+	nominal := c.NominalNodes(base.StartNodes(c))
+	out := make([]Config, 0, len(names))
+	for _, q := range names {
+		cfg := base
+		cfg.Name, cfg.Queues, cfg.Alone, cfg.Nodes, cfg.NodesLike, cfg.Reference = "alone: "+q, false, q, nominal[q], "", true
+		out = append(out, cfg)
+	}
+	return out
+}
+
+// JobsOf is tr as cfg replays it: the jobs of queue cfg.Alone only, or
+// every job.
+func (c Cluster) JobsOf(tr Trace, cfg Config) Trace {
+	if cfg.Alone == "" {
+		return tr
+	}
+	tr.Jobs = slices.DeleteFunc(slices.Clone(tr.Jobs), func(j Job) bool { return c.QueueOf(j.Team) != cfg.Alone })
+	return tr
 }

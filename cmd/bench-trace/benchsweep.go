@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
@@ -30,6 +32,8 @@ func checkSweep(step time.Duration, p tracereplay.Params, convert, real string) 
 		return fmt.Errorf("sweep, convert: both given; allowed: one of them")
 	case real != "":
 		return fmt.Errorf("sweep, real: both given; allowed: one of them (a real run is one window)")
+	case slices.Contains(strings.Split(strings.ReplaceAll(p.Configs, " ", ""), ","), "alone"):
+		return fmt.Errorf("sweep, configs: alone; allowed: configurations of the whole sample (a sweep gives +queues' waits alone from the model)")
 	}
 	return nil
 }

@@ -91,6 +91,7 @@ func TestBenchTraceSweep(t *testing.T) {
 		{"-sweep 1h -busiest-min-gpus 4", "sweep, busiest-min-gpus: both given"},
 		{"-sweep 1h -convert x.csv", "sweep, convert: both given"},
 		{"-sweep 1h -real x.json.gz", "sweep, real: both given"},
+		{"-sweep 1h -configs +queues,alone -teams a=1,b=1", "sweep, configs: alone"},
 	} {
 		stderr.Reset()
 		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {

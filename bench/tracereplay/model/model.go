@@ -169,8 +169,10 @@ type Options struct {
 	Seed int64
 }
 
-// Run replays tr under o and returns what the model measured.
+// Run replays tr under o (the jobs o.Config runs: Cluster.JobsOf) and
+// returns what the model measured.
 func Run(tr tracereplay.Trace, o Options) (tracereplay.Result, error) {
+	tr = o.Cluster.JobsOf(tr, o.Config)
 	if err := validate(tr, &o); err != nil {
 		return tracereplay.Result{}, err
 	}

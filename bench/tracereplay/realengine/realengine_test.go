@@ -244,6 +244,7 @@ func layoutFor(c tracereplay.Cluster, f tracereplay.Features) *harness.NodeLayou
 // replayOnNomad replays the trace on a fresh cluster in configuration
 // cfg, and says what the model's latencies are in it.
 func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (tracereplay.Result, tracereplay.Latencies) {
+	s.Trace = s.Cluster.JobsOf(s.Trace, cfg)
 	refuseStockGangPreemption(t, s, cfg)
 	cli := cluster.RequireBinary(t, "nomad-gpu")
 	apmBin := cluster.RequireBinary(t, "nomad-gpu-apm")

@@ -3,7 +3,6 @@ package report
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
@@ -62,25 +61,19 @@ func FromReal(dir, title string, setup tracereplay.Setup, rr tracereplay.RealRun
 }
 
 // AloneWaits is each team queue's mean wait with its jobs alone on a
-// cluster of its nominal quota, in cfg less the queues, the model at
-// latencies lat (tracereplay.Result.QueueAlone).
+// cluster of its nominal quota (Cluster.AloneConfigs of cfg), the model
+// at latencies lat (tracereplay.Result.QueueAlone).
 func AloneWaits(setup tracereplay.Setup, cfg tracereplay.Config, lat tracereplay.Latencies) (map[string]time.Duration, error) {
 	out := map[string]time.Duration{}
-	for q, nodes := range setup.Cluster.NominalNodes(cfg.StartNodes(setup.Cluster)) {
-		tr := setup.Trace
-		tr.Jobs = slices.DeleteFunc(slices.Clone(tr.Jobs), func(j tracereplay.Job) bool { return setup.Cluster.QueueOf(j.Team) != q })
-		cl := setup.Cluster
-		cl.Nodes, cl.Teams = nodes, nil
-		alone := cfg
-		alone.Name, alone.Queues, alone.Nodes = cfg.Name+" alone: "+q, false, nodes
-		r, err := model.Run(tr, model.Options{
-			Cluster: cl, Config: alone, Policy: setup.Policy, Latencies: lat,
+	for _, alone := range setup.Cluster.AloneConfigs(cfg) {
+		r, err := model.Run(setup.Trace, model.Options{
+			Cluster: setup.Cluster, Config: alone, Policy: setup.Policy, Latencies: lat,
 			Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("queue %s alone: %w", q, err)
+			return nil, fmt.Errorf("queue %s alone: %w", alone.Alone, err)
 		}
-		out[q] = figures.DistOf(figures.Waits(r)).Mean
+		out[alone.Alone] = figures.DistOf(figures.Waits(r)).Mean
 	}
 	return out, nil
 }

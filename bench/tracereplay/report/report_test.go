@@ -570,3 +570,47 @@ func TestReportJCTOverCommonJobs(t *testing.T) {
 		}
 	}
 }
+
+// A run's configurations of one queue alone (tracereplay.Config.Alone)
+// are left out of the tables of the whole sample, whose JCT they share no
+// job with, and give the queues' table its "alone, run" column, in both
+// engines' sections; the Method lists them.
+func TestWriteAloneRuns(t *testing.T) {
+	c := tracereplay.Cluster{Nodes: 2, GPUsPerNode: 4, Teams: []tracereplay.TeamWeight{{Team: "a", Weight: 1}, {Team: "*", Weight: 1}}}
+	queued := tracereplay.Config{Name: "+queues", Features: tracereplay.Features{Preemption: true, Checkpoints: true, Queues: true}}
+	alone := c.AloneConfigs(queued)
+	run := Run{Trace: tracereplay.Trace{Source: "synthetic"}}
+	for _, e := range []struct {
+		engine string
+		rs     *[]tracereplay.Result
+	}{{"nomad", &run.Real}, {"model", &run.Model}} {
+		*e.rs = append(*e.rs, synth(e.engine, queued, c, 1), synth(e.engine, alone[0], c, 1), synth(e.engine, alone[1], c, 1.2))
+	}
+	run.Latencies = make([]tracereplay.Latencies, len(run.Model))
+	dir := t.TempDir()
+	if err := Write(dir, run); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(md)
+	others := aloneWait(run.Real[2:], tracereplay.OthersQueue)
+	if !strings.Contains(others, "(") || aloneWait(run.Real[2:], "a") != "not run" {
+		t.Fatalf("aloneWait: %q, %q; want others' wait and a not run", others, aloneWait(run.Real[2:], "a"))
+	}
+	for _, w := range []string{"| alone: others |", "alone on its nominal, run |", "| " + others + " |", "(engine nomad)", "(engine model)"} {
+		if !strings.Contains(s, w) {
+			t.Errorf("report.md lacks %q", w)
+		}
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasPrefix(line, "| figure |") && strings.Contains(line, "alone") {
+			t.Errorf("a table of the whole sample has a configuration alone: %s", line)
+		}
+	}
+	if err := Write(t.TempDir(), Run{Model: run.Model[1:]}); err == nil || !strings.Contains(err.Error(), "only configurations of a queue alone") {
+		t.Errorf("a run of configurations alone only: %v; want refused", err)
+	}
+}

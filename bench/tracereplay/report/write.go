@@ -45,6 +45,28 @@ type Run struct {
 	// fluid is the fluid pool's figures on the run's sample (Write sets
 	// it; withFluid).
 	fluid *Figures
+	// realAlone and modelAlone are the results of a queue alone
+	// (aloneRuns), which Write takes out of Real and Model.
+	realAlone, modelAlone []tracereplay.Result
+}
+
+// aloneRuns takes the results of a queue's jobs alone (Config.Alone) out
+// of rs, and their latencies out of lats (as long as rs, or nil): they
+// ran a part of the sample, so the tables of the whole leave them out
+// (their JCT has no job in common with the others), and the queues'
+// table holds their waits.
+func aloneRuns(rs []tracereplay.Result, lats []tracereplay.Latencies) (whole, alone []tracereplay.Result, wholeLats []tracereplay.Latencies) {
+	for i, r := range rs {
+		if r.Config.Alone != "" {
+			alone = append(alone, r)
+			continue
+		}
+		whole = append(whole, r)
+		if i < len(lats) {
+			wholeLats = append(wholeLats, lats[i])
+		}
+	}
+	return whole, alone, wholeLats
 }
 
 // withFluid runs the fluid reference (model.Fluid) on the run's sample,
@@ -94,6 +116,12 @@ func Write(dir string, run Run) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	all := run
+	run.Real, run.realAlone, _ = aloneRuns(run.Real, nil)
+	run.Model, run.modelAlone, run.Latencies = aloneRuns(run.Model, run.Latencies)
+	if len(run.Real) == 0 && len(run.Model) == 0 {
+		return errors.New("report: the run has only configurations of a queue alone; allowed: those with others")
+	}
 	run, err := run.withFluid()
 	if err != nil {
 		return err
@@ -104,7 +132,7 @@ func Write(dir string, run Run) error {
 		title = "Trace replay"
 	}
 	fmt.Fprintf(&b, "# %s\n\n", title)
-	writeMethod(&b, run)
+	writeMethod(&b, all)
 
 	main, mainWho := run.Real, "Real cluster (engine nomad)"
 	if len(main) == 0 {
@@ -116,8 +144,12 @@ func Write(dir string, run Run) error {
 	fmt.Fprintf(&b, definitions, run.Prices.Reserved, run.Prices.OnDemand)
 	writeWaitBreakdown(&b, main, mainFigs)
 	writeTeams(&b, main, mainFigs)
-	writeQueues(&b, main, mainFigs)
-	writeDistortion(&b, run.Real)
+	mainAlone := run.realAlone
+	if len(run.Real) == 0 {
+		mainAlone = run.modelAlone
+	}
+	writeQueues(&b, main, mainFigs, mainAlone)
+	writeDistortion(&b, all.Real)
 
 	if len(run.Real) > 0 && len(run.Model) > 0 {
 		b.WriteString("## Model\n\n")
@@ -127,7 +159,7 @@ func Write(dir string, run Run) error {
 		writeTable(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 		writeWaitBreakdown(&b, run.Model, modelFigs)
 		writeTeams(&b, run.Model, modelFigs)
-		writeQueues(&b, run.Model, modelFigs)
+		writeQueues(&b, run.Model, modelFigs, run.modelAlone)
 		writeCalibration(&b, run.Model, modelFigs, pairUp(run.Model, run.Real, realFigs))
 	}
 
@@ -152,8 +184,8 @@ func Write(dir string, run Run) error {
 			fmt.Fprintf(&b, "![%s](%s)\n\n", p.Caption, p.File)
 		}
 	}
-	writeNotes(&b, run)
-	if err := writeIncomplete(dir, run.Real); err != nil {
+	writeNotes(&b, all)
+	if err := writeIncomplete(dir, all.Real); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
@@ -266,9 +298,10 @@ func writeTeams(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
 
 // writeQueues writes, with Cluster.Teams, each team queue's weight share,
 // its share of the queues' GPU-time while every queue had work waiting and its
-// mean wait in every configuration, and its mean wait alone on its
-// nominal quota in the configurations with queues.
-func writeQueues(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
+// mean wait in every configuration, its mean wait alone on its nominal
+// quota in the configurations with queues (the model's), and its mean
+// wait in the run's own configurations of it alone (alone, this engine's).
+func writeQueues(b *strings.Builder, rs []tracereplay.Result, fs []Figures, alone []tracereplay.Result) {
 	if len(rs) == 0 {
 		return
 	}
@@ -277,30 +310,39 @@ func writeQueues(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
 		return
 	}
 	b.WriteString("Team queues (-teams): each queue's weight share (its nominal quota's share of the cluster, and its fair share); its share of the queues' GPU-time while every queue had work waiting, and its mean wait (with re-waits)")
-	var alone []int
+	var modelled []int
 	for i, r := range rs {
 		if r.QueueAlone != nil {
-			alone = append(alone, i)
+			modelled = append(modelled, i)
 		}
 	}
+	if len(modelled) > 0 {
+		b.WriteString("; and, for a configuration with queues, its mean wait with its jobs alone on its nominal quota, the model at that configuration's latencies")
+	}
 	if len(alone) > 0 {
-		b.WriteString("; and, for a configuration with queues, its mean wait with its jobs alone on its nominal quota")
+		fmt.Fprintf(b, "; and its mean wait in this run's configuration of its jobs alone on its nominal quota (engine %s)", alone[0].Engine)
 	}
 	b.WriteString(":\n\n| queue | weight share |")
 	for _, r := range rs {
 		fmt.Fprintf(b, " %s |", cellText(r.Config.Name))
 	}
-	for _, i := range alone {
-		fmt.Fprintf(b, " alone on its nominal (%s) |", cellText(rs[i].Config.Name))
+	for _, i := range modelled {
+		fmt.Fprintf(b, " alone on its nominal, model (%s) |", cellText(rs[i].Config.Name))
 	}
-	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(rs)+len(alone)) + "\n")
+	if len(alone) > 0 {
+		b.WriteString(" alone on its nominal, run |")
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(rs)+len(modelled)+min(1, len(alone))) + "\n")
 	for q, name := range names {
 		fmt.Fprintf(b, "| %s | %.1f %% |", cellText(name), 100*shares[q])
 		for _, f := range fs {
 			fmt.Fprintf(b, " %.1f %%, %s |", 100*figures.Shares(f.QueueWaitGPUSeconds)[name], Human(f.WaitByQueue[name].Mean))
 		}
-		for _, i := range alone {
+		for _, i := range modelled {
 			fmt.Fprintf(b, " %s |", Human(rs[i].QueueAlone[name]))
+		}
+		if len(alone) > 0 {
+			b.WriteString(" " + aloneWait(alone, name) + " |")
 		}
 		b.WriteString("\n")
 	}
@@ -309,6 +351,17 @@ func writeQueues(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
 		fmt.Fprintf(b, " %s %d;", r.Config.Name, fs[i].Reclaims)
 	}
 	b.WriteString("\n\n")
+}
+
+// aloneWait is queue q's mean wait (its jobs, censored unstarted
+// included) in the result of its jobs alone: "not run" where none is.
+func aloneWait(alone []tracereplay.Result, q string) string {
+	i := slices.IndexFunc(alone, func(r tracereplay.Result) bool { return r.Config.Alone == q })
+	if i < 0 {
+		return "not run"
+	}
+	d := figures.DistOf(figures.Waits(alone[i]))
+	return fmt.Sprintf("%s (%d)", Human(d.Mean), d.N)
 }
 
 // writeDistortion writes what the real runs measured of their own
