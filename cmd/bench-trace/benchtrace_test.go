@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/report"
 )
 
 const benchTraceCSV = `id,arrival_s,duration_s,gpus,gpu_fraction,priority
@@ -92,6 +94,45 @@ func TestBenchTraceSweep(t *testing.T) {
 		{"-sweep 1h -convert x.csv", "sweep, convert: both given"},
 		{"-sweep 1h -real x.json.gz", "sweep, real: both given"},
 		{"-sweep 1h -configs +queues,alone -teams a=1,b=1", "sweep, configs: alone"},
+	} {
+		stderr.Reset()
+		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.args, rc, stderr.String(), tc.want)
+		}
+	}
+}
+
+// A frontier of the small trace on 1 to 2 nodes: every configuration at
+// each size, read against baseline on -nodes; flags it cannot honour
+// exit 2 naming them.
+func TestBenchTraceFrontier(t *testing.T) {
+	dir, trace := benchTraceFile(t)
+	out := filepath.Join(dir, "frontier")
+	base := []string{"-trace", trace, "-nodes", "1", "-min-nodes", "1", "-max-nodes", "2", "-configs", "baseline,nomad-gpu-fixed,nomad-gpu"}
+	var stdout, stderr bytes.Buffer
+	if rc := runBenchTrace(append(slices.Clone(base), "-frontier", "1:2", "-out", out), &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	md, err := os.ReadFile(filepath.Join(out, frontierFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Reference: baseline on 1 node,", "| baseline | at most 29.3 | at most 1.00× |", "| nomad-gpu-fixed |", "| nomad-gpu | 2 ", "(" + report.FrontierPlot + ")"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("%s lacks %q:\n%s", frontierFile, want, md)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, report.FrontierPlot)); err != nil {
+		t.Error(err)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"-frontier 3", `frontier: "3"; allowed: lo:hi`},
+		{"-frontier 2:1", `frontier: "2:1"; allowed`},
+		{"-frontier 0:2", `frontier: "0:2"; allowed`},
+		{"-frontier 1:2 -sweep 1h", "frontier, sweep: both given"},
+		{"-frontier 1:2 -real x.json.gz", "frontier, real: both given"},
+		{"-frontier 1:2 -configs nomad-gpu-fixed", "frontier, configs: no baseline"},
+		{"-frontier 1:2 -configs baseline,+autoscale,fixed-like-autoscale", "frontier, configs: fixed-like-autoscale"},
 	} {
 		stderr.Reset()
 		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {

@@ -614,3 +614,46 @@ func TestWriteAloneRuns(t *testing.T) {
 		t.Errorf("a run of configurations alone only: %v; want refused", err)
 	}
 }
+
+// The frontier's readings on hand-computed points: (cost, mean wait)
+// 100/40m, 200/20m, 300/10m and 250/30m, which 200/20m dominates.
+func TestFrontierReadings(t *testing.T) {
+	m := time.Minute
+	c := FrontierCurve{Config: "x", Points: []FrontierPoint{{Nodes: 1, Cost: 100, Wait: 40 * m}, {Nodes: 2, Cost: 200, Wait: 20 * m}, {Nodes: 3, Cost: 300, Wait: 10 * m}, {Nodes: 4, Cost: 250, Wait: 30 * m}}}
+	var nodes []int
+	for _, p := range c.Pareto() {
+		nodes = append(nodes, p.Nodes)
+	}
+	if !slices.Equal(nodes, []int{1, 2, 3}) {
+		t.Errorf("efficient points %v; want 1, 2, 3", nodes)
+	}
+	for _, tc := range []struct {
+		wait time.Duration
+		cost float64
+		r    Reading
+	}{{30 * m, 150, Interpolated}, {20 * m, 200, Interpolated}, {15 * m, 250, Interpolated}, {50 * m, 100, AtMost}, {5 * m, 0, NotReached}} {
+		if cost, r := c.CostAt(tc.wait); math.Abs(cost-tc.cost) > 1e-9 || r != tc.r {
+			t.Errorf("cost at %s: %v (%d); want %v (%d)", tc.wait, cost, r, tc.cost, tc.r)
+		}
+	}
+	for _, tc := range []struct {
+		cost float64
+		wait time.Duration
+		r    Reading
+	}{{150, 30 * m, Interpolated}, {250, 15 * m, Interpolated}, {400, 10 * m, AtMost}, {50, 0, NotReached}} {
+		if wait, r := c.WaitAt(tc.cost); wait != tc.wait || r != tc.r {
+			t.Errorf("wait at %v: %s (%d); want %s (%d)", tc.cost, wait, r, tc.wait, tc.r)
+		}
+	}
+	f := Frontier{Reference: "ref", Ref: FrontierPoint{Nodes: 2, Cost: 200, Wait: 30 * m}, Curves: []FrontierCurve{c}}
+	md := f.Markdown("t", "w")
+	for _, want := range []string{"| x | 150.0 | 0.75× | 20m 00s | 0.67× |", "| x | 4 | 0.00 | 250.0 | 30m 00s |", "| x | 2 * |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	dir := t.TempDir()
+	if err := f.WritePlot(dir); err != nil {
+		t.Fatal(err)
+	}
+}
