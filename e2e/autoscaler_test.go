@@ -36,7 +36,7 @@ func gpuPoolPolicy(controlURL string, min, max int) string {
 	return harness.GPUQueuePolicy(controlURL, min, max, 5, tracereplay.Policy{
 		EvalInterval: 2 * time.Second, Cooldown: 4 * time.Second, MaxScaleUp: 4, MaxScaleDown: 4,
 		IdleFloor: 30, ScaleInAfter: 15 * time.Second,
-	}, 20*time.Second)
+	}, 20*time.Second, false)
 }
 
 // burstJob is a batch job on the gpu pool holding one whole GPU for hold.
@@ -342,7 +342,7 @@ func TestAutoscalerCountsRefusedChecks(t *testing.T) {
 	policy := harness.GPUQueuePolicy(pool.URL(), 0, 2, 5, tracereplay.Policy{
 		EvalInterval: time.Second, Cooldown: 4 * time.Second, MaxScaleUp: 2, MaxScaleDown: 1,
 		IdleFloor: 30, ScaleInAfter: time.Minute,
-	}, 512*time.Millisecond)
+	}, 512*time.Millisecond, false)
 	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{PluginDir: plugins, HCL: hcl, Policies: map[string]string{"gpu-pool.hcl": policy}})
 
 	// runs reads the counts until cond holds of the capacity check's.

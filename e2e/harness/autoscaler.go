@@ -54,7 +54,14 @@ target "sim-pool" {
 // GPUQueuePolicy is the gpu-queue scaling policy of the sim pool: out on
 // the nodes the queue needs (nodes of gpusPerNode whole GPUs) or on any
 // queued allocation, in when the GPUs allocated stay under the floor.
-func GPUQueuePolicy(controlURL string, min, max, gpusPerNode int, p tracereplay.Policy, boot time.Duration) string {
+// With anyDevice (a pool whose layouts follow the queue) its checks ask
+// device=any and its queue check counts blocked GPU-equivalents against
+// activation 0.25, as docs/autoscaling.md tells such a pool to.
+func GPUQueuePolicy(controlURL string, min, max, gpusPerNode int, p tracereplay.Policy, boot time.Duration, anyDevice bool) string {
+	device, queue, activation := "", "allocs_queued{node_pool=gpu}", 1.0
+	if anyDevice {
+		device, queue, activation = ",device=any", "gpus_queued{node_pool=gpu,device=any,state=blocked}", 0.25
+	}
 	return fmt.Sprintf(`
 scaling "gpu-pool" {
   enabled = true
@@ -67,7 +74,7 @@ scaling "gpu-pool" {
 
     check "capacity" {
       source       = "nomad-gpu"
-      query        = "nodes_needed{node_pool=gpu,gpus_per_node=%d}"
+      query        = "nodes_needed{node_pool=gpu%s,gpus_per_node=%d}"
       query_window = "1m"
       strategy "gpu-queue" {
         signal       = "nodes_needed"
@@ -78,16 +85,16 @@ scaling "gpu-pool" {
     }
     check "queue" {
       source = "nomad-gpu"
-      query  = "allocs_queued{node_pool=gpu}"
+      query  = %q
       strategy "gpu-queue" {
         signal     = "queued"
         pool       = "gpu"
-        activation = 1
+        activation = %g
       }
     }
     check "nodes" {
       source = "nomad-gpu"
-      query  = "nodes_ready{node_pool=gpu}"
+      query  = "nodes_ready{node_pool=gpu%s}"
       strategy "gpu-queue" {
         signal = "nodes"
         pool   = "gpu"
@@ -95,7 +102,7 @@ scaling "gpu-pool" {
     }
     check "idle" {
       source = "nomad-gpu"
-      query  = "gpu_alloc_pct{node_pool=gpu}"
+      query  = "gpu_alloc_pct{node_pool=gpu%s}"
       strategy "gpu-queue" {
         signal         = "util"
         pool           = "gpu"
@@ -110,7 +117,7 @@ scaling "gpu-pool" {
     }
   }
 }
-`, min, max, p.Cooldown, p.EvalInterval, gpusPerNode, p.MaxScaleUp, boot, p.IdleFloor, p.ScaleInAfter, p.MaxScaleDown, controlURL)
+`, min, max, p.Cooldown, p.EvalInterval, device, gpusPerNode, p.MaxScaleUp, boot, queue, activation, device, device, p.IdleFloor, p.ScaleInAfter, p.MaxScaleDown, controlURL)
 }
 
 // TargetValuePolicy scales the pool with the built-in target-value on the

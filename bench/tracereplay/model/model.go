@@ -102,10 +102,15 @@
 //     the booting and ready nodes. The real policies query the APM for
 //     device nvidia/gpu, which only whole GPUs match, and so does the
 //     model: "alloc %" is the whole GPUs held by placed jobs × 100 / the
-//     whole GPUs of ready nodes (0 with none ready).
+//     whole GPUs of ready nodes (0 with none ready). A pool whose layouts
+//     follow the queue (Features.Layouts) asks device=any, as
+//     docs/autoscaling.md tells it to: "alloc %" is the GPU-equivalents
+//     held over the ready nodes' GPUs.
 //   - gpu-queue. nodes_needed is a best-fit-decreasing packing of the
 //     waiting jobs that ask for whole GPUs, first into the free whole GPUs
-//     of ready nodes, then into new nodes. It leaves out jobs that no
+//     of ready nodes, then into new nodes (with layouts: of every waiting
+//     job's GPU-equivalents, into the ready nodes' free GPU-equivalents,
+//     the query's optimistic rule). It leaves out jobs that no
 //     empty node fits. If nodes_needed, minus the nodes still booting (the
 //     plugin's in-flight ledger), is above 0, the autoscaler adds that
 //     many nodes, at most MaxScaleUp and within MaxNodes. If nodes_needed
@@ -148,7 +153,7 @@ import (
 // What each version changed is in git log (git log -S'const Version'
 // bench/tracereplay/model); the rules themselves are in the package
 // comment and beside the code that applies them.
-const Version = "model-11"
+const Version = "model-12"
 
 // Options say what the model replays on and how.
 type Options struct {

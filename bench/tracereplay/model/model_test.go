@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -704,6 +705,51 @@ func TestGPUQueueCountsWholeGPUsOnly(t *testing.T) {
 	r = mustRun(t, append(jobs[:0:0], wjob("w1", 0, 1000*sec, 1), wjob("w2", 0, 1000*sec, 1)), o)
 	if s := sampleAt(t, r, 50*sec); s.Nodes != 2 {
 		t.Errorf("%d nodes at 50s, want 2: a whole-GPU job waits", s.Nodes)
+	}
+}
+
+// A pool whose layouts follow the queue asks device=any, as
+// docs/autoscaling.md tells it to: shares waiting count in
+// GPU-equivalents. Sixteen half-GPU jobs are 8 GPUs of work on nodes of
+// 2: the pool grows to its maximum of 4 and holds every job at once.
+func TestGPUQueueWithLayoutsCountsEveryAsk(t *testing.T) {
+	o := autoscaled(tracereplay.AutoscaleGPUQueue, 1, 1, 4)
+	o.Cluster.GPUsPerNode, o.Cluster.LayoutShares = 2, 4
+	o.Config.Features.Layouts = true
+	var jobs []tracereplay.Job
+	for i := range 16 {
+		jobs = append(jobs, frac(fmt.Sprintf("s%d", i), 0, 2000*sec, 0.5))
+	}
+	r := mustRun(t, jobs, o)
+	peak, held := 0, 0.0
+	for _, s := range r.Timeline {
+		peak, held = max(peak, s.Nodes), max(held, s.Allocated)
+	}
+	if peak != 4 || held != 8 {
+		t.Errorf("at most %d nodes and %v GPUs held; want 4 and 8: the shares queued count", peak, held)
+	}
+}
+
+// Packed demand: asks packed best fit, largest first, into the free
+// capacity of the nodes there are, then into new ones.
+func TestPackNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sizes []askSize
+		bins  []int // nodes by free capacity, of capacity len(bins)-1
+		want  int
+	}{
+		{"nothing waits", nil, []int{0, 0, 0, 0, 0}, 0},
+		{"fits the free", []askSize{{2, 1}, {1, 2}}, []int{0, 0, 0, 0, 1}, 0},
+		{"a node of 4 free takes 3 of 1; the 2 opens one", []askSize{{1, 3}, {2, 1}}, []int{0, 0, 0, 0, 1}, 1},
+		{"largest first: 3 and 3 need two new nodes, the 1s fill them", []askSize{{1, 2}, {3, 2}}, []int{1, 0, 0, 0, 0}, 2},
+		{"best fit: the 2 takes the node with 2 free, the 4 the empty one", []askSize{{2, 1}, {4, 1}}, []int{0, 0, 1, 0, 1}, 0},
+		{"many whole nodes at once", []askSize{{4, 5}}, []int{0, 0, 0, 0, 0}, 5},
+		{"halves: 3 of 2 on nodes of 4", []askSize{{2, 3}}, []int{0, 0, 0, 0, 0}, 2},
+	} {
+		if got := packNodes(slices.Clone(tc.sizes), len(tc.bins)-1, slices.Clone(tc.bins)); got != tc.want {
+			t.Errorf("%s: %d new nodes, want %d", tc.name, got, tc.want)
+		}
 	}
 }
 

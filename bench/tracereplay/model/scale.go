@@ -14,16 +14,22 @@ import (
 const wholeGroup = 0
 
 // allocPct is gpu_alloc_pct{device=nvidia/gpu}: whole GPUs held by
-// pending or running allocations over the whole GPUs of ready nodes.
+// pending or running allocations over the whole GPUs of ready nodes; for
+// a pool whose layouts follow the queue gpu_alloc_pct{device=any}, as
+// docs/autoscaling.md tells it: GPU-equivalents held over the ready
+// nodes' GPUs.
 func (s *sim) allocPct() float64 {
-	total := s.nReady * s.groups[wholeGroup].perNode
 	if s.f.Layouts {
-		// A GPU relaid as shares is no nvidia/gpu instance.
-		total = 0
+		held := 0
 		for _, nid := range s.ready {
-			total += s.wholeGPUs(&s.nodes[nid])
+			held += s.nodes[nid].held
 		}
+		if s.nReady == 0 {
+			return 0
+		}
+		return float64(held) * 100 / float64(s.nReady*s.cl.GPUsPerNode*s.unitsPerGPU)
 	}
+	total := s.nReady * s.groups[wholeGroup].perNode
 	if total == 0 {
 		return 0
 	}
@@ -106,63 +112,98 @@ func (s *sim) scaleIn(n int) {
 
 // nodesNeeded is nodes_needed{device=nvidia/gpu}: the waiting (blocked)
 // jobs asking for whole GPUs packed best fit, largest first, into the
-// free whole GPUs of ready nodes, then into new nodes. Jobs no empty node
-// fits are left out: more nodes cannot place them. Jobs asking for MPS
-// shares or MIG instances are not counted, as the query does not match
-// them.
+// free whole GPUs of ready nodes, then into new nodes (packNodes). Jobs
+// no empty node fits are left out: more nodes cannot place them. Jobs
+// asking for MPS shares or MIG instances are not counted, as the query
+// does not match them. A pool whose layouts follow the queue asks
+// nodes_needed{device=any} instead, as docs/autoscaling.md tells it to
+// (nodesNeededAny).
 func (s *sim) nodesNeeded() int {
-	needed := 0
-	type size struct{ k, n int }
-	var sizes []size
-	for g := range s.groups[:1] {
-		capN := s.groups[g].perNode
-		sizes = sizes[:0]
-		for i := range s.sqs {
-			q := &s.sqs[i]
-			if q.g == g && q.Len() > 0 && q.k <= capN {
-				sizes = append(sizes, size{q.k, q.Len()})
-			}
-		}
-		s.gangDemand(func(k, n int) {
-			if k <= capN {
-				sizes = append(sizes, size{k, n})
-			}
-		})
-		if len(sizes) == 0 {
-			continue
-		}
-		slices.SortFunc(sizes, func(a, b size) int { return b.k - a.k })
-		bins := make([]int, capN+1) // nodes by free instances: ready ones, then new ones
-		for _, nid := range s.ready {
-			bins[s.nodes[nid].free[g]]++
-		}
-		nodes := 0
-		for _, sz := range sizes {
-			for n := sz.n; n > 0; {
-				c := sz.k
-				for c <= capN && bins[c] == 0 {
-					c++
-				}
-				if c > capN {
-					per := capN / sz.k
-					full := n / per
-					nodes += full
-					bins[capN-per*sz.k] += full
-					if rem := n % per; rem > 0 {
-						nodes++
-						bins[capN-rem*sz.k]++
-					}
-					break
-				}
-				take := min(n, c/sz.k)
-				bins[c]--
-				bins[c-take*sz.k]++
-				n -= take
-			}
-		}
-		needed = max(needed, nodes)
+	if s.f.Layouts {
+		return s.nodesNeededAny()
 	}
-	return needed
+	capN := s.groups[wholeGroup].perNode
+	var sizes []askSize
+	for i := range s.sqs {
+		if q := &s.sqs[i]; q.g == wholeGroup && q.Len() > 0 && q.k <= capN {
+			sizes = append(sizes, askSize{q.k, q.Len()})
+		}
+	}
+	s.gangDemand(func(k, n int) {
+		if k <= capN {
+			sizes = append(sizes, askSize{k, n})
+		}
+	})
+	bins := make([]int, capN+1) // ready nodes by free instances
+	for _, nid := range s.ready {
+		bins[s.nodes[nid].free[wholeGroup]]++
+	}
+	return packNodes(sizes, capN, bins)
+}
+
+// nodesNeededAny is nodes_needed{device=any}: every waiting job's ask in
+// GPU-equivalents (units), whatever its kind, packed into the free units
+// of the ready nodes the scheduler may use (an ask fits a node with that
+// much free in all: the controller relays free GPUs to fit, the query's
+// optimistic rule), then into new nodes. An ask bigger than a node is
+// left out.
+func (s *sim) nodesNeededAny() int {
+	capU := s.cl.GPUsPerNode * s.unitsPerGPU
+	var sizes []askSize
+	for i := range s.sqs {
+		if q := &s.sqs[i]; q.Len() > 0 {
+			if u := q.k * s.groups[q.g].units; u <= capU {
+				sizes = append(sizes, askSize{u, q.Len()})
+			}
+		}
+	}
+	s.gangDemand(func(k, n int) {
+		if u := k * s.unitsPerGPU; u <= capU {
+			sizes = append(sizes, askSize{u, n})
+		}
+	})
+	bins := make([]int, capU+1) // ready nodes by free units
+	for _, nid := range s.ready {
+		if n := &s.nodes[nid]; !n.ineligible {
+			bins[max(0, capU-n.held)]++
+		}
+	}
+	return packNodes(sizes, capU, bins)
+}
+
+// askSize is n waiting asks of k (instances, or units).
+type askSize struct{ k, n int }
+
+// packNodes is how many new nodes of capN the asks need once packed best
+// fit, largest first, into the nodes bins counts by their free capacity
+// (bins[c]: nodes with c free; it is used up), then into new ones.
+func packNodes(sizes []askSize, capN int, bins []int) int {
+	slices.SortFunc(sizes, func(a, b askSize) int { return b.k - a.k })
+	nodes := 0
+	for _, sz := range sizes {
+		for n := sz.n; n > 0; {
+			c := sz.k
+			for c <= capN && bins[c] == 0 {
+				c++
+			}
+			if c > capN {
+				per := capN / sz.k
+				full := n / per
+				nodes += full
+				bins[capN-per*sz.k] += full
+				if rem := n % per; rem > 0 {
+					nodes++
+					bins[capN-rem*sz.k]++
+				}
+				break
+			}
+			take := min(n, c/sz.k)
+			bins[c]--
+			bins[c-take*sz.k]++
+			n -= take
+		}
+	}
+	return nodes
 }
 
 func (s *sim) sample() {

@@ -301,7 +301,7 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			// gpu-queue takes a boot_time of at least 1s: the real one,
 			// not the compressed one.
 			boot := max(time.Second, lat.Boot.Round(time.Second))
-			policy = harness.GPUQueuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Cluster.WholeGPUs(cfg.Features), s.Policy, boot)
+			policy = harness.GPUQueuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Cluster.WholeGPUs(cfg.Features), s.Policy, boot, cfg.Layouts)
 			// Its check runs tell whether the policy ran as written.
 			addr := harness.FreeAddr(t)
 			strategyMetrics = "http://" + addr + gpuqueue.MetricsPath
