@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,10 +36,8 @@ func parseNodeRange(s string) (nodeRange, error) {
 }
 
 // checkFrontier refuses the flags a frontier cannot honour, naming them.
-func checkFrontier(p tracereplay.Params, sweep time.Duration, convert, real string) error {
+func checkFrontier(p tracereplay.Params, convert, real string) error {
 	switch {
-	case sweep != 0:
-		return fmt.Errorf("frontier, sweep: both given; allowed: one of them")
 	case convert != "":
 		return fmt.Errorf("frontier, convert: both given; allowed: one of them")
 	case real != "":
@@ -66,36 +63,48 @@ func checkFrontier(p tracereplay.Params, sweep time.Duration, convert, real stri
 }
 
 // runFrontier models every configuration at each size of r on one
-// sample and writes the frontier's report and plot to out.
-func runFrontier(p tracereplay.Params, r nodeRange, out string, stdout, stderr io.Writer) int {
-	setup, err := p.Load()
-	if err != nil {
-		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
-		return 2
-	}
+// sample, or with step on a window of the trace every step, pooled, and
+// writes the frontier's report and plot to out.
+func runFrontier(p tracereplay.Params, r nodeRange, step time.Duration, out string, stdout, stderr io.Writer) int {
 	started := time.Now()
-	f, err := modelFrontier(setup, r)
-	if err != nil {
-		fmt.Fprintf(stderr, "bench-trace: frontier: %v\n", err)
-		return 1
+	var f report.Frontier
+	model := func(setup tracereplay.Setup) error {
+		g, err := modelFrontier(setup, r)
+		if err == nil {
+			err = f.Add(g)
+		}
+		return err
 	}
-	what := fmt.Sprintf("Sample: %s; %d jobs, offered load %.2f of %d nodes (-nodes); prices %g a reserved node-hour, %g on demand; the model at compression %g×, %d sizes × %d configurations in %s.",
-		setup.Trace.Source, len(setup.Trace.Jobs), p.OfferedLoad, setup.Cluster.Nodes, setup.PriceReserved, setup.PriceOnDemand, setup.Compression,
-		r.hi-r.lo+1, len(setup.Configs), time.Since(started).Round(time.Millisecond))
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
-		return 1
+	var what string
+	if step != 0 {
+		span, _, rc := eachWindow(p, step, stderr, model)
+		if rc != 0 {
+			return rc
+		}
+		what = sweepWhat(p, step, span, started) + fmt.Sprintf(" Pooled over %d windows: costs and node-hours add up, mean waits are over every job.", f.Windows)
+	} else {
+		setup, err := p.Load()
+		if err != nil {
+			fmt.Fprintf(stderr, "bench-trace: %v\n", err)
+			return 2
+		}
+		if f, err = modelFrontier(setup, r); err != nil {
+			fmt.Fprintf(stderr, "bench-trace: frontier: %v\n", err)
+			return 1
+		}
+		what = fmt.Sprintf("Sample: %s; %d jobs, offered load %.2f of %d nodes (-nodes).", setup.Trace.Source, len(setup.Trace.Jobs), p.OfferedLoad, p.Nodes)
+	}
+	what += fmt.Sprintf(" Prices %g a reserved node-hour, %g on demand; the model at compression %g×, %d sizes in %s.",
+		p.PriceReserved, p.PriceOnDemand, p.Compression, r.hi-r.lo+1, time.Since(started).Round(time.Millisecond))
+	path := filepath.Join(out, frontierFile)
+	if rc := writeReport(path, f.Markdown("Trace replay (model): cost against wait", what), stderr); rc != 0 {
+		return rc
 	}
 	if err := f.WritePlot(out); err != nil {
 		fmt.Fprintf(stderr, "bench-trace: frontier: %v\n", err)
 		return 1
 	}
-	path := filepath.Join(out, frontierFile)
-	if err := os.WriteFile(path, []byte(f.Markdown("Trace replay (model): cost against wait", what)), 0o644); err != nil {
-		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%d sizes × %d configs; report: %s\n", r.hi-r.lo+1, len(setup.Configs), path)
+	fmt.Fprintf(stdout, "%d sizes × %d configs; report: %s\n", r.hi-r.lo+1, len(f.Curves), path)
 	return 0
 }
 

@@ -41,60 +41,87 @@ func checkSweep(step time.Duration, p tracereplay.Params, convert, real string) 
 // runSweep models a window every step from the trace's start to its last
 // arrival and writes the pooled report.
 func runSweep(p tracereplay.Params, step time.Duration, out string, stdout, stderr io.Writer) int {
-	span, err := traceSpan(p)
-	if err != nil {
-		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
-		return 2
-	}
 	started := time.Now()
 	var sw *report.Sweep
-	for start := time.Duration(0); start <= span; start += step {
-		q := p
-		q.Start = start.String()
-		setup, err := q.Load()
-		if errors.Is(err, tracereplay.ErrNoJobs) {
-			if sw != nil {
-				sw.Skipped++
-			}
-			continue
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "bench-trace: window at %s: %v\n", q.Start, err)
-			return 2
-		}
+	span, skipped, rc := eachWindow(p, step, stderr, func(setup tracereplay.Setup) error {
 		if sw == nil {
 			sw = report.NewSweep(configNames(setup.Configs))
-			sw.Skipped = int(start / step)
 		}
 		results, err := modelConfigs(setup)
 		if err == nil {
 			err = sw.Add(setup.Trace, results)
 		}
+		return err
+	})
+	if rc != 0 {
+		return rc
+	}
+	sw.Skipped = skipped
+	path := filepath.Join(out, sweepFile)
+	if rc := writeReport(path, sw.Markdown("Trace replay (model), many windows", sweepWhat(p, step, span, started)), stderr); rc != 0 {
+		return rc
+	}
+	fmt.Fprintf(stdout, "%d windows × %d configs in %s; report: %s\n", sw.Windows, len(sw.Configs), time.Since(started).Round(time.Millisecond), path)
+	return 0
+}
+
+// eachWindow loads a window of p every step from the trace's start to its
+// last arrival and calls model with each that holds jobs. It returns the
+// trace's span, the windows skipped for holding no job, and an exit code
+// (not 0: it wrote why to stderr; 1 too where no window holds a job).
+func eachWindow(p tracereplay.Params, step time.Duration, stderr io.Writer, model func(tracereplay.Setup) error) (time.Duration, int, int) {
+	span, err := traceSpan(p)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
+		return 0, 0, 2
+	}
+	skipped, modelled := 0, 0
+	for start := time.Duration(0); start <= span; start += step {
+		q := p
+		q.Start = start.String()
+		setup, err := q.Load()
+		if errors.Is(err, tracereplay.ErrNoJobs) {
+			skipped++
+			continue
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "bench-trace: window at %s: %v\n", q.Start, err)
-			return 1
+			return span, skipped, 2
 		}
+		if err := model(setup); err != nil {
+			fmt.Fprintf(stderr, "bench-trace: window at %s: %v\n", q.Start, err)
+			return span, skipped, 1
+		}
+		modelled++
 	}
-	if sw == nil {
+	if modelled == 0 {
 		fmt.Fprintf(stderr, "bench-trace: sweep: no window of %s holds a job\n", p.Window)
-		return 1
+		return span, skipped, 1
 	}
+	return span, skipped, 0
+}
+
+// sweepWhat says how a sweep's windows were drawn and modelled.
+func sweepWhat(p tracereplay.Params, step, span time.Duration, started time.Time) string {
 	sample := fmt.Sprintf("load %.2f of %d nodes", p.OfferedLoad, p.Nodes)
 	if p.Jobs > 0 {
 		sample = fmt.Sprintf("%d jobs", p.Jobs)
 	}
-	what := fmt.Sprintf("A window of %s every %s of %s (%s of trace), each sampled as one window is (seed %d, %s), modelled in %s.",
+	return fmt.Sprintf("A window of %s every %s of %s (%s of trace), each sampled as one window is (seed %d, %s), modelled in %s.",
 		p.Window, step, filepath.Base(p.TracePath()), span.Round(time.Hour), p.Seed, sample, time.Since(started).Round(time.Second))
-	if err := os.MkdirAll(out, 0o755); err != nil {
+}
+
+// writeReport writes a report's Markdown to path, creating its directory;
+// not 0 when it could not (it wrote why to stderr).
+func writeReport(path, md string, stderr io.Writer) int {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
 		return 1
 	}
-	path := filepath.Join(out, sweepFile)
-	if err := os.WriteFile(path, []byte(sw.Markdown("Trace replay (model), many windows", what)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
 		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%d windows × %d configs in %s; report: %s\n", sw.Windows, len(sw.Configs), time.Since(started).Round(time.Millisecond), path)
 	return 0
 }
 

@@ -55,7 +55,7 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "bench-trace", "directory the report and plots are written to")
 	convert := fs.String("convert", "", `write the selected jobs to this replay CSV ("-": stdout) and exit`)
 	real := fs.String("real", "", "a real run's record ("+tracereplay.RealRunFile+"): model it again and rewrite its report to -out")
-	frontier := fs.String("frontier", "", `model every configuration at each node count of "lo:hi" (an autoscaled one with it as its maximum, from -min-nodes) and write the cost–wait frontier against baseline on -nodes to `+frontierFile+` in -out`)
+	frontier := fs.String("frontier", "", `model every configuration at each node count of "lo:hi" (an autoscaled one with it as its maximum, from -min-nodes) and write the cost–wait frontier against baseline on -nodes to `+frontierFile+` in -out (with -sweep: every window's, pooled)`)
 	sweep := fs.Duration("sweep", 0, "model a window of -window every this much trace time, from the trace's start to its end, and pool their figures into "+sweepFile+" in -out (0: one window)")
 	// The model runs in trace time; its -compression only scales its
 	// wall-clock latencies and policy times. 1 models a cluster in real
@@ -75,13 +75,16 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	if *frontier != "" {
 		r, err := parseNodeRange(*frontier)
 		if err == nil {
-			err = checkFrontier(p, *sweep, *convert, *real)
+			err = checkFrontier(p, *convert, *real)
+		}
+		if err == nil && *sweep != 0 {
+			err = checkSweep(*sweep, p, *convert, *real)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "bench-trace: %v\n", err)
 			return 2
 		}
-		return runFrontier(p, r, *out, stdout, stderr)
+		return runFrontier(p, r, *sweep, *out, stdout, stderr)
 	}
 	if *sweep != 0 {
 		if err := checkSweep(*sweep, p, *convert, *real); err != nil {

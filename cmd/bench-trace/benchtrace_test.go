@@ -125,11 +125,23 @@ func TestBenchTraceFrontier(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, report.FrontierPlot)); err != nil {
 		t.Error(err)
 	}
+	// With -sweep, the three windows of TestBenchTraceSweep, pooled.
+	if rc := runBenchTrace(append(slices.Clone(base), "-frontier", "1:2", "-sweep", "1m", "-window", "2m", "-out", out), &stdout, &stderr); rc != 0 {
+		t.Fatalf("sweep: exit %d: %s", rc, stderr.String())
+	}
+	if md, err = os.ReadFile(filepath.Join(out, frontierFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Pooled over 3 windows", "| baseline | 1 * |", " | – | "} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("pooled %s lacks %q:\n%s", frontierFile, want, md)
+		}
+	}
 	for _, tc := range []struct{ args, want string }{
 		{"-frontier 3", `frontier: "3"; allowed: lo:hi`},
 		{"-frontier 2:1", `frontier: "2:1"; allowed`},
 		{"-frontier 0:2", `frontier: "0:2"; allowed`},
-		{"-frontier 1:2 -sweep 1h", "frontier, sweep: both given"},
+		{"-frontier 1:2 -sweep -1h", "sweep: -1h0m0s; allowed"},
 		{"-frontier 1:2 -real x.json.gz", "frontier, real: both given"},
 		{"-frontier 1:2 -configs nomad-gpu-fixed", "frontier, configs: no baseline"},
 		{"-frontier 1:2 -configs baseline,+autoscale,fixed-like-autoscale", "frontier, configs: fixed-like-autoscale"},

@@ -36,15 +36,32 @@ type FrontierPoint struct {
 	// figures of the same names.
 	Cost, NodeHours, LostGPUHours float64
 	// Wait is the mean wait (with re-waits), WaitP95 its 95th
-	// percentile, WaitTop the mean of the highest priority tier.
+	// percentile (0 when pooled: Frontier.Add), WaitTop the mean of the
+	// highest priority tier; Jobs and TopJobs the jobs they are over.
 	Wait, WaitP95, WaitTop time.Duration
+	Jobs, TopJobs          int
+}
+
+// add pools q into p: sums, and means weighed by their jobs. A pooled
+// point has no 95th percentile.
+func (p *FrontierPoint) add(q FrontierPoint) {
+	mean := func(a time.Duration, n int, b time.Duration, m int) time.Duration {
+		if n+m == 0 {
+			return 0
+		}
+		return time.Duration((float64(a)*float64(n) + float64(b)*float64(m)) / float64(n+m))
+	}
+	p.Cost, p.NodeHours, p.LostGPUHours = p.Cost+q.Cost, p.NodeHours+q.NodeHours, p.LostGPUHours+q.LostGPUHours
+	p.Wait, p.WaitTop = mean(p.Wait, p.Jobs, q.Wait, q.Jobs), mean(p.WaitTop, p.TopJobs, q.WaitTop, q.TopJobs)
+	p.Jobs, p.TopJobs, p.WaitP95 = p.Jobs+q.Jobs, p.TopJobs+q.TopJobs, 0
 }
 
 // PointOf is the frontier point of a result's figures at nodes.
 func PointOf(nodes int, f figures.Figures) FrontierPoint {
-	p := FrontierPoint{Nodes: nodes, Cost: f.Cost, NodeHours: f.NodeHours, LostGPUHours: f.LostGPUHours, Wait: f.Wait.Mean, WaitP95: f.Wait.P95}
+	p := FrontierPoint{Nodes: nodes, Cost: f.Cost, NodeHours: f.NodeHours, LostGPUHours: f.LostGPUHours, Wait: f.Wait.Mean, WaitP95: f.Wait.P95, Jobs: f.Wait.N}
 	if len(f.WaitByTier) > 0 {
-		p.WaitTop = f.WaitByTier[slices.Max(slices.Collect(maps.Keys(f.WaitByTier)))].Mean
+		top := f.WaitByTier[slices.Max(slices.Collect(maps.Keys(f.WaitByTier)))]
+		p.WaitTop, p.TopJobs = top.Mean, top.N
 	}
 	return p
 }
@@ -127,6 +144,44 @@ type Frontier struct {
 	Reference string
 	Ref       FrontierPoint
 	Curves    []FrontierCurve
+	// Windows is how many samples Add pooled (0: one, not pooled).
+	Windows int
+}
+
+// Add pools g, the same configurations at the same sizes on another
+// sample (a window of a sweep), into f: costs and node-hours add up, mean
+// waits are over every job of both. An empty f takes g.
+func (f *Frontier) Add(g Frontier) error {
+	if len(f.Curves) == 0 {
+		f.Reference, f.Ref = g.Reference, g.Ref
+		f.Curves = make([]FrontierCurve, len(g.Curves))
+		for i, c := range g.Curves {
+			f.Curves[i] = FrontierCurve{Config: c.Config, Points: slices.Clone(c.Points)}
+		}
+		for i := range f.Curves {
+			for k := range f.Curves[i].Points {
+				f.Curves[i].Points[k].WaitP95 = 0
+			}
+		}
+		f.Ref.WaitP95, f.Windows = 0, 1
+		return nil
+	}
+	if len(g.Curves) != len(f.Curves) {
+		return fmt.Errorf("frontier: %d configurations to pool into %d", len(g.Curves), len(f.Curves))
+	}
+	for i, c := range g.Curves {
+		if c.Config != f.Curves[i].Config || len(c.Points) != len(f.Curves[i].Points) {
+			return fmt.Errorf("frontier: %s at %d sizes to pool into %s at %d", c.Config, len(c.Points), f.Curves[i].Config, len(f.Curves[i].Points))
+		}
+	}
+	for i, c := range g.Curves {
+		for k, p := range c.Points {
+			f.Curves[i].Points[k].add(p)
+		}
+	}
+	f.Ref.add(g.Ref)
+	f.Windows++
+	return nil
 }
 
 // FrontierPlot is the PNG Markdown links.
@@ -153,12 +208,16 @@ func (f Frontier) Markdown(title, what string) string {
 	for _, c := range f.Curves {
 		efficient := c.Pareto()
 		for _, p := range c.Points {
+			p95 := Human(p.WaitP95)
+			if f.Windows > 0 {
+				p95 = "–" // a percentile does not pool
+			}
 			mark := ""
 			if slices.Contains(efficient, p) {
 				mark = " *"
 			}
 			fmt.Fprintf(&b, "| %s | %d%s | %.2f | %.1f | %s | %s | %s | %.2f |\n", cellText(c.Config), p.Nodes, mark, p.NodeHours, p.Cost,
-				Human(p.Wait), Human(p.WaitP95), Human(p.WaitTop), p.LostGPUHours)
+				Human(p.Wait), p95, Human(p.WaitTop), p.LostGPUHours)
 		}
 	}
 	b.WriteString("\n")

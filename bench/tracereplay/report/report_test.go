@@ -657,3 +657,29 @@ func TestFrontierReadings(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Pooling two samples' frontiers: costs add up, mean waits weigh by their
+// jobs, percentiles drop; a frontier of other configurations is refused.
+func TestFrontierAdd(t *testing.T) {
+	m := time.Minute
+	one := func(cost float64, wait time.Duration, jobs int) Frontier {
+		p := FrontierPoint{Nodes: 2, Cost: cost, NodeHours: cost / 10, Wait: wait, WaitP95: 2 * wait, Jobs: jobs, WaitTop: wait / 2, TopJobs: jobs / 2}
+		return Frontier{Reference: "ref", Ref: p, Curves: []FrontierCurve{{Config: "x", Points: []FrontierPoint{p}}}}
+	}
+	var f Frontier
+	for _, g := range []Frontier{one(100, 10*m, 10), one(300, 30*m, 30)} {
+		if err := f.Add(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := f.Curves[0].Points[0]
+	want := FrontierPoint{Nodes: 2, Cost: 400, NodeHours: 40, Wait: 25 * m, Jobs: 40, WaitTop: 12*m + 30*time.Second, TopJobs: 20}
+	if got != want || f.Ref != want || f.Windows != 2 {
+		t.Errorf("pooled %+v, reference %+v over %d windows; want %+v over 2", got, f.Ref, f.Windows, want)
+	}
+	other := one(1, m, 1)
+	other.Curves[0].Config = "y"
+	if err := f.Add(other); err == nil || !strings.Contains(err.Error(), "y at 1 sizes to pool into x") {
+		t.Errorf("another configuration pooled: %v", err)
+	}
+}
