@@ -20,12 +20,13 @@ import (
 // promise, what is the cheapest cluster, and does nomad-gpu make it
 // cheaper? One sample modelled at a range of cluster sizes (a fixed
 // cluster's nodes, an autoscaled pool's maximum over its reserved
-// minimum) gives each
-// configuration points of cost against wait. A configuration is read at
-// the reference's wait (what serving as well costs it) and at the
-// reference's cost (how well it serves for as much), the reference being
-// the baseline on the run's -nodes: one figure at equal service, one at
-// equal money, where a table of one cluster size gives neither.
+// minimum) gives each configuration points of cost against wait. A
+// configuration is read at the reference's wait (what serving as well
+// costs it) and at the reference's cost (how well it serves for as
+// much), the reference being the baseline on the run's -nodes: one
+// figure at equal service, one at equal money, where a table of one
+// cluster size gives neither. Many samples (windows of a sweep) pool
+// into one frontier (Frontier.Add).
 
 // FrontierPoint is one configuration modelled at one size.
 type FrontierPoint struct {
