@@ -112,7 +112,8 @@ func (s *sim) scaleIn(n int) {
 
 // nodesNeeded is nodes_needed{device=nvidia/gpu}: the waiting (blocked)
 // jobs asking for whole GPUs packed best fit, largest first, into the
-// free whole GPUs of ready nodes, then into new nodes (packNodes). Jobs
+// free whole GPUs of schedulable nodes (ready, not held ineligible by a
+// move, as the APM counts them), then into new nodes (packNodes). Jobs
 // no empty node fits are left out: more nodes cannot place them. Jobs
 // asking for MPS shares or MIG instances are not counted, as the query
 // does not match them. A pool whose layouts follow the queue asks
@@ -134,9 +135,11 @@ func (s *sim) nodesNeeded() int {
 			sizes = append(sizes, askSize{k, n})
 		}
 	})
-	bins := make([]int, capN+1) // ready nodes by free instances
+	bins := make([]int, capN+1) // schedulable nodes by free instances
 	for _, nid := range s.ready {
-		bins[s.nodes[nid].free[wholeGroup]]++
+		if n := &s.nodes[nid]; !n.ineligible {
+			bins[n.free[wholeGroup]]++
+		}
 	}
 	return packNodes(sizes, capN, bins)
 }
@@ -162,7 +165,7 @@ func (s *sim) nodesNeededAny() int {
 			sizes = append(sizes, askSize{u, n})
 		}
 	})
-	bins := make([]int, capU+1) // ready nodes by free units
+	bins := make([]int, capU+1) // schedulable nodes by free units
 	for _, nid := range s.ready {
 		if n := &s.nodes[nid]; !n.ineligible {
 			bins[max(0, capU-n.held)]++
