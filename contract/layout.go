@@ -30,6 +30,13 @@ const (
 	// and removes it (relief of an overloaded MPS GPU); a plugin follows
 	// it with layout.enabled.
 	MetaHoldPrefix = "nomad_gpu.hold."
+	// DrainMetaScaleIn is the drain meta key (`nomad node drain -meta`,
+	// kept in the node's last drain) by which the controller marks a node
+	// it emptied for removal (scale-in by consolidation): the node is
+	// ineligible and runs nothing, and the APM counts it in
+	// nodes_removable until the autoscaler removes it or the controller
+	// makes it eligible again. Its value says why.
+	DrainMetaScaleIn = "nomad_gpu_scale_in"
 )
 
 // SliceLayout is the type of the device group, one per GPU and named by

@@ -55,6 +55,8 @@ type MoveConfig struct {
 	HoldMax time.Duration
 	// Relief moves clients off overloaded MPS GPUs (relief.go).
 	Relief ReliefConfig
+	// ScaleIn empties surplus nodes for the autoscaler (scalein.go).
+	ScaleIn ScaleInConfig
 }
 
 // Hold is a node the move module made ineligible while the allocations
@@ -73,6 +75,11 @@ type Hold struct {
 	// nil once made (Since is then when, Stopped the allocation stopped).
 	Stop    *MoveRecord `json:"stop,omitempty"`
 	Stopped string      `json:"stopped,omitempty"`
+	// Remove: the node is emptied for removal (scale-in), and held until
+	// it is gone or takes work again; Marked once its drain marks it
+	// (contract.DrainMetaScaleIn).
+	Remove bool `json:"remove,omitempty"`
+	Marked bool `json:"marked,omitempty"`
 }
 
 // MoveRecord is one allocation moved: kept for the budget and for
@@ -125,6 +132,9 @@ type Mover struct {
 	loads     map[string]*gpuLoad
 	shareLoad map[string]float64
 	sampled   time.Time
+	// wanted is, by node of a scale-in pool, the last time a queued
+	// allocation could use it (scalein.go).
+	wanted map[string]time.Time
 }
 
 // NewMover is the module with the moves recorded before.
@@ -208,9 +218,10 @@ func (m *Mover) Reserved() string {
 // Record notes a move made: the budget counts it.
 func (m *Mover) Record(r MoveRecord) { m.history = append(m.history, r) }
 
-// Holding notes the node the controller made ineligible for a plan.
+// Holding notes the node the controller made ineligible for a plan (a
+// scale-in plan's, Ask.Job "", for removal).
 func (m *Mover) Holding(now time.Time, p consolidate.Plan) Hold {
-	h := Hold{Node: p.Node.ID, NodeName: p.Node.Name, Since: now}
+	h := Hold{Node: p.Node.ID, NodeName: p.Node.Name, Since: now, Remove: p.Ask.Job == ""}
 	for _, mv := range p.Moves {
 		h.Moved = append(h.Moved, mv.Alloc.Namespace+"/"+mv.Alloc.Job)
 	}
@@ -228,8 +239,8 @@ func (m *Mover) Held() *Hold { return m.hold }
 // Released.
 func (m *Mover) Release(now time.Time, snap *nomadview.Snapshot) bool {
 	h := m.hold
-	if h == nil {
-		return false
+	if h == nil || h.Remove {
+		return false // a hold for removal ends otherwise (scaleInHold)
 	}
 	if now.Sub(h.Since) >= m.cfg.HoldMax || now.Before(h.Since) {
 		return true
@@ -237,22 +248,10 @@ func (m *Mover) Release(now time.Time, snap *nomadview.Snapshot) bool {
 	if h.Stop != nil {
 		return false // the relief move is not made yet
 	}
-	placed := map[string]bool{}
-	for _, a := range snap.Allocs {
-		if h.GPU != "" && a.ID == h.Stopped {
-			return false // still pending or running: the client loads the GPU, a reading now would count it
-		}
-		if (a.NodeID != h.Node || h.GPU != "") && time.Unix(0, a.CreateTime).After(h.Since) &&
-			(a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning) {
-			placed[a.Namespace+"/"+a.JobID] = true
-		}
+	if h.GPU != "" && slices.ContainsFunc(snap.Allocs, func(a *api.AllocationListStub) bool { return a.ID == h.Stopped }) {
+		return false // still pending or running: the client loads the GPU, a reading now would count it
 	}
-	for _, j := range h.Moved {
-		if !placed[j] {
-			return false
-		}
-	}
-	return true
+	return movedPlaced(*h, snap)
 }
 
 // Released forgets the hold. A GPU held for relief starts its window
@@ -398,22 +397,9 @@ func freeWholeGPUs(snap *nomadview.Snapshot, q queuedAsk, skip map[string]bool) 
 			!slices.ContainsFunc(q.datacenters, func(p string) bool { return nomadview.DatacenterMatch(p, n.Datacenter) }) {
 			continue
 		}
-		node := consolidate.Node{ID: n.ID, Name: n.Name}
-		gpus, fits := false, true
-		for _, d := range n.NodeResources.Devices {
-			if d == nil || d.Vendor != contract.Vendor || d.Type != contract.SliceGPU {
-				continue
-			}
-			gpus = true
-			fits = fits && q.device.Compatible(nomadview.DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name})
-			for _, in := range d.Instances {
-				if in != nil && (nomadview.FreeRule{}).Free(in.Healthy, held[n.ID][in.ID]) {
-					node.Free++
-				}
-			}
-		}
-		if gpus && fits {
-			out = append(out, node)
+		gpus := nodeGPUs(n)
+		if len(gpus) > 0 && !slices.ContainsFunc(gpus, func(d nomadview.DeviceSpec) bool { return !q.device.Compatible(d) }) {
+			out = append(out, wholeGPUNode(n, held[n.ID]))
 		}
 	}
 	return out
@@ -551,8 +537,11 @@ func moveReason(p consolidate.Plan, mv consolidate.Move) string {
 }
 
 // movePurpose is what a plan's moves are for: "to free 4 GPUs on gpu-2
-// for hpc-3".
+// for hpc-3", or for scale-in "to empty gpu-2 for removal".
 func movePurpose(p consolidate.Plan) string {
+	if p.Ask.Job == "" {
+		return fmt.Sprintf("to empty %s for removal", p.Node.Name)
+	}
 	return fmt.Sprintf("to free %d GPUs on %s for %s", p.Ask.Count, p.Node.Name, p.Ask.Job)
 }
 

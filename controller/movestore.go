@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/controller/consolidate"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -80,6 +81,10 @@ func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger 
 		return
 	}
 	changed := c.resumed(now, view)
+	c.mover.noteWanted(now, view.Snap)
+	if c.scaleInHold(ctx, now, view.Snap) {
+		changed = true
+	}
 	if h := c.mover.Held(); h != nil && h.Stop != nil && gpuHeldSeen(view.Snap, *h) {
 		c.stopHeld(ctx, now, h)
 		changed = true
@@ -101,41 +106,57 @@ func (c *Controller) move(ctx context.Context, now time.Time, view View, ledger 
 		c.holdGPU(ctx, now, rp)
 		changed = true
 	}
-	if p, ok := c.mover.Step(ctx, now, view, ledger, c.specs.get(c.api, view), c.layouts.Relaying(view.Snap)); ok {
-		c.log.Info("decision", "kind", "consolidate", "reason", p.String())
-		h := c.mover.Holding(now, p)
-		if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History(), &h); err != nil {
-			c.log.Warn("move history not written; nothing moved", "error", err)
-			c.mover.Released()
+	relaying := c.layouts.Relaying(view.Snap)
+	if p, ok := c.mover.Step(ctx, now, view, ledger, c.specs.get(c.api, view), relaying); ok {
+		if !c.consolidate(ctx, now, p, "consolidate") {
 			return
 		}
-		if _, err := c.api.Nodes().ToggleEligibility(p.Node.ID, false, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-			c.log.Warn("node not held; nothing moved", "node", p.Node.Name, "error", err)
-			c.mover.Released()
-			changed = true
-			p.Moves = nil
+		changed = true
+	} else if p, ok := c.mover.ScaleIn(ctx, now, view, ledger, c.specs.get(c.api, view), relaying); ok {
+		if !c.consolidate(ctx, now, p, "scale-in") {
+			return
 		}
-		for _, mv := range p.Moves {
-			reason := moveReason(p, mv)
-			q := (&api.QueryOptions{Namespace: mv.Alloc.Namespace}).WithContext(ctx)
-			if _, err := c.api.Allocations().Stop(&api.Allocation{ID: mv.Alloc.ID, Namespace: mv.Alloc.Namespace}, q); err != nil {
-				if ctx.Err() == nil {
-					c.log.Warn("allocation not stopped; the consolidation waits for the next plan", "alloc", mv.Alloc.ID, "error", err)
-				}
-				continue
-			}
-			c.mover.Record(MoveRecord{At: now, Namespace: mv.Alloc.Namespace, Job: mv.Alloc.Job, Alloc: mv.Alloc.ID,
-				From: p.Node.Name, GPUs: mv.Alloc.GPUs, Reason: reason, For: movePurpose(p)})
-			c.metrics.moved("consolidate")
-			c.decided(Decision{"moved", JobKey{Namespace: mv.Alloc.Namespace, ID: mv.Alloc.Job}, reason})
-			changed = true
-		}
+		changed = true
 	}
 	if changed {
 		if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History(), c.mover.Held()); err != nil && ctx.Err() == nil {
 			c.log.Warn("move history not written", "error", err)
 		}
 	}
+}
+
+// consolidate holds a plan's node and stops its allocations, each stop
+// recorded and logged with its reason; kind is the decision's and the
+// moves metric's ("consolidate", "scale-in"). False when the history
+// could not be written: nothing was done.
+func (c *Controller) consolidate(ctx context.Context, now time.Time, p consolidate.Plan, kind string) bool {
+	c.log.Info("decision", "kind", kind, "reason", p.String())
+	h := c.mover.Holding(now, p)
+	if err := putMoves(ctx, c.api, c.cfg.Namespace, c.mover.History(), &h); err != nil {
+		c.log.Warn("move history not written; nothing moved", "error", err)
+		c.mover.Released()
+		return false
+	}
+	if _, err := c.api.Nodes().ToggleEligibility(p.Node.ID, false, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		c.log.Warn("node not held; nothing moved", "node", p.Node.Name, "error", err)
+		c.mover.Released()
+		return true
+	}
+	for _, mv := range p.Moves {
+		reason := moveReason(p, mv)
+		q := (&api.QueryOptions{Namespace: mv.Alloc.Namespace}).WithContext(ctx)
+		if _, err := c.api.Allocations().Stop(&api.Allocation{ID: mv.Alloc.ID, Namespace: mv.Alloc.Namespace}, q); err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("allocation not stopped; the consolidation waits for the next plan", "alloc", mv.Alloc.ID, "error", err)
+			}
+			continue
+		}
+		c.mover.Record(MoveRecord{At: now, Namespace: mv.Alloc.Namespace, Job: mv.Alloc.Job, Alloc: mv.Alloc.ID,
+			From: p.Node.Name, GPUs: mv.Alloc.GPUs, Reason: reason, For: movePurpose(p)})
+		c.metrics.moved(kind)
+		c.decided(Decision{"moved", JobKey{Namespace: mv.Alloc.Namespace, ID: mv.Alloc.Job}, reason})
+	}
+	return true
 }
 
 // endHold makes a held node eligible again, or removes a GPU's hold from

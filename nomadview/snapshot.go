@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-gpu/nomad-gpu/contract"
 )
 
 // JobKey names a job in a namespace.
@@ -81,4 +83,25 @@ func (s *Snapshot) nodeIndex() map[string]*api.NodeListStub {
 // eligible and not draining.
 func Schedulable(n *api.NodeListStub) bool {
 	return n.Status == api.NodeStatusReady && n.SchedulingEligibility == api.NodeSchedulingEligible && !n.Drain
+}
+
+// EmptiedForRemoval says the controller emptied n for removal: it is
+// ineligible, and its last drain carries contract.DrainMetaScaleIn (a
+// drain since, such as the autoscaler's own, replaces the mark).
+func EmptiedForRemoval(n *api.NodeListStub) bool {
+	return n.SchedulingEligibility == api.NodeSchedulingIneligible && n.LastDrain != nil &&
+		n.LastDrain.Meta[contract.DrainMetaScaleIn] != ""
+}
+
+// WorkOn is the pending or running allocations on a node, system jobs'
+// left out (a drain that ignores system jobs leaves them, and a node
+// running only those is empty to the autoscaler's empty_ignore_system).
+func (s *Snapshot) WorkOn(nodeID string) []*api.AllocationListStub {
+	var out []*api.AllocationListStub
+	for _, a := range s.Allocs {
+		if a != nil && a.NodeID == nodeID && a.JobType != api.JobTypeSystem && a.JobType != api.JobTypeSysbatch {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -146,7 +146,7 @@ func (c *cache) close() {
 // list too: its summaries say how many of a group wait.
 func needs(q Query) []nomadview.List {
 	switch q.Metric {
-	case MetricAllocPct:
+	case MetricAllocPct, MetricNodesRemovable:
 		return []nomadview.List{nomadview.Nodes, nomadview.Allocs}
 	case MetricUtilPct, MetricNodesReady:
 		return []nomadview.List{nomadview.Nodes}

@@ -23,7 +23,9 @@ func SnapshotOf(v *nomadview.Snapshot, runs bool) *Snapshot {
 	s.Nodes = make([]Node, 0, len(v.Nodes))
 	for _, n := range v.Nodes {
 		if n != nil {
-			s.Nodes = append(s.Nodes, nodeOf(n, held[n.ID]))
+			node := nodeOf(n, held[n.ID])
+			node.Removable = nomadview.EmptiedForRemoval(n) && len(v.WorkOn(n.ID)) == 0
+			s.Nodes = append(s.Nodes, node)
 		}
 	}
 	byID := make(map[string]*Node, len(s.Nodes))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
 )
 
@@ -136,5 +137,46 @@ func TestSnapshotOf(t *testing.T) {
 	}
 	if s := SnapshotOf(viewFixture(t0), false); s.Runs != nil {
 		t.Errorf("runs without the cluster figures: %v", s.Runs)
+	}
+}
+
+// nodes_removable counts the nodes the controller emptied and marked for
+// removal that run nothing but system jobs, of the query's filter.
+func TestNodesRemovable(t *testing.T) {
+	marked := &api.DrainMetadata{Meta: map[string]string{contract.DrainMetaScaleIn: "emptied"}}
+	node := func(id, pool, eligibility string, drain *api.DrainMetadata) *api.NodeListStub {
+		return &api.NodeListStub{ID: id, Name: id, NodePool: pool, Status: api.NodeStatusReady, SchedulingEligibility: eligibility, LastDrain: drain}
+	}
+	v := &nomadview.Snapshot{
+		Nodes: []*api.NodeListStub{
+			node("empty", "gpu", api.NodeSchedulingIneligible, marked),
+			node("system-only", "gpu", api.NodeSchedulingIneligible, marked),
+			node("still-runs", "gpu", api.NodeSchedulingIneligible, marked),
+			node("eligible-again", "gpu", api.NodeSchedulingEligible, marked),
+			node("maintenance", "gpu", api.NodeSchedulingIneligible, &api.DrainMetadata{Meta: map[string]string{"message": "disk"}}),
+			node("other-pool", "cpu", api.NodeSchedulingIneligible, marked),
+		},
+		Allocs: []*api.AllocationListStub{
+			{ID: "a1", NodeID: "system-only", JobType: api.JobTypeSystem, ClientStatus: api.AllocClientStatusRunning},
+			{ID: "a2", NodeID: "still-runs", JobType: api.JobTypeBatch, ClientStatus: api.AllocClientStatusRunning},
+		},
+		Jobs: map[nomadview.JobKey]*api.JobListStub{},
+	}
+	s := SnapshotOf(v, false)
+	for _, c := range []struct {
+		query string
+		want  float64
+	}{
+		{"nodes_removable{node_pool=gpu}", 2},
+		{"nodes_removable{node_pool=cpu}", 1},
+		{"nodes_removable", 3},
+	} {
+		q, err := ParseQuery(c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Evaluate(q, s); err != nil || got != c.want {
+			t.Errorf("%s = %v, %v; want %v", c.query, got, err, c.want)
+		}
 	}
 }

@@ -20,11 +20,13 @@ const (
 	MetricUtilPct      = "gpu_util_pct"
 	MetricNodesNeeded  = "nodes_needed"
 	MetricNodesReady   = "nodes_ready"
+	// MetricNodesRemovable: nodes the controller emptied for removal.
+	MetricNodesRemovable = "nodes_removable"
 )
 
 var metricNames = []string{
 	MetricGPUsQueued, MetricAllocsQueued, MetricWaitMax, MetricWaitMean,
-	MetricAllocPct, MetricUtilPct, MetricNodesNeeded, MetricNodesReady,
+	MetricAllocPct, MetricUtilPct, MetricNodesNeeded, MetricNodesReady, MetricNodesRemovable,
 }
 
 // isQueueMetric reports whether a metric reads the queue (and so takes state=).
@@ -203,7 +205,7 @@ func validValueChar(r rune) bool {
 //
 // metric is one of gpus_queued, allocs_queued, wait_max_seconds,
 // wait_mean_seconds, gpu_alloc_pct, gpu_util_pct, nodes_needed,
-// nodes_ready. Keys are
+// nodes_ready, nodes_removable. Keys are
 // node_pool (alias pool), datacenter, node_class (alias class), device
 // (a device name, or any: every GPU kind, in GPU-equivalents),
 // state (queue metrics only: blocked, pending or all) and gpus_per_node

@@ -62,6 +62,9 @@ type Node struct {
 	// Used lists the device instances held by the node's non-terminal
 	// (pending or running) allocations.
 	Used []UsedDevices
+	// Removable: the controller emptied the node for removal
+	// (nomadview.EmptiedForRemoval) and it runs nothing but system jobs.
+	Removable bool
 }
 
 // Schedulable is a node new work can be placed on: ready, eligible and not
@@ -576,6 +579,14 @@ func Evaluate(q Query, s *Snapshot) (float64, error) {
 	case MetricNodesNeeded:
 		r := NodesNeeded(q, s)
 		return float64(r.Nodes), nil
+	case MetricNodesRemovable:
+		n := 0
+		for i := range s.Nodes {
+			if node := &s.Nodes[i]; node.Status == "ready" && node.Removable && node.matches(q.Filter) {
+				n++
+			}
+		}
+		return float64(n), nil
 	case MetricNodesReady:
 		// The nodes nodes_needed places on: a node that joined but has
 		// not fingerprinted its devices yet cannot take the queue.

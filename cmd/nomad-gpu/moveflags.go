@@ -11,9 +11,10 @@ import (
 
 // moveFlags are the controller's move module flags.
 type moveFlags struct {
-	on     bool
-	pools  string
-	config controller.MoveConfig
+	on           bool
+	pools        string
+	scaleInPools string
+	config       controller.MoveConfig
 }
 
 func (m *moveFlags) add(fs *flag.FlagSet) {
@@ -27,6 +28,10 @@ func (m *moveFlags) add(fs *flag.FlagSet) {
 	fs.Float64Var(&m.config.Relief.Low, "relief-low", 40, "an MPS GPU below this utilisation, percent, with free shares enough, shows a client of an overloaded GPU can move")
 	fs.DurationVar(&m.config.Relief.Window, "relief-window", 5*time.Minute, "how long an MPS GPU stays above -relief-high before a client moves off it")
 	fs.DurationVar(&m.config.Relief.Interval, "relief-interval", 15*time.Second, "how often the utilisation of MPS GPUs with clients is read (Nomad's node stats, one call per node)")
+	fs.StringVar(&m.scaleInPools, "scale-in-pools", "", "node pools whose surplus nodes are emptied for the autoscaler to remove (scale-in by consolidation), comma-separated; none: off")
+	fs.DurationVar(&m.config.ScaleIn.Quiet, "scale-in-quiet", 10*time.Minute, "how long no queued allocation could use a node before its work is moved off it for scale-in")
+	fs.IntVar(&m.config.ScaleIn.MinNodes, "scale-in-min-nodes", 0, "schedulable GPU nodes each scale-in pool keeps: the scaling policy's min")
+	fs.DurationVar(&m.config.ScaleIn.Wait, "scale-in-wait", 15*time.Minute, "the longest a node emptied for removal waits for the autoscaler before it takes work again")
 }
 
 // moves checks the flags; nil when -moves=false.
@@ -47,18 +52,47 @@ func (m *moveFlags) moves() (*controller.MoveConfig, error) {
 	if err := checkRelief(m.config.Relief); err != nil {
 		return nil, err
 	}
+	if err := checkScaleIn(m.config.ScaleIn); err != nil {
+		return nil, err
+	}
 	c := m.config
-	for _, p := range strings.Split(m.pools, ",") {
+	var err error
+	if c.Pools, err = poolNames("-move-pools", m.pools); err != nil {
+		return nil, err
+	}
+	if c.ScaleIn.Pools, err = poolNames("-scale-in-pools", m.scaleInPools); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// poolNames is a flag's comma-separated node pool names.
+func poolNames(flag, list string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(list, ",") {
 		p = strings.TrimSpace(p)
 		if p == "" {
 			continue
 		}
 		if strings.ContainsAny(p, " =*") {
-			return nil, fmt.Errorf("-move-pools: %q is not a node pool name; allowed: names, comma-separated, such as training,hpc", p)
+			return nil, fmt.Errorf("%s: %q is not a node pool name; allowed: names, comma-separated, such as training,hpc", flag, p)
 		}
-		c.Pools = append(c.Pools, p)
+		out = append(out, p)
 	}
-	return &c, nil
+	return out, nil
+}
+
+// checkScaleIn checks the scale-in flags.
+func checkScaleIn(s controller.ScaleInConfig) error {
+	switch {
+	case s.Quiet < time.Second || s.Quiet > 24*time.Hour:
+		return fmt.Errorf("-scale-in-quiet: %s; allowed: 1s to 24h", s.Quiet)
+	case s.MinNodes < 0 || s.MinNodes > 100000:
+		return fmt.Errorf("-scale-in-min-nodes: %d; allowed: 0 to 100000", s.MinNodes)
+	case s.Wait < time.Second || s.Wait > 24*time.Hour:
+		return fmt.Errorf("-scale-in-wait: %s; allowed: 1s to 24h", s.Wait)
+	}
+	return nil
 }
 
 // checkRelief checks the relief flags; High 0 (off) checks nothing else.

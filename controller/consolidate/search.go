@@ -69,8 +69,45 @@ func (p Plan) GPUsMoved() int {
 }
 
 func (p Plan) String() string {
+	if p.Ask.Job == "" {
+		return fmt.Sprintf("move %d allocations (%d GPUs) off %s to empty it for removal",
+			len(p.Moves), p.GPUsMoved(), p.Node.Name)
+	}
 	return fmt.Sprintf("move %d allocations (%d GPUs) off %s to free %d GPUs for %s/%s",
 		len(p.Moves), p.GPUsMoved(), p.Node.Name, p.Freed, p.Ask.Job, p.Ask.Group)
+}
+
+// Empty is the node of candidates whose allocations can all move onto
+// the other nodes' free GPUs now, for scale-in: the fewest allocations
+// moved, then the fewest GPUs, then the first by name (a node running
+// nothing needs none). A candidate running an allocation that may not
+// move is never emptied: its work is waited out. The plan's Ask is zero
+// but for Count, the GPUs the node has free once emptied.
+func Empty(nodes []Node, allocs []Alloc, candidates []string) (best Plan, ok bool) {
+	byName := slices.Clone(nodes)
+	slices.SortFunc(byName, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+	on := map[string][]Alloc{}
+	for _, a := range allocs {
+		on[a.Node] = append(on[a.Node], a)
+	}
+	for _, n := range byName {
+		if !slices.Contains(candidates, n.ID) || slices.ContainsFunc(on[n.ID], func(a Alloc) bool { return !a.Movable }) ||
+			len(on[n.ID]) > maxCandidates || ok && len(on[n.ID]) > len(best.Moves) {
+			continue
+		}
+		others := slices.DeleteFunc(slices.Clone(byName), func(o Node) bool { return o.ID == n.ID || o.Free <= 0 })
+		moves, fits := fit(on[n.ID], others)
+		if !fits {
+			continue
+		}
+		p := Plan{Node: n, Moves: moves}
+		p.Freed = n.Free + p.GPUsMoved()
+		p.Ask.Count = p.Freed
+		if !ok || better(p, best) {
+			best, ok = p, true
+		}
+	}
+	return best, ok
 }
 
 // maxCandidates bounds the allocations of one node the search combines

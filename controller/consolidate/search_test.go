@@ -132,3 +132,98 @@ func TestPlanString(t *testing.T) {
 		t.Errorf("String = %q", got)
 	}
 }
+
+func TestEmpty(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		nodes      []Node
+		allocs     []Alloc
+		candidates []string
+		// node is the node emptied, moves the allocations moved, sorted;
+		// empty node: no plan.
+		node  string
+		moves []string
+	}{
+		{
+			name:       "two nodes of 4 each half full: gpu-1's two move onto gpu-2",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 2}},
+			allocs:     []Alloc{movable("a1", "a", 1), movable("a2", "a", 1), movable("b1", "b", 1), movable("b2", "b", 1)},
+			candidates: []string{"a", "b"}, node: "gpu-1", moves: []string{"a1", "a2"},
+		},
+		{
+			name:       "the node with a pinned allocation is never emptied: the other one is",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 2}},
+			allocs:     []Alloc{pinned("a1", "a", 1), movable("a2", "a", 1), movable("b1", "b", 1), movable("b2", "b", 1)},
+			candidates: []string{"a", "b"}, node: "gpu-2", moves: []string{"b1", "b2"},
+		},
+		{
+			name:       "a pinned allocation on each node: nothing is emptied",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 2}},
+			allocs:     []Alloc{pinned("a1", "a", 1), movable("a2", "a", 1), pinned("b1", "b", 1), movable("b2", "b", 1)},
+			candidates: []string{"a", "b"},
+		},
+		{
+			name:       "a node running nothing needs no move, whatever its name",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 3}, {ID: "b", Name: "gpu-2", Free: 4}, {ID: "c", Name: "gpu-3", Free: 1}},
+			allocs:     []Alloc{movable("a1", "a", 1), movable("c1", "c", 3)},
+			candidates: []string{"a", "b", "c"}, node: "gpu-2",
+		},
+		{
+			name:       "the least loaded node: one allocation rather than two",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 3}, {ID: "c", Name: "gpu-3", Free: 1}},
+			allocs:     []Alloc{movable("a1", "a", 1), movable("a2", "a", 1), movable("b1", "b", 1), movable("c1", "c", 3)},
+			candidates: []string{"a", "b", "c"}, node: "gpu-2", moves: []string{"b1"},
+		},
+		{
+			name:       "equal moves: the fewer GPUs moved",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 3}, {ID: "c", Name: "gpu-3", Free: 4}},
+			allocs:     []Alloc{movable("a1", "a", 2), movable("b1", "b", 1)},
+			candidates: []string{"a", "b"}, node: "gpu-2", moves: []string{"b1"},
+		},
+		{
+			name:       "only candidates are emptied",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 2}, {ID: "b", Name: "gpu-2", Free: 4}},
+			allocs:     []Alloc{movable("a1", "a", 2)},
+			candidates: []string{"a"}, node: "gpu-1", moves: []string{"a1"},
+		},
+		{
+			name:       "the work does not fit on the others: nothing is emptied",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 1}, {ID: "b", Name: "gpu-2", Free: 1}},
+			allocs:     []Alloc{movable("a1", "a", 3), movable("b1", "b", 3)},
+			candidates: []string{"a", "b"},
+		},
+		{
+			name:       "the moved allocations must all fit: two of 2 on free 2 and 1 do not",
+			nodes:      []Node{{ID: "a", Name: "gpu-1", Free: 0}, {ID: "b", Name: "gpu-2", Free: 2}, {ID: "c", Name: "gpu-3", Free: 1}},
+			allocs:     []Alloc{movable("a1", "a", 2), movable("a2", "a", 2), pinned("b1", "b", 2), pinned("c1", "c", 3)},
+			candidates: []string{"a"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, ok := Empty(c.nodes, c.allocs, c.candidates)
+			if c.node == "" {
+				if ok {
+					t.Fatalf("Empty = %v, want no plan", p)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("Empty found no plan, want %v off %s", c.moves, c.node)
+			}
+			var moved []string
+			for _, m := range p.Moves {
+				moved = append(moved, m.Alloc.ID)
+				if m.To.ID == p.Node.ID {
+					t.Errorf("%s moved onto the node it empties", m.Alloc.ID)
+				}
+			}
+			slices.Sort(moved)
+			if p.Node.Name != c.node || !slices.Equal(moved, c.moves) {
+				t.Errorf("Empty = %v (%v off %s), want %v off %s", p, moved, p.Node.Name, c.moves, c.node)
+			}
+			if !strings.Contains(p.String(), "to empty it for removal") {
+				t.Errorf("String = %q, want it to say the node is emptied for removal", p)
+			}
+		})
+	}
+}
