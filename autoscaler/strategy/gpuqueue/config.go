@@ -34,9 +34,13 @@ const (
 	// work (nodes_ready). With it, capacity in flight is the count minus
 	// these, not a guess from nodes_needed.
 	SignalNodes Signal = "nodes"
+	// SignalRemovable: the target's nodes that the controller emptied for
+	// removal and that run nothing (the APM's nodes_removable). Above 0,
+	// the pool scales in by them at once unless it scales out.
+	SignalRemovable Signal = "removable"
 )
 
-var signals = []Signal{SignalNodesNeeded, SignalQueued, SignalWait, SignalUtil, SignalNodes}
+var signals = []Signal{SignalNodesNeeded, SignalQueued, SignalWait, SignalUtil, SignalNodes, SignalRemovable}
 
 // Config keys. signal and pool describe the check; the others are the
 // pool's rules (see the package documentation).

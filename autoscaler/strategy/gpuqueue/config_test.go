@@ -12,7 +12,7 @@ func TestBadConfig(t *testing.T) {
 	cases := []struct {
 		key, value, want string
 	}{
-		{"signal", "queue", `gpu-queue: signal: "queue" must be one of "nodes_needed", "queued", "wait", "util"`},
+		{"signal", "queue", `gpu-queue: signal: "queue" must be one of "nodes_needed", "queued", "wait", "util", "nodes", "removable"`},
 		{"pool", strings.Repeat("p", 201), `gpu-queue: pool: "ppp`},
 		{"activation", "0", `gpu-queue: activation: "0" must be a positive number`},
 		{"activation", "five", `gpu-queue: activation: "five" must be a positive number`},

@@ -8,7 +8,8 @@
 // work reaches an activation level or has waited too long, straight to
 // the capacity that places the queue, and scales in only after the queue
 // has been empty and utilisation low for a while, so the count does not
-// flap.
+// flap. Nodes the controller emptied for removal (the removable signal)
+// go at once, unless the pool scales out.
 //
 // Its keys, rules and metrics are described in docs/autoscaling.md (The
 // strategy gpu-queue) and docs/metrics.md (Check runs).

@@ -349,7 +349,7 @@ func (p *pool) decide(own *member, r rules, count int64, now time.Time, staleAft
 	u := p.bySignal[SignalUtil]
 
 	meta := map[string]any{"gpu-queue.pool": p.name}
-	for _, m := range []*member{n, p.bySignal[SignalQueued], w, u} {
+	for _, m := range []*member{n, p.bySignal[SignalQueued], w, u, p.bySignal[SignalRemovable]} {
 		if fresh(m) {
 			meta["gpu-queue."+string(m.signal)] = m.value
 		}
@@ -370,6 +370,9 @@ func (p *pool) decide(own *member, r rules, count int64, now time.Time, staleAft
 	if !q.empty() {
 		open, rule, why := p.gate(r, q, w, fresh, now)
 		if !open {
+			if a, ok := p.removable(r, count, fresh, meta); ok {
+				return a
+			}
 			return hold("gate", why)
 		}
 		if !p.latched {
@@ -419,6 +422,9 @@ func (p *pool) decide(own *member, r rules, count int64, now time.Time, staleAft
 		return autoscaler.Action{Count: desired, Direction: autoscaler.DirectionUp, Reason: b.String(), Meta: meta}
 	}
 	p.latched, p.latchWhy = false, ""
+	if a, ok := p.removable(r, count, fresh, meta); ok {
+		return a
+	}
 
 	// Scale in: every queue signal empty and utilisation below the floor,
 	// all of it for scale_in_after.
@@ -478,6 +484,37 @@ func (p *pool) decide(own *member, r rules, count int64, now time.Time, staleAft
 	return autoscaler.Action{Count: desired, Direction: autoscaler.DirectionDown, Meta: meta,
 		Reason: fmt.Sprintf("scale down from %d to %d: queue empty and util %s < floor %s for %s >= scale_in_after %s; -%d%s",
 			count, desired, pct(u.value), pct(r.Floor), held.Round(time.Second), r.ScaleInAfter, count-desired, limit)}
+}
+
+// removable is the scale-in of nodes the controller emptied for removal:
+// with a fresh removable check above 0 and no scale-out, the pool drops
+// them at once, at most max_scale_down at a time. No wait, empty queue or
+// utilisation applies: those nodes are ineligible and run nothing, so
+// removing them takes no capacity from the queue. ok is false where the
+// rule does not apply (no such check, a stale one, 0, or a count of 0):
+// the other rules decide.
+func (p *pool) removable(r rules, count int64, fresh func(*member) bool, meta map[string]any) (a autoscaler.Action, ok bool) {
+	m := p.bySignal[SignalRemovable]
+	if m == nil || !fresh(m) || count <= 0 {
+		return a, false
+	}
+	k := math.Floor(m.value + 1e-9) // a node count; whole nodes only
+	if k < 1 {
+		return a, false
+	}
+	step := min(int64(min(k, float64(count))), r.MaxScaleDown)
+	var b strings.Builder
+	fmt.Fprintf(&b, "scale down from %d to %d: removable %s (nodes the controller emptied for removal); -%d",
+		count, count-step, num(k), step)
+	switch {
+	case float64(step) == k:
+	case step == r.MaxScaleDown:
+		fmt.Fprintf(&b, ", capped by max_scale_down %d", r.MaxScaleDown)
+	default:
+		fmt.Fprintf(&b, ", capped by the count %d", count)
+	}
+	meta["gpu-queue.rule"] = string(SignalRemovable)
+	return autoscaler.Action{Count: count - step, Direction: autoscaler.DirectionDown, Reason: b.String(), Meta: meta}, true
 }
 
 // gate says whether queued work may scale out: it reached activation, or

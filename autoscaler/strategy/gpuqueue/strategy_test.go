@@ -3,6 +3,7 @@ package gpuqueue
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -625,5 +626,181 @@ func TestAnyDeviceQueries(t *testing.T) {
 		{at: iv, count: 1, v: vals(0, 0.125, 20, 100), dir: none, reason: []string{"queued 0.13 < activation 0.25"}},
 		// three MPS shares wait with the pool full: nodes_needed 1
 		{at: 2 * iv, count: 1, v: vals(1, 0.375, 40, 100), dir: up, want: 2, reason: []string{"queued 0.38 >= activation 0.25", "nodes_needed 1", "from 1 to 2"}},
+	})
+}
+
+// removablePolicy is the four-check policy plus a removable check, run last.
+func removablePolicy(extra ...string) []testCheck {
+	return append(policyChecks(extra...), check("removable", SignalRemovable, "pool", "gpu"))
+}
+
+// withRemovable adds the removable check's value (nodes the controller
+// emptied for removal) to a policy's values; a negative one leaves the
+// check out (its query failed).
+func withRemovable(v map[string]float64, removable float64) map[string]float64 {
+	if removable >= 0 {
+		v["removable"] = removable
+	}
+	return v
+}
+
+// TestRemovable: nodes the controller emptied for removal go at once, at
+// most max_scale_down at a time, unless the pool scales out.
+func TestRemovable(t *testing.T) {
+	busy := func(r float64) map[string]float64 { return withRemovable(vals(0, 0, 0, 50), r) }
+	cases := []struct {
+		name   string
+		checks []testCheck
+		steps  []step
+	}{
+		{"empty queue, util above floor: down by 1 at once", removablePolicy(), []step{
+			{at: 0, count: 3, v: busy(1), dir: none},
+			{at: iv, count: 3, v: busy(1), dir: down, want: 2,
+				reason: []string{"scale down from 3 to 2: removable 1 (nodes the controller emptied for removal); -1"}},
+		}},
+		{"capped by max_scale_down", removablePolicy("max_scale_down", "1"), []step{
+			{at: 0, count: 3, v: busy(2), dir: none},
+			{at: iv, count: 3, v: busy(2), dir: down, want: 2,
+				reason: []string{"scale down from 3 to 2: removable 2 (nodes the controller emptied for removal); -1, capped by max_scale_down 1"}},
+		}},
+		{"all of them within max_scale_down", removablePolicy("max_scale_down", "5"), []step{
+			{at: 0, count: 4, v: busy(2), dir: none},
+			{at: iv, count: 4, v: busy(2), dir: down, want: 2, reason: []string{"removable 2 (nodes the controller emptied for removal); -2"}},
+		}},
+		{"capped by the count", removablePolicy("max_scale_down", "5"), []step{
+			{at: 0, count: 1, v: busy(2), dir: none},
+			{at: iv, count: 1, v: busy(2), dir: down, want: 0, reason: []string{"-1, capped by the count 1"}},
+		}},
+		{"queue below activation: down", removablePolicy(), []step{
+			{at: 0, count: 3, v: withRemovable(vals(1, 2, 30, 90), 1), dir: none},
+			{at: iv, count: 3, v: withRemovable(vals(1, 2, 60, 90), 1), dir: down, want: 2, reason: []string{"removable 1"}},
+		}},
+		{"removable 0: as without it", removablePolicy(), concat(
+			[]step{
+				{at: 0, count: 3, v: busy(0), dir: none},
+				{at: iv, count: 3, v: busy(0), dir: none, reason: []string{"util 50% >= floor 30%"}},
+				{at: 2 * iv, count: 3, v: withRemovable(vals(1, 2, 60, 90), 0), dir: none, reason: []string{"queued 2 < activation 5"}},
+			},
+			every(3*iv, 11*time.Minute, iv, 3, withRemovable(vals(0, 0, 0, 10), 0), none, "of scale_in_after 10m0s"),
+			[]step{{at: 11*time.Minute + iv, count: 3, v: withRemovable(vals(0, 0, 0, 10), 0), dir: down, want: 2,
+				reason: []string{"queue empty and util 10% < floor 30% for 10m0s >= scale_in_after 10m0s"}}},
+		)},
+		{"count 0: hold", removablePolicy(), []step{
+			{at: 0, count: 0, v: withRemovable(vals(0, 0, 0, 0), 1), dir: none},
+			{at: iv, count: 0, v: withRemovable(vals(0, 0, 0, 0), 1), dir: none, reason: []string{"hold at 0"}},
+		}},
+		// The checks that run before the removable check see its value of
+		// the previous evaluation: a new removable node goes one evaluation
+		// later, and one that is gone is not removed again.
+		{"the removable check's own value decides", removablePolicy(), []step{
+			{at: 0, count: 3, v: busy(0), dir: none},
+			{at: iv, count: 3, v: busy(1), dir: none, reason: []string{"util 50% >= floor 30%"}},
+			{at: 2 * iv, count: 3, v: busy(1), dir: down, want: 2},
+			{at: 3 * iv, count: 2, v: busy(0), dir: none, reason: []string{"util 50% >= floor 30%"}},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { newHarness(t, c.checks).replay(c.steps) })
+	}
+
+	// Up beats down in the agent, so the winner cannot show this: while
+	// the pool scales out, no check votes down, the removable one included.
+	// (A check that runs before the queue check sees the queue of the
+	// previous evaluation: the capacity check, when the queue first
+	// reaches activation.)
+	t.Run("a scale-out wins in every check", func(t *testing.T) {
+		h := newHarness(t, removablePolicy())
+		for _, s := range []struct {
+			at    time.Duration
+			count int64
+			v     map[string]float64
+			dir   autoscaler.Direction
+			from  int // the first check that sees this evaluation's queue
+		}{
+			{0, 3, busy(1), none, 0},
+			{iv, 3, withRemovable(vals(3, 5, 60, 90), 1), up, 1},        // queue at activation
+			{2 * iv, 6, withRemovable(vals(3, 2, 90, 90), 1), none, 0},  // latched; covered by capacity in flight
+			{3 * iv, 6, withRemovable(vals(3, 2, 120, 90), 1), none, 0}, // latched; covered by capacity in flight
+		} {
+			w, acts := h.eval(s.at, s.count, s.v)
+			if w.Direction != s.dir {
+				t.Fatalf("at %s: %s to %d (%q); want %s", s.at, w.Direction, w.Count, w.Reason, s.dir)
+			}
+			for i, a := range acts[s.from:] {
+				i += s.from
+				if a.Direction != s.dir || strings.Contains(a.Reason, "removable") {
+					t.Fatalf("at %s check %q: %s to %d (%q); want %s", s.at, h.checks[i].name, a.Direction, a.Count, a.Reason, s.dir)
+				}
+			}
+		}
+		// the queue empties: the checks after the queue check see it; the
+		// next evaluation all do
+		h.replay([]step{
+			{at: 4 * iv, count: 6, v: busy(1), dir: none},
+			{at: 5 * iv, count: 6, v: busy(1), dir: down, want: 5, reason: []string{"removable 1"}},
+		})
+	})
+
+	t.Run("removable 0 decides as without the check", func(t *testing.T) {
+		series := concat(
+			[]step{{at: 0, count: 2, v: vals(0, 0, 0, 90)}},
+			[]step{{at: iv, count: 2, v: vals(1, 3, 60, 90)}, {at: 2 * iv, count: 2, v: vals(3, 7, 90, 90)}},
+			every(3*iv, 12*time.Minute, iv, 5, vals(0, 0, 0, 10), none),
+			[]step{{at: 40 * time.Minute, count: 4, v: vals(1, 2, 31*60, 10)}},
+		)
+		without, with := newHarness(t, policyChecks()), newHarness(t, removablePolicy())
+		downs := 0
+		for _, s := range series {
+			a, acts := without.eval(s.at, s.count, s.v)
+			b, bacts := with.eval(s.at, s.count, withRemovable(maps.Clone(s.v), 0))
+			if a.Direction == down {
+				downs++
+			}
+			if a.Direction != b.Direction || a.Count != b.Count || a.Reason != b.Reason {
+				t.Fatalf("at %s: without %s to %d (%q), with removable 0 %s to %d (%q)", s.at, a.Direction, a.Count, a.Reason, b.Direction, b.Count, b.Reason)
+			}
+			for i := range acts {
+				if acts[i].Direction != bacts[i].Direction || acts[i].Count != bacts[i].Count || acts[i].Reason != bacts[i].Reason {
+					t.Fatalf("at %s check %q: without %+v, with removable 0 %+v", s.at, without.checks[i].name, acts[i], bacts[i])
+				}
+			}
+		}
+		if downs == 0 {
+			t.Fatal("the series never scales in")
+		}
+	})
+
+	t.Run("meta names the rule and the value", func(t *testing.T) {
+		h := newHarness(t, removablePolicy())
+		h.eval(0, 3, busy(1))
+		a, _ := h.eval(iv, 3, busy(1))
+		b, err := json.Marshal(a.Meta)
+		if err != nil || !strings.Contains(string(b), `"gpu-queue.rule":"removable"`) || !strings.Contains(string(b), `"gpu-queue.removable":1`) {
+			t.Fatalf("meta %s (%v)", b, err)
+		}
+	})
+
+	// The agent counts a check that did not run as a vote for none, so the
+	// winner cannot show this: each check's own action must not use a
+	// removable value that has gone stale.
+	t.Run("a stale removable check never scales in", func(t *testing.T) {
+		h := newHarness(t, removablePolicy())
+		h.replay([]step{
+			{at: 0, count: 3, v: busy(1), dir: none},
+			{at: iv, count: 3, v: busy(1), dir: down, want: 2},
+		})
+		for at := 2 * iv; at <= 10*iv; at += iv {
+			_, acts := h.eval(at, 3, busy(-1)) // the removable query fails
+			stale := at-iv > 3*iv              // three evaluation intervals without a run
+			for i, a := range acts[:4] {
+				removed := a.Direction == down && strings.Contains(a.Reason, "removable")
+				if removed == stale {
+					t.Fatalf("at %s (stale %v) check %q: %s to %d (%q)", at, stale, h.checks[i].name, a.Direction, a.Count, a.Reason)
+				}
+				if _, ok := a.Meta["gpu-queue.removable"]; ok == stale {
+					t.Fatalf("at %s (stale %v) check %q: meta %v", at, stale, h.checks[i].name, a.Meta)
+				}
+			}
+		}
 	})
 }
