@@ -179,7 +179,7 @@ func ControllerMetrics() []Metric {
 		{MetricControllerNomadCalls, Counter, "Nomad API list requests of the leader's watches of the cluster, by list.", []string{LabelEndpoint}},
 		{MetricControllerLayoutChanges, Counter, "GPU layouts the leader asked for in node metadata, by the kind relaid to (whole, mps, mig; cancel: a GPU allocations took before it was relaid, asked back to what it offers).", []string{LabelLayoutKind}},
 		{MetricControllerLayoutApplied, Histogram, "Time from the leader asking a GPU for a layout to its device plugin offering it, as the node list shows it (cancels left out).", nil},
-		{MetricControllerMoves, Counter, "Allocations the leader stopped so that Nomad places them again elsewhere, by reason (consolidate: to free a node for a queued multi-GPU allocation).", []string{LabelMoveReason}},
+		{MetricControllerMoves, Counter, "Allocations the leader stopped so that Nomad places them again elsewhere, by reason (consolidate: to free a node for a queued multi-GPU allocation; relief: off an overloaded MPS GPU; scale-in: to empty a node for removal).", []string{LabelMoveReason}},
 		{MetricControllerGangs, Gauge, "Gangs the leader saw at its last tick, by state: waiting (at count 0, not admitted), placing (admitted, not every member running), running (every member running).", []string{LabelGangState}},
 		{MetricControllerGangMembers, Gauge, "Members of the gangs the leader saw at its last tick: wanted (every gang's members), placed (holding GPUs, running or not), running.", []string{LabelGangState}},
 		{MetricControllerReserveIdle, Counter, "GPU-seconds a reservation's placeholder held idle for the gang at the head of the queue: its running allocations (one GPU each) times the time they ran.", nil},

@@ -132,7 +132,7 @@ type Mover struct {
 	loads     map[string]*gpuLoad
 	shareLoad map[string]float64
 	sampled   time.Time
-	// wanted is, by node of a scale-in pool, the last time a queued
+	// wanted is, by node of a scale-in group, the last time a queued
 	// allocation could use it (scalein.go).
 	wanted map[string]time.Time
 }

@@ -29,14 +29,15 @@ import (
 // the queue comes to want again, or that the autoscaler has not removed
 // within Wait (a pool at its minimum), takes work again.
 
-// ScaleInConfig bounds scale-in by consolidation; no Pools: off.
+// ScaleInConfig bounds scale-in by consolidation; no Groups: off.
 type ScaleInConfig struct {
-	// Pools are the node pools whose surplus nodes are emptied.
-	Pools []string
+	// Groups are the nodes whose surplus is emptied: each the node group
+	// one scaling policy's target removes from.
+	Groups []NodeGroup
 	// Quiet is how long no queued allocation could use a node before it
 	// may be emptied (and again after it took work back).
 	Quiet time.Duration
-	// MinNodes is the schedulable GPU nodes a pool keeps: set it to the
+	// MinNodes is the schedulable GPU nodes a group keeps: set it to the
 	// scaling policy's min, so no node is emptied that the autoscaler
 	// would not remove.
 	MinNodes int
@@ -45,16 +46,32 @@ type ScaleInConfig struct {
 	Wait time.Duration
 }
 
-// scaleInPool says whether pool is one whose nodes the module empties.
-func (m *Mover) scaleInPool(pool string) bool {
-	return slices.Contains(m.cfg.ScaleIn.Pools, pool)
+// NodeGroup is the nodes of a node pool, and of a node class where Class
+// is set: what one scaling policy's target adds and removes.
+type NodeGroup struct{ Pool, Class string }
+
+// Has says whether n is of the group.
+func (g NodeGroup) Has(n *api.NodeListStub) bool {
+	return n.NodePool == g.Pool && (g.Class == "" || n.NodeClass == g.Class)
 }
 
-// noteWanted keeps, for each GPU node of a scale-in pool, the last time
+func (g NodeGroup) String() string {
+	if g.Class == "" {
+		return g.Pool
+	}
+	return g.Pool + "/" + g.Class
+}
+
+// scaleInNode says whether n is of a group whose nodes the module empties.
+func (m *Mover) scaleInNode(n *api.NodeListStub) bool {
+	return slices.ContainsFunc(m.cfg.ScaleIn.Groups, func(g NodeGroup) bool { return g.Has(n) })
+}
+
+// noteWanted keeps, for each GPU node of a scale-in group, the last time
 // a queued allocation could use it (first seen: the time it was first
 // seen, so a new leader waits Quiet too).
 func (m *Mover) noteWanted(now time.Time, snap *nomadview.Snapshot) {
-	if len(m.cfg.ScaleIn.Pools) == 0 {
+	if len(m.cfg.ScaleIn.Groups) == 0 {
 		return
 	}
 	if m.wanted == nil {
@@ -63,7 +80,7 @@ func (m *Mover) noteWanted(now time.Time, snap *nomadview.Snapshot) {
 	queued := snap.QueuedGroups()
 	seen := map[string]bool{}
 	for _, n := range snap.Nodes {
-		if n == nil || !m.scaleInPool(n.NodePool) || len(nodeGPUs(n)) == 0 {
+		if n == nil || !m.scaleInNode(n) || len(nodeGPUs(n)) == 0 {
 			continue
 		}
 		seen[n.ID] = true
@@ -115,7 +132,7 @@ func nodeGPUs(n *api.NodeListStub) []nomadview.DeviceSpec {
 	return out
 }
 
-// ScaleIn plans the emptying of one node of a scale-in pool: a pool of
+// ScaleIn plans the emptying of one node of a scale-in group: a group of
 // more schedulable GPU nodes than MinNodes, whose candidates no queued
 // allocation could use for Quiet and that run nothing but whole-GPU
 // allocations; the plan moves every allocation of one of them onto the
@@ -123,12 +140,12 @@ func nodeGPUs(n *api.NodeListStub) []nomadview.DeviceSpec {
 // under way, or when no node can be emptied. Nodes in relaying are
 // neither emptied nor given moved work.
 func (m *Mover) ScaleIn(ctx context.Context, now time.Time, v View, l *Ledger, specs JobSpecs, relaying map[string]bool) (consolidate.Plan, bool) {
-	if len(m.cfg.ScaleIn.Pools) == 0 || m.hold != nil || m.pending != nil {
+	if len(m.cfg.ScaleIn.Groups) == 0 || m.hold != nil || m.pending != nil {
 		return consolidate.Plan{}, false
 	}
 	var allocs []consolidate.Alloc
-	for _, pool := range m.cfg.ScaleIn.Pools {
-		nodes := poolWholeGPUs(v.Snap, pool, relaying)
+	for _, g := range m.cfg.ScaleIn.Groups {
+		nodes := groupWholeGPUs(v.Snap, g, relaying)
 		if len(nodes) <= m.cfg.ScaleIn.MinNodes {
 			continue
 		}
@@ -140,7 +157,7 @@ func (m *Mover) ScaleIn(ctx context.Context, now time.Time, v View, l *Ledger, s
 			continue
 		}
 		if why := m.overBudget(now, p); why != "" {
-			m.log.Debug("no node emptied for scale-in", "pool", pool, "plan", p.String(), "why", why)
+			m.log.Debug("no node emptied for scale-in", "group", g.String(), "plan", p.String(), "why", why)
 			continue
 		}
 		return p, true
@@ -169,13 +186,13 @@ func (m *Mover) quietNodes(now time.Time, snap *nomadview.Snapshot, nodes []cons
 	return out
 }
 
-// poolWholeGPUs are the schedulable GPU nodes of a pool, but those in
+// groupWholeGPUs are the schedulable GPU nodes of a group, but those in
 // skip, with their free whole GPUs.
-func poolWholeGPUs(snap *nomadview.Snapshot, pool string, skip map[string]bool) []consolidate.Node {
+func groupWholeGPUs(snap *nomadview.Snapshot, g NodeGroup, skip map[string]bool) []consolidate.Node {
 	held := snap.HeldIDs()
 	var out []consolidate.Node
 	for _, n := range snap.Nodes {
-		if n == nil || skip[n.ID] || n.NodePool != pool || !nomadview.Schedulable(n) || len(nodeGPUs(n)) == 0 {
+		if n == nil || skip[n.ID] || !g.Has(n) || !nomadview.Schedulable(n) || len(nodeGPUs(n)) == 0 {
 			continue
 		}
 		out = append(out, wholeGPUNode(n, held[n.ID]))

@@ -15,7 +15,7 @@ import (
 )
 
 var scaleInBudget = MoveConfig{PerHour: 4, PerJobPerDay: 2, Settle: time.Minute, HoldMax: 30 * time.Second,
-	ScaleIn: ScaleInConfig{Pools: []string{"default"}, Quiet: 5 * time.Minute, MinNodes: 1, Wait: 10 * time.Minute}}
+	ScaleIn: ScaleInConfig{Groups: []NodeGroup{{Pool: "default"}}, Quiet: 5 * time.Minute, MinNodes: 1, Wait: 10 * time.Minute}}
 
 // scaleInCluster is moveCluster without its queued job: two nodes of 4
 // GPUs, each half full of movable checkpointing work.
@@ -41,7 +41,19 @@ func TestMoverScaleIn(t *testing.T) {
 			want: []string{"alloc-train-n1-0", "alloc-train-n1-1"}},
 		{name: "not quiet for Quiet yet", after: 4 * time.Minute},
 		{name: "the pool is not a scale-in pool", after: 6 * time.Minute,
-			cfg: func(c *MoveConfig) { c.ScaleIn.Pools = []string{"gpu"} }},
+			cfg: func(c *MoveConfig) { c.ScaleIn.Groups = []NodeGroup{{Pool: "gpu"}} }},
+		{name: "a group of the pool's burst class: n2 alone, at the minimum", after: 6 * time.Minute,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job) { s.Nodes[1].NodeClass = "gpu-burst" },
+			cfg:   func(c *MoveConfig) { c.ScaleIn.Groups = []NodeGroup{{Pool: "default", Class: "gpu-burst"}} }},
+		{name: "a group of the burst class of two nodes: n1 is base, n2 and n3 burst; n3 is emptied onto n2",
+			after: 6 * time.Minute,
+			setup: func(s *nomadview.Snapshot, _ map[JobKey]*api.Job) {
+				n3 := layoutNode("n3", "whole", "whole", "whole", "whole")
+				s.Nodes[1].NodeClass, n3.NodeClass = "gpu-burst", "gpu-burst"
+				s.Nodes = append(s.Nodes, n3)
+			},
+			cfg:  func(c *MoveConfig) { c.ScaleIn.Groups = []NodeGroup{{Pool: "default", Class: "gpu-burst"}} },
+			want: []string{}},
 		{name: "the pool at its minimum", after: 6 * time.Minute,
 			cfg: func(c *MoveConfig) { c.ScaleIn.MinNodes = 2 }},
 		{name: "a queued allocation could use the nodes: nothing", after: 6 * time.Minute,

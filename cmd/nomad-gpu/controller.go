@@ -74,6 +74,11 @@ cluster every -tick (a blocking query on allocations) and runs its modules:
   for -relief-window while another of its pool is below -relief-low, its
   busiest movable client moves, the GPU held meanwhile through node
   metadata nomad_gpu.hold.<GPU-UUID>.
+  Scale-in (-scale-in-pools): a node of those pools (or pool/class) that
+  no queued allocation could use for -scale-in-quiet has its movable work
+  moved onto the others; once it runs nothing it is marked with a drain
+  whose meta is nomad_gpu_scale_in, for the autoscaler to remove
+  (nodes_removable, gpu-queue's removable check).
 
   gangs (-gangs): a batch job whose meta nomad_gpu_gang is "true" waits
   with its groups at count 0; when Nomad's plan of it with every group at

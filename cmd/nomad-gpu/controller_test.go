@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/controller"
 )
 
 // Bad flags exit 2 with the flag named and what is allowed.
@@ -43,7 +45,8 @@ func TestControllerFlagErrors(t *testing.T) {
 		{[]string{"-move-budget-job-day", "0"}, "-move-budget-job-day: 0; allowed: 1 to 1000"},
 		{[]string{"-move-settle", "10ms"}, "-move-settle: 10ms; allowed: 1s to 1h"},
 		{[]string{"-move-pools", "training,*"}, `-move-pools: "*" is not a node pool name`},
-		{[]string{"-scale-in-pools", "gpu,a b"}, `-scale-in-pools: "a b" is not a node pool name`},
+		{[]string{"-scale-in-pools", "gpu,a b"}, `-scale-in-pools: "a b" is not a node pool or pool/class`},
+		{[]string{"-scale-in-pools", "gpu/"}, `-scale-in-pools: "gpu/" is not a node pool or pool/class`},
 		{[]string{"-scale-in-quiet", "0s"}, "-scale-in-quiet: 0s; allowed: 1s to 24h"},
 		{[]string{"-scale-in-min-nodes", "-1"}, "-scale-in-min-nodes: -1; allowed: 0 to 100000"},
 		{[]string{"-scale-in-wait", "25h"}, "-scale-in-wait: 25h0m0s; allowed: 1s to 24h"},
@@ -75,7 +78,7 @@ func TestControllerFlags(t *testing.T) {
 
 func TestControllerMoveFlags(t *testing.T) {
 	o, err := parseControllerFlags([]string{"-move-pools", "training, hpc", "-move-budget-hour", "1", "-move-settle", "30s",
-		"-scale-in-pools", "gpu", "-scale-in-min-nodes", "2"}, io.Discard)
+		"-scale-in-pools", "gpu, training/gpu-burst", "-scale-in-min-nodes", "2"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +86,7 @@ func TestControllerMoveFlags(t *testing.T) {
 	if m == nil || !slices.Equal(m.Pools, []string{"training", "hpc"}) || m.PerHour != 1 || m.PerJobPerDay != 3 || m.Settle != 30*time.Second {
 		t.Errorf("moves %+v", m)
 	}
-	if s := m.ScaleIn; !slices.Equal(s.Pools, []string{"gpu"}) || s.MinNodes != 2 || s.Quiet != 10*time.Minute || s.Wait != 15*time.Minute {
+	if s := m.ScaleIn; !slices.Equal(s.Groups, []controller.NodeGroup{{Pool: "gpu"}, {Pool: "training", Class: "gpu-burst"}}) || s.MinNodes != 2 || s.Quiet != 10*time.Minute || s.Wait != 15*time.Minute {
 		t.Errorf("scale-in %+v", s)
 	}
 	if off, err := parseControllerFlags([]string{"-moves=false"}, io.Discard); err != nil || off.cfg.Moves != nil {

@@ -28,9 +28,9 @@ func (m *moveFlags) add(fs *flag.FlagSet) {
 	fs.Float64Var(&m.config.Relief.Low, "relief-low", 40, "an MPS GPU below this utilisation, percent, with free shares enough, shows a client of an overloaded GPU can move")
 	fs.DurationVar(&m.config.Relief.Window, "relief-window", 5*time.Minute, "how long an MPS GPU stays above -relief-high before a client moves off it")
 	fs.DurationVar(&m.config.Relief.Interval, "relief-interval", 15*time.Second, "how often the utilisation of MPS GPUs with clients is read (Nomad's node stats, one call per node)")
-	fs.StringVar(&m.scaleInPools, "scale-in-pools", "", "node pools whose surplus nodes are emptied for the autoscaler to remove (scale-in by consolidation), comma-separated; none: off")
+	fs.StringVar(&m.scaleInPools, "scale-in-pools", "", "node pools, each alone or with a node class (pool/class: one scaling policy's nodes), whose surplus nodes are emptied for the autoscaler to remove (scale-in by consolidation), comma-separated; none: off")
 	fs.DurationVar(&m.config.ScaleIn.Quiet, "scale-in-quiet", 10*time.Minute, "how long no queued allocation could use a node before its work is moved off it for scale-in")
-	fs.IntVar(&m.config.ScaleIn.MinNodes, "scale-in-min-nodes", 0, "schedulable GPU nodes each scale-in pool keeps: the scaling policy's min")
+	fs.IntVar(&m.config.ScaleIn.MinNodes, "scale-in-min-nodes", 0, "schedulable GPU nodes each of -scale-in-pools keeps: the scaling policy's min")
 	fs.DurationVar(&m.config.ScaleIn.Wait, "scale-in-wait", 15*time.Minute, "the longest a node emptied for removal waits for the autoscaler before it takes work again")
 }
 
@@ -57,30 +57,51 @@ func (m *moveFlags) moves() (*controller.MoveConfig, error) {
 	}
 	c := m.config
 	var err error
-	if c.Pools, err = poolNames("-move-pools", m.pools); err != nil {
+	if c.Pools, err = poolNames(m.pools); err != nil {
 		return nil, err
 	}
-	if c.ScaleIn.Pools, err = poolNames("-scale-in-pools", m.scaleInPools); err != nil {
+	if c.ScaleIn.Groups, err = nodeGroups(m.scaleInPools); err != nil {
 		return nil, err
 	}
 	return &c, nil
 }
 
-// poolNames is a flag's comma-separated node pool names.
-func poolNames(flag, list string) ([]string, error) {
+// nodeGroups is -scale-in-pools: node pools, each alone or with a node
+// class ("training/gpu-burst").
+func nodeGroups(list string) ([]controller.NodeGroup, error) {
+	var out []controller.NodeGroup
+	for _, g := range strings.Split(list, ",") {
+		g = strings.TrimSpace(g)
+		if g == "" {
+			continue
+		}
+		pool, class, withClass := strings.Cut(g, "/")
+		if !poolName(pool) || withClass && !poolName(class) {
+			return nil, fmt.Errorf("-scale-in-pools: %q is not a node pool or pool/class; allowed: comma-separated, such as training,hpc/gpu-burst", g)
+		}
+		out = append(out, controller.NodeGroup{Pool: pool, Class: class})
+	}
+	return out, nil
+}
+
+// poolNames is -move-pools: comma-separated node pool names.
+func poolNames(list string) ([]string, error) {
 	var out []string
 	for _, p := range strings.Split(list, ",") {
 		p = strings.TrimSpace(p)
 		if p == "" {
 			continue
 		}
-		if strings.ContainsAny(p, " =*") {
-			return nil, fmt.Errorf("%s: %q is not a node pool name; allowed: names, comma-separated, such as training,hpc", flag, p)
+		if !poolName(p) {
+			return nil, fmt.Errorf("-move-pools: %q is not a node pool name; allowed: names, comma-separated, such as training,hpc", p)
 		}
 		out = append(out, p)
 	}
 	return out, nil
 }
+
+// poolName says whether s may name a node pool (or a node class).
+func poolName(s string) bool { return s != "" && !strings.ContainsAny(s, " =*/") }
 
 // checkScaleIn checks the scale-in flags.
 func checkScaleIn(s controller.ScaleInConfig) error {

@@ -14,6 +14,9 @@
 # after the queue has been empty and the burst GPUs less than 30 % allocated
 # for 15 minutes, 2 nodes at a time, and only empty nodes (node selection
 # "empty_ignore_system"): a node still running GPU work is never picked.
+# A burst node the controller emptied for removal (its movable checkpointing
+# work moved onto other nodes: -scale-in-pools training/gpu-burst) goes at
+# once, whatever the queue and the floor (the "removable" check).
 # Draining gives tasks 15 minutes, well beyond a checkpoint's commit_timeout,
 # so a checkpointing task that is still moved commits before it goes.
 
@@ -67,6 +70,19 @@ scaling "gpu-burst" {
       query  = "nodes_ready{node_pool=training,node_class=gpu-burst}"
       strategy "gpu-queue" {
         signal = "nodes"
+        pool   = "gpu-burst"
+      }
+    }
+
+    # The burst nodes the controller emptied for removal (scale-in by
+    # consolidation: nomad-gpu controller -scale-in-pools
+    # training/gpu-burst): scaled in by them at once, whatever the queue
+    # and the floor; the empty-node selection below removes exactly them.
+    check "removable" {
+      source = "nomad-gpu"
+      query  = "nodes_removable{node_pool=training,node_class=gpu-burst}"
+      strategy "gpu-queue" {
+        signal = "removable"
         pool   = "gpu-burst"
       }
     }
