@@ -37,6 +37,10 @@ const (
 	// nodes_removable until the autoscaler removes it or the controller
 	// makes it eligible again. Its value says why.
 	DrainMetaScaleIn = "nomad_gpu_scale_in"
+	// DrainMetaReclaim is the drain meta key by which `nomad-gpu
+	// reclaim-watch` says its spot node is drained for its cloud's reclaim
+	// notice; its value is the notice.
+	DrainMetaReclaim = "nomad_gpu_reclaim"
 )
 
 // SliceLayout is the type of the device group, one per GPU and named by

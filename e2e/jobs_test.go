@@ -123,6 +123,7 @@ var workloadSkips = map[string]string{
 	"examples/sim-load.nomad.hcl":               "run by TestExampleJobs",
 	"training/torchrun-gang.nomad.hcl":          "runs PyTorch's torchrun on real GPUs; checked by nomad job validate and nomad-gpu validate (TestJobsFilesValidate); a gang's lifecycle runs in TestGangLifecycle",
 	"hpc/mpi-gang.nomad.hcl":                    "runs Open MPI over sshd on real nodes; checked by nomad job validate and nomad-gpu validate (TestJobsFilesValidate)",
+	"spot/reclaim-watch.nomad.hcl":              "reads a cloud's instance metadata service; its command runs in TestSpotReclaim against a fake one",
 }
 
 // The workload jobs run on one sim GPU node per pool (training, inference,

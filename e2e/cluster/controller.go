@@ -163,3 +163,31 @@ func (p *Controller) MetricByLabel(t testing.TB, name, label string) map[string]
 	}
 	return out
 }
+
+// Command is a `nomad-gpu` command other than the controller that the
+// test runs as a process of the cluster (reclaim-watch, standing for the
+// system job that runs it on each spot node).
+type Command struct{ *process }
+
+// Log is everything the command has logged so far.
+func (p *Command) Log() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
+}
+
+// StartCommand starts `nomad-gpu <sub> -address <server> args...` named
+// name; it is stopped with the cluster, and its log's tail is printed
+// when the test failed.
+func (c *Cluster) StartCommand(t testing.TB, name, sub string, args ...string) *Command {
+	t.Helper()
+	bin := RequireBinary(t, "nomad-gpu")
+	dir := filepath.Join(c.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	proc, err := c.startProcess(name, dir, append([]string{bin, sub, "-address", c.server.HTTPAddr()}, args...)...)
+	if err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	return &Command{process: proc}
+}
