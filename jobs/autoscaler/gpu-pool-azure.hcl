@@ -1,7 +1,9 @@
 # Cluster scaling of the GPU node pool "training" (jobs/pools/training.hcl) on
 # Azure: a base group on reserved capacity that never scales below what you
-# pay for anyway, plus a burst group on Spot (or pay-as-you-go) capacity that
-# follows the GPU queue, from zero.
+# pay for anyway, plus a burst group on pay-as-you-go capacity that follows
+# the GPU queue, from zero. Spot VMs go in a node pool of their own that only
+# checkpointing work enters, with nomad-gpu reclaim-watch on each node
+# (jobs/pools/training-spot.hcl, jobs/spot/, docs/spot.md).
 #
 # Nodes of both groups join node_pool "training"; the burst ones set
 # node_class = "gpu-burst", the base ones node_class = "gpu-base".
@@ -17,8 +19,10 @@
 # A burst node the controller emptied for removal (its movable checkpointing
 # work moved onto other nodes: -scale-in-pools training/gpu-burst) goes at
 # once, whatever the queue and the floor (the "removable" check).
-# Draining gives tasks 15 minutes, well beyond a checkpoint's commit_timeout,
-# so a checkpointing task that is still moved commits before it goes.
+# Only empty nodes go: Nomad 2 stops a drained batch allocation at the
+# drain's deadline and never places it again, so a node still running work
+# is emptied by the controller's moves first (nomad alloc stop, which Nomad
+# does place again), never by the drain.
 
 scaling "gpu-burst" {
   enabled = true
