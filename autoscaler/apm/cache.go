@@ -98,6 +98,9 @@ type cache struct {
 	snapMu sync.Mutex
 	from   *nomadview.Snapshot // what snap was made from
 	snap   *Snapshot
+	// forecasts is whether a query has needed the runtime forecast
+	// (nodes_needed with beyond): from then on snapshots carry runs.
+	forecasts bool
 
 	statsFetchMu sync.Mutex            // one stats refresh at a time
 	statsMu      sync.Mutex            // guards stats
@@ -151,6 +154,10 @@ func needs(q Query) []nomadview.List {
 	case MetricUtilPct, MetricNodesReady:
 		return []nomadview.List{nomadview.Nodes}
 	case MetricNodesNeeded:
+		if q.Beyond > 0 {
+			// The runtime forecast reads the finished allocations too.
+			return []nomadview.List{nomadview.Nodes, nomadview.Blocked, nomadview.Jobs, nomadview.Allocs, nomadview.Finished}
+		}
 		return []nomadview.List{nomadview.Nodes, nomadview.Blocked, nomadview.Jobs, nomadview.Allocs}
 	}
 	switch q.State {
@@ -231,12 +238,19 @@ func (c *cache) listStates(lists []nomadview.List) []listState {
 
 // snapshot returns the figures' input made from the watcher's latest
 // snapshot, made anew only when that changed. Callers must not modify it.
-func (c *cache) snapshot() *Snapshot {
+func (c *cache) snapshot() *Snapshot { return c.snapshotFor(false) }
+
+// snapshotFor is snapshot, with the allocation runs the runtime forecast
+// reads where forecasts is set (made anew once if the last had none).
+func (c *cache) snapshotFor(forecasts bool) *Snapshot {
 	v := c.view.Latest()
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
+	if forecasts && !c.forecasts {
+		c.forecasts, c.snap = true, nil
+	}
 	if c.snap == nil || c.from != v {
-		s := SnapshotOf(v, c.metrics)
+		s := SnapshotOf(v, c.metrics || c.forecasts)
 		s.DefaultGPUsPerNode = c.cfg.DefaultGPUsPerNode
 		c.from, c.snap = v, s
 	}

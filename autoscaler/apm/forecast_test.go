@@ -139,3 +139,34 @@ func TestExporterPredictions(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// nodes_needed with beyond leaves out the groups the forecast places on
+// the pool within beyond: "one" fits now, "three" starts in 20 minutes
+// (when live and the pending warm free theirs); "huge" never fits, its
+// wait unknown, so it always counts (as unfittable on nodes of 4).
+func TestNodesNeededBeyond(t *testing.T) {
+	for _, c := range []struct {
+		query        string
+		nodes        int
+		servedInTime int
+	}{
+		{"nodes_needed{node_pool=gpu}", 1, 0},
+		{"nodes_needed{node_pool=gpu,beyond=10m}", 1, 1},
+		{"nodes_needed{node_pool=gpu,beyond=20m}", 0, 2},
+		{"nodes_needed{node_pool=gpu,beyond=1h}", 0, 2},
+	} {
+		q, err := ParseQuery(c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NodesNeeded(q, forecastSnapshot())
+		if r.Nodes != c.nodes || r.ServedInTime != c.servedInTime || r.Unfittable != 1 {
+			t.Errorf("%s = %+v; want %d nodes, %d served in time, 1 unfittable", c.query, r, c.nodes, c.servedInTime)
+		}
+	}
+	for _, bad := range []string{"nodes_needed{beyond=0s}", "nodes_needed{beyond=10}", "gpus_queued{beyond=10m}"} {
+		if _, err := ParseQuery(bad); err == nil || !strings.Contains(err.Error(), "beyond") {
+			t.Errorf("%s: %v, want an error naming beyond", bad, err)
+		}
+	}
+}

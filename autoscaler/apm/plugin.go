@@ -150,7 +150,7 @@ func (p *Plugin) evaluate(c *cache, q Query) (float64, error) {
 	if err := c.ensure(needs(q)); err != nil {
 		return 0, err
 	}
-	snap := *c.snapshot()
+	snap := *c.snapshotFor(q.Beyond > 0)
 	snap.Now = time.Now()
 	if q.Metric == MetricUtilPct {
 		util, err := c.utilization(q, &snap)
@@ -162,7 +162,7 @@ func (p *Plugin) evaluate(c *cache, q Query) (float64, error) {
 	if q.Metric == MetricNodesNeeded {
 		r := NodesNeeded(q, &snap)
 		p.log.Debug("nodes_needed", "query", q.String(), "nodes", r.Nodes, "shape", r.Shape, "shape_from", r.ShapeFrom,
-			"queued_allocs", r.QueuedAllocs, "placed_on_free", r.PlacedOnFree, "unfittable", r.Unfittable)
+			"queued_allocs", r.QueuedAllocs, "placed_on_free", r.PlacedOnFree, "unfittable", r.Unfittable, "served_in_time", r.ServedInTime)
 		return float64(r.Nodes), nil
 	}
 	v, err := Evaluate(q, &snap)

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/nomadview"
@@ -147,6 +148,10 @@ type Query struct {
 	// GPUsPerNode is the node shape nodes_needed packs into; 0 means take
 	// it from the pool's nodes (or the plugin's default_gpus_per_node).
 	GPUsPerNode int
+	// Beyond, for nodes_needed: only queued groups predicted to wait
+	// longer than this on the pool's capacity (runtime forecasts) need
+	// new nodes; 0: every queued group does.
+	Beyond time.Duration
 }
 
 func (q Query) String() string {
@@ -166,6 +171,9 @@ func (q Query) String() string {
 	if q.GPUsPerNode > 0 {
 		add(keyGPUsPerNode, strconv.Itoa(q.GPUsPerNode))
 	}
+	if q.Beyond > 0 {
+		add(keyBeyond, q.Beyond.String())
+	}
 	return q.Metric + "{" + strings.Join(params, ",") + "}"
 }
 
@@ -177,6 +185,7 @@ const (
 	keyDevice      = "device"
 	keyState       = "state"
 	keyGPUsPerNode = "gpus_per_node"
+	keyBeyond      = "beyond"
 )
 
 var keyAliases = map[string]string{
@@ -188,9 +197,10 @@ var keyAliases = map[string]string{
 	keyDevice:      keyDevice,
 	keyState:       keyState,
 	keyGPUsPerNode: keyGPUsPerNode,
+	keyBeyond:      keyBeyond,
 }
 
-const allowedKeys = "node_pool (or pool), datacenter, node_class (or class), device, state (queue metrics), gpus_per_node (nodes_needed)"
+const allowedKeys = "node_pool (or pool), datacenter, node_class (or class), device, state (queue metrics), gpus_per_node and beyond (nodes_needed)"
 
 func validValueChar(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
@@ -208,8 +218,9 @@ func validValueChar(r rune) bool {
 // nodes_ready, nodes_removable. Keys are
 // node_pool (alias pool), datacenter, node_class (alias class), device
 // (a device name, or any: every GPU kind, in GPU-equivalents),
-// state (queue metrics only: blocked, pending or all) and gpus_per_node
-// (nodes_needed only: a positive integer). Each key at most once. Values
+// state (queue metrics only: blocked, pending or all), gpus_per_node
+// (nodes_needed only: a positive integer) and beyond (nodes_needed only: a
+// duration, such as 10m). Each key at most once. Values
 // are made of letters, digits and - _ . / : (no quoting). Blanks around
 // the metric, the braces, commas and "=" are allowed; nothing else is.
 func ParseQuery(s string) (Query, error) {
@@ -317,6 +328,15 @@ func parseQuery(s string) (Query, error) {
 				return q, fmt.Errorf("parameter gpus_per_node: %q is not a positive integer", v)
 			}
 			q.GPUsPerNode = n
+		case keyBeyond:
+			if q.Metric != MetricNodesNeeded {
+				return q, fmt.Errorf("parameter beyond applies only to %s, not %s", MetricNodesNeeded, q.Metric)
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second {
+				return q, fmt.Errorf("parameter beyond: %q is not a duration of 1s or more, such as 10m", v)
+			}
+			q.Beyond = d
 		}
 	}
 	return q, nil

@@ -623,8 +623,10 @@ type NodesNeededResult struct {
 	ShapeFrom string
 	// QueuedAllocs are the allocations considered; PlacedOnFree those
 	// that fit the free devices of existing nodes; Unfittable those that
-	// ask for more devices than one node of the shape has.
-	QueuedAllocs, PlacedOnFree, Unfittable int
+	// ask for more devices than one node of the shape has. ServedInTime
+	// are those left out (with Beyond) as predicted to be placed on the
+	// pool's capacity within Beyond.
+	QueuedAllocs, PlacedOnFree, Unfittable, ServedInTime int
 }
 
 // NodeShape is the per-node device count nodes_needed packs into: the
@@ -731,8 +733,13 @@ func NodesNeeded(q Query, s *Snapshot) NodesNeededResult {
 
 	// sizes: ask → allocations, asks sorted largest first.
 	sizes := map[float64]int{}
+	inTime := servedWithin(q.Beyond, s)
 	for _, x := range s.queue(q) {
 		if !x.w.CapacityBlocked {
+			continue
+		}
+		if inTime[groupKey{x.w.Namespace, x.w.JobID, x.w.Group}] {
+			r.ServedInTime += x.w.Allocs
 			continue
 		}
 		a := float64(x.perAlloc)
@@ -806,6 +813,28 @@ func NodesNeeded(q Query, s *Snapshot) NodesNeededResult {
 		}
 	}
 	return r
+}
+
+// groupKey names a task group.
+type groupKey struct{ namespace, job, group string }
+
+// servedWithin are the queued groups whose every allocation the runtime
+// forecast places on the pool's capacity (free now, or freed by the work
+// running) within beyond: new nodes, which take a boot to come, would
+// serve them no sooner than that. A group whose wait is not known (no
+// history, a pool it does not name, an ask no node holds) is not among
+// them. Nil when beyond is 0.
+func servedWithin(beyond time.Duration, s *Snapshot) map[groupKey]bool {
+	if beyond <= 0 {
+		return nil
+	}
+	out := map[groupKey]bool{}
+	for _, w := range ForecastOf(s).Queued {
+		if w.Wait.Known && w.Wait.Duration() <= beyond {
+			out[groupKey{w.Namespace, w.Job, w.Group}] = true
+		}
+	}
+	return out
 }
 
 // mostCommon is the count seen most often in freq (count → times seen),
