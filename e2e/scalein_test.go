@@ -27,19 +27,6 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
-// removableCheck is the policy check that scales the pool in by the
-// nodes the controller emptied (docs/autoscaling.md, Scale-in).
-const removableCheck = `    check "removable" {
-      source = "nomad-gpu"
-      query  = "nodes_removable{node_pool=gpu}"
-      strategy "gpu-queue" {
-        signal = "removable"
-        pool   = "gpu"
-      }
-    }
-
-    target "sim-pool" {`
-
 // poolCounterJob is counterJob (batch, 1 GPU, checkpointing) in the gpu
 // node pool, movable where asked.
 func poolCounterJob(id string, movable bool) string {
@@ -101,7 +88,7 @@ func TestScaleInByConsolidation(t *testing.T) {
 		EvalInterval: 2 * time.Second, Cooldown: 4 * time.Second, MaxScaleUp: 2, MaxScaleDown: 1,
 		IdleFloor: 30, ScaleInAfter: 15 * time.Second,
 	}, 20*time.Second, false)
-	policy = strings.Replace(policy, "    target \"sim-pool\" {", removableCheck, 1)
+	policy = harness.WithRemovable(policy)
 	c.StartAutoscaler(t, cluster.AutoscalerOptions{PluginDir: plugins, HCL: harness.AutoscalerAgentHCL,
 		Policies: map[string]string{"gpu-pool.hcl": policy}})
 

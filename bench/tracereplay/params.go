@@ -116,7 +116,7 @@ func (p *Params) Register(fs *flag.FlagSet) {
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "+queues", "alone", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "+queues", "alone", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "nomad-gpu-no-scale-in", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // aloneEach is ParseConfigs' Config.Alone for "alone", until Load knows
 // the queues: one configuration a queue.
@@ -144,7 +144,11 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		case "+gangs":
 			f.Gangs = true
 		case "nomad-gpu":
-			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: strategy}
+			// With gpu-queue, scale-in by consolidation, as
+			// docs/autoscaling.md tells an autoscaled pool of movable work
+			// (target-value has no removable check).
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: strategy,
+				ScaleIn: strategy == AutoscaleGPUQueue}
 		case "nomad-gpu-fixed":
 			// nomad-gpu at the baseline's node count: what it does with
 			// the nodes a platform team already has.
@@ -165,6 +169,11 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Gangs: true, Autoscale: strategy}
 		case "nomad-gpu-fixed-no-moves":
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Gangs: true}
+		case "nomad-gpu-no-scale-in":
+			// nomad-gpu without scale-in by consolidation: the pool
+			// shrinks by idle nodes only, as before the controller
+			// emptied them.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: strategy}
 		case "alone":
 			// +preemption with each team queue's jobs alone on its
 			// nominal (Load makes one configuration a queue): the

@@ -152,6 +152,13 @@ type Features struct {
 	// resume from their checkpoints elsewhere) and the node is held for
 	// the queued job (controller.Mover; the jobs opt in with job meta).
 	Moves bool
+	// ScaleIn, with Moves and the gpu-queue strategy, is the controller's
+	// scale-in by consolidation (-scale-in-pools): once no queued work
+	// could use a node for Policy.ScaleInQuiet, the movable work of the
+	// least loaded node above the pool's minimum is moved onto the other
+	// nodes' free GPUs (consolidate.Empty) and the node, emptied and held,
+	// is removed at once by the policy's removable check.
+	ScaleIn bool `json:",omitempty"`
 	// Autoscale names the strategy that scales the node pool between
 	// Cluster.MinNodes and MaxNodes: "gpu-queue" or "target-value"; ""
 	// keeps the node count fixed.
@@ -195,6 +202,9 @@ func (f Features) Validate() error {
 	}
 	if f.Moves && !f.Checkpoints {
 		return fmt.Errorf("moves: on without checkpoints; allowed: moves only with checkpoints (a moved job resumes from its checkpoint)")
+	}
+	if f.ScaleIn && (!f.Moves || f.Autoscale != AutoscaleGPUQueue) {
+		return fmt.Errorf("scale_in: on without moves or gpu-queue; allowed: scale-in by consolidation only with moves (it moves the work off the node) and gpu-queue autoscaling (its removable check removes the node)")
 	}
 	if f.Queues && (!f.Checkpoints || f.Autoscale != "") {
 		return fmt.Errorf("queues: on without checkpoints, or autoscaled; allowed: queues only with checkpoints (reclaim stops borrowed work checkpointed) on a fixed cluster (the quotas are shares of its GPUs)")
@@ -869,6 +879,12 @@ type Policy struct {
 	// QueueHalfLife is the team queues' fair_share { half_life }
 	// (Features.Queues), wall clock.
 	QueueHalfLife time.Duration `json:",omitzero"`
+	// ScaleInQuiet and ScaleInWait are the controller's -scale-in-quiet
+	// (how long no queued work could use a node before it is emptied)
+	// and -scale-in-wait (the longest an emptied node waits for the
+	// autoscaler before it takes work again), Features.ScaleIn.
+	ScaleInQuiet time.Duration `json:",omitzero"`
+	ScaleInWait  time.Duration `json:",omitzero"`
 }
 
 // DefaultPolicy is what `make bench-trace` runs with.
@@ -903,6 +919,10 @@ func DefaultPolicy() Policy {
 		// An hour of trace at compression 25 lets the order follow the
 		// teams' recent use, as over days of a real cluster.
 		QueueHalfLife: time.Hour / 25,
+		// The controller's defaults, 10m and 15m of a real cluster's
+		// time: as long in trace time at compression 25.
+		ScaleInQuiet: 10 * time.Minute / 25,
+		ScaleInWait:  15 * time.Minute / 25,
 	}
 }
 

@@ -99,7 +99,7 @@ func TestParseConfigs(t *testing.T) {
 		{Name: "+layouts", Features: Features{Layouts: true}},
 		{Name: "+preemption", Features: Features{Preemption: true, Checkpoints: true}},
 		{Name: "+autoscale", Features: Features{Autoscale: AutoscaleGPUQueue}},
-		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: AutoscaleGPUQueue}},
+		{Name: "nomad-gpu", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, ScaleIn: true, Gangs: true, Autoscale: AutoscaleGPUQueue}},
 		{Name: "nomad-gpu-fixed", Features: Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true}},
 		{Name: "stock-preemption", Features: Features{Preemption: true}, Reference: true},
 		{Name: "target-value", Features: Features{Autoscale: AutoscaleTargetValue}, Reference: true},
@@ -114,8 +114,12 @@ func TestParseConfigs(t *testing.T) {
 		}
 	}
 	tv, err := ParseConfigs("baseline, nomad-gpu", AutoscaleTargetValue)
-	if err != nil || tv[1].Name != "nomad-gpu (target-value)" || tv[1].Autoscale != AutoscaleTargetValue || tv[0].Autoscale != "" {
+	if err != nil || tv[1].Name != "nomad-gpu (target-value)" || tv[1].Autoscale != AutoscaleTargetValue || tv[0].Autoscale != "" || tv[1].ScaleIn {
 		t.Errorf("with target-value: %+v, %v", tv, err)
+	}
+	// nomad-gpu without scale-in by consolidation, what it adds.
+	if no, err := ParseConfigs("nomad-gpu-no-scale-in", AutoscaleGPUQueue); err != nil || no[0].ScaleIn || !no[0].Moves || no[0].Autoscale != AutoscaleGPUQueue {
+		t.Errorf("nomad-gpu-no-scale-in: %+v, %v", no, err)
 	}
 	for list, msg := range map[string]string{
 		"baseline,fast":     `configs: "fast" is not a configuration; allowed: baseline, +slices`,
@@ -145,6 +149,10 @@ func TestFeaturesValidate(t *testing.T) {
 		{"moves without checkpoints", Features{Preemption: true, Moves: true}, "moves: on without checkpoints"},
 		{"reservations without gangs", Features{Preemption: true, Reservations: true}, "reservations: on without gangs or preemption"},
 		{"reservations without preemption", Features{Gangs: true, Reservations: true}, "Nomad's batch preemption must be on"},
+		{"scale-in with moves and gpu-queue", Features{Preemption: true, Checkpoints: true, Moves: true, ScaleIn: true, Autoscale: AutoscaleGPUQueue}, ""},
+		{"scale-in without moves", Features{Preemption: true, Checkpoints: true, ScaleIn: true, Autoscale: AutoscaleGPUQueue}, "scale_in: on without moves or gpu-queue"},
+		{"scale-in on a fixed cluster", Features{Preemption: true, Checkpoints: true, Moves: true, ScaleIn: true}, "scale_in: on without moves or gpu-queue"},
+		{"scale-in with target-value", Features{Preemption: true, Checkpoints: true, Moves: true, ScaleIn: true, Autoscale: AutoscaleTargetValue}, "scale_in: on without moves or gpu-queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,6 +119,29 @@ scaling "gpu-pool" {
   }
 }
 `, min, max, p.Cooldown, p.EvalInterval, device, gpusPerNode, p.MaxScaleUp, boot, queue, activation, device, device, p.IdleFloor, p.ScaleInAfter, p.MaxScaleDown, controlURL)
+}
+
+// RemovableCheck is the gpu-queue check that scales the pool in by the
+// nodes the controller emptied for removal (docs/autoscaling.md,
+// Scale-in): what a pool of movable work whose controller runs
+// -scale-in-pools adds to its policy.
+const RemovableCheck = `    check "removable" {
+      source = "nomad-gpu"
+      query  = "nodes_removable{node_pool=gpu}"
+      strategy "gpu-queue" {
+        signal = "removable"
+        pool   = "gpu"
+      }
+    }
+`
+
+// WithRemovable is a GPUQueuePolicy with RemovableCheck among its checks.
+func WithRemovable(policy string) string {
+	const target = `    target "sim-pool" {`
+	if strings.Count(policy, target) != 1 {
+		panic("harness: WithRemovable: the policy has no single sim-pool target to put the check before")
+	}
+	return strings.Replace(policy, target, RemovableCheck+"\n"+target, 1)
 }
 
 // TargetValuePolicy scales the pool with the built-in target-value on the

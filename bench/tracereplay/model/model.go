@@ -117,6 +117,15 @@
 //     is 0 and alloc % has stayed below IdleFloor at every evaluation for
 //     ScaleInAfter, it removes up to MaxScaleDown idle ready nodes (no
 //     allocation, highest index first), never going below MinNodes.
+//   - Scale-in by consolidation (Features.ScaleIn, with gpu-queue): once
+//     no queued work could use a node for Policy.ScaleInQuiet, the
+//     controller's consolidate.Empty picks the least loaded node above
+//     MinNodes whose work all moves onto the others' free whole GPUs; its
+//     jobs are moved (stopped as moves, and placed elsewhere), it is held
+//     and marked once it runs nothing, and gpu-queue's removable check
+//     removes it at its next evaluation but one that does not scale out,
+//     out of cooldown. Queued work, or Policy.ScaleInWait without its
+//     removal, gives it back (scalein.go).
 //   - target-value. The desired count is ⌈count × alloc % / TargetAlloc⌉,
 //     clamped to [MinNodes, MaxNodes]. A count of 0 stays 0. Growth adds
 //     the difference. Shrinking removes idle ready nodes only.
@@ -153,7 +162,7 @@ import (
 // What each version changed is in git log (git log -S'const Version'
 // bench/tracereplay/model); the rules themselves are in the package
 // comment and beside the code that applies them.
-const Version = "model-12"
+const Version = "model-13"
 
 // Options say what the model replays on and how.
 type Options struct {
@@ -221,6 +230,7 @@ func validate(tr tracereplay.Trace, o *Options) error {
 		{"policy.eval_interval", o.Policy.EvalInterval}, {"policy.cooldown", o.Policy.Cooldown},
 		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
 		{"policy.protect_reaction", o.Policy.ProtectReaction}, {"policy.preempt_min_runtime", o.Policy.PreemptMinRuntime},
+		{"policy.scale_in_quiet", o.Policy.ScaleInQuiet}, {"policy.scale_in_wait", o.Policy.ScaleInWait},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: %s; allowed: 0 or more", d.name, d.v)
@@ -243,6 +253,10 @@ func validate(tr tracereplay.Trace, o *Options) error {
 		if !(o.Policy.TargetAlloc > 0) {
 			return fmt.Errorf("policy.target_alloc: %v; allowed: above 0", o.Policy.TargetAlloc)
 		}
+	}
+	if o.Config.ScaleIn && time.Duration(float64(o.Policy.ScaleInWait)*o.Compression) <= 0 {
+		// Zero would give an emptied node back before its removal.
+		return fmt.Errorf("policy.scale_in_wait: %s; allowed: above 0 with scale-in", o.Policy.ScaleInWait)
 	}
 	if o.Config.Autoscale != "" && time.Duration(float64(o.Policy.EvalInterval)*o.Compression) <= 0 {
 		// Zero would evaluate forever at one instant.

@@ -136,9 +136,9 @@ func (s *sim) moveNode(n *node) bool {
 }
 
 // moveCandidates are the schedulable nodes with their free whole GPUs and
-// the running jobs holding whole GPUs on them, each judged movable as the
-// controller does: running, no raise in force (protection, a minimum
-// runtime), its own move budget not spent.
+// the placed jobs holding whole GPUs on them, each judged movable as the
+// controller does (movable; a gang's member or a placeholder is listed,
+// not movable: it pins its node for consolidate.Empty).
 func (s *sim) moveCandidates() ([]consolidate.Node, []consolidate.Alloc) {
 	var nodes []consolidate.Node
 	var allocs []consolidate.Alloc
@@ -151,16 +151,22 @@ func (s *sim) moveCandidates() ([]consolidate.Node, []consolidate.Alloc) {
 		nodes = append(nodes, consolidate.Node{ID: name, Name: name, Free: n.free[wholeGroup]})
 		for _, id := range n.allocs {
 			j := &s.jobs[id]
-			if j.g != wholeGroup || j.placeholder {
+			if j.g != wholeGroup {
 				continue
 			}
-			// A gang member is not moved (its gang would stop as one):
-			// the controller leaves gangs to reservations.
-			movable := j.state == jobRunning && j.prio == j.base && !s.exempt(j) && j.moves < s.o.Policy.MoveBudgetJobDay && j.gang < 0
-			allocs = append(allocs, consolidate.Alloc{ID: strconv.Itoa(int(id)), Job: s.recs[id].ID, Node: name, GPUs: j.k, Movable: movable})
+			allocs = append(allocs, consolidate.Alloc{ID: strconv.Itoa(int(id)), Job: s.recs[id].ID, Node: name, GPUs: j.k, Movable: s.movable(j)})
 		}
 	}
 	return nodes, allocs
+}
+
+// movable says whether placed job j holding whole GPUs may be moved now,
+// as the controller judges it: running, no raise in force (protection, a
+// minimum runtime), its own move budget not spent. A gang member is not
+// moved (its gang would stop as one: the controller leaves gangs to
+// reservations), nor is a reservation's placeholder.
+func (s *sim) movable(j *job) bool {
+	return j.state == jobRunning && j.prio == j.base && !s.exempt(j) && j.moves < s.o.Policy.MoveBudgetJobDay && j.gang < 0 && !j.placeholder
 }
 
 // startMoves holds the plan's node and stops its jobs, which wait again.
@@ -192,8 +198,8 @@ func (s *sim) startMoves(p consolidate.Plan, forJob int32) {
 // keeps them off the held node).
 func (s *sim) placedMoved() {
 	m := &s.moves
-	if m.held < 0 {
-		return
+	if m.held < 0 || s.si.remove {
+		return // a node emptied for removal is marked by the scale-in round
 	}
 	for _, id := range m.moved {
 		if st := s.jobs[id].state; st == jobWaiting || st == jobFailed {
@@ -203,13 +209,19 @@ func (s *sim) placedMoved() {
 	s.endHold()
 }
 
-// endHold makes the held node placeable again.
+// endHold makes the held node placeable again. One emptied for removal
+// is first seen again: its quiet period starts again (scalein.go).
 func (s *sim) endHold() {
 	m := &s.moves
 	if m.held < 0 {
 		return
 	}
 	s.nodes[m.held].ineligible = false
+	if s.si.remove {
+		s.si.remove = false
+		s.nodes[m.held].wanted = s.now
+		s.push(s.now+s.si.quiet, evScaleIn, 0, 0)
+	}
 	m.held = -1
 	for g := range s.capVer {
 		s.capVer[g]++

@@ -58,12 +58,21 @@ func (s *sim) autoscale() {
 		}
 		if pct >= s.o.Policy.IdleFloor {
 			s.low = false
-			return
-		}
-		if !s.low {
+		} else if !s.low {
 			s.low, s.lowSince = true, s.now
 		}
-		if s.now-s.lowSince >= s.scaleInAfter && !cooling {
+		if nid := s.removable(); nid >= 0 {
+			// The removable check: a node the controller emptied goes at
+			// once, within the pool's minimum (the agent's cap); the
+			// target's empty-node selection removes exactly it.
+			if !cooling && count > s.cl.MinNodes {
+				s.startRemoval(nid)
+				s.si.removed++
+				s.hasAction, s.lastAction = true, s.now
+			}
+			return
+		}
+		if s.low && s.now-s.lowSince >= s.scaleInAfter && !cooling {
 			s.scaleIn(min(s.o.Policy.MaxScaleDown, count-s.cl.MinNodes))
 		}
 	case tracereplay.AutoscaleTargetValue:
@@ -252,6 +261,10 @@ func (s *sim) result() tracereplay.Result {
 	}
 	if s.refusals > 0 || s.cancels > 0 {
 		notes = append(notes, fmt.Sprintf("%d placements on a GPU being relaid were refused and placed again, and %d relayouts were abandoned to a placement made before the plugin read them", s.refusals, s.cancels))
+	}
+	if s.f.ScaleIn {
+		si := s.si
+		notes = append(notes, fmt.Sprintf("scale-in by consolidation: %d nodes emptied for removal (%d by moving %d runs off them), %d removed by the autoscaler's removable check, %d took work again", si.emptied, si.byMoves, si.moved, si.removed, si.givenBack))
 	}
 	if s.res.made > 0 {
 		notes = append(notes, fmt.Sprintf("%d reservations made, %d of them handed over to the work they kept nodes for; %d jobs backfilled on their GPUs", s.res.made, s.res.handed, s.res.backfills))

@@ -148,6 +148,9 @@ type node struct {
 	// ineligible: the move module holds it (moves.go); nothing is placed
 	// on it.
 	ineligible bool
+	// wanted is when it became ready, or took work back after it was
+	// emptied for removal (scalein.go).
+	wanted time.Duration
 }
 
 type eventKind uint8
@@ -171,6 +174,9 @@ const (
 	evGangFinish
 	// evReserveHold is a reservation's ReservationMaxHold up: a round.
 	evReserveHold
+	// evScaleIn is a quiet period's end or an emptied node's tasks gone:
+	// a scale-in round (scalein.go).
+	evScaleIn
 )
 
 // class orders an instant's events: every state change first, then (after
@@ -356,6 +362,7 @@ type sim struct {
 	nodeReadyAt         time.Duration
 	prePlanned, prePass bool
 	moves               moveState
+	si                  scaleInState
 	// Scratch space for preemption.
 	cand, chosen, best []int32
 	// nodeBest are one node's victims; binOrder its device groups' order.
@@ -389,7 +396,7 @@ type sim struct {
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
-	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1, moves: moveState{held: -1, forJob: -1}, nodeReadyAt: -1}
+	s := &sim{o: o, cl: o.Cluster, f: o.Config.Features, mpsGroup: -1, moves: moveState{held: -1, forJob: -1}, si: scaleInState{markedAt: -1}, nodeReadyAt: -1}
 	s.merge.s = s
 	s.rng = rand.New(rand.NewPCG(uint64(o.Seed), 0x6e6f6d6164)) //nolint:gosec // a model's placement draw, not a secret
 	c := o.Compression
@@ -420,6 +427,9 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 
 	if s.f.Moves {
 		s.moves.settle, s.moves.holdMax, s.moves.window = scale(o.Policy.MoveSettle), scale(o.Policy.MoveHold), scale(time.Hour)
+	}
+	if s.f.ScaleIn {
+		s.si.quiet, s.si.wait = scale(o.Policy.ScaleInQuiet), scale(o.Policy.ScaleInWait)
 	}
 
 	s.buildGroups()
@@ -640,6 +650,7 @@ func (s *sim) handle(e event) {
 		j.state = jobRunning
 		j.avoid = -1
 		s.pending--
+		s.si.starts++
 		j.since = s.now
 		if j.placeholder {
 			return
@@ -681,6 +692,7 @@ func (s *sim) handle(e event) {
 	case evNodeGone:
 		s.nodes[e.id].state = nodeGone
 		s.nRemoving--
+		s.scaleInGone(e.id)
 	case evRaiseStart:
 		if j := &s.jobs[e.id]; j.raise == e.epoch && j.state == jobRunning {
 			s.setPrio(e.id, j.raiseTo)
@@ -697,6 +709,11 @@ func (s *sim) handle(e event) {
 		}
 	case evScale:
 		s.autoscale()
+		if s.f.ScaleIn {
+			// The controller's tick, which sees starts too; after the
+			// evaluation, so that work it moves is placed before the next.
+			s.scaleInRound()
+		}
 		s.push(s.now+s.evalEvery, evScale, 0, 0)
 	case evLayout:
 		s.applyLayout(e.id, int(e.epoch))
@@ -708,7 +725,16 @@ func (s *sim) handle(e event) {
 		s.forceReschedule(e.id, e.epoch)
 	case evHoldEnd:
 		if s.moves.held == e.id && s.moves.heldEpoch == e.epoch {
-			s.endHold()
+			if s.si.remove {
+				s.scaleInHold() // -scale-in-wait is up, unless it is being removed
+			} else {
+				s.endHold()
+			}
+		}
+	case evScaleIn:
+		s.si.kicks++
+		if !s.dirty {
+			s.scaleInRound() // else the pass to come runs it (afterPass)
 		}
 	case evGangFinish:
 		s.finishGang(e.id, e.epoch)
@@ -772,6 +798,10 @@ func (s *sim) addNode() int32 {
 func (s *sim) setReady(id int32) {
 	n := &s.nodes[id]
 	n.state = nodeReady
+	n.wanted = s.now
+	if s.f.ScaleIn {
+		s.push(s.now+s.si.quiet, evScaleIn, id, 0)
+	}
 	s.nBooting--
 	n.readyPos = int32(len(s.ready))
 	s.ready = append(s.ready, id)
@@ -1033,6 +1063,9 @@ func (s *sim) schedule() {
 			}
 			if s.f.Reservations && s.reserve() {
 				continue
+			}
+			if s.f.ScaleIn && s.afterPass() {
+				continue // the moved jobs wait again: place them elsewhere
 			}
 			return
 		}

@@ -302,6 +302,10 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 			// not the compressed one.
 			boot := max(time.Second, lat.Boot.Round(time.Second))
 			policy = harness.GPUQueuePolicy(pool.URL(), s.Cluster.MinNodes, s.Cluster.MaxNodes, s.Cluster.WholeGPUs(cfg.Features), s.Policy, boot, cfg.Layouts)
+			if cfg.ScaleIn {
+				// Nodes the controller empties for removal go at once.
+				policy = harness.WithRemovable(policy)
+			}
 			// Its check runs tell whether the policy ran as written.
 			addr := harness.FreeAddr(t)
 			strategyMetrics = "http://" + addr + gpuqueue.MetricsPath
@@ -530,7 +534,21 @@ func replayController(t *testing.T, c *cluster.Cluster, cfg tracereplay.Config, 
 		args = append(args, "-move-budget-hour", strconv.Itoa(p.MoveBudgetHour), "-move-budget-job-day", strconv.Itoa(p.MoveBudgetJobDay),
 			"-move-settle", p.MoveSettle.String(), "-move-hold", p.MoveHold.String(), "-relief-high", "0")
 	}
+	args = append(args, scaleInArgs(cfg, s)...)
 	return c.StartController(t, "controller", args...)
+}
+
+// scaleInArgs are the controller's scale-in flags of a configuration with
+// Features.ScaleIn: the replay's node pool emptied down to the policy's
+// min, after the quiet period and with the wait of its Policy; none
+// without.
+func scaleInArgs(cfg tracereplay.Config, s tracereplay.Setup) []string {
+	if !cfg.ScaleIn {
+		return nil
+	}
+	p := s.Policy
+	return []string{"-scale-in-pools", "gpu", "-scale-in-quiet", p.ScaleInQuiet.String(),
+		"-scale-in-min-nodes", strconv.Itoa(s.Cluster.MinNodes), "-scale-in-wait", p.ScaleInWait.String()}
 }
 
 // startSpreads are the starts' median and tail by kind of slice, each

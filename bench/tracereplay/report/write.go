@@ -219,7 +219,7 @@ const definitions = `How each figure is computed (package tracereplay/figures; a
 - Fragmentation (FGD, Weng et al., USENIX ATC 2023): the expected free capacity, in GPU-equivalents, that a request drawn from this sample's mix of request shapes cannot use (a node where the shape does not fit counts all its free capacity; else its free capacity of other device kinds and its partial GPUs with less free than asked), over capacity and over free capacity. With layouts that follow the queue, a GPU no run holds counts as free for every kind the planner can make of it (FGD's own model, where any free GPU takes any request), a partly held MPS GPU as shares; "layouts as they stood" counts each GPU as the kind it was laid out as at the instant (an idle MPS GPU unusable by a whole-GPU request, a free whole GPU by a share request), what fragmentation would be were no other GPU relaid.
 - A wait runs from the job's actual submission to its first start, plus each re-wait from a preemption or move to the next start; jobs still waiting at the horizon count their wait so far (censored: lower bounds when "unstarted" is not 0).
 - JCT is finish − submission, over the jobs every configuration of this table finished.
-- Moves: runs the controller stopped to move them, to free a node for a queued job asking for more whole GPUs than any node has free (consolidation); their re-waits and lost work count as a preemption's. Moving GPU-hours: each moved run's GPUs × the time from its stop to its next start.
+- Moves: runs the controller stopped to move them, to free a node for a queued job asking for more whole GPUs than any node has free (consolidation), or, with scale-in by consolidation, to empty a quiet node for the autoscaler to remove; their re-waits and lost work count as a preemption's. Moving GPU-hours: each moved run's GPUs × the time from its stop to its next start.
 - Lost GPU-hours: per preemption or move, the progress saved by the checkpoint (all progress without one) minus the progress the next run restored, × GPUs held. Commit-to-exit GPU-hours is the work done between a checkpoint's commit and the task's exit: a latency of the machine × compression, shown apart.
 - Layout changes: the GPU layout changes applied, to MPS shares and to whole, with layouts that follow the queue; under them fragmentation takes each node's GPUs as they were at the time.
 - The fluid pool is the model's reference for packing (the same for both engines): one pool of the cluster's GPU-equivalents (the -nodes GPUs; an autoscaled configuration, or one given more nodes, has more GPUs than it at times, so its ratio is not packing alone), where a job takes exactly what it asks for (a 0.25-GPU job 0.25) and runs the instant it is placed, never preempted, the jobs taken in the model's scheduling order (priority, then arrival) with backfill. Packing loss is a configuration's wait mean over the fluid pool's: what node boundaries, whole GPUs and shares, device kinds and latencies add, the order being the same. Both rows are left out of the calibration.
@@ -516,7 +516,11 @@ func writeMethod(b *strings.Builder, run Run) {
 		case f.Layouts:
 			slices = "layouts follow the queue"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cellText(r.Config.Name), slices, preempt, orNone(f.Autoscale), nodes, yesNo(r.Config.Reference))
+		autoscale := orNone(f.Autoscale)
+		if f.ScaleIn {
+			autoscale += ", scale-in by consolidation"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cellText(r.Config.Name), slices, preempt, autoscale, nodes, yesNo(r.Config.Reference))
 	}
 	b.WriteString("\n")
 	if run.Attribution != "" {
