@@ -183,7 +183,8 @@ func startMonitoredCluster(t *testing.T, edit func(rules string) string) *monito
 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	apmc, err := autoscaler.Launch(ctx, apmBin, autoscaler.TypeAPM, map[string]string{"metrics_address": apmAddr},
+	// gpu-1 is in the default pool: its price gives the Cost panels theirs.
+	apmc, err := autoscaler.Launch(ctx, apmBin, autoscaler.TypeAPM, map[string]string{"metrics_address": apmAddr, "prices": "default=2.5"},
 		autoscaler.WithNomad(&api.Config{Address: c.Server().HTTPAddr()}))
 	if err != nil {
 		t.Fatalf("launching nomad-gpu-apm: %v", err)
@@ -304,6 +305,16 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 
+	// The Cost panels answer for the pool: the loaded job holds a GPU, the
+	// others are idle, and the pool has a price.
+	for _, title := range costPanels {
+		expr := strings.ReplaceAll(monitoringQueries(t)[fmt.Sprintf("panel %q target 0", title)], "$__range", "1m")
+		waitQuery(t, prom, expr, time.Minute)
+		if v := prom.Query(t, expr); len(v) != 1 || string(v[0].Metric["pool"]) != "default" || !(float64(v[0].Value) > 0) {
+			t.Errorf("panel %q: %v, want one positive value for pool default", title, v)
+		}
+	}
+
 	// A GPU held idle pages: pending first, then firing. (The loaded GPU
 	// idles too once its sim-load is over: the rule's state is watched
 	// from before that, per device.)
@@ -333,6 +344,82 @@ func TestMonitoringWithPrometheus(t *testing.T) {
 	waitQuery(t, prom, `ALERTS{alertname="GPUScalingCheckFailing",alertstate="firing",check="refused",pool="monitored",query="nodes_needed{node_pool=gpu}"}`, time.Minute)
 	if v := prom.Query(t, `ALERTS{alertname="GPUScalingCheckFailing",check!="refused"}`); len(v) > 0 {
 		t.Errorf("GPUScalingCheckFailing for a working check: %v", v)
+	}
+}
+
+// costPanels are the dashboard's Cost row, each one instant query over
+// the dashboard's range ($__range).
+var costPanels = []string{"Cost per useful GPU-hour by pool", "Idle GPU-hours by pool", "Cost by pool"}
+
+// The Cost panels' PromQL, over an hour of counters as nomad-gpu-apm
+// serves them, with promtool: prices join by pool and node class (a class
+// without a price drops out of cost and of useful GPU-hours alike), and
+// the seconds cancel.
+func TestDashboardCostQueries(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		testenv.Skip(t, testenv.Prometheus, "e2e: no promtool (apt-get install prometheus); skipping the Cost panels' check")
+	}
+	qs := monitoringQueries(t)
+	target := func(extra string) string { return `,instance="apm:9403",job="nomad-gpu-apm"` + extra + `}` }
+	series := func(name, poolClass, values string) map[string]string {
+		return map[string]string{"series": name + "{" + poolClass + target(""), "values": values}
+	}
+	const (
+		nodeS  = "nomad_gpu_cluster_node_seconds_total"
+		gpuS   = "nomad_gpu_cluster_gpu_seconds_total"
+		price  = "nomad_gpu_cluster_price_per_node_hour"
+		base   = `pool="training",node_class="gpu-base"`
+		burst  = `pool="training",node_class="gpu-burst"`
+		spot   = `pool="training",node_class="gpu-spot"`
+		infer  = `pool="inference",node_class=""`
+		alloc  = `,state="allocated"`
+		idle   = `,state="idle"`
+		minute = "1m"
+	)
+	// One sample a minute for an hour. training: 2 gpu-base nodes of 8
+	// GPUs, 8 held, at 2.1 a node-hour; 1 gpu-burst node of 8, all held,
+	// at 3.2; 1 gpu-spot node of 8, all held, no price. inference: 1
+	// node, its 1 GPU held, no price.
+	input := []map[string]string{
+		series(nodeS, base, "0+120x60"), series(nodeS, burst, "0+60x60"), series(nodeS, spot, "0+60x60"), series(nodeS, infer, "0+60x60"),
+		series(gpuS, base+alloc, "0+480x60"), series(gpuS, base+idle, "0+480x60"),
+		series(gpuS, burst+alloc, "0+480x60"), series(gpuS, burst+idle, "0x60"),
+		series(gpuS, spot+alloc, "0+480x60"), series(gpuS, spot+idle, "0x60"),
+		series(gpuS, infer+alloc, "0+60x60"), series(gpuS, infer+idle, "0x60"),
+		series(price, base, "2.1x60"), series(price, burst, "3.2x60"),
+	}
+	// Over the last 30 minutes: training's priced nodes cost 2 × 0.5 h ×
+	// 2.1 + 0.5 h × 3.2 = 3.7 for 16 × 0.5 = 8 held GPU-hours (the spot
+	// node's 4 are not theirs), and 4 GPU-hours sat idle.
+	want := map[string][]map[string]any{
+		"Cost per useful GPU-hour by pool": {{"labels": `{pool="training"}`, "value": 3.7 / 8}},
+		"Idle GPU-hours by pool":           {{"labels": `{pool="inference"}`, "value": 0}, {"labels": `{pool="training"}`, "value": 4}},
+		"Cost by pool":                     {{"labels": `{pool="training"}`, "value": 3.7}},
+	}
+	var exprTests []map[string]any
+	for _, title := range costPanels {
+		expr, ok := qs[fmt.Sprintf("panel %q target 0", title)]
+		if !ok {
+			t.Fatalf("dashboard.json has no panel %q", title)
+		}
+		if !strings.Contains(expr, "[$__range]") {
+			t.Errorf("panel %q does not read the dashboard's range: %s", title, expr)
+		}
+		exprTests = append(exprTests, map[string]any{"expr": strings.ReplaceAll(expr, "$__range", "30m"), "eval_time": "60m", "exp_samples": want[title]})
+	}
+	file := map[string]any{"rule_files": []string{}, "evaluation_interval": minute,
+		"tests": []map[string]any{{"interval": minute, "input_series": input, "promql_expr_test": exprTests}}}
+	b, err := json.Marshal(file) // JSON is YAML
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "cost_test.yml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "test", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("promtool test rules (the Cost panels): %v\n%s", err, out)
 	}
 }
 

@@ -95,6 +95,11 @@ type cache struct {
 	// only then are allocation runs made for the task figures.
 	metrics bool
 
+	// cost is the plugin's cost meter, which this cache's observations
+	// feed as generation costGen (runCost, with the stats refresh).
+	cost    *costMeter
+	costGen uint64
+
 	snapMu sync.Mutex
 	from   *nomadview.Snapshot // what snap was made from
 	snap   *Snapshot
@@ -112,7 +117,7 @@ type statsEntry struct {
 	util []InstanceUtil
 }
 
-func newCache(cl *api.Client, cfg *Config, log hclog.Logger, calls *counter) *cache {
+func newCache(cl *api.Client, cfg *Config, log hclog.Logger, calls *counter, cost *costMeter, costGen uint64) *cache {
 	ctx, cancel := context.WithCancel(context.Background())
 	view := nomadview.NewWatcher(cl, nomadview.Config{
 		Namespace: cfg.Namespace,
@@ -132,6 +137,7 @@ func newCache(cl *api.Client, cfg *Config, log hclog.Logger, calls *counter) *ca
 		ctx: ctx, cancel: cancel,
 		stats:   map[string]statsEntry{},
 		metrics: cfg.MetricsAddress != "",
+		cost:    cost, costGen: costGen,
 	}
 }
 
@@ -198,7 +204,7 @@ func (c *cache) ensure(lists []nomadview.List) error {
 }
 
 // start starts the lists not running yet, and with stats the background
-// stats refresh; it reports false once closed.
+// stats refresh and cost meter (runCost); it reports false once closed.
 func (c *cache) start(lists []nomadview.List, stats bool) bool {
 	c.startMu.Lock()
 	defer c.startMu.Unlock()
@@ -209,6 +215,10 @@ func (c *cache) start(lists []nomadview.List, stats bool) bool {
 		c.statsStarted = true
 		c.wg.Add(1)
 		go c.runStats()
+		if c.cost != nil {
+			c.wg.Add(1)
+			go c.runCost()
+		}
 	}
 	return true
 }
@@ -335,6 +345,30 @@ func (c *cache) runStats() {
 		case <-c.ctx.Done():
 			return
 		}
+	}
+}
+
+// runCost feeds the cost meter the cost rates of every snapshot of the
+// watcher, at each change of a list, until the cache closes. Until both
+// the nodes and the allocations lists have been read the rates are none
+// (a node's GPUs would all look idle).
+func (c *cache) runCost() {
+	defer c.wg.Done()
+	for v := range c.view.Watch(c.ctx) {
+		var rates map[CostKey]CostRate
+		if isClosed(c.view.Ready(nomadview.Nodes)) && isClosed(c.view.Ready(nomadview.Allocs)) {
+			rates = CostRatesOf(v)
+		}
+		c.cost.observe(c.costGen, time.Now(), rates)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -47,11 +47,12 @@ const (
 	cfgFinishedWindow  = "finished_window"
 	cfgFinishedMax     = "finished_max_allocs"
 	cfgFinishedRefresh = "finished_refresh_interval"
+	cfgPrices          = "prices"
 )
 
 var ownKeys = []string{
 	cfgDefaultGPUsPerNode, cfgStatsTTL, cfgMinRefresh, cfgSyncTimeout, cfgMaxStaleness, cfgUtilStat,
-	cfgMetricsAddress, cfgPriorityTiers, cfgFinishedWindow, cfgFinishedMax, cfgFinishedRefresh,
+	cfgMetricsAddress, cfgPriorityTiers, cfgFinishedWindow, cfgFinishedMax, cfgFinishedRefresh, cfgPrices,
 }
 
 // Config is the plugin's parsed configuration.
@@ -90,6 +91,9 @@ type Config struct {
 	FinishedWindow  time.Duration
 	FinishedMax     int
 	FinishedRefresh time.Duration
+	// Prices are the price of a node-hour by pool and node class, for the
+	// cost figures (none: no price series).
+	Prices Prices
 }
 
 // Defaults.
@@ -213,6 +217,8 @@ func ParseConfig(m map[string]string) (*Config, error) {
 			if err == nil && c.FinishedRefresh < 0 {
 				err = fmt.Errorf("negative")
 			}
+		case cfgPrices:
+			c.Prices, err = ParsePrices(v)
 		default:
 			if strings.HasPrefix(k, "nomad_") {
 				return nil, fmt.Errorf("config: unknown Nomad key %q; allowed: nomad_address, nomad_region, nomad_namespace, nomad_token, nomad_http-auth, nomad_ca-cert, nomad_ca-path, nomad_client-cert, nomad_client-key, nomad_tls-server-name, nomad_skip-verify, nomad_block-query-wait-time", k)
@@ -251,6 +257,8 @@ func keyHelp(k string) string {
 		return "want a positive integer: the most finished allocations one list reads"
 	case cfgFinishedRefresh:
 		return "want a duration such as 30s, 0 for none"
+	case cfgPrices:
+		return "want comma-separated pool=price or pool/class=price, the price of one node-hour such as \"training/gpu-burst=3.2,training=2.5\"; a pool alone prices its nodes of every other class"
 	}
 	return ""
 }

@@ -39,6 +39,7 @@ const (
 	labelTask       = "task"
 	labelAllocID    = "alloc_id"
 	labelBasis      = "basis"
+	labelNodeClass  = "node_class"
 )
 
 // MetricsPath is where the exporter serves the metrics.
@@ -76,6 +77,9 @@ const (
 	mPredictedWait
 	mListUp
 	mNomadRequests
+	mNodeSeconds
+	mGPUSeconds
+	mNodePrice
 	numMetrics
 )
 
@@ -89,6 +93,14 @@ var (
 	// task group; basis is a sizing.BasisKind, a bounded set.
 	predictedTaskLabels = []string{labelNamespace, labelJob, labelTaskGroup, labelTask, labelAllocID, labelBasis}
 	predictedWaitLabels = []string{labelNamespace, labelJob, labelTaskGroup, labelPool, labelDevice, labelBasis}
+	// The cost figures: prices are set by pool and node class.
+	costLabels = []string{labelPool, labelNodeClass}
+)
+
+// GPU-seconds states, the state label of the GPU-seconds counter.
+const (
+	GPUAllocated = "allocated"
+	GPUIdle      = "idle"
 )
 
 // exportedMetrics are every metric family the exporter serves. The package
@@ -154,6 +166,12 @@ var exportedMetrics = [numMetrics]MetricSpec{
 		"1 when the plugin's list of this kind has been read and has not been failing for over max_staleness."},
 	mNomadRequests: {"nomad_gpu_cluster_nomad_requests_total", "counter", []string{labelEndpoint},
 		"Nomad API requests the plugin made, by endpoint."},
+	mNodeSeconds: {"nomad_gpu_cluster_node_seconds_total", "counter", costLabels,
+		"Node-seconds of ready nodes with GPUs (schedulable or not) since the exporter started, counted at every change of the cluster and every scrape."},
+	mGPUSeconds: {"nomad_gpu_cluster_gpu_seconds_total", "counter", append(slices.Clone(costLabels), labelState),
+		"GPU-equivalent-seconds of the healthy GPUs, MIG instances and MPS shares of those nodes since the exporter started: state allocated (held by a pending or running allocation) or idle (the others, and GPUs being relaid)."},
+	mNodePrice: {"nomad_gpu_cluster_price_per_node_hour", "gauge", costLabels,
+		"The price of one node-hour of the pool's nodes of the class, from the prices key; absent where none is set."},
 }
 
 // ExportedMetrics describes every metric family the exporter serves.
@@ -188,6 +206,9 @@ type scrapeInput struct {
 	opt   FigureOptions
 	lists []listState
 	calls map[string]uint64
+	// cost are the cost counters, prices the node-hour prices.
+	cost   map[CostKey]CostTotals
+	prices Prices
 }
 
 // clusterCollector computes the cluster figures at scrape time from what
@@ -221,6 +242,17 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, l := range in.lists {
 		gauge(mListUp, b2f(l.up), l.label)
+	}
+	counter := func(m int, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(c.descs[m], prometheus.CounterValue, v, lv...)
+	}
+	for k, t := range in.cost {
+		counter(mNodeSeconds, t.NodeSeconds, k.Pool, k.NodeClass)
+		counter(mGPUSeconds, t.AllocatedGPUSeconds, k.Pool, k.NodeClass, GPUAllocated)
+		counter(mGPUSeconds, t.IdleGPUSeconds, k.Pool, k.NodeClass, GPUIdle)
+		if price, ok := in.prices.Of(k); ok {
+			gauge(mNodePrice, price, k.Pool, k.NodeClass)
+		}
 	}
 	if in.snap == nil {
 		return
@@ -308,8 +340,9 @@ func b2f(b bool) float64 {
 
 // scrapeInput is the plugin's input to its collector: the current cache's
 // snapshot (starting the lists the figures read, and the background stats
-// refresh, if not yet running), device stats no older than 3 × stats_ttl,
-// and the Nomad call counts.
+// refresh and cost meter, if not yet running), device stats no older than
+// 3 × stats_ttl, the cost counters counted up to now, the prices, and the
+// Nomad call counts.
 func (p *Plugin) scrapeInput() scrapeInput {
 	in := scrapeInput{calls: p.calls.snapshot()}
 	p.mu.Lock()
@@ -324,6 +357,8 @@ func (p *Plugin) scrapeInput() scrapeInput {
 	snap.Util = c.cachedUtil(3 * c.cfg.StatsTTL)
 	in.snap = &snap
 	in.opt = FigureOptions{Tiers: c.cfg.Tiers, Window: c.cfg.FinishedWindow}
+	in.cost = p.cost.read(snap.Now)
+	in.prices = c.cfg.Prices
 	return in
 }
 

@@ -42,9 +42,19 @@ func fullInput() scrapeInput {
 			Runs: runs,
 			// As the read model counts wholeGPUNodes: a 3, b 1, c 8, e 6.
 			Free: map[string]predict.Capacity{"gpu": {{Kind: "gpu"}: 18}}},
-		lists: []listState{{"nodes", true}, {"blocked_evaluations", true}, {"allocations", true}, {"finished_allocations", false}},
-		calls: map[string]uint64{EndpointNodes: 2, EndpointAllocs: 3},
+		lists:  []listState{{"nodes", true}, {"blocked_evaluations", true}, {"allocations", true}, {"finished_allocations", false}},
+		calls:  map[string]uint64{EndpointNodes: 2, EndpointAllocs: 3},
+		cost:   map[CostKey]CostTotals{{"gpu", "a100"}: {NodeSeconds: 60, AllocatedGPUSeconds: 100, IdleGPUSeconds: 380}},
+		prices: mustPrices("gpu=2.5"),
 	}
+}
+
+func mustPrices(s string) Prices {
+	p, err := ParsePrices(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 func TestExporterLint(t *testing.T) {
@@ -127,6 +137,12 @@ func TestExporterCollectAndCompare(t *testing.T) {
 			}},
 		lists: []listState{{"nodes", true}, {"finished_allocations", false}},
 		calls: map[string]uint64{EndpointNodes: 3, EndpointFinished: 2},
+		// a100 nodes are priced, h100 nodes not.
+		cost: map[CostKey]CostTotals{
+			{"gpu", "a100"}: {NodeSeconds: 7200, AllocatedGPUSeconds: 3600 * 3.5, IdleGPUSeconds: 3600 * 4.5},
+			{"gpu", "h100"}: {NodeSeconds: 60},
+		},
+		prices: mustPrices("gpu/a100=3.2,batch=1"),
 	}
 	cap := `{datacenter="dc1",device="nvidia/gpu/H100",pool="gpu"}`
 	queue := `{device="nvidia/gpu",pool="gpu",priority="P0",state="blocked"}`
@@ -178,7 +194,17 @@ func TestExporterCollectAndCompare(t *testing.T) {
 		`nomad_gpu_cluster_list_up{list="nodes"} 1` + "\n" +
 		header("nomad_gpu_cluster_nomad_requests_total") +
 		`nomad_gpu_cluster_nomad_requests_total{endpoint="finished_allocations"} 2` + "\n" +
-		`nomad_gpu_cluster_nomad_requests_total{endpoint="nodes"} 3` + "\n"
+		`nomad_gpu_cluster_nomad_requests_total{endpoint="nodes"} 3` + "\n" +
+		header("nomad_gpu_cluster_node_seconds_total") +
+		`nomad_gpu_cluster_node_seconds_total{node_class="a100",pool="gpu"} 7200` + "\n" +
+		`nomad_gpu_cluster_node_seconds_total{node_class="h100",pool="gpu"} 60` + "\n" +
+		header("nomad_gpu_cluster_gpu_seconds_total") +
+		`nomad_gpu_cluster_gpu_seconds_total{node_class="a100",pool="gpu",state="allocated"} 12600` + "\n" +
+		`nomad_gpu_cluster_gpu_seconds_total{node_class="a100",pool="gpu",state="idle"} 16200` + "\n" +
+		`nomad_gpu_cluster_gpu_seconds_total{node_class="h100",pool="gpu",state="allocated"} 0` + "\n" +
+		`nomad_gpu_cluster_gpu_seconds_total{node_class="h100",pool="gpu",state="idle"} 0` + "\n" +
+		header("nomad_gpu_cluster_price_per_node_hour") +
+		`nomad_gpu_cluster_price_per_node_hour{node_class="a100",pool="gpu"} 3.2` + "\n"
 	if err := testutil.CollectAndCompare(fixedCollector(in), strings.NewReader(expected)); err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,35 @@ func waitMetric(t *testing.T, addr, series string, want float64, timeout time.Du
 	}
 }
 
+// costRates waits until, between two scrapes, the cost counters of key
+// grew by one node-second a second of wall time, allocated and idle times
+// that.
+func costRates(t *testing.T, addr, key string, allocated, idle float64) {
+	t.Helper()
+	gpuKey := func(state string) string {
+		return "nomad_gpu_cluster_gpu_seconds_total" + strings.TrimSuffix(key, "}") + `,state="` + state + `"}`
+	}
+	node := "nomad_gpu_cluster_node_seconds_total" + key
+	deadline := time.Now().Add(15 * time.Second)
+	prev, prevAt := scrape(t, addr), time.Now()
+	for {
+		time.Sleep(500 * time.Millisecond)
+		got, at := scrape(t, addr), time.Now()
+		dn := got[node] - prev[node]
+		da, di := got[gpuKey("allocated")]-prev[gpuKey("allocated")], got[gpuKey("idle")]-prev[gpuKey("idle")]
+		wall := at.Sub(prevAt).Seconds()
+		ok := dn > 0.5*wall && dn < wall+0.1 && math.Abs(da-allocated*dn) < 1e-6 && math.Abs(di-idle*dn) < 1e-6
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cost over %.2fs: %v node-seconds, %v allocated and %v idle GPU-seconds; want about %.2f, %v and %v times that",
+				wall, dn, da, di, wall, allocated, idle)
+		}
+		prev, prevAt = got, at
+	}
+}
+
 // TestIntegrationMetrics: the exporter against a real Nomad server and one
 // client with the device plugin's simulated DGX H100 (8 GPUs) in pool gpu.
 func TestIntegrationMetrics(t *testing.T) {
@@ -111,7 +140,7 @@ plugin "nomad-device-gpu" {
 	d := node.NodeResources.Devices[0]
 	label := DeviceLabel(DeviceSpec{Vendor: d.Vendor, Type: d.Type, Name: d.Name})
 	p := newTestPlugin(t, c.Server().HTTPAddr(), map[string]string{
-		"metrics_address": "127.0.0.1:0", "stats_ttl": "1s", "finished_refresh_interval": "200ms",
+		"metrics_address": "127.0.0.1:0", "stats_ttl": "1s", "finished_refresh_interval": "200ms", "prices": "gpu=2.5,gpu/h100=4",
 	})
 	addr := p.metricsAddr()
 	capSeries := func(name string) string {
@@ -133,6 +162,12 @@ plugin "nomad-device-gpu" {
 	c.WaitForAllocStatus(t, allocs[0].ID, "running", time.Minute)
 	waitMetric(t, addr, capSeries("nomad_gpu_cluster_allocated_devices"), 2, 10*time.Second)
 	waitMetric(t, addr, `nomad_gpu_cluster_allocs_started{pool="gpu",priority="P0"}`, 1, 10*time.Second)
+
+	// Cost: the a100 node at its pool's price; its counters grow by 1
+	// node, 2 GPUs held and 6 idle a second.
+	costKey := `{node_class="a100",pool="gpu"}`
+	waitMetric(t, addr, "nomad_gpu_cluster_price_per_node_hour"+costKey, 2.5, 10*time.Second)
+	costRates(t, addr, costKey, 2, 6)
 
 	// big: 8 GPUs cannot be placed: the 6 free are stranded. The mix is
 	// hold's 2-GPU request and big's 8-GPU one, half each: the 6 free

@@ -23,6 +23,9 @@ const PluginName = "nomad-gpu-apm"
 type Plugin struct {
 	log   hclog.Logger
 	calls counter
+	// cost accumulates the cost counters over the plugin's life, across
+	// reconfigurations.
+	cost costMeter
 
 	queries atomic.Uint64
 
@@ -81,7 +84,9 @@ func (p *Plugin) SetConfig(config map[string]string) error {
 	}
 	old := p.cache
 	p.raw, p.cfg = maps.Clone(config), cfg
-	p.cache = newCache(cl, cfg, p.log, &p.calls)
+	// The old cache's rates stop counting; the new one's count once its
+	// lists are read.
+	p.cache = newCache(cl, cfg, p.log, &p.calls, &p.cost, p.cost.claim(time.Now()))
 	if cfg.MetricsAddress != "" {
 		p.cache.start(figureLists, true)
 	}
@@ -97,6 +102,7 @@ func (p *Plugin) Close() {
 	c, e := p.cache, p.metrics
 	p.cache, p.metrics, p.closed = nil, nil, true
 	p.mu.Unlock()
+	p.cost.claim(time.Now())
 	if e != nil {
 		e.Close()
 	}

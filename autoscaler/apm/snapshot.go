@@ -360,10 +360,17 @@ func (n *Node) inventory(f Filter) (total, healthy, used int) {
 }
 
 // freeGPUs is, for device=any, a schedulable node's free capacity in
-// GPU-equivalents by freeRule: its free GPU, MIG and MPS instances
-// (nodeGPUs) and its relaying GPUs (LayoutGPU.Relaying). held is scratch
-// space.
+// GPU-equivalents by freeRule (gpuUse). held is scratch space.
 func (n *Node) freeGPUs(held map[string]bool) float64 {
+	_, free := n.gpuUse(held)
+	return free
+}
+
+// gpuUse is a node's GPU capacity in GPU-equivalents, held and free by
+// freeRule: allocated, its healthy GPU, MIG and MPS instances held by an
+// allocation (nodeGPUs); free, the other healthy ones and its relaying
+// GPUs (LayoutGPU.Relaying). held is scratch space.
+func (n *Node) gpuUse(held map[string]bool) (allocated, free float64) {
 	n.markHeld(held)
 	_, capacity, allocated := nodeGPUs(n, held)
 	relaying := 0
@@ -372,7 +379,7 @@ func (n *Node) freeGPUs(held map[string]bool) float64 {
 			relaying++
 		}
 	}
-	return capacity - allocated + float64(freeRule.Relaying(relaying))
+	return allocated, capacity - allocated + float64(freeRule.Relaying(relaying))
 }
 
 // freeRule is the free-capacity rule of the autoscaler's figures: a GPU
