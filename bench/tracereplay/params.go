@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -53,8 +54,11 @@ type Params struct {
 	// Strategy is the autoscaling strategy of +autoscale and nomad-gpu.
 	Configs  string
 	Strategy string
-	// PriceReserved and PriceOnDemand price a node-hour.
-	PriceReserved, PriceOnDemand float64
+	// PriceReserved, PriceOnDemand and PriceSpot price a node-hour.
+	PriceReserved, PriceOnDemand, PriceSpot float64
+	// SpotReclaimRate is Cluster.SpotReclaimRate: reclaims per spot
+	// node-hour of trace time.
+	SpotReclaimRate float64
 	// PreemptionCooldown is Policy.PreemptionCooldown (0: no protection
 	// of preempted work), wall clock.
 	PreemptionCooldown time.Duration
@@ -110,13 +114,17 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	// reservation) give the figures a realistic ratio; set your own.
 	fs.Float64Var(&p.PriceReserved, "price-reserved", 55, "price of a reserved node-hour (the fixed part of the cluster)")
 	fs.Float64Var(&p.PriceOnDemand, "price-ondemand", 98, "price of an on-demand node-hour (autoscaled nodes above the minimum)")
+	// AWS's spot GPU instances are typically 60–70 % below their
+	// on-demand price: about 0.3× -price-ondemand's default.
+	fs.Float64Var(&p.PriceSpot, "price-spot", 30, "price of a spot node-hour (nomad-gpu-spot's burst nodes); default about 0.3× -price-ondemand's, spot GPU instances being typically 60–70 % below on demand on AWS")
+	fs.Float64Var(&p.SpotReclaimRate, "spot-reclaim-rate", 0.05, "reclaims per spot node-hour of trace time (nomad-gpu-spot): each spot node is taken back after an exponential time of this rate, its work stopped on a 2-minute notice to resume elsewhere; default about one in 20 node-hours, a guess to set from your cloud's record (0: never)")
 	fs.StringVar(&p.MultiNode, "multi-node", MultiNodeGang, `jobs bigger than a node: "gang" keeps them whole, as members of at most a node's whole GPUs with slices on several nodes; "clip" asks for one node's (the real engine replays no gang yet)`)
 	fs.StringVar(&p.Teams, "teams", "", `team queues of +queues: "team=weight,…", "*" for every other team together (Philly's virtual clusters); each queue's nominal quota is its weight's share of the fixed cluster, in whole nodes`)
 	fs.DurationVar(&p.PreemptionCooldown, "preemption-cooldown", DefaultPolicy().PreemptionCooldown, "how long preempted work is protected once its replacement runs, wall clock, with checkpoints (0: never)")
 }
 
 // ConfigNames are the configurations Params.Configs may list.
-var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "+queues", "alone", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "nomad-gpu-no-scale-in", "stock-preemption", "target-value", "fixed-like-autoscale"}
+var ConfigNames = []string{"baseline", "+slices", "+layouts", "+preemption", "+autoscale", "+gangs", "nomad-gpu", "nomad-gpu-fixed", "nomad-gpu-reservations", "nomad-gpu-fixed-reservations", "+queues", "alone", "nomad-gpu-no-moves", "nomad-gpu-fixed-no-moves", "nomad-gpu-no-scale-in", "nomad-gpu-spot", "stock-preemption", "target-value", "fixed-like-autoscale"}
 
 // aloneEach is ParseConfigs' Config.Alone for "alone", until Load knows
 // the queues: one configuration a queue.
@@ -174,6 +182,12 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 			// shrinks by idle nodes only, as before the controller
 			// emptied them.
 			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: strategy}
+		case "nomad-gpu-spot":
+			// nomad-gpu whose burst nodes are spot nodes, which only
+			// checkpointing work enters (docs/spot.md): what spot
+			// capacity saves, and what its reclaims cost.
+			f = Features{Layouts: true, Preemption: true, Checkpoints: true, Moves: true, Gangs: true, Autoscale: strategy,
+				ScaleIn: strategy == AutoscaleGPUQueue, Spot: true}
 		case "alone":
 			// +preemption with each team queue's jobs alone on its
 			// nominal (Load makes one configuration a queue): the
@@ -223,7 +237,7 @@ type Setup struct {
 	// Notes say how the trace's jobs were adjusted to the cluster.
 	Notes []string
 	// Prices price the node-hours.
-	PriceReserved, PriceOnDemand float64
+	PriceReserved, PriceOnDemand, PriceSpot float64
 }
 
 // ErrNoJobs is Load's error for a selection that holds no job.
@@ -245,7 +259,13 @@ func (p Params) Load() (Setup, error) {
 	if p.PriceReserved < 0 || p.PriceOnDemand < 0 {
 		return s, fmt.Errorf("price-reserved, price-ondemand: %v, %v; allowed: 0 or more", p.PriceReserved, p.PriceOnDemand)
 	}
-	s.PriceReserved, s.PriceOnDemand = p.PriceReserved, p.PriceOnDemand
+	if !(p.PriceSpot >= 0) || math.IsInf(p.PriceSpot, 0) {
+		return s, fmt.Errorf("price-spot: %v; allowed: 0 or more", p.PriceSpot)
+	}
+	if !(p.SpotReclaimRate >= 0) || math.IsInf(p.SpotReclaimRate, 0) {
+		return s, fmt.Errorf("spot-reclaim-rate: %v; allowed: 0 (never) or more reclaims per spot node-hour", p.SpotReclaimRate)
+	}
+	s.PriceReserved, s.PriceOnDemand, s.PriceSpot = p.PriceReserved, p.PriceOnDemand, p.PriceSpot
 	if p.PreemptionCooldown < 0 {
 		return s, fmt.Errorf("preemption-cooldown: %s; allowed: 0 (off) or more", p.PreemptionCooldown)
 	}
@@ -266,6 +286,11 @@ func (p Params) Load() (Setup, error) {
 		return s, err
 	}
 	s.Configs = configs
+	if slices.ContainsFunc(configs, func(c Config) bool { return c.Spot }) {
+		// Only where spot nodes run: the other configurations' records
+		// stay as they were.
+		s.Cluster.SpotReclaimRate = p.SpotReclaimRate
+	}
 	if s.Cluster.Teams, err = ParseTeams(p.Teams); err != nil {
 		return s, err
 	}

@@ -91,9 +91,10 @@ func (j Job) Record(s Slice) JobRecord {
 }
 
 // Interrupted says the run was stopped for another's sake, by a
-// preemption, a move or a queue's reclaim, for the job to run again: its
-// job waits again, and resumes from what it saved.
-func (r Run) Interrupted() bool { return r.Preempted || r.Moved || r.Reclaimed }
+// preemption, a move, a queue's reclaim or its spot node's reclaim, for
+// the job to run again: its job waits again, and resumes from what it
+// saved.
+func (r Run) Interrupted() bool { return r.Preempted || r.Moved || r.Reclaimed || r.SpotReclaimed }
 
 // Preemptions counts the job's runs stopped by a preemption.
 func (r JobRecord) Preemptions() int {
@@ -183,6 +184,14 @@ type Features struct {
 	// placeholder that takes their GPUs as they free, and handed over
 	// when it holds them all.
 	Reservations bool
+	// Spot, with Checkpoints and the gpu-queue strategy, makes the
+	// autoscaled pool's burst nodes spot nodes (docs/spot.md): a node
+	// pool of their own that only checkpointing work enters, taken back
+	// by the cloud at Cluster.SpotReclaimRate, their work stopped on the
+	// notice (reclaim-watch) to resume from its checkpoint elsewhere. Work
+	// that may not enter (in the replay, jobs bigger than a node) has an
+	// on-demand group of its own. The pool's minimum stays reserved.
+	Spot bool `json:",omitempty"`
 }
 
 // Autoscale strategies a configuration may name.
@@ -208,6 +217,9 @@ func (f Features) Validate() error {
 	}
 	if f.Queues && (!f.Checkpoints || f.Autoscale != "") {
 		return fmt.Errorf("queues: on without checkpoints, or autoscaled; allowed: queues only with checkpoints (reclaim stops borrowed work checkpointed) on a fixed cluster (the quotas are shares of its GPUs)")
+	}
+	if f.Spot && (!f.Checkpoints || f.Autoscale != AutoscaleGPUQueue) {
+		return fmt.Errorf("spot: on without checkpoints or gpu-queue; allowed: spot nodes only with checkpoints (a reclaimed node's work resumes from its checkpoint) in a pool autoscaled by gpu-queue (its nodes_needed grows the spot group for checkpointing work and the on-demand group for the rest)")
 	}
 	if f.Reservations && (!f.Gangs || !f.Preemption) {
 		return fmt.Errorf("reservations: on without gangs or preemption; allowed: reservations only with both (the controller keeps nodes for a gang it admits, and hands them over by preempting its placeholder: Nomad's batch preemption must be on)")
@@ -254,6 +266,15 @@ func (c Config) StartNodes(cl Cluster) int {
 		return c.Nodes
 	}
 	return cl.Nodes
+}
+
+// RealEngine says why the real engine (make bench-trace) does not run the
+// configuration, naming it; nil where it does.
+func (c Config) RealEngine() error {
+	if c.Spot {
+		return fmt.Errorf("config %q: not run on real Nomad yet: spot nodes and their reclaims are modelled only (bench-trace); allowed on the real engine: the configurations without spot", c.Name)
+	}
+	return nil
 }
 
 // ReservedNodes is the part of the cluster paid for whether used or not:
@@ -346,6 +367,12 @@ type Cluster struct {
 	// Teams are the team queues of a configuration with Queues (teams.go);
 	// none: no queues.
 	Teams []TeamWeight `json:",omitempty"`
+	// SpotReclaimRate is how often the cloud takes a spot node back
+	// (Features.Spot), in reclaims per spot node-hour of trace time: the
+	// cluster's own time, which the trace stands for (not scaled by the
+	// compression, unlike the wall-clock latencies and policy times);
+	// 0: never.
+	SpotReclaimRate float64 `json:",omitempty"`
 }
 
 // Shares is the share count of a GPU relaid as MPS shares under
@@ -372,6 +399,8 @@ func (c Cluster) Validate() error {
 		return fmt.Errorf("mps_shares: %d; allowed: 2 to 48", c.MPSShares)
 	case c.LayoutShares != 0 && (c.LayoutShares < 2 || c.LayoutShares > gpulayout.MaxShares):
 		return fmt.Errorf("layout_shares: %d; allowed: 2 to %d (0: %d)", c.LayoutShares, gpulayout.MaxShares, gpulayout.DefaultShares)
+	case c.SpotReclaimRate < 0 || math.IsNaN(c.SpotReclaimRate) || math.IsInf(c.SpotReclaimRate, 0):
+		return fmt.Errorf("spot_reclaim_rate: %v; allowed: 0 (never) or more reclaims per spot node-hour", c.SpotReclaimRate)
 	case c.MIGGPUs > 0 && len(c.MIGProfiles) == 0:
 		return fmt.Errorf("mig_profiles: empty with mig_gpus %d; allowed: profiles such as 3g.40gb, 1g.10gb", c.MIGGPUs)
 	}
@@ -591,6 +620,9 @@ type Result struct {
 	// GPUs kept idle for the work they were made for.
 	Reservations            int     `json:",omitempty"`
 	ReservationIdleGPUHours float64 `json:",omitempty"`
+	// SpotNodes name the nodes that were spot nodes (Features.Spot), in
+	// the order they started.
+	SpotNodes []string `json:",omitempty"`
 	// Incomplete is the evidence a real run kept of each interrupted run
 	// whose task's log tells neither a commit nor a stop, so that its
 	// cause can be named.
@@ -764,9 +796,12 @@ type Run struct {
 	// Preempted says it was stopped by a preemption; Moved that the
 	// controller stopped it to move it (Features.Moves); Reclaimed that
 	// the controller took it back for a queue lending to its team's, or
-	// for its own team's work 10 above it (a yield; Features.Queues).
+	// for its own team's work 10 above it (a yield; Features.Queues);
+	// SpotReclaimed that the cloud took its spot node back and the
+	// reclaim watcher stopped it on the notice (Features.Spot).
 	Preempted, Moved bool
 	Reclaimed        bool `json:",omitempty"`
+	SpotReclaimed    bool `json:",omitempty"`
 	// Node is the node it ran on, and Held the devices it held there.
 	Node string
 	Held []Hold
@@ -801,6 +836,9 @@ type Sample struct {
 	// Nodes are the nodes up: started and not yet removed, booting ones
 	// included (they cost node-minutes).
 	Nodes int
+	// Spot are those of Nodes that are spot nodes (Features.Spot), priced
+	// as such; the others are the reserved minimum and on-demand nodes.
+	Spot int `json:",omitempty"`
 	// GPUs are the physical GPUs of ready nodes.
 	GPUs float64
 	// Allocated are the GPU-equivalents held by allocations, and Busy

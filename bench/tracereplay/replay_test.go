@@ -1,6 +1,7 @@
 package tracereplay
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,6 +130,13 @@ func TestParseConfigs(t *testing.T) {
 			t.Errorf("ParseConfigs(%q) = %v, want %q", list, err, msg)
 		}
 	}
+	// nomad-gpu whose burst nodes are spot nodes; gpu-queue only.
+	if sp, err := ParseConfigs("nomad-gpu-spot", AutoscaleGPUQueue); err != nil || !sp[0].Spot || !sp[0].ScaleIn || !sp[0].Gangs || sp[0].Autoscale != AutoscaleGPUQueue {
+		t.Errorf("nomad-gpu-spot: %+v, %v", sp, err)
+	}
+	if _, err := ParseConfigs("nomad-gpu-spot", AutoscaleTargetValue); err == nil || !strings.Contains(err.Error(), "strategy: spot: on without checkpoints or gpu-queue") {
+		t.Errorf("nomad-gpu-spot with target-value: %v", err)
+	}
 	if _, err := ParseConfigs("+autoscale", "hpa"); err == nil || !strings.Contains(err.Error(), `strategy: autoscale: "hpa" is not a strategy`) {
 		t.Errorf("a bad strategy: %v", err)
 	}
@@ -153,6 +161,10 @@ func TestFeaturesValidate(t *testing.T) {
 		{"scale-in without moves", Features{Preemption: true, Checkpoints: true, ScaleIn: true, Autoscale: AutoscaleGPUQueue}, "scale_in: on without moves or gpu-queue"},
 		{"scale-in on a fixed cluster", Features{Preemption: true, Checkpoints: true, Moves: true, ScaleIn: true}, "scale_in: on without moves or gpu-queue"},
 		{"scale-in with target-value", Features{Preemption: true, Checkpoints: true, Moves: true, ScaleIn: true, Autoscale: AutoscaleTargetValue}, "scale_in: on without moves or gpu-queue"},
+		{"spot", Features{Preemption: true, Checkpoints: true, Gangs: true, Autoscale: AutoscaleGPUQueue, Spot: true}, ""},
+		{"spot without checkpoints", Features{Preemption: true, Gangs: true, Autoscale: AutoscaleGPUQueue, Spot: true}, "spot: on without checkpoints or gpu-queue"},
+		{"spot on a fixed cluster", Features{Preemption: true, Checkpoints: true, Spot: true}, "spot: on without checkpoints or gpu-queue"},
+		{"spot with target-value", Features{Preemption: true, Checkpoints: true, Autoscale: AutoscaleTargetValue, Spot: true}, "spot: on without checkpoints or gpu-queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,6 +201,10 @@ func TestParamsLoadErrors(t *testing.T) {
 		{"preemption cooldown", func(p *Params) { p.PreemptionCooldown = -time.Second }, "preemption-cooldown: -1s; allowed: 0 (off) or more"},
 		{"layout shares", func(p *Params) { p.LayoutShares = 64 }, "layout_shares: 64; allowed: 2 to 48"},
 		{"layout min interval", func(p *Params) { p.LayoutMinInterval = -time.Second }, "layout-min-interval: -1s; allowed: 0 or more"},
+		{"price spot", func(p *Params) { p.PriceSpot = -1 }, "price-spot: -1; allowed: 0 or more"},
+		{"spot reclaim rate", func(p *Params) { p.SpotReclaimRate = -0.5 }, "spot-reclaim-rate: -0.5; allowed: 0 (never) or more reclaims per spot node-hour"},
+		{"spot reclaim rate NaN", func(p *Params) { p.SpotReclaimRate = math.NaN() }, "spot-reclaim-rate: NaN; allowed"},
+		{"spot with target-value", func(p *Params) { p.Configs, p.Strategy = "baseline,nomad-gpu-spot", AutoscaleTargetValue }, "strategy: spot: on without checkpoints or gpu-queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -198,6 +214,34 @@ func TestParamsLoadErrors(t *testing.T) {
 				t.Fatalf("Load = %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The reclaim rate is the cluster's only where a configuration has spot
+// nodes: the other configurations' records stay as they were. The real
+// engine refuses a spot configuration, naming it.
+func TestSpotParams(t *testing.T) {
+	base := Params{Jobs: 10, Compression: 25, Nodes: 4, MinNodes: 2, MaxNodes: 6, GPUsPerNode: 8, Strategy: AutoscaleGPUQueue,
+		OfferedLoad: 0.85, Window: 2 * time.Hour, SpotReclaimRate: 0.05, PriceSpot: 30, Seed: 1}
+	for configs, rate := range map[string]float64{"baseline,nomad-gpu": 0, "baseline,nomad-gpu-spot": 0.05} {
+		p := base
+		p.Configs = configs
+		s, err := p.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Cluster.SpotReclaimRate != rate || s.PriceSpot != 30 {
+			t.Errorf("%s: reclaim rate %v, spot price %v; want %v, 30", configs, s.Cluster.SpotReclaimRate, s.PriceSpot, rate)
+		}
+		for _, c := range s.Configs {
+			err := c.RealEngine()
+			switch {
+			case c.Spot && (err == nil || !strings.Contains(err.Error(), `config "nomad-gpu-spot": not run on real Nomad yet`)):
+				t.Errorf("%s: real engine: %v; want it refused, named", c.Name, err)
+			case !c.Spot && err != nil:
+				t.Errorf("%s: real engine: %v", c.Name, err)
+			}
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,8 +95,12 @@ func runFrontier(p tracereplay.Params, r nodeRange, step time.Duration, out stri
 		}
 		what = fmt.Sprintf("Sample: %s; %d jobs, offered load %.2f of %d nodes (-nodes).", setup.Trace.Source, len(setup.Trace.Jobs), p.OfferedLoad, p.Nodes)
 	}
-	what += fmt.Sprintf(" Prices %g a reserved node-hour, %g on demand; the model at compression %g×, %d sizes in %s.",
-		p.PriceReserved, p.PriceOnDemand, p.Compression, r.hi-r.lo+1, time.Since(started).Round(time.Millisecond))
+	spot := ""
+	if slices.ContainsFunc(f.Curves, func(c report.FrontierCurve) bool { return c.Spot }) {
+		spot = fmt.Sprintf(", %g spot (spot nodes reclaimed at %g a node-hour)", p.PriceSpot, p.SpotReclaimRate)
+	}
+	what += fmt.Sprintf(" Prices %g a reserved node-hour, %g on demand%s; the model at compression %g×, %d sizes in %s.",
+		p.PriceReserved, p.PriceOnDemand, spot, p.Compression, r.hi-r.lo+1, time.Since(started).Round(time.Millisecond))
 	path := filepath.Join(out, frontierFile)
 	if rc := writeReport(path, f.Markdown("Trace replay (model): cost against wait", what), stderr); rc != 0 {
 		return rc
@@ -122,7 +127,7 @@ func modelFrontier(setup tracereplay.Setup, r nodeRange) (report.Frontier, error
 			}
 			f.Ref = p
 		}
-		c := report.FrontierCurve{Config: cfg.Name}
+		c := report.FrontierCurve{Config: cfg.Name, Spot: cfg.Spot}
 		for n := r.lo; n <= r.hi; n++ {
 			cl, sized := setup.Cluster, cfg
 			if cfg.Autoscale != "" {
@@ -153,6 +158,6 @@ func frontierPoint(setup tracereplay.Setup, cfg tracereplay.Config, cl tracerepl
 	if err != nil {
 		return report.FrontierPoint{}, fmt.Errorf("%s on %d nodes: %w", cfg.Name, n, err)
 	}
-	fs := figures.Compute(res, figures.Options{Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand}})
+	fs := figures.Compute(res, figures.Options{Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand, Spot: setup.PriceSpot}})
 	return report.PointOf(n, fs), nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/figures"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/report"
 )
 
@@ -46,6 +47,7 @@ func runSweep(p tracereplay.Params, step time.Duration, out string, stdout, stde
 	span, skipped, rc := eachWindow(p, step, stderr, func(setup tracereplay.Setup) error {
 		if sw == nil {
 			sw = report.NewSweep(configNames(setup.Configs))
+			sw.Prices = figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand, Spot: setup.PriceSpot}
 		}
 		results, err := modelConfigs(setup)
 		if err == nil {

@@ -129,7 +129,7 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	err = report.Write(*out, report.Run{
 		Title: "Trace replay (model): " + filepath.Base(p.TracePath()), Trace: setup.Trace, Seed: setup.Seed,
 		Attribution: setup.Attribution, Model: results, Started: started, Elapsed: time.Since(started),
-		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand}, Notes: setup.Notes,
+		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand, Spot: setup.PriceSpot}, Notes: setup.Notes,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "bench-trace: %v\n", err)

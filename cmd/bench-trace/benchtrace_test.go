@@ -152,3 +152,57 @@ func TestBenchTraceFrontier(t *testing.T) {
 		}
 	}
 }
+
+// nomad-gpu-spot in a report, a sweep and a frontier: its node-hours by
+// kind and its reclaims where cost and lost work are, and its flags'
+// errors naming them.
+func TestBenchTraceSpot(t *testing.T) {
+	dir, trace := benchTraceFile(t)
+	base := []string{"-trace", trace, "-nodes", "2", "-min-nodes", "1", "-max-nodes", "3", "-spot-reclaim-rate", "2", "-price-spot", "20"}
+	var stdout, stderr bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		file string
+		want []string
+	}{
+		{[]string{"-window", "0", "-configs", "baseline,nomad-gpu,nomad-gpu-spot"}, "report.md",
+			[]string{"| nomad-gpu-spot |", "burst nodes spot (reclaims: 2 a node-hour)", "| node-hours spot |", "| node-hours on demand |",
+				"| spot reclaims (runs stopped) |", "| lost GPU-hours to spot reclaims |", "Spot node-hours are priced at 20"}},
+		{[]string{"-window", "2m", "-sweep", "1m", "-configs", "baseline,nomad-gpu-spot"}, sweepFile,
+			[]string{"| node-hours spot |", "cost (55 reserved, 98 on demand, 20 spot a node-hour)", "| cost per useful GPU-hour |", "| spot reclaims (runs stopped) |"}},
+		{[]string{"-window", "0", "-frontier", "1:3", "-configs", "baseline,nomad-gpu-spot"}, frontierFile,
+			[]string{"| nomad-gpu-spot | 3 ", "spot node-hours | spot reclaims |", "20 spot (spot nodes reclaimed at 2 a node-hour)"}},
+	} {
+		out := filepath.Join(dir, strings.TrimSuffix(tc.file, ".md"))
+		if rc := runBenchTrace(append(slices.Concat(base, tc.args), "-out", out), &stdout, &stderr); rc != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, rc, stderr.String())
+		}
+		md, err := os.ReadFile(filepath.Join(out, tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(string(md), want) {
+				t.Errorf("%s lacks %q:\n%s", tc.file, want, md)
+			}
+		}
+	}
+	// Without a spot configuration, none of it.
+	out := filepath.Join(dir, "plain")
+	if rc := runBenchTrace(slices.Concat(base, []string{"-window", "0", "-configs", "baseline,nomad-gpu", "-out", out}), &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	if md, err := os.ReadFile(filepath.Join(out, "report.md")); err != nil || strings.Contains(string(md), "spot") {
+		t.Errorf("a report without spot nodes mentions them (%v):\n%s", err, md)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"-price-spot -1", "price-spot: -1; allowed: 0 or more"},
+		{"-spot-reclaim-rate -1", "spot-reclaim-rate: -1; allowed: 0 (never) or more reclaims per spot node-hour"},
+		{"-configs baseline,nomad-gpu-spot -strategy target-value", "strategy: spot: on without checkpoints or gpu-queue"},
+	} {
+		stderr.Reset()
+		if rc := runBenchTrace(append([]string{"-trace", trace, "-window", "0"}, strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.args, rc, stderr.String(), tc.want)
+		}
+	}
+}

@@ -69,9 +69,15 @@
 //     latencies add to the wait, the order being the same. An
 //     autoscaled configuration, or one given more nodes, has more GPUs
 //     than the pool at times.
-//   - Cost: the fixed part of the cluster (a fixed configuration's nodes,
-//     an autoscaled one's minimum) at the reserved price for the whole
-//     horizon, every node-hour above it at the on-demand price.
+//   - Spot reclaims (Features.Spot): runs stopped because the cloud took
+//     their spot node back; their re-waits and lost work count as a
+//     preemption's. Reclaim GPU-hours: each reclaimed run's GPU-equivalents
+//     × the time from its stop to its next start.
+//   - Cost, node by node by its kind: the fixed part of the cluster (a
+//     fixed configuration's nodes, an autoscaled one's minimum) at the
+//     reserved price for the whole horizon; the spot nodes' node-hours
+//     (Sample.Spot) at the spot price; every other node-hour above the
+//     fixed part at the on-demand price.
 package figures
 
 import (
@@ -108,9 +114,9 @@ func DistOf(ds []time.Duration) Dist {
 	return d
 }
 
-// Prices are a node-hour's price, reserved and on demand.
+// Prices are a node-hour's price, reserved, on demand and spot.
 type Prices struct {
-	Reserved, OnDemand float64
+	Reserved, OnDemand, Spot float64
 }
 
 // Options are what a Result's figures are computed against.
@@ -191,6 +197,19 @@ type Figures struct {
 	StopGapP50 time.Duration
 	NodeHours  float64
 	PeakNodes  int
+	// NodeHours by kind, as Cost prices them: ReservedNodeHours the fixed
+	// part, paid for the whole horizon (used or not), OnDemandNodeHours
+	// the node-hours above it not on spot nodes, SpotNodeHours those on
+	// spot nodes.
+	ReservedNodeHours, OnDemandNodeHours, SpotNodeHours float64
+	// SpotReclaims are the runs stopped by their spot node's reclaim;
+	// SpotReclaimGPUHours what they cost in waiting (as MoveGPUHours),
+	// SpotLostGPUHours the progress they lost (part of LostGPUHours).
+	SpotReclaims                          int
+	SpotReclaimGPUHours, SpotLostGPUHours float64
+	// UsefulGPUHours are the GPU-hours the jobs asked for, over the time
+	// they ran: what CostPerUsefulGPUHour divides by.
+	UsefulGPUHours float64
 	// LayoutToMPS and LayoutToWhole count the GPU layout changes applied
 	// (Result.LayoutChanges); valid where LayoutsKnown: a configuration
 	// without layouts changes none, one with them where the engine
@@ -413,6 +432,13 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 					next = min(j.Runs[i+1].Start, r.Horizon)
 				}
 				f.MoveGPUHours += max(0, next-run.End).Hours() * j.Slice.GPUs
+			case run.SpotReclaimed:
+				f.SpotReclaims++
+				next := r.Horizon
+				if i+1 < len(j.Runs) {
+					next = min(j.Runs[i+1].Start, r.Horizon)
+				}
+				f.SpotReclaimGPUHours += max(0, next-run.End).Hours() * j.Slice.GPUs
 			default:
 				f.Preemptions++
 			}
@@ -429,7 +455,11 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 			if run.Checkpointed {
 				kept = run.Saved
 			}
-			f.LostGPUHours += max(0, kept-j.Runs[i+1].Restored).Hours() * j.Slice.GPUs
+			lost := max(0, kept-j.Runs[i+1].Restored).Hours() * j.Slice.GPUs
+			f.LostGPUHours += lost
+			if run.SpotReclaimed {
+				f.SpotLostGPUHours += lost
+			}
 		}
 	}
 	f.PreemptingPlacementsKnown = r.PlacementsRecorded
@@ -437,10 +467,17 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 	f.StopGapP50 = DistOf(gaps).P50
 }
 
-// cost prices the node-hours: the fixed part reserved, the rest on demand.
+// cost prices the node-hours by the nodes' kinds: the fixed part
+// reserved, the spot nodes' at the spot price, the rest on demand. The
+// fixed part is never spot (an autoscaled pool's minimum stays reserved),
+// so the on-demand node-hours are those of the other nodes above it.
 func (f *Figures) cost(r tracereplay.Result, p Prices, usefulGPUHours float64) {
 	fixed := float64(r.Config.ReservedNodes(r.Cluster)) * r.Horizon.Hours()
-	f.Cost = fixed*p.Reserved + max(0, f.NodeHours-fixed)*p.OnDemand
+	f.SpotNodeHours = tracereplay.StepIntegral(r.Timeline, r.Horizon, func(s tracereplay.Sample) float64 { return float64(s.Spot) }) / 3600
+	f.ReservedNodeHours = fixed
+	f.OnDemandNodeHours = max(0, f.NodeHours-f.SpotNodeHours-fixed)
+	f.UsefulGPUHours = usefulGPUHours
+	f.Cost = fixed*p.Reserved + f.OnDemandNodeHours*p.OnDemand + f.SpotNodeHours*p.Spot
 	if usefulGPUHours > 0 {
 		f.CostPerUsefulGPUHour = f.Cost / usefulGPUHours
 	}

@@ -514,3 +514,74 @@ func TestByTeam(t *testing.T) {
 		t.Errorf("waits by team %+v; want a 20m over 2, b 20m", f.WaitByTeam)
 	}
 }
+
+// Each node is priced by its kind: the reserved minimum for the whole
+// horizon, spot nodes' node-hours at the spot price, every other
+// node-hour above the minimum on demand. Prices that differ from one
+// another make a node priced as the wrong kind show.
+func TestCostByNodeKind(t *testing.T) {
+	p := Prices{Reserved: 10, OnDemand: 30, Spot: 7}
+	cl := tracereplay.Cluster{Nodes: 2, MinNodes: 1, MaxNodes: 4, GPUsPerNode: 8}
+	autoscaled := tracereplay.Config{Features: tracereplay.Features{Autoscale: tracereplay.AutoscaleGPUQueue}}
+	spot := tracereplay.Config{Features: tracereplay.Features{Autoscale: tracereplay.AutoscaleGPUQueue, Preemption: true, Checkpoints: true, Spot: true}}
+	for _, c := range []struct {
+		name                        string
+		cfg                         tracereplay.Config
+		nodes                       []tracereplay.Sample
+		reserved, onDemand, spotNHs float64
+		cost                        float64
+	}{
+		{"reserved only: a fixed cluster of 2", tracereplay.Config{}, []tracereplay.Sample{{Nodes: 2, GPUs: 16}},
+			20, 0, 0, 20 * 10},
+		{"reserved only: an autoscaled pool at its minimum", autoscaled, []tracereplay.Sample{{Nodes: 1, GPUs: 8}},
+			10, 0, 0, 10 * 10},
+		{"reserved + on demand: 2 more nodes from 5h", autoscaled,
+			[]tracereplay.Sample{{Nodes: 1, GPUs: 8}, {At: 5 * h, Nodes: 3, GPUs: 24}},
+			10, 10, 0, 10*10 + 10*30},
+		{"reserved + spot: 2 spot nodes throughout", spot, []tracereplay.Sample{{Nodes: 3, Spot: 2, GPUs: 24}},
+			10, 0, 20, 10*10 + 20*7},
+		// 2 spot nodes to 4h, none to 6h, then 2 spot and 1 on demand:
+		// 30 node-hours, 16 of them spot, 4 on demand.
+		{"reserved + spot + on demand", spot,
+			[]tracereplay.Sample{{Nodes: 3, Spot: 2, GPUs: 24}, {At: 4 * h, Nodes: 1, GPUs: 8}, {At: 6 * h, Nodes: 4, Spot: 2, GPUs: 32}},
+			10, 4, 16, 10*10 + 4*30 + 16*7},
+	} {
+		r := tracereplay.Result{Config: c.cfg, Cluster: cl, Horizon: 10 * h, Timeline: c.nodes,
+			Jobs: []tracereplay.JobRecord{{ID: "a", Requested: 2, Slice: tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2}, Runs: []tracereplay.Run{{Start: 0, End: 10 * h}}}}}
+		f := Compute(r, Options{Prices: p})
+		if !near(f.ReservedNodeHours, c.reserved) || !near(f.OnDemandNodeHours, c.onDemand) || !near(f.SpotNodeHours, c.spotNHs) ||
+			!near(f.Cost, c.cost) || !near(f.CostPerUsefulGPUHour, c.cost/20) || !near(f.UsefulGPUHours, 20) {
+			t.Errorf("%s: node-hours reserved %v, on demand %v, spot %v; cost %v (%v per useful GPU-hour); want %v, %v, %v; %v (%v)", c.name,
+				f.ReservedNodeHours, f.OnDemandNodeHours, f.SpotNodeHours, f.Cost, f.CostPerUsefulGPUHour, c.reserved, c.onDemand, c.spotNHs, c.cost, c.cost/20)
+		}
+	}
+}
+
+// A run its spot node's reclaim stopped is a reclaim, neither a
+// preemption nor a move: its re-wait counts in the waits and in the
+// reclaim GPU-hours, and what it did not keep in the lost GPU-hours, and
+// in those lost to reclaims.
+func TestSpotReclaimFigures(t *testing.T) {
+	gpu2 := tracereplay.Slice{Kind: "gpu", Count: 2, GPUs: 2}
+	r := tracereplay.Result{Config: tracereplay.Config{Name: "nomad-gpu-spot"}, Horizon: 10 * h, Timeline: []tracereplay.Sample{{Nodes: 2, Spot: 1, GPUs: 16}},
+		Jobs: []tracereplay.JobRecord{
+			// Reclaimed at 2h, checkpointed: runs again at 2h30m from its commit.
+			{ID: "a", Requested: 2, Slice: gpu2, Runs: []tracereplay.Run{
+				{Start: 0, End: 2 * h, SpotReclaimed: true, Checkpointed: true, Saved: 2 * h, Reached: 2 * h, ProgressKnown: true},
+				{Start: 2*h + 30*time.Minute, End: 5 * h, Restored: 2 * h, ProgressKnown: true}}},
+			// Killed with its node before its commit: its hour is lost.
+			{ID: "b", Requested: 1, Slice: tracereplay.Slice{Kind: "gpu", Count: 1, GPUs: 1}, Runs: []tracereplay.Run{
+				{Start: 0, End: time.Hour, SpotReclaimed: true, Reached: time.Hour, ProgressKnown: true},
+				{Start: 2 * time.Hour, End: 4 * h, Restored: 0, ProgressKnown: true}}},
+			// Preempted without a checkpoint: lost, not to a reclaim.
+			{ID: "c", Requested: 1, Slice: tracereplay.Slice{Kind: "gpu", Count: 1, GPUs: 1}, Runs: []tracereplay.Run{
+				{Start: 0, End: 30 * time.Minute, Preempted: true, Reached: 30 * time.Minute, ProgressKnown: true},
+				{Start: time.Hour, End: 3 * h, ProgressKnown: true}}},
+		}}
+	f := Compute(r, Options{})
+	if f.SpotReclaims != 2 || f.Preemptions != 1 || f.Moves != 0 || !near(f.SpotReclaimGPUHours, 0.5*2+1*1) ||
+		!near(f.LostGPUHours, 1.5) || !near(f.SpotLostGPUHours, 1) || f.ReWaits != 3 || !near(f.ReWaitHours, 0.5+1+0.5) {
+		t.Errorf("reclaims %d, preemptions %d, moves %d, reclaim GPU-hours %v, lost %v (to reclaims %v), re-waits %d (%v h); want 2, 1, 0, 2, 1.5 (1), 3 (2 h)",
+			f.SpotReclaims, f.Preemptions, f.Moves, f.SpotReclaimGPUHours, f.LostGPUHours, f.SpotLostGPUHours, f.ReWaits, f.ReWaitHours)
+	}
+}

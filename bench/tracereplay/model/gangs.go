@@ -139,7 +139,7 @@ func (s *sim) admitGangs() bool {
 		s.gangQueue = slices.DeleteFunc(s.gangQueue, func(x int32) bool { return x == gid })
 		if s.gangFitsFree(gid) {
 			for _, m := range s.gangs[gid].members {
-				s.placeMember(m, s.pickNode(wholeGroup, s.jobs[m].k, -1))
+				s.placeMember(m, s.pickNode(m, wholeGroup, s.jobs[m].k, -1))
 			}
 			admitted = true
 			continue
@@ -236,7 +236,7 @@ func (s *sim) gangRoom(gid int32, extra func(*node) int) bool {
 	per, need := s.jobs[g.members[0]].k, len(g.members)
 	for _, nid := range s.ready {
 		n := &s.nodes[nid]
-		if n.ineligible {
+		if n.ineligible || s.barred(n, g.members[0]) {
 			continue
 		}
 		if need -= (n.free[wholeGroup] + extra(n)) / per; need <= 0 {
@@ -375,8 +375,14 @@ func (s *sim) gangRecord(gid int32) tracereplay.JobRecord {
 }
 
 // gangDemand adds the waiting gangs' members to the autoscaler's queue
-// (the APM counts a waiting gang's members as queued work).
+// (the APM counts a waiting gang's members as queued work). In a spot
+// pool the pool's policy is the spot group's, whose queue is what may
+// enter its nodes: the gangs are the on-demand group's
+// (autoscaleOnDemand).
 func (s *sim) gangDemand(add func(k, n int)) {
+	if s.f.Spot {
+		return
+	}
 	for _, gid := range s.gangQueue {
 		g := &s.gangs[gid]
 		add(s.jobs[g.members[0]].k, len(g.members))

@@ -134,6 +134,9 @@
 //     Sample.Nodes until Latencies.Remove later.
 //   - Jobs bigger than a node (Slice.Members), gangs and reservations:
 //     gangs.go and reservations.go say how.
+//   - Spot nodes (Features.Spot): the pool's burst nodes are spot nodes,
+//     which only checkpointing work enters and the cloud reclaims at
+//     Cluster.SpotReclaimRate; spot.go says how.
 //   - Records. Each job's record has its runs: start, end, node, the
 //     devices held (an MPS hold names its GPU), and its progress: restored
 //     at the start, saved by the checkpoint, reached at the end. Runs
@@ -205,6 +208,12 @@ func validate(tr tracereplay.Trace, o *Options) error {
 	if f := o.Config.Features; f.Queues && (f.Layouts || f.Moves || f.Reservations || len(o.Cluster.Teams) < 2) {
 		// Their rounds read Nomad's queue, which held work is not in.
 		return fmt.Errorf("config %q: queues with layouts, moves or reservations, or without two teams; allowed: queues with two or more Cluster.Teams, and none of those (the model's rounds of them do not see held work yet)", o.Config.Name)
+	}
+	if f := o.Config.Features; f.Spot && (!f.Gangs || f.Reservations) {
+		// Jobs bigger than a node are what stays off spot nodes; kept
+		// out of Nomad's queue by gang admission, they leave its
+		// sub-queues to work that may enter them.
+		return fmt.Errorf("config %q: spot without gangs, or with reservations; allowed: spot with gang admission and no reservations (the model keeps gangs off spot nodes only when they wait for admission, and does not keep placeholders off them)", o.Config.Name)
 	}
 	c := o.Compression
 	if c == 0 {

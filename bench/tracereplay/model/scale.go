@@ -93,6 +93,7 @@ func (s *sim) autoscale() {
 func (s *sim) scaleOut(n int) {
 	for range n {
 		id := s.addNode()
+		s.makeSpot(id) // in a spot pool, the burst group's (spot.go)
 		s.push(s.now+s.boot, evNodeReady, id, 0)
 	}
 	s.hasAction, s.lastAction = true, s.now
@@ -113,6 +114,9 @@ func (s *sim) scaleIn(n int) {
 		return
 	}
 	slices.Sort(idle)
+	if s.f.Spot {
+		idle = s.spotIdle(idle) // the pool's minimum stays reserved
+	}
 	for i := 0; i < n && i < len(idle); i++ {
 		s.startRemoval(idle[len(idle)-1-i])
 	}
@@ -222,6 +226,7 @@ func (s *sim) sample() {
 	smp := tracereplay.Sample{
 		At:        s.now,
 		Nodes:     s.nBooting + s.nReady + s.nRemoving,
+		Spot:      s.spot.up,
 		GPUs:      float64(s.nReady * s.cl.GPUsPerNode),
 		Allocated: float64(s.heldUnit) / float64(s.unitsPerGPU),
 		Queued:    s.waiting + s.pending + s.failed + s.heldWaiting(),
@@ -266,6 +271,9 @@ func (s *sim) result() tracereplay.Result {
 		si := s.si
 		notes = append(notes, fmt.Sprintf("scale-in by consolidation: %d nodes emptied for removal (%d by moving %d runs off them), %d removed by the autoscaler's removable check, %d took work again", si.emptied, si.byMoves, si.moved, si.removed, si.givenBack))
 	}
+	if s.f.Spot {
+		notes = append(notes, s.spotNotes()...)
+	}
 	if s.res.made > 0 {
 		notes = append(notes, fmt.Sprintf("%d reservations made, %d of them handed over to the work they kept nodes for; %d jobs backfilled on their GPUs", s.res.made, s.res.handed, s.res.backfills))
 	}
@@ -283,6 +291,7 @@ func (s *sim) result() tracereplay.Result {
 		LayoutChanges:           s.layoutChanges,
 		LayoutsRecorded:         s.f.Layouts,
 		MoveLooks:               s.moves.looks,
+		SpotNodes:               s.spot.names,
 		Timeline:                s.timeline,
 		Notes:                   notes,
 	}

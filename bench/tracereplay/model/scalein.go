@@ -174,8 +174,8 @@ func (s *sim) emptyNode() bool {
 		} else if f > top2 {
 			top2 = f
 		}
-		if s.now-s.wantedAt(nid) < s.si.quiet {
-			continue
+		if s.now-s.wantedAt(nid) < s.si.quiet || !s.mayRemove(nid) {
+			continue // not quiet, or a node of the reserved minimum (spot.go)
 		}
 		q := quietNode{nid: nid, movable: !spent || len(n.allocs) == 0}
 		for _, id := range n.allocs {
@@ -337,7 +337,7 @@ func (s *sim) scaleInHold() {
 // evaluation's value); -1 for none.
 func (s *sim) removable() int32 {
 	m, si := &s.moves, &s.si
-	if !si.remove || m.held < 0 || si.markedAt < 0 || si.markedAt > s.now-s.evalEvery || s.nodes[m.held].state != nodeReady {
+	if !si.remove || m.held < 0 || si.markedAt < 0 || si.markedAt > s.now-s.evalEvery || s.nodes[m.held].state != nodeReady || !s.mayRemove(m.held) {
 		return -1
 	}
 	return m.held

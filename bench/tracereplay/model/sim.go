@@ -151,6 +151,8 @@ type node struct {
 	// wanted is when it became ready, or took work back after it was
 	// emptied for removal (scalein.go).
 	wanted time.Duration
+	// spot: a spot node (Features.Spot, spot.go).
+	spot bool
 }
 
 type eventKind uint8
@@ -177,6 +179,8 @@ const (
 	// evScaleIn is a quiet period's end or an emptied node's tasks gone:
 	// a scale-in round (scalein.go).
 	evScaleIn
+	// evReclaim is a spot node's reclaim notice (spot.go).
+	evReclaim
 )
 
 // class orders an instant's events: every state change first, then (after
@@ -393,6 +397,8 @@ type sim struct {
 	// plan may not preempt.
 	qs    *queueState
 	spare func(int32) bool
+	// spot is the spot pool's state (Features.Spot, spot.go).
+	spot spotState
 }
 
 func newSim(tr tracereplay.Trace, o Options) *sim {
@@ -454,10 +460,17 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 		s.sampleEvery = o.SampleEvery
 	}
 
-	for range o.Config.StartNodes(s.cl) {
+	if s.f.Spot {
+		s.initSpot(tr)
+	}
+	for i := range o.Config.StartNodes(s.cl) {
 		id := s.addNode()
+		if i >= s.cl.MinNodes {
+			s.makeSpot(id) // the burst group's
+		}
 		s.setReady(id)
 	}
+	s.spot.atStart = s.spot.started
 	for i := range s.nTrace {
 		if s.jobs[i].arrival <= s.horizon {
 			s.push(s.jobs[i].arrival, evArrive, int32(i), 0)
@@ -692,6 +705,9 @@ func (s *sim) handle(e event) {
 	case evNodeGone:
 		s.nodes[e.id].state = nodeGone
 		s.nRemoving--
+		if s.nodes[e.id].spot {
+			s.spot.up--
+		}
 		s.scaleInGone(e.id)
 	case evRaiseStart:
 		if j := &s.jobs[e.id]; j.raise == e.epoch && j.state == jobRunning {
@@ -709,6 +725,9 @@ func (s *sim) handle(e event) {
 		}
 	case evScale:
 		s.autoscale()
+		if s.f.Spot {
+			s.autoscaleOnDemand()
+		}
 		if s.f.ScaleIn {
 			// The controller's tick, which sees starts too; after the
 			// evaluation, so that work it moves is placed before the next.
@@ -738,6 +757,8 @@ func (s *sim) handle(e event) {
 		}
 	case evGangFinish:
 		s.finishGang(e.id, e.epoch)
+	case evReclaim:
+		s.reclaim(e.id)
 	case evReserveHold:
 		s.dirty = true
 	case evSample:
@@ -803,6 +824,9 @@ func (s *sim) setReady(id int32) {
 		s.push(s.now+s.si.quiet, evScaleIn, id, 0)
 	}
 	s.nBooting--
+	if n.spot {
+		s.spotReady(id)
+	}
 	n.readyPos = int32(len(s.ready))
 	s.ready = append(s.ready, id)
 	s.nReady++
@@ -812,8 +836,15 @@ func (s *sim) setReady(id int32) {
 }
 
 // startRemoval takes an idle ready node out of service.
-func (s *sim) startRemoval(id int32) {
+func (s *sim) startRemoval(id int32) { s.startRemovalAfter(id, s.remove) }
+
+// startRemovalAfter takes an idle ready node out of service; it is gone
+// after d.
+func (s *sim) startRemovalAfter(id int32, d time.Duration) {
 	n := &s.nodes[id]
+	if n.spot {
+		s.spot.live--
+	}
 	for g, f := range n.free {
 		s.bucketDel(g, f, id)
 	}
@@ -825,7 +856,7 @@ func (s *sim) startRemoval(id int32) {
 	n.state = nodeRemoving
 	s.nReady--
 	s.nRemoving++
-	s.push(s.now+s.remove, evNodeGone, id, 0)
+	s.push(s.now+d, evNodeGone, id, 0)
 }
 
 func (s *sim) bucketAdd(g, f int, id int32) {
@@ -1122,14 +1153,17 @@ func (s *sim) anyFree(g, k int) bool {
 // random order, the first two that fit scored by binpack, ties to the
 // first drawn. Binpack scores CPU and memory after placement, and every
 // replayed task asks for the same, so the node with more allocations wins.
-func (s *sim) pickNode(g, k int, avoid int32) int32 {
+//
+// A job barred from spot nodes (spot.go) is not placed on one: id is the
+// job placed.
+func (s *sim) pickNode(id int32, g, k int, avoid int32) int32 {
 	s.scan = append(s.scan[:0], s.ready...)
 	first := int32(-1)
 	for i := range s.scan {
 		r := i + s.rng.IntN(len(s.scan)-i)
 		s.scan[i], s.scan[r] = s.scan[r], s.scan[i]
 		nid := s.scan[i]
-		if s.nodes[nid].ineligible || !s.fits(nid, g, k) {
+		if s.nodes[nid].ineligible || s.barred(&s.nodes[nid], id) || !s.fits(nid, g, k) {
 			continue
 		}
 		if first < 0 {
@@ -1158,7 +1192,7 @@ func (s *sim) tryPlace(id int32) bool {
 	if j.k > s.groups[j.g].perNode || !s.anyFree(j.g, j.k) {
 		return false
 	}
-	nid := s.pickNode(j.g, j.k, j.avoid)
+	nid := s.pickNode(id, j.g, j.k, j.avoid)
 	if nid < 0 {
 		return false
 	}
@@ -1201,7 +1235,7 @@ func (s *sim) tryPreempt(id int32) bool {
 		s.scan[i], s.scan[r] = s.scan[r], s.scan[i]
 		nid := s.scan[i]
 		n := &s.nodes[nid]
-		if n.ineligible || !s.nodeVictims(n, g, k, lim) {
+		if n.ineligible || s.barred(n, id) || !s.nodeVictims(n, g, k, lim) {
 			continue
 		}
 		options++

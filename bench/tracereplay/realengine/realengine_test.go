@@ -72,6 +72,13 @@ func TestTraceReplay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench-trace: %v", err)
 	}
+	for _, cfg := range setup.Configs {
+		// Before anything starts: a configuration it does not run fails
+		// the run, rather than being half replayed.
+		if err := cfg.RealEngine(); err != nil {
+			t.Fatalf("bench-trace: %v", err)
+		}
+	}
 	cluster.NomadBinary(t)
 	for _, cfg := range setup.Configs {
 		if cfg.Autoscale != "" {

@@ -126,6 +126,43 @@ var rows = []row{
 		known: func(f Figures) bool { return f.PackingLossKnown }, unknown: "–"},
 }
 
+// spotRows are the figures of spot capacity (Features.Spot), each group
+// after the row it names: the report shows them where a configuration of
+// the table has spot nodes, and the calibration never compares them (the
+// real engine runs no spot configuration yet).
+var spotRows = []struct {
+	after string
+	rows  []row
+}{
+	{"lost GPU-hours", []row{
+		countRow("spot reclaims (runs stopped)", func(f Figures) int { return f.SpotReclaims }),
+		{name: "spot reclaim GPU-hours (re-waits)", kind: amount, get: func(f Figures) float64 { return f.SpotReclaimGPUHours }},
+		{name: "lost GPU-hours to spot reclaims", kind: amount, get: func(f Figures) float64 { return f.SpotLostGPUHours }},
+	}},
+	{"node-hours", []row{
+		{name: "node-hours reserved (the minimum, paid for the horizon)", kind: amount, get: func(f Figures) float64 { return f.ReservedNodeHours }},
+		{name: "node-hours on demand", kind: amount, get: func(f Figures) float64 { return f.OnDemandNodeHours }},
+		{name: "node-hours spot", kind: amount, get: func(f Figures) float64 { return f.SpotNodeHours }},
+	}},
+}
+
+// tableRows are the rows of a table, with spotRows where spot is true.
+func tableRows(spot bool) []row {
+	if !spot {
+		return rows
+	}
+	var out []row
+	for _, rw := range rows {
+		out = append(out, rw)
+		for _, g := range spotRows {
+			if g.after == rw.name {
+				out = append(out, g.rows...)
+			}
+		}
+	}
+	return out
+}
+
 // cell prints a figure.
 func (rw row) cell(f Figures) string {
 	if !rw.recorded(f) {

@@ -41,6 +41,10 @@ type FrontierPoint struct {
 	// highest priority tier; Jobs and TopJobs the jobs they are over.
 	Wait, WaitP95, WaitTop time.Duration
 	Jobs, TopJobs          int
+	// SpotNodeHours and SpotReclaims are the figures of the same names
+	// (Features.Spot; 0 without spot nodes).
+	SpotNodeHours float64
+	SpotReclaims  int
 }
 
 // add pools q into p: sums, and means weighed by their jobs. A pooled
@@ -53,13 +57,15 @@ func (p *FrontierPoint) add(q FrontierPoint) {
 		return time.Duration((float64(a)*float64(n) + float64(b)*float64(m)) / float64(n+m))
 	}
 	p.Cost, p.NodeHours, p.LostGPUHours = p.Cost+q.Cost, p.NodeHours+q.NodeHours, p.LostGPUHours+q.LostGPUHours
+	p.SpotNodeHours, p.SpotReclaims = p.SpotNodeHours+q.SpotNodeHours, p.SpotReclaims+q.SpotReclaims
 	p.Wait, p.WaitTop = mean(p.Wait, p.Jobs, q.Wait, q.Jobs), mean(p.WaitTop, p.TopJobs, q.WaitTop, q.TopJobs)
 	p.Jobs, p.TopJobs, p.WaitP95 = p.Jobs+q.Jobs, p.TopJobs+q.TopJobs, 0
 }
 
 // PointOf is the frontier point of a result's figures at nodes.
 func PointOf(nodes int, f figures.Figures) FrontierPoint {
-	p := FrontierPoint{Nodes: nodes, Cost: f.Cost, NodeHours: f.NodeHours, LostGPUHours: f.LostGPUHours, Wait: f.Wait.Mean, WaitP95: f.Wait.P95, Jobs: f.Wait.N}
+	p := FrontierPoint{Nodes: nodes, Cost: f.Cost, NodeHours: f.NodeHours, LostGPUHours: f.LostGPUHours, Wait: f.Wait.Mean, WaitP95: f.Wait.P95, Jobs: f.Wait.N,
+		SpotNodeHours: f.SpotNodeHours, SpotReclaims: f.SpotReclaims}
 	if len(f.WaitByTier) > 0 {
 		top := f.WaitByTier[slices.Max(slices.Collect(maps.Keys(f.WaitByTier)))]
 		p.WaitTop, p.TopJobs = top.Mean, top.N
@@ -71,6 +77,9 @@ func PointOf(nodes int, f figures.Figures) FrontierPoint {
 type FrontierCurve struct {
 	Config string
 	Points []FrontierPoint
+	// Spot says the configuration's burst nodes are spot nodes
+	// (Features.Spot): the report gives their node-hours and reclaims.
+	Spot bool
 }
 
 // Pareto is the curve's efficient points, cheapest first: those no other
@@ -157,7 +166,7 @@ func (f *Frontier) Add(g Frontier) error {
 		f.Reference, f.Ref = g.Reference, g.Ref
 		f.Curves = make([]FrontierCurve, len(g.Curves))
 		for i, c := range g.Curves {
-			f.Curves[i] = FrontierCurve{Config: c.Config, Points: slices.Clone(c.Points)}
+			f.Curves[i] = FrontierCurve{Config: c.Config, Points: slices.Clone(c.Points), Spot: c.Spot}
 		}
 		for i := range f.Curves {
 			for k := range f.Curves[i].Points {
@@ -205,7 +214,16 @@ func (f Frontier) Markdown(title, what string) string {
 			readingText(wr, Human(wait)), readingText(wr, timesText(wait.Seconds(), f.Ref.Wait.Seconds())))
 	}
 	fmt.Fprintf(&b, "\n![cost against mean wait](%s)\n\n", FrontierPlot)
-	b.WriteString("Every point (nodes: a fixed cluster's, or an autoscaled pool's maximum over its reserved minimum; * marks the efficient points):\n\n| configuration | nodes | node-hours | cost | wait mean | wait p95 | top tier's mean wait | lost GPU-hours |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	spot := slices.ContainsFunc(f.Curves, func(c FrontierCurve) bool { return c.Spot })
+	b.WriteString("Every point (nodes: a fixed cluster's, or an autoscaled pool's maximum over its reserved minimum; * marks the efficient points):\n\n| configuration | nodes | node-hours | cost | wait mean | wait p95 | top tier's mean wait | lost GPU-hours |")
+	if spot {
+		b.WriteString(" spot node-hours | spot reclaims |")
+	}
+	b.WriteString("\n|---|---:|---:|---:|---:|---:|---:|---:|")
+	if spot {
+		b.WriteString("---:|---:|")
+	}
+	b.WriteString("\n")
 	for _, c := range f.Curves {
 		efficient := c.Pareto()
 		for _, p := range c.Points {
@@ -217,8 +235,12 @@ func (f Frontier) Markdown(title, what string) string {
 			if slices.Contains(efficient, p) {
 				mark = " *"
 			}
-			fmt.Fprintf(&b, "| %s | %d%s | %.2f | %.1f | %s | %s | %s | %.2f |\n", cellText(c.Config), p.Nodes, mark, p.NodeHours, p.Cost,
+			fmt.Fprintf(&b, "| %s | %d%s | %.2f | %.1f | %s | %s | %s | %.2f |", cellText(c.Config), p.Nodes, mark, p.NodeHours, p.Cost,
 				Human(p.Wait), p95, Human(p.WaitTop), p.LostGPUHours)
+			if spot {
+				fmt.Fprintf(&b, " %.2f | %d |", p.SpotNodeHours, p.SpotReclaims)
+			}
+			b.WriteString("\n")
 		}
 	}
 	b.WriteString("\n")

@@ -55,7 +55,7 @@ func FromReal(dir, title string, setup tracereplay.Setup, rr tracereplay.RealRun
 	return Write(dir, Run{
 		Title: title, Trace: setup.Trace, Seed: setup.Seed, Attribution: setup.Attribution,
 		Real: rr.Results, Model: modelled, Started: rr.Started, Elapsed: rr.Elapsed,
-		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand}, Notes: setup.Notes,
+		Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand, Spot: setup.PriceSpot}, Notes: setup.Notes,
 		Latencies: lats,
 	})
 }

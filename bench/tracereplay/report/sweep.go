@@ -28,7 +28,12 @@ type Sweep struct {
 	Shares []float64
 	// Windows are the windows added, Skipped the windows holding no job.
 	Windows, Skipped int
-	acc              []sweepAcc
+	// Prices price the node-hours: the report gives the pooled cost
+	// where a configuration has spot nodes.
+	Prices figures.Prices
+	acc    []sweepAcc
+	// spot says a configuration has spot nodes (Features.Spot).
+	spot bool
 }
 
 // sweepAcc is one configuration's sums over the windows.
@@ -52,6 +57,12 @@ type sweepAcc struct {
 	queueHeld             map[string]float64
 	queueWait, queueAlone map[string]*pooled
 	reclaims              int
+	// Spot capacity (Features.Spot): node-hours by kind, cost, useful
+	// GPU-hours, spot reclaims and what they cost.
+	reservedH, onDemandH, spotH  float64
+	cost, usefulGPUH             float64
+	spotReclaims                 int
+	spotReclaimGPUH, spotLostGPU float64
 }
 
 // pooled is a mean over every job of every window.
@@ -91,7 +102,8 @@ func (s *Sweep) Add(trace tracereplay.Trace, rs []tracereplay.Result) error {
 	fs := make([]figures.Figures, len(rs))
 	for i, r := range rs {
 		// No JCT is pooled, so no common set of jobs is needed.
-		fs[i] = figures.Compute(r, figures.Options{Mix: figures.MixOf(trace.Jobs, r.Cluster, r.Config.Features)})
+		fs[i] = figures.Compute(r, figures.Options{Mix: figures.MixOf(trace.Jobs, r.Cluster, r.Config.Features), Prices: s.Prices})
+		s.spot = s.spot || r.Config.Spot
 	}
 	s.Queues, s.Shares = rs[0].Cluster.Queues()
 	s.add(fs)
@@ -148,6 +160,10 @@ func (s *Sweep) add(fs []figures.Figures) {
 		a.looks.WithRoom += f.MoveLooks.WithRoom
 		a.lostGPUH += f.LostGPUHours
 		a.nodeHours += f.NodeHours
+		a.reservedH, a.onDemandH, a.spotH = a.reservedH+f.ReservedNodeHours, a.onDemandH+f.OnDemandNodeHours, a.spotH+f.SpotNodeHours
+		a.cost, a.usefulGPUH = a.cost+f.Cost, a.usefulGPUH+f.UsefulGPUHours
+		a.spotReclaims += f.SpotReclaims
+		a.spotReclaimGPUH, a.spotLostGPU = a.spotReclaimGPUH+f.SpotReclaimGPUHours, a.spotLostGPU+f.SpotLostGPUHours
 		a.diffs = append(a.diffs, (f.Wait.Mean - ref.Wait.Mean).Seconds())
 		if r, ok := waitRatio(f.Wait, ref.Wait); ok {
 			a.ratios = append(a.ratios, r)
@@ -238,6 +254,22 @@ func (s *Sweep) Markdown(title, what string) string {
 	row("reservations", func(a *sweepAcc) string { return fmt.Sprint(a.reservations) })
 	row("reservation idle GPU-hours", func(a *sweepAcc) string { return fmt.Sprintf("%.2f", a.idleH) })
 	row("node-hours", func(a *sweepAcc) string { return fmt.Sprintf("%.1f", a.nodeHours) })
+	if s.spot {
+		row("node-hours reserved (the minimum, paid for the horizon)", func(a *sweepAcc) string { return fmt.Sprintf("%.1f", a.reservedH) })
+		row("node-hours on demand", func(a *sweepAcc) string { return fmt.Sprintf("%.1f", a.onDemandH) })
+		row("node-hours spot", func(a *sweepAcc) string { return fmt.Sprintf("%.1f", a.spotH) })
+		row(fmt.Sprintf("cost (%g reserved, %g on demand, %g spot a node-hour)", s.Prices.Reserved, s.Prices.OnDemand, s.Prices.Spot),
+			func(a *sweepAcc) string { return fmt.Sprintf("%.0f", a.cost) })
+		row("cost per useful GPU-hour", func(a *sweepAcc) string {
+			if a.usefulGPUH <= 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f", a.cost/a.usefulGPUH)
+		})
+		row("spot reclaims (runs stopped)", func(a *sweepAcc) string { return fmt.Sprint(a.spotReclaims) })
+		row("spot reclaim GPU-hours (re-waits)", func(a *sweepAcc) string { return fmt.Sprintf("%.2f", a.spotReclaimGPUH) })
+		row("lost GPU-hours to spot reclaims", func(a *sweepAcc) string { return fmt.Sprintf("%.2f", a.spotLostGPU) })
+	}
 	b.WriteString("\nWaits are pooled over every job of every window, as one window's report computes them (first wait and re-waits; jobs waiting at the horizon count their wait so far). A window's ratio is its mean wait over the reference's (the first column) in the same window, where the reference waited at all. Consolidation rounds are the model's rounds with a multi-GPU job waiting for a node; with room, those where the free whole GPUs of the nodes it may use add up to the job's ask: the only ones a move can serve.\n")
 	s.queuesMarkdown(&b)
 	return b.String()

@@ -142,6 +142,9 @@ func Write(dir string, run Run) error {
 	mainFigs := run.compute(main)
 	writeTable(&b, main, mainFigs, nil)
 	fmt.Fprintf(&b, definitions, run.Prices.Reserved, run.Prices.OnDemand)
+	if hasSpot(all.Model) || hasSpot(all.Real) {
+		fmt.Fprintf(&b, spotDefinitions, run.Prices.Spot, spotRate(slices.Concat(all.Real, all.Model)))
+	}
 	writeWaitBreakdown(&b, main, mainFigs)
 	writeTeams(&b, main, mainFigs)
 	mainAlone := run.realAlone
@@ -226,6 +229,25 @@ const definitions = `How each figure is computed (package tracereplay/figures; a
 - Cost: the fixed nodes (an autoscaled pool's minimum) at %g per node-hour for the whole horizon, node-hours above it at %g (on demand).
 
 `
+
+// spotDefinitions says how spot capacity is modelled and priced, where
+// a configuration has it.
+const spotDefinitions = `Spot capacity (nomad-gpu-spot; the model only, bench/tracereplay/model/spot.go): the pool's minimum stays reserved; its burst nodes are spot nodes, which only checkpointing work enters (in the replay every job but those bigger than a node, which get on-demand nodes of their own). Spot node-hours are priced at %g. Each spot node is reclaimed after an exponential time of rate %g per spot node-hour of trace time (0: never); on the notice its work is stopped, commits its checkpoint and waits again to resume elsewhere, and the node is gone two minutes later. Spot reclaims count those runs (in no preemption or move count), reclaim GPU-hours their GPUs × the time from the stop to the next start, and their lost GPU-hours (part of lost GPU-hours) what they did not keep.
+
+`
+
+// hasSpot says whether one of rs ran with spot nodes.
+func hasSpot(rs []tracereplay.Result) bool {
+	return slices.ContainsFunc(rs, func(r tracereplay.Result) bool { return r.Config.Spot })
+}
+
+// spotRate is the reclaim rate of the first of rs with spot nodes.
+func spotRate(rs []tracereplay.Result) float64 {
+	if i := slices.IndexFunc(rs, func(r tracereplay.Result) bool { return r.Config.Spot }); i >= 0 {
+		return rs[i].Cluster.SpotReclaimRate
+	}
+	return 0
+}
 
 // writeWaitBreakdown writes the mean wait by priority and by request kind.
 func writeWaitBreakdown(b *strings.Builder, rs []tracereplay.Result, fs []Figures) {
@@ -520,6 +542,9 @@ func writeMethod(b *strings.Builder, run Run) {
 		if f.ScaleIn {
 			autoscale += ", scale-in by consolidation"
 		}
+		if f.Spot {
+			autoscale += fmt.Sprintf(", burst nodes spot (reclaims: %g a node-hour)", r.Cluster.SpotReclaimRate)
+		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cellText(r.Config.Name), slices, preempt, autoscale, nodes, yesNo(r.Config.Reference))
 	}
 	b.WriteString("\n")
@@ -558,7 +583,7 @@ func writeTable(b *strings.Builder, rs []tracereplay.Result, fs []Figures, real 
 		fmt.Fprintf(b, " %s |", cellText(r.Config.Name))
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---:|", len(rs)) + "\n")
-	for _, rw := range rows {
+	for _, rw := range tableRows(hasSpot(rs)) {
 		fmt.Fprintf(b, "| %s |", rw.name)
 		for i := range rs {
 			if i < len(real) && real[i] != nil {
