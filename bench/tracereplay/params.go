@@ -62,6 +62,9 @@ type Params struct {
 	// PreemptionCooldown is Policy.PreemptionCooldown (0: no protection
 	// of preempted work), wall clock.
 	PreemptionCooldown time.Duration
+	// Beyond is Policy.Beyond, wall clock: gpu-queue's
+	// nodes_needed{beyond=…} (0: off).
+	Beyond time.Duration
 	// MultiNode is how jobs bigger than a node are replayed:
 	// MultiNodeGang or MultiNodeClip (Cluster.FitJobs).
 	MultiNode string
@@ -121,6 +124,7 @@ func (p *Params) Register(fs *flag.FlagSet) {
 	fs.StringVar(&p.MultiNode, "multi-node", MultiNodeGang, `jobs bigger than a node: "gang" keeps them whole, as members of at most a node's whole GPUs with slices on several nodes; "clip" asks for one node's (the real engine replays no gang yet)`)
 	fs.StringVar(&p.Teams, "teams", "", `team queues of +queues: "team=weight,…", "*" for every other team together (Philly's virtual clusters); each queue's nominal quota is its weight's share of the fixed cluster, in whole nodes`)
 	fs.DurationVar(&p.PreemptionCooldown, "preemption-cooldown", DefaultPolicy().PreemptionCooldown, "how long preempted work is protected once its replacement runs, wall clock, with checkpoints (0: never)")
+	fs.DurationVar(&p.Beyond, "beyond", DefaultPolicy().Beyond, "gpu-queue's nodes_needed{beyond=…}, wall clock: queued work the runtime forecast places on the pool within it needs no new node (0: off; 1s or more; docs/autoscaling.md advises the larger of the boot time and the wait promised)")
 }
 
 // ConfigNames are the configurations Params.Configs may list.
@@ -222,6 +226,30 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 	return out, nil
 }
 
+// WithBeyond names the configurations that beyond (Policy.Beyond)
+// applies to, those autoscaled by gpu-queue, after it ("+autoscale
+// (beyond 8s)"), and the configurations matching their node-hours after
+// the new names; with beyond 0 it returns configs as they are.
+func WithBeyond(configs []Config, beyond time.Duration) []Config {
+	if beyond <= 0 {
+		return configs
+	}
+	renamed := map[string]string{}
+	out := slices.Clone(configs)
+	for i, c := range out {
+		if c.Autoscale == AutoscaleGPUQueue {
+			out[i].Name = fmt.Sprintf("%s (beyond %s)", c.Name, beyond)
+			renamed[c.Name] = out[i].Name
+		}
+	}
+	for i, c := range out {
+		if to, ok := renamed[c.NodesLike]; ok {
+			out[i].NodesLike = to
+		}
+	}
+	return out
+}
+
 // Setup is what a run replays, on what, and how.
 type Setup struct {
 	Trace       Trace
@@ -274,6 +302,10 @@ func (p Params) Load() (Setup, error) {
 		return s, fmt.Errorf("layout-min-interval: %s; allowed: 0 or more", p.LayoutMinInterval)
 	}
 	s.Policy.LayoutMinInterval = p.LayoutMinInterval
+	if p.Beyond != 0 && p.Beyond < time.Second {
+		return s, fmt.Errorf("beyond: %s; allowed: 0 (off) or 1s or more (the APM's least)", p.Beyond)
+	}
+	s.Policy.Beyond = p.Beyond
 	s.Cluster = Cluster{
 		Nodes: p.Nodes, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsPerNode: p.GPUsPerNode,
 		MPSGPUs: p.MPSGPUs, MPSShares: p.MPSShares, LayoutShares: p.LayoutShares,
@@ -285,7 +317,7 @@ func (p Params) Load() (Setup, error) {
 	if err != nil {
 		return s, err
 	}
-	s.Configs = configs
+	s.Configs = WithBeyond(configs, p.Beyond)
 	if slices.ContainsFunc(configs, func(c Config) bool { return c.Spot }) {
 		// Only where spot nodes run: the other configurations' records
 		// stay as they were.

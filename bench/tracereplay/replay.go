@@ -923,6 +923,11 @@ type Policy struct {
 	// autoscaler before it takes work again), Features.ScaleIn.
 	ScaleInQuiet time.Duration `json:",omitzero"`
 	ScaleInWait  time.Duration `json:",omitzero"`
+	// Beyond is gpu-queue's nodes_needed{…,beyond=…}
+	// (docs/autoscaling.md): queued work that the runtime forecast places
+	// on the pool's capacity within it needs no new node. 0: off (the
+	// query without it). Only gpu-queue reads it.
+	Beyond time.Duration `json:",omitzero"`
 }
 
 // DefaultPolicy is what `make bench-trace` runs with.

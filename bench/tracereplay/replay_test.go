@@ -2,6 +2,7 @@ package tracereplay
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,6 +180,30 @@ func TestFeaturesValidate(t *testing.T) {
 	}
 }
 
+// -beyond is gpu-queue's: the configurations it autoscales are named
+// with it, and the fixed cluster matching one's node-hours follows the
+// name; target-value and fixed configurations are as they were.
+func TestParamsBeyond(t *testing.T) {
+	p := Params{Jobs: 10, Compression: 25, Nodes: 4, MinNodes: 2, MaxNodes: 6, GPUsPerNode: 8, Strategy: AutoscaleGPUQueue,
+		Configs: "baseline,+autoscale,nomad-gpu,target-value,fixed-like-autoscale", Beyond: 8 * time.Second}
+	s, err := p.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range s.Configs {
+		names = append(names, c.Name)
+	}
+	want := []string{"baseline", "+autoscale (beyond 8s)", "nomad-gpu (beyond 8s)", "target-value", "fixed-like-autoscale"}
+	if !slices.Equal(names, want) || s.Configs[4].NodesLike != want[1] || s.Policy.Beyond != 8*time.Second {
+		t.Errorf("configs %q, fixed like %q, beyond %s; want %q, %q, 8s", names, s.Configs[4].NodesLike, s.Policy.Beyond, want, want[1])
+	}
+	p.Beyond = 0
+	if s, err := p.Load(); err != nil || s.Configs[1].Name != "+autoscale" || s.Policy.Beyond != 0 {
+		t.Errorf("without beyond: %v, %v", s.Configs, err)
+	}
+}
+
 func TestLayoutCounts(t *testing.T) {
 	cs := []LayoutChange{{To: "mps:8"}, {To: "whole"}, {To: "mps:4"}, {To: "mig:1g.10gb"}}
 	if m, w := LayoutCounts(cs); m != 2 || w != 1 {
@@ -205,6 +230,7 @@ func TestParamsLoadErrors(t *testing.T) {
 		{"spot reclaim rate", func(p *Params) { p.SpotReclaimRate = -0.5 }, "spot-reclaim-rate: -0.5; allowed: 0 (never) or more reclaims per spot node-hour"},
 		{"spot reclaim rate NaN", func(p *Params) { p.SpotReclaimRate = math.NaN() }, "spot-reclaim-rate: NaN; allowed"},
 		{"spot with target-value", func(p *Params) { p.Configs, p.Strategy = "baseline,nomad-gpu-spot", AutoscaleTargetValue }, "strategy: spot: on without checkpoints or gpu-queue"},
+		{"beyond", func(p *Params) { p.Beyond = 500 * time.Millisecond }, "beyond: 500ms; allowed: 0 (off) or 1s or more"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

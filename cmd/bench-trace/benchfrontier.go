@@ -127,7 +127,7 @@ func modelFrontier(setup tracereplay.Setup, r nodeRange) (report.Frontier, error
 			}
 			f.Ref = p
 		}
-		c := report.FrontierCurve{Config: cfg.Name, Spot: cfg.Spot}
+		c := report.FrontierCurve{Config: cfg.Name, Strategy: cfg.Autoscale, Spot: cfg.Spot}
 		for n := r.lo; n <= r.hi; n++ {
 			cl, sized := setup.Cluster, cfg
 			if cfg.Autoscale != "" {

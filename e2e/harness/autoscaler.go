@@ -57,11 +57,17 @@ target "sim-pool" {
 // queued allocation, in when the GPUs allocated stay under the floor.
 // With anyDevice (a pool whose layouts follow the queue) its checks ask
 // device=any and its queue check counts blocked GPU-equivalents against
-// activation 0.25, as docs/autoscaling.md tells such a pool to.
+// activation 0.25, as docs/autoscaling.md tells such a pool to. With
+// p.Beyond its nodes_needed query has beyond=p.Beyond: queued work the
+// runtime forecast places on the pool within it needs no new node.
 func GPUQueuePolicy(controlURL string, min, max, gpusPerNode int, p tracereplay.Policy, boot time.Duration, anyDevice bool) string {
 	device, queue, activation := "", "allocs_queued{node_pool=gpu}", 1.0
 	if anyDevice {
 		device, queue, activation = ",device=any", "gpus_queued{node_pool=gpu,device=any,state=blocked}", 0.25
+	}
+	beyond := ""
+	if p.Beyond > 0 {
+		beyond = ",beyond=" + p.Beyond.String()
 	}
 	return fmt.Sprintf(`
 scaling "gpu-pool" {
@@ -75,7 +81,7 @@ scaling "gpu-pool" {
 
     check "capacity" {
       source       = "nomad-gpu"
-      query        = "nodes_needed{node_pool=gpu%s,gpus_per_node=%d}"
+      query        = "nodes_needed{node_pool=gpu%s,gpus_per_node=%d%s}"
       query_window = "1m"
       strategy "gpu-queue" {
         signal       = "nodes_needed"
@@ -118,7 +124,7 @@ scaling "gpu-pool" {
     }
   }
 }
-`, min, max, p.Cooldown, p.EvalInterval, device, gpusPerNode, p.MaxScaleUp, boot, queue, activation, device, device, p.IdleFloor, p.ScaleInAfter, p.MaxScaleDown, controlURL)
+`, min, max, p.Cooldown, p.EvalInterval, device, gpusPerNode, beyond, p.MaxScaleUp, boot, queue, activation, device, device, p.IdleFloor, p.ScaleInAfter, p.MaxScaleDown, controlURL)
 }
 
 // RemovableCheck is the gpu-queue check that scales the pool in by the

@@ -287,6 +287,7 @@ func (s *sim) finishGang(gid int32, epoch uint32) {
 		s.sqs[s.jobs[m].sq].active--
 		run := s.lastRun(m)
 		run.End, run.Reached = s.now, g.dur
+		s.runEnded(m)
 	}
 	g.running, g.remaining = 0, 0
 	run := &g.rec.Runs[len(g.rec.Runs)-1]
@@ -338,6 +339,7 @@ func (s *sim) endMemberRun(id int32, preempted, moved bool) {
 	run := s.lastRun(id)
 	run.End = s.now + s.preemptDelay
 	run.Preempted, run.Moved = preempted, moved
+	s.runEnded(id)
 }
 
 // stopProgress ends the gang's progress run at a member's stop: it keeps

@@ -116,7 +116,13 @@
 //     many nodes, at most MaxScaleUp and within MaxNodes. If nodes_needed
 //     is 0 and alloc % has stayed below IdleFloor at every evaluation for
 //     ScaleInAfter, it removes up to MaxScaleDown idle ready nodes (no
-//     allocation, highest index first), never going below MinNodes.
+//     allocation, highest index first), never going below MinNodes. With
+//     Policy.Beyond the query is nodes_needed{…,beyond=D}: the waiting
+//     jobs that the product's runtime forecast (sizing.Forecast's waits,
+//     predicted from the model's own finished and running runs, never the
+//     trace's durations) places on the pool within D are left out of the
+//     count; the work left out still keeps the pool from scaling in
+//     (beyond.go).
 //   - Scale-in by consolidation (Features.ScaleIn, with gpu-queue): once
 //     no queued work could use a node for Policy.ScaleInQuiet, the
 //     controller's consolidate.Empty picks the least loaded node above
@@ -240,6 +246,7 @@ func validate(tr tracereplay.Trace, o *Options) error {
 		{"policy.scale_in_after", o.Policy.ScaleInAfter}, {"policy.preemption_cooldown", o.Policy.PreemptionCooldown},
 		{"policy.protect_reaction", o.Policy.ProtectReaction}, {"policy.preempt_min_runtime", o.Policy.PreemptMinRuntime},
 		{"policy.scale_in_quiet", o.Policy.ScaleInQuiet}, {"policy.scale_in_wait", o.Policy.ScaleInWait},
+		{"policy.beyond", o.Policy.Beyond},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: %s; allowed: 0 or more", d.name, d.v)

@@ -51,6 +51,14 @@ func (s *sim) autoscale() {
 		needed := s.nodesNeeded()
 		if needed > 0 {
 			s.low = false
+			if s.bey.d > 0 && !cooling && needed > s.nBooting && count < s.cl.MaxNodes {
+				// Leaving jobs out never raises the count, so the
+				// forecast is made only where the count could add a
+				// node. Work is queued all the same: the queue check
+				// keeps the pool from scaling in (the strategy holds,
+				// "nodes_needed is 0"), as the plain count's work does.
+				needed = s.nodesNeededBeyond()
+			}
 			if add := min(needed-s.nBooting, s.o.Policy.MaxScaleUp, s.cl.MaxNodes-count); add > 0 && !cooling {
 				s.scaleOut(add)
 			}
@@ -134,13 +142,32 @@ func (s *sim) scaleIn(n int) {
 // (nodesNeededAny).
 func (s *sim) nodesNeeded() int {
 	if s.f.Layouts {
-		return s.nodesNeededAny()
+		return s.nodesNeededAny(nil)
 	}
+	return s.nodesNeededWhole(nil)
+}
+
+// nodesNeededBeyond is nodes_needed{…,beyond=D} (Policy.Beyond): the same
+// count without the waiting jobs the runtime forecast places on the
+// pool within D (beyond.go). The forecast reads the units the query
+// counts: whole GPUs, or with layouts every kind.
+func (s *sim) nodesNeededBeyond() int {
+	if s.f.Layouts {
+		return s.nodesNeededAny(s.servedInTime(func(int) bool { return true }))
+	}
+	return s.nodesNeededWhole(s.servedInTime(func(g int) bool { return g == wholeGroup }))
+}
+
+// nodesNeededWhole is nodesNeeded's count of whole-GPU asks, without
+// the waiting jobs out says to leave out, per sub-queue (nil: none).
+func (s *sim) nodesNeededWhole(out []int) int {
 	capN := s.groups[wholeGroup].perNode
 	var sizes []askSize
 	for i := range s.sqs {
 		if q := &s.sqs[i]; q.g == wholeGroup && q.Len() > 0 && q.k <= capN {
-			sizes = append(sizes, askSize{q.k, q.Len()})
+			if n := q.Len() - leftOut(out, i); n > 0 {
+				sizes = append(sizes, askSize{q.k, n})
+			}
 		}
 	}
 	s.gangDemand(func(k, n int) {
@@ -162,14 +189,17 @@ func (s *sim) nodesNeeded() int {
 // of the ready nodes the scheduler may use (an ask fits a node with that
 // much free in all: the controller relays free GPUs to fit, the query's
 // optimistic rule), then into new nodes. An ask bigger than a node is
-// left out.
-func (s *sim) nodesNeededAny() int {
+// left out, and so are the waiting jobs out says, per sub-queue (nil:
+// none).
+func (s *sim) nodesNeededAny(out []int) int {
 	capU := s.cl.GPUsPerNode * s.unitsPerGPU
 	var sizes []askSize
 	for i := range s.sqs {
 		if q := &s.sqs[i]; q.Len() > 0 {
 			if u := q.k * s.groups[q.g].units; u <= capU {
-				sizes = append(sizes, askSize{u, q.Len()})
+				if n := q.Len() - leftOut(out, i); n > 0 {
+					sizes = append(sizes, askSize{u, n})
+				}
 			}
 		}
 	}
@@ -185,6 +215,14 @@ func (s *sim) nodesNeededAny() int {
 		}
 	}
 	return packNodes(sizes, capU, bins)
+}
+
+// leftOut is out[i], 0 for a nil out.
+func leftOut(out []int, i int) int {
+	if out == nil {
+		return 0
+	}
+	return out[i]
 }
 
 // askSize is n waiting asks of k (instances, or units).
@@ -273,6 +311,9 @@ func (s *sim) result() tracereplay.Result {
 	}
 	if s.f.Spot {
 		notes = append(notes, s.spotNotes()...)
+	}
+	if n := s.beyondNote(); n != "" {
+		notes = append(notes, n)
 	}
 	if s.res.made > 0 {
 		notes = append(notes, fmt.Sprintf("%d reservations made, %d of them handed over to the work they kept nodes for; %d jobs backfilled on their GPUs", s.res.made, s.res.handed, s.res.backfills))

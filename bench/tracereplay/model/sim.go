@@ -367,6 +367,7 @@ type sim struct {
 	prePlanned, prePass bool
 	moves               moveState
 	si                  scaleInState
+	bey                 beyondState
 	// Scratch space for preemption.
 	cand, chosen, best []int32
 	// nodeBest are one node's victims; binOrder its device groups' order.
@@ -436,6 +437,9 @@ func newSim(tr tracereplay.Trace, o Options) *sim {
 	}
 	if s.f.ScaleIn {
 		s.si.quiet, s.si.wait = scale(o.Policy.ScaleInQuiet), scale(o.Policy.ScaleInWait)
+	}
+	if s.f.Autoscale == tracereplay.AutoscaleGPUQueue && o.Policy.Beyond > 0 {
+		s.bey.d, s.bey.window = scale(o.Policy.Beyond), scale(forecastWindow)
 	}
 
 	s.buildGroups()
@@ -691,6 +695,7 @@ func (s *sim) handle(e event) {
 		s.recs[e.id].Done, s.recs[e.id].Finish = true, s.now
 		run := s.lastRun(e.id)
 		run.End, run.Reached = s.now, j.dur
+		s.runEnded(e.id)
 		s.capVer[j.g]++
 		s.dirty = true
 	case evNodeReady:
@@ -925,6 +930,9 @@ func (s *sim) place(id int32, nid int32, delay time.Duration) {
 	j := &s.jobs[id]
 	if j.state == jobWaiting {
 		s.dequeue(id) // gang members and placeholders are placed from no queue
+		if s.bey.d > 0 {
+			s.beyondPlaced(id)
+		}
 	}
 	j.placedAt = s.now
 	n := &s.nodes[nid]
@@ -1432,6 +1440,7 @@ func (s *sim) stopRun(id int32, moved bool) {
 		return // placed, not started: no run to end
 	}
 	j.remaining = s.endRun(s.lastRun(id), j.dur, j.dur-j.remaining, moved)
+	s.runEnded(id)
 }
 
 // endRun ends run, of a job of dur with done of it done, at a stop now

@@ -76,7 +76,11 @@ func PointOf(nodes int, f figures.Figures) FrontierPoint {
 // FrontierCurve is one configuration's points, by size.
 type FrontierCurve struct {
 	Config string
-	Points []FrontierPoint
+	// Strategy is the configuration's autoscaling strategy ("" fixed):
+	// the gpu-queue curves are read against target-value's too
+	// (againstTargetValue).
+	Strategy string `json:",omitempty"`
+	Points   []FrontierPoint
 	// Spot says the configuration's burst nodes are spot nodes
 	// (Features.Spot): the report gives their node-hours and reclaims.
 	Spot bool
@@ -127,6 +131,22 @@ func (c FrontierCurve) CostAt(w time.Duration) (float64, Reading) {
 	return a.Cost + frac*(b.Cost-a.Cost), Interpolated
 }
 
+// NodeHoursAt is the node-hours of CostAt's reading: those of the
+// efficient points around it, between them in the same proportion.
+func (c FrontierCurve) NodeHoursAt(w time.Duration) (float64, Reading) {
+	ps := c.Pareto()
+	i := slices.IndexFunc(ps, func(p FrontierPoint) bool { return p.Wait <= w })
+	switch {
+	case i < 0:
+		return 0, NotReached
+	case i == 0:
+		return ps[0].NodeHours, AtMost
+	}
+	a, b := ps[i-1], ps[i]
+	frac := float64(a.Wait-w) / float64(a.Wait-b.Wait)
+	return a.NodeHours + frac*(b.NodeHours-a.NodeHours), Interpolated
+}
+
 // WaitAt is the least mean wait the curve gives for cost or less.
 func (c FrontierCurve) WaitAt(cost float64) (time.Duration, Reading) {
 	ps := c.Pareto()
@@ -166,7 +186,7 @@ func (f *Frontier) Add(g Frontier) error {
 		f.Reference, f.Ref = g.Reference, g.Ref
 		f.Curves = make([]FrontierCurve, len(g.Curves))
 		for i, c := range g.Curves {
-			f.Curves[i] = FrontierCurve{Config: c.Config, Points: slices.Clone(c.Points), Spot: c.Spot}
+			f.Curves[i] = FrontierCurve{Config: c.Config, Strategy: c.Strategy, Points: slices.Clone(c.Points), Spot: c.Spot}
 		}
 		for i := range f.Curves {
 			for k := range f.Curves[i].Points {
@@ -213,6 +233,7 @@ func (f Frontier) Markdown(title, what string) string {
 			readingText(cr, fmt.Sprintf("%.1f", cost)), readingText(cr, timesText(cost, f.Ref.Cost)),
 			readingText(wr, Human(wait)), readingText(wr, timesText(wait.Seconds(), f.Ref.Wait.Seconds())))
 	}
+	b.WriteString(f.againstTargetValue())
 	fmt.Fprintf(&b, "\n![cost against mean wait](%s)\n\n", FrontierPlot)
 	spot := slices.ContainsFunc(f.Curves, func(c FrontierCurve) bool { return c.Spot })
 	b.WriteString("Every point (nodes: a fixed cluster's, or an autoscaled pool's maximum over its reserved minimum; * marks the efficient points):\n\n| configuration | nodes | node-hours | cost | wait mean | wait p95 | top tier's mean wait | lost GPU-hours |")
@@ -244,6 +265,50 @@ func (f Frontier) Markdown(title, what string) string {
 		}
 	}
 	b.WriteString("\n")
+	return b.String()
+}
+
+// TargetValue is the configuration the gpu-queue curves are read
+// against (issue 39: at equal node-hours at most 0.8× its wait, or at
+// equal wait at most 0.85× its node-hours).
+const TargetValue = "target-value"
+
+// againstTargetValue reads each gpu-queue curve against target-value's,
+// where the run has both: at target-value's cost at the reference's wait
+// (their wait there is the reference's), the gpu-queue curve's wait for
+// that cost; at the reference's wait, its node-hours over target-value's;
+// at the reference's cost, its wait over target-value's. Both pools
+// burst from the same reserved minimum at the same prices, so at equal
+// cost they have equal node-hours. "" without both.
+func (f Frontier) againstTargetValue() string {
+	i := slices.IndexFunc(f.Curves, func(c FrontierCurve) bool { return c.Config == TargetValue })
+	if i < 0 || !slices.ContainsFunc(f.Curves, func(c FrontierCurve) bool { return c.Strategy == "gpu-queue" }) {
+		return ""
+	}
+	tv := f.Curves[i]
+	tvCost, tcr := tv.CostAt(f.Ref.Wait)
+	tvNH, _ := tv.NodeHoursAt(f.Ref.Wait)
+	tvThere, _ := tv.WaitAt(tvCost) // the reference's wait, where read between two points
+	tvWait, twr := tv.WaitAt(f.Ref.Cost)
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nAgainst %s (both autoscaled from the same reserved minimum at the same prices: at equal cost, equal node-hours): %s waits as little as the reference at cost %s (%s node-hours), and %s at the reference's cost. Each gpu-queue configuration's wait at that cost of %s's (equal node-hours; × %s's wait there), its node-hours at the reference's wait (equal wait; × %s's), and its wait at the reference's cost (× %s's):\n\n",
+		TargetValue, TargetValue, readingText(tcr, fmt.Sprintf("%.1f", tvCost)), readingText(tcr, fmt.Sprintf("%.2f", tvNH)), readingText(twr, Human(tvWait)), TargetValue, TargetValue, TargetValue, TargetValue)
+	b.WriteString("| configuration | wait at target-value's cost | × | node-hours at the reference's wait | × | wait at the reference's cost | × |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range f.Curves {
+		if c.Strategy != "gpu-queue" {
+			continue
+		}
+		w1, r1 := c.WaitAt(tvCost)
+		if tcr == NotReached {
+			r1 = NotReached
+		}
+		nh, r2 := c.NodeHoursAt(f.Ref.Wait)
+		w3, r3 := c.WaitAt(f.Ref.Cost)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", cellText(c.Config),
+			readingText(r1, Human(w1)), readingText(r1, timesText(w1.Seconds(), tvThere.Seconds())),
+			readingText(r2, fmt.Sprintf("%.2f", nh)), readingText(r2, timesText(nh, tvNH)),
+			readingText(r3, Human(w3)), readingText(r3, timesText(w3.Seconds(), tvWait.Seconds())))
+	}
 	return b.String()
 }
 

@@ -658,6 +658,47 @@ func TestFrontierReadings(t *testing.T) {
 	}
 }
 
+// A gpu-queue curve read against target-value's: target-value waits the
+// reference's 30m at cost 150 (15 node-hours, between 10 and 20) and 20m
+// at the reference's cost 200; gpu-queue, a curve at 0.8× target-value's
+// waits, waits 24m at cost 150 and 16m at 200, and waits 30m at cost
+// 112.5 (11.25 node-hours).
+func TestFrontierAgainstTargetValue(t *testing.T) {
+	m := time.Minute
+	curve := func(name, strategy string, f float64) FrontierCurve {
+		c := FrontierCurve{Config: name, Strategy: strategy}
+		for i, p := range []struct {
+			cost float64
+			wait time.Duration
+		}{{100, 40 * m}, {200, 20 * m}, {300, 10 * m}} {
+			c.Points = append(c.Points, FrontierPoint{Nodes: i + 1, Cost: p.cost, NodeHours: p.cost / 10, Wait: time.Duration(f * float64(p.wait))})
+		}
+		return c
+	}
+	tv, gq := curve("target-value", "target-value", 1), curve("+autoscale", "gpu-queue", 0.8)
+	if nh, r := tv.NodeHoursAt(30 * m); math.Abs(nh-15) > 1e-9 || r != Interpolated {
+		t.Errorf("target-value's node-hours at 30m: %v (%d); want 15", nh, r)
+	}
+	if nh, r := gq.NodeHoursAt(30 * m); math.Abs(nh-11.25) > 1e-9 || r != Interpolated {
+		t.Errorf("gpu-queue's node-hours at 30m: %v (%d); want 11.25", nh, r)
+	}
+	f := Frontier{Reference: "ref", Ref: FrontierPoint{Nodes: 2, Cost: 200, Wait: 30 * m}, Curves: []FrontierCurve{curve("baseline", "", 1.5), gq, tv}}
+	md := f.Markdown("t", "w")
+	for _, want := range []string{"target-value waits as little as the reference at cost 150.0 (15.00 node-hours), and 20m 00s at the reference's cost",
+		"| +autoscale | 24m 00s | 0.80× | 11.25 | 0.75× | 16m 00s | 0.80× |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if against := md[strings.Index(md, "Against"):strings.Index(md, "![cost")]; strings.Contains(against, "| baseline |") || strings.Contains(against, "| target-value |") {
+		t.Errorf("only the gpu-queue curves are read against target-value:\n%s", md)
+	}
+	f.Curves = f.Curves[:2]
+	if md := f.Markdown("t", "w"); strings.Contains(md, "Against target-value") {
+		t.Errorf("read against target-value without it:\n%s", md)
+	}
+}
+
 // Pooling two samples' frontiers: costs add up, mean waits weigh by their
 // jobs, percentiles drop; a frontier of other configurations is refused.
 func TestFrontierAdd(t *testing.T) {
