@@ -203,7 +203,11 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		case "target-value":
 			f.Autoscale, cfg.Reference = AutoscaleTargetValue, true
 		case "fixed-like-autoscale":
+			// +autoscale's name as the loop gives it below.
 			cfg.NodesLike, cfg.Reference = "+autoscale", true
+			if strategy == AutoscaleTargetValue {
+				cfg.NodesLike += " (target-value)"
+			}
 			if !seen["+autoscale"] {
 				return nil, fmt.Errorf("configs: %q needs +autoscale listed before it (it runs as many node-hours)", name)
 			}

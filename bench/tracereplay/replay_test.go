@@ -119,6 +119,10 @@ func TestParseConfigs(t *testing.T) {
 	if err != nil || tv[1].Name != "nomad-gpu (target-value)" || tv[1].Autoscale != AutoscaleTargetValue || tv[0].Autoscale != "" || tv[1].ScaleIn {
 		t.Errorf("with target-value: %+v, %v", tv, err)
 	}
+	// fixed-like-autoscale matches +autoscale by the name target-value gives it.
+	if fl, err := ParseConfigs("+autoscale,fixed-like-autoscale", AutoscaleTargetValue); err != nil || fl[1].NodesLike != fl[0].Name {
+		t.Errorf("fixed-like-autoscale with target-value: %+v, %v", fl, err)
+	}
 	// nomad-gpu without scale-in by consolidation, what it adds.
 	if no, err := ParseConfigs("nomad-gpu-no-scale-in", AutoscaleGPUQueue); err != nil || no[0].ScaleIn || !no[0].Moves || no[0].Autoscale != AutoscaleGPUQueue {
 		t.Errorf("nomad-gpu-no-scale-in: %+v, %v", no, err)
