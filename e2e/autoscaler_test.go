@@ -72,9 +72,9 @@ job %q {
 }`, id, int(hold.Seconds()))
 }
 
-// scaledPool starts a server, an empty sim pool "gpu" and an autoscaler
-// scaling it with the policy made for the pool's control URL.
-func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.Cluster, *harness.SimPool, *cluster.Autoscaler) {
+// simPoolCluster starts a server and an empty sim pool "gpu", and makes
+// the autoscaler's plugin dir.
+func simPoolCluster(t testing.TB) (*cluster.Cluster, *harness.SimPool, string) {
 	t.Helper()
 	cluster.AutoscalerBinary(t)
 	cluster.RequirePlugin(t, "nomad-device-gpu")
@@ -84,7 +84,14 @@ func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.C
 	}
 	plugins := harness.AutoscalerPlugins(t)
 	c := cluster.Start(t, cluster.Options{Clients: 0})
-	pool := harness.NewSimPool(t, c, "gpu")
+	return c, harness.NewSimPool(t, c, "gpu"), plugins
+}
+
+// scaledPool starts a server, an empty sim pool "gpu" and an autoscaler
+// scaling it with the policy made for the pool's control URL.
+func scaledPool(t testing.TB, policy func(controlURL string) string) (*cluster.Cluster, *harness.SimPool, *cluster.Autoscaler) {
+	t.Helper()
+	c, pool, plugins := simPoolCluster(t)
 	as := c.StartAutoscaler(t, cluster.AutoscalerOptions{
 		PluginDir: plugins,
 		HCL:       harness.AutoscalerAgentHCL,

@@ -12,7 +12,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +23,6 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
-	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
 // poolCounterJob is counterJob (batch, 1 GPU, checkpointing) in the gpu
@@ -38,15 +36,7 @@ func poolCounterJob(id string, movable bool) string {
 }
 
 func TestScaleInByConsolidation(t *testing.T) {
-	cluster.AutoscalerBinary(t)
-	cluster.RequirePlugin(t, "nomad-device-gpu")
-	cluster.RequirePlugin(t, "nomad-driver-gpu")
-	if os.Geteuid() != 0 {
-		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
-	}
-	plugins := harness.AutoscalerPlugins(t)
-	c := cluster.Start(t, cluster.Options{Clients: 0})
-	pool := harness.NewSimPool(t, c, "gpu")
+	c, pool, plugins := simPoolCluster(t)
 	shared := harness.NewGPUNode(t).CheckpointRoot()
 	pool.Configure = func(n *harness.GPUNode) {
 		n.DriverHCL = fmt.Sprintf("nomad {\naddress = %q\n}", c.Server().HTTPAddr())

@@ -80,27 +80,37 @@ func TestSearch(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, ok := Search(c.nodes, c.allocs, Ask{Job: "hpc", Group: "train", Count: c.count})
-			if c.node == "" {
-				if ok {
-					t.Fatalf("Search = %v, want no plan", p)
-				}
-				return
-			}
-			if !ok {
-				t.Fatalf("Search found no plan, want %v off %s", c.moves, c.node)
-			}
-			var moved []string
-			for _, m := range p.Moves {
-				moved = append(moved, m.Alloc.ID)
-				if m.To.ID == p.Node.ID {
-					t.Errorf("%s moved onto the node it frees", m.Alloc.ID)
-				}
-			}
-			slices.Sort(moved)
-			if p.Node.Name != c.node || !slices.Equal(moved, c.moves) || p.Freed < c.count {
-				t.Errorf("Search = %v (%v off %s, %d freed), want %v off %s", p, moved, p.Node.Name, p.Freed, c.moves, c.node)
+			checkPlan(t, "Search", p, ok, c.node, c.moves)
+			if ok && p.Freed < c.count {
+				t.Errorf("Search = %v freed %d, want %d", p, p.Freed, c.count)
 			}
 		})
+	}
+}
+
+// checkPlan checks a search's plan: none where node is "", else node's
+// allocations moves (sorted) moved, none onto node itself.
+func checkPlan(t *testing.T, search string, p Plan, ok bool, node string, moves []string) {
+	t.Helper()
+	if node == "" {
+		if ok {
+			t.Fatalf("%s = %v, want no plan", search, p)
+		}
+		return
+	}
+	if !ok {
+		t.Fatalf("%s found no plan, want %v off %s", search, moves, node)
+	}
+	var moved []string
+	for _, m := range p.Moves {
+		moved = append(moved, m.Alloc.ID)
+		if m.To.ID == p.Node.ID {
+			t.Errorf("%s moved onto the node it frees", m.Alloc.ID)
+		}
+	}
+	slices.Sort(moved)
+	if p.Node.Name != node || !slices.Equal(moved, moves) {
+		t.Errorf("%s = %v (%v off %s), want %v off %s", search, p, moved, p.Node.Name, moves, node)
 	}
 }
 
@@ -201,27 +211,8 @@ func TestEmpty(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, ok := Empty(c.nodes, c.allocs, c.candidates)
-			if c.node == "" {
-				if ok {
-					t.Fatalf("Empty = %v, want no plan", p)
-				}
-				return
-			}
-			if !ok {
-				t.Fatalf("Empty found no plan, want %v off %s", c.moves, c.node)
-			}
-			var moved []string
-			for _, m := range p.Moves {
-				moved = append(moved, m.Alloc.ID)
-				if m.To.ID == p.Node.ID {
-					t.Errorf("%s moved onto the node it empties", m.Alloc.ID)
-				}
-			}
-			slices.Sort(moved)
-			if p.Node.Name != c.node || !slices.Equal(moved, c.moves) {
-				t.Errorf("Empty = %v (%v off %s), want %v off %s", p, moved, p.Node.Name, c.moves, c.node)
-			}
-			if !strings.Contains(p.String(), "to empty it for removal") {
+			checkPlan(t, "Empty", p, ok, c.node, c.moves)
+			if ok && !strings.Contains(p.String(), "to empty it for removal") {
 				t.Errorf("String = %q, want it to say the node is emptied for removal", p)
 			}
 		})

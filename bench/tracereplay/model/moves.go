@@ -169,15 +169,9 @@ func (s *sim) movable(j *job) bool {
 	return j.state == jobRunning && j.prio == j.base && !s.exempt(j) && j.moves < s.o.Policy.MoveBudgetJobDay && j.gang < 0 && !j.placeholder
 }
 
-// startMoves holds the plan's node and stops its jobs, which wait again.
-func (s *sim) startMoves(p consolidate.Plan, forJob int32) {
-	m := &s.moves
-	nid := s.nodeByName(p.Node.ID)
-	s.nodes[nid].ineligible = true
-	m.held, m.moved = nid, m.moved[:0]
-	m.heldEpoch++
-	m.forJob, m.forNode, m.forSince = forJob, nid, s.now
-	m.rounds = append(m.rounds, s.now)
+// stopMoved stops the plan's jobs as moves, each waiting again, and
+// notes them moved off the node held.
+func (s *sim) stopMoved(p consolidate.Plan) {
 	for _, mv := range p.Moves {
 		id, err := strconv.Atoi(mv.Alloc.ID)
 		if err != nil {
@@ -187,8 +181,20 @@ func (s *sim) startMoves(p consolidate.Plan, forJob int32) {
 		s.jobs[id].moves++
 		s.jobs[id].evalAt = s.now
 		s.enqueue(int32(id))
-		m.moved = append(m.moved, int32(id))
+		s.moves.moved = append(s.moves.moved, int32(id))
 	}
+}
+
+// startMoves holds the plan's node and stops its jobs, which wait again.
+func (s *sim) startMoves(p consolidate.Plan, forJob int32) {
+	m := &s.moves
+	nid := s.nodeByName(p.Node.ID)
+	s.nodes[nid].ineligible = true
+	m.held, m.moved = nid, m.moved[:0]
+	m.heldEpoch++
+	m.forJob, m.forNode, m.forSince = forJob, nid, s.now
+	m.rounds = append(m.rounds, s.now)
+	s.stopMoved(p)
 	s.push(s.now+m.holdMax, evHoldEnd, nid, m.heldEpoch)
 	s.capVer[wholeGroup]++
 	s.dirty = true

@@ -2,7 +2,6 @@ package model
 
 import (
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/controller/consolidate"
@@ -280,18 +279,8 @@ func (s *sim) startScaleIn(p consolidate.Plan) {
 		m.rounds = append(m.rounds, s.now)
 		si.byMoves++
 	}
-	for _, mv := range p.Moves {
-		id, err := strconv.Atoi(mv.Alloc.ID)
-		if err != nil {
-			panic("model: the search returned an allocation it was not given: " + mv.Alloc.ID)
-		}
-		s.stopRun(int32(id), true)
-		s.jobs[id].moves++
-		s.jobs[id].evalAt = s.now
-		s.enqueue(int32(id))
-		m.moved = append(m.moved, int32(id))
-		si.moved++
-	}
+	s.stopMoved(p)
+	si.moved += len(p.Moves)
 	s.push(s.now+si.wait, evHoldEnd, nid, m.heldEpoch)
 	if len(p.Moves) > 0 {
 		// The stopped tasks exit, their checkpoints committed; the node

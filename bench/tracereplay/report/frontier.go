@@ -118,33 +118,29 @@ const (
 
 // CostAt is the least cost at which the curve waits w or less on average.
 func (c FrontierCurve) CostAt(w time.Duration) (float64, Reading) {
-	ps := c.Pareto()
-	i := slices.IndexFunc(ps, func(p FrontierPoint) bool { return p.Wait <= w })
-	switch {
-	case i < 0:
-		return 0, NotReached
-	case i == 0:
-		return ps[0].Cost, AtMost
-	}
-	a, b := ps[i-1], ps[i]
-	frac := float64(a.Wait-w) / float64(a.Wait-b.Wait)
-	return a.Cost + frac*(b.Cost-a.Cost), Interpolated
+	return c.atWait(w, func(p FrontierPoint) float64 { return p.Cost })
 }
 
 // NodeHoursAt is the node-hours of CostAt's reading: those of the
 // efficient points around it, between them in the same proportion.
 func (c FrontierCurve) NodeHoursAt(w time.Duration) (float64, Reading) {
+	return c.atWait(w, func(p FrontierPoint) float64 { return p.NodeHours })
+}
+
+// atWait reads v of the cheapest efficient point waiting w or less,
+// linearly between it and the one before.
+func (c FrontierCurve) atWait(w time.Duration, v func(FrontierPoint) float64) (float64, Reading) {
 	ps := c.Pareto()
 	i := slices.IndexFunc(ps, func(p FrontierPoint) bool { return p.Wait <= w })
 	switch {
 	case i < 0:
 		return 0, NotReached
 	case i == 0:
-		return ps[0].NodeHours, AtMost
+		return v(ps[0]), AtMost
 	}
 	a, b := ps[i-1], ps[i]
 	frac := float64(a.Wait-w) / float64(a.Wait-b.Wait)
-	return a.NodeHours + frac*(b.NodeHours-a.NodeHours), Interpolated
+	return v(a) + frac*(v(b)-v(a)), Interpolated
 }
 
 // WaitAt is the least mean wait the curve gives for cost or less.
