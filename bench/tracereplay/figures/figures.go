@@ -422,23 +422,21 @@ func (f *Figures) work(r tracereplay.Result, common map[string]bool) {
 			if !run.Interrupted() {
 				continue
 			}
+			// rewait is the GPU-hours from the run's end to the next start.
+			next := r.Horizon
+			if i+1 < len(j.Runs) {
+				next = min(j.Runs[i+1].Start, r.Horizon)
+			}
+			rewait := max(0, next-run.End).Hours() * j.Slice.GPUs
 			switch {
 			case run.Reclaimed:
 				f.Reclaims++
 			case run.Moved:
 				f.Moves++
-				next := r.Horizon
-				if i+1 < len(j.Runs) {
-					next = min(j.Runs[i+1].Start, r.Horizon)
-				}
-				f.MoveGPUHours += max(0, next-run.End).Hours() * j.Slice.GPUs
+				f.MoveGPUHours += rewait
 			case run.SpotReclaimed:
 				f.SpotReclaims++
-				next := r.Horizon
-				if i+1 < len(j.Runs) {
-					next = min(j.Runs[i+1].Start, r.Horizon)
-				}
-				f.SpotReclaimGPUHours += max(0, next-run.End).Hours() * j.Slice.GPUs
+				f.SpotReclaimGPUHours += rewait
 			default:
 				f.Preemptions++
 			}
