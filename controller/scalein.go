@@ -84,7 +84,7 @@ func (m *Mover) noteWanted(now time.Time, snap *nomadview.Snapshot) {
 			continue
 		}
 		seen[n.ID] = true
-		if _, ok := m.wanted[n.ID]; !ok || slices.ContainsFunc(queued, func(q nomadview.QueuedGroup) bool { return couldUse(q, n) }) {
+		if _, ok := m.wanted[n.ID]; !ok || anyCouldUse(queued, n) {
 			m.wanted[n.ID] = now
 		}
 	}
@@ -93,6 +93,11 @@ func (m *Mover) noteWanted(now time.Time, snap *nomadview.Snapshot) {
 			delete(m.wanted, id)
 		}
 	}
+}
+
+// anyCouldUse says whether one of the queued groups could use node n.
+func anyCouldUse(queued []nomadview.QueuedGroup, n *api.NodeListStub) bool {
+	return slices.ContainsFunc(queued, func(q nomadview.QueuedGroup) bool { return couldUse(q, n) })
 }
 
 // couldUse says whether a queued group could be placed on node n were n
@@ -235,7 +240,7 @@ func (c *Controller) scaleInHold(ctx context.Context, now time.Time, snap *nomad
 		return true
 	case n.Drain && !nomadview.EmptiedForRemoval(n):
 		return false // the autoscaler drains it for removal
-	case now.Sub(c.mover.wanted[h.Node]) < c.cfg.Moves.ScaleIn.Quiet || now.Sub(h.Since) >= c.cfg.Moves.ScaleIn.Wait:
+	case anyCouldUse(snap.QueuedGroups(), n) || now.Sub(h.Since) >= c.cfg.Moves.ScaleIn.Wait:
 		why := "a queued allocation could use it"
 		if now.Sub(h.Since) >= c.cfg.Moves.ScaleIn.Wait {
 			why = fmt.Sprintf("the autoscaler did not remove it within %s", c.cfg.Moves.ScaleIn.Wait)
