@@ -222,31 +222,54 @@ func wholeGPUNode(n *api.NodeListStub, held map[string]bool) consolidate.Node {
 	return node
 }
 
-// scaleInHold follows a node held for removal: forgotten once it is gone
-// (or down: its instance is being terminated); marked for removal once
-// the moved jobs run elsewhere and it runs nothing; made eligible again
-// when a queued allocation could use it or Wait passed (not while the
-// autoscaler drains it). True when the hold changed.
+// removalStep is what a hold for removal does on a tick.
+type removalStep int
+
+const (
+	removalWait   removalStep = iota // nothing yet
+	removalGone                      // the node is gone or down: forget the hold
+	removalMark                      // it runs nothing: mark it for removal
+	removalGiveUp                    // it takes work again (why says why)
+)
+
+// nextRemovalStep decides a hold for removal's tick: forgotten once its
+// node is gone (or down: its instance is being terminated); left alone
+// while the autoscaler drains it; given up when a queued allocation
+// could use the node now or wait has passed; marked once the moved jobs
+// run elsewhere and it runs nothing.
+func nextRemovalStep(now time.Time, h Hold, snap *nomadview.Snapshot, wait time.Duration) (removalStep, string) {
+	n := snap.Node(h.Node)
+	switch {
+	case n == nil || n.Status == api.NodeStatusDown:
+		return removalGone, ""
+	case n.Drain && !nomadview.EmptiedForRemoval(n):
+		return removalWait, "" // the autoscaler drains it for removal
+	case anyCouldUse(snap.QueuedGroups(), n):
+		return removalGiveUp, "a queued allocation could use it"
+	case now.Sub(h.Since) >= wait:
+		return removalGiveUp, fmt.Sprintf("the autoscaler did not remove it within %s", wait)
+	case !h.Marked && movedPlaced(h, snap) && len(snap.WorkOn(h.Node)) == 0:
+		return removalMark, ""
+	}
+	return removalWait, ""
+}
+
+// scaleInHold follows a node held for removal (nextRemovalStep); true
+// when the hold changed.
 func (c *Controller) scaleInHold(ctx context.Context, now time.Time, snap *nomadview.Snapshot) bool {
 	h := c.mover.Held()
 	if h == nil || !h.Remove {
 		return false
 	}
-	n := snap.Node(h.Node)
-	switch {
-	case n == nil || n.Status == api.NodeStatusDown:
+	step, why := nextRemovalStep(now, *h, snap, c.cfg.Moves.ScaleIn.Wait)
+	switch step {
+	case removalGone:
 		c.log.Info("decision", "kind", "scale-in-removed", "reason", fmt.Sprintf("node %s, emptied for removal, is gone", h.NodeName))
 		c.mover.Released()
 		return true
-	case n.Drain && !nomadview.EmptiedForRemoval(n):
-		return false // the autoscaler drains it for removal
-	case anyCouldUse(snap.QueuedGroups(), n) || now.Sub(h.Since) >= c.cfg.Moves.ScaleIn.Wait:
-		why := "a queued allocation could use it"
-		if now.Sub(h.Since) >= c.cfg.Moves.ScaleIn.Wait {
-			why = fmt.Sprintf("the autoscaler did not remove it within %s", c.cfg.Moves.ScaleIn.Wait)
-		}
-		return c.endScaleIn(ctx, now, *h, n.Drain, why)
-	case !h.Marked && movedPlaced(*h, snap) && len(snap.WorkOn(h.Node)) == 0:
+	case removalGiveUp:
+		return c.endScaleIn(ctx, now, *h, snap.Node(h.Node).Drain, why)
+	case removalMark:
 		return c.markRemovable(ctx, h)
 	}
 	return false

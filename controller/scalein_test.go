@@ -183,3 +183,61 @@ func TestEmptiedForRemoval(t *testing.T) {
 		}
 	}
 }
+
+// A hold for removal, tick by tick: gone, drained by the autoscaler,
+// wanted by the queue, out of time, marked once empty, else waiting.
+// A node first seen (a new leader) is no reason to give it up.
+func TestNextRemovalStep(t *testing.T) {
+	since := time.Unix(10_000, 0)
+	marked := &api.DrainMetadata{Meta: map[string]string{contract.DrainMetaScaleIn: "emptied"}}
+	emptied := func(s *nomadview.Snapshot) {
+		s.Nodes[0].SchedulingEligibility = api.NodeSchedulingIneligible
+		s.Allocs = slices.DeleteFunc(s.Allocs, func(a *api.AllocationListStub) bool { return a.NodeID == "n1" })
+		for _, j := range []string{"train-n1-0", "train-n1-1"} {
+			s.Allocs = append(s.Allocs, &api.AllocationListStub{ID: j + "-2", Namespace: "default", JobID: j, NodeID: "n2",
+				ClientStatus: api.AllocClientStatusRunning, CreateTime: since.Add(time.Second).UnixNano()})
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		after  time.Duration
+		marked bool
+		setup  func(*nomadview.Snapshot)
+		want   removalStep
+		why    string
+	}{
+		{name: "the moved jobs not placed yet: wait", after: time.Second, want: removalWait},
+		{name: "placed elsewhere, the node empty: mark", after: 5 * time.Second, setup: emptied, want: removalMark},
+		{name: "marked: wait for the autoscaler", after: 5 * time.Second, marked: true, setup: emptied, want: removalWait},
+		{name: "the autoscaler drains it: wait, past Wait too", after: time.Hour, marked: true,
+			setup: func(s *nomadview.Snapshot) {
+				emptied(s)
+				s.Nodes[0].Drain, s.Nodes[0].LastDrain = true, &api.DrainMetadata{Meta: map[string]string{}}
+			}, want: removalWait},
+		{name: "gone: forget", after: time.Minute, marked: true,
+			setup: func(s *nomadview.Snapshot) { s.Nodes = s.Nodes[1:] }, want: removalGone},
+		{name: "down: forget", after: time.Minute, marked: true,
+			setup: func(s *nomadview.Snapshot) { s.Nodes[0].Status = api.NodeStatusDown }, want: removalGone},
+		{name: "a queued allocation could use it: give up", after: time.Minute, marked: true,
+			setup: func(s *nomadview.Snapshot) {
+				emptied(s)
+				s.Nodes[0].LastDrain = marked
+				queuedJob(s, "small", "nvidia/gpu", 1)
+			}, want: removalGiveUp, why: "a queued allocation could use it"},
+		{name: "not removed within Wait: give up", after: 11 * time.Minute, marked: true, setup: emptied,
+			want: removalGiveUp, why: "the autoscaler did not remove it within 10m0s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, _ := scaleInCluster()
+			if c.setup != nil {
+				c.setup(s)
+			}
+			h := Hold{Node: "n1", NodeName: "n1", Since: since, Remove: true, Marked: c.marked,
+				Moved: []string{"default/train-n1-0", "default/train-n1-1"}}
+			got, why := nextRemovalStep(since.Add(c.after), h, s, scaleInBudget.ScaleIn.Wait)
+			if got != c.want || why != c.why {
+				t.Errorf("nextRemovalStep = %v %q, want %v %q", got, why, c.want, c.why)
+			}
+		})
+	}
+}
