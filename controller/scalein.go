@@ -178,13 +178,15 @@ func (m *Mover) quietNodes(now time.Time, snap *nomadview.Snapshot, nodes []cons
 	for _, a := range allocs {
 		whole[a.ID] = true
 	}
+	pinned := map[string]bool{} // by node: work other than whole-GPU allocations
+	for _, a := range snap.Allocs {
+		if a != nil && !whole[a.ID] && nomadview.IsWork(a) {
+			pinned[a.NodeID] = true
+		}
+	}
 	var out []string
 	for _, n := range nodes {
-		w, ok := m.wanted[n.ID]
-		if !ok || now.Sub(w) < m.cfg.ScaleIn.Quiet {
-			continue
-		}
-		if !slices.ContainsFunc(snap.WorkOn(n.ID), func(a *api.AllocationListStub) bool { return !whole[a.ID] }) {
+		if w, ok := m.wanted[n.ID]; ok && now.Sub(w) >= m.cfg.ScaleIn.Quiet && !pinned[n.ID] {
 			out = append(out, n.ID)
 		}
 	}

@@ -93,15 +93,21 @@ func EmptiedForRemoval(n *api.NodeListStub) bool {
 		n.LastDrain.Meta[contract.DrainMetaScaleIn] != ""
 }
 
-// WorkOn is the pending or running allocations on a node, system jobs'
-// left out (a drain that ignores system jobs leaves them, and a node
-// running only those is empty to the autoscaler's empty_ignore_system).
+// WorkOn is the pending or running allocations on a node that are work
+// (IsWork).
 func (s *Snapshot) WorkOn(nodeID string) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
 	for _, a := range s.Allocs {
-		if a != nil && a.NodeID == nodeID && a.JobType != api.JobTypeSystem && a.JobType != api.JobTypeSysbatch {
+		if a != nil && a.NodeID == nodeID && IsWork(a) {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// IsWork says whether an allocation is not a system job's: a drain that
+// ignores system jobs leaves them, and a node running only those is
+// empty to the autoscaler's empty_ignore_system.
+func IsWork(a *api.AllocationListStub) bool {
+	return a.JobType != api.JobTypeSystem && a.JobType != api.JobTypeSysbatch
 }
