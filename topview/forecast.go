@@ -32,11 +32,9 @@ func forecastInput(in *Input, queue []QueueEntry) sizing.ForecastInput {
 			pools[n.ID] = n.NodePool
 		}
 	}
-	prio := map[sizing.JobID]int{}
+	jobs := map[sizing.JobID]*api.JobListStub{}
 	for k, j := range in.Jobs {
-		if j != nil {
-			prio[sizing.JobID{Namespace: k.Namespace, ID: k.ID}] = j.Priority
-		}
+		jobs[sizing.JobID{Namespace: k.Namespace, ID: k.ID}] = j
 	}
 	seen := map[string]bool{}
 	var allocs []*api.AllocationListStub
@@ -47,7 +45,7 @@ func forecastInput(in *Input, queue []QueueEntry) sizing.ForecastInput {
 		seen[a.ID] = true
 		allocs = append(allocs, a)
 	}
-	fi := sizing.ForecastInput{Runs: sizing.RunsOf(allocs, pools, prio), Free: sizing.FreeCapacity(in.FreeSlices())}
+	fi := sizing.ForecastInput{Runs: sizing.RunsOf(allocs, pools, jobs), Free: sizing.FreeCapacity(in.FreeSlices())}
 	for _, e := range queue {
 		if e.State != StateBlocked {
 			continue

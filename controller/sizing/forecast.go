@@ -277,10 +277,10 @@ type JobID struct{ Namespace, ID string }
 
 // RunsOf is the run record (RunOf) of every GPU task (GPUTasks) of allocs,
 // each with its node's pool (pools: node ID → pool; "" when the node is not
-// there) and its job's priority (0 when priorities lacks it). A task given
-// two device groups of one unit is one run of their summed count; of two
-// units, one run of the first.
-func RunsOf(allocs []*api.AllocationListStub, pools map[string]string, priorities map[JobID]int) []history.Run {
+// there) and its job (nil when jobs lacks it). A task given two device
+// groups of one unit is one run of their summed count; of two units, one
+// run of the first.
+func RunsOf(allocs []*api.AllocationListStub, pools map[string]string, jobs map[JobID]*api.JobListStub) []history.Run {
 	byID := make(map[string]*api.AllocationListStub, len(allocs))
 	for _, a := range allocs {
 		if a != nil {
@@ -292,7 +292,7 @@ func RunsOf(allocs []*api.AllocationListStub, pools map[string]string, prioritie
 	var out []history.Run
 	for _, t := range GPUTasks(allocs) {
 		a := byID[t.AllocID]
-		r := RunOf(a, t, pools[t.NodeID], priorities[JobID{a.Namespace, a.JobID}])
+		r := RunOf(a, t, pools[t.NodeID], jobs[JobID{a.Namespace, a.JobID}])
 		k := allocTask{t.AllocID, t.Key.Task}
 		if i, dup := at[k]; dup {
 			if predict.UnitOf(out[i].Slice) == predict.UnitOf(r.Slice) {

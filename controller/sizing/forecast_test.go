@@ -247,7 +247,7 @@ func TestForecastFromAllocations(t *testing.T) {
 		alloc("live", "train", "n1", "running", fcNow.Add(-15*time.Minute), time.Time{}, dev("gpu", "H100", "GPU-0")),
 		alloc("cpu", "web", "n1", "running", fcNow.Add(-time.Minute), time.Time{}, nil),
 	)
-	runs := RunsOf(allocs, map[string]string{"n1": "gpu"}, map[JobID]int{{"default", "train"}: 70})
+	runs := RunsOf(allocs, map[string]string{"n1": "gpu"}, map[JobID]*api.JobListStub{{"default", "train"}: {Priority: 70}})
 	if len(runs) != 5 {
 		t.Fatalf("%d runs, want 5 (not the sidecar, not the CPU job): %+v", len(runs), runs)
 	}

@@ -128,9 +128,18 @@ func killedOverGPUMemory(e *api.TaskEvent) bool {
 // RunOf is the run record of one GPU task of an allocation: its slice, its
 // times and how it ended. Preempted: Nomad preempted the allocation; a
 // failed task killed by the driver's GPU-memory enforcement is "killed".
-func RunOf(a *api.AllocationListStub, t TaskDevices, pool string, priority int) history.Run {
-	r := history.Run{Key: t.Key, AllocID: a.ID, Slice: t.SliceOf(), Pool: pool, Priority: priority,
+// Its job (nil when not known) gives its priority and, when submitted no
+// later than the allocation was created, its submission: a version
+// submitted after runs in a later allocation, not this one.
+func RunOf(a *api.AllocationListStub, t TaskDevices, pool string, job *api.JobListStub) history.Run {
+	r := history.Run{Key: t.Key, AllocID: a.ID, Name: a.Name, Slice: t.SliceOf(), Pool: pool,
 		Created: time.Unix(0, a.CreateTime), Outcome: history.OutcomeRunning}
+	if job != nil {
+		r.Priority = job.Priority
+		if job.SubmitTime > 0 && job.SubmitTime <= a.CreateTime {
+			r.Submitted = time.Unix(0, job.SubmitTime)
+		}
+	}
 	if st := a.TaskStates[t.Key.Task]; st != nil {
 		r.Started, r.Finished = st.StartedAt, st.FinishedAt
 		for _, e := range st.Events {

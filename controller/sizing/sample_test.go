@@ -56,6 +56,32 @@ func TestSampleTasks(t *testing.T) {
 	}
 }
 
+// TestRunOfSubmitted: a run's submission is its job's when the job was
+// submitted no later than the allocation was created; a later version
+// runs in later allocations, so it says nothing of this one.
+func TestRunOfSubmitted(t *testing.T) {
+	td := TaskDevices{Key: history.Key{Task: "t"}, Devices: &api.AllocatedDeviceResource{Type: "gpu", Name: "H100", DeviceIDs: []string{"GPU-1"}}}
+	created := time.Unix(1000, 0)
+	cases := []struct {
+		name string
+		job  *api.JobListStub
+		want time.Time
+	}{
+		{"submitted before", &api.JobListStub{SubmitTime: created.Add(-time.Minute).UnixNano()}, created.Add(-time.Minute)},
+		{"submitted as created", &api.JobListStub{SubmitTime: created.UnixNano()}, created},
+		{"a later version", &api.JobListStub{SubmitTime: created.Add(time.Second).UnixNano()}, time.Time{}},
+		{"no submit time", &api.JobListStub{}, time.Time{}},
+		{"no job", nil, time.Time{}},
+	}
+	for _, c := range cases {
+		a := api.AllocationListStub{ID: "a", Name: "train.g[2]", CreateTime: created.UnixNano(), ClientStatus: "running"}
+		r := RunOf(&a, td, "gpu", c.job)
+		if !r.Submitted.Equal(c.want) || r.Name != "train.g[2]" {
+			t.Errorf("%s: submitted %v, name %q; want %v, train.g[2]", c.name, r.Submitted, r.Name, c.want)
+		}
+	}
+}
+
 func TestRunOf(t *testing.T) {
 	td := TaskDevices{Key: history.Key{Task: "t"}, Devices: &api.AllocatedDeviceResource{Type: "mig", Name: "1g.10gb", DeviceIDs: []string{"MIG-1"}}}
 	start, end := time.Unix(100, 0), time.Unix(200, 0)
@@ -84,7 +110,7 @@ func TestRunOf(t *testing.T) {
 		if c.alloc.TaskStates == nil {
 			c.alloc.TaskStates = map[string]*api.TaskState{"t": {StartedAt: start, FinishedAt: end}}
 		}
-		r := RunOf(&c.alloc, td, "gpu", 50)
+		r := RunOf(&c.alloc, td, "gpu", &api.JobListStub{Priority: 50})
 		if r.Outcome != c.want || r.Slice != (history.Slice{Kind: "mig", Count: 1, Profile: "1g.10gb"}) || r.Pool != "gpu" || r.Priority != 50 {
 			t.Errorf("%s: got %+v, want outcome %s", c.name, r, c.want)
 		}

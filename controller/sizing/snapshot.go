@@ -17,7 +17,7 @@ import (
 
 // SnapshotRuns are the run records (RunsOf) of the GPU tasks of the
 // snapshot's allocations: pending and running, and finished within its
-// watcher's window; each with its node's pool and its job's priority.
+// watcher's window; each with its node's pool and its job.
 func SnapshotRuns(snap *nomadview.Snapshot) []history.Run {
 	pools := map[string]string{}
 	for _, n := range snap.Nodes {
@@ -25,11 +25,9 @@ func SnapshotRuns(snap *nomadview.Snapshot) []history.Run {
 			pools[n.ID] = n.NodePool
 		}
 	}
-	prio := map[JobID]int{}
+	jobs := map[JobID]*api.JobListStub{}
 	for k, j := range snap.Jobs {
-		if j != nil {
-			prio[JobID{Namespace: k.Namespace, ID: k.ID}] = j.Priority
-		}
+		jobs[JobID{Namespace: k.Namespace, ID: k.ID}] = j
 	}
 	seen := map[string]bool{}
 	var allocs []*api.AllocationListStub
@@ -39,7 +37,7 @@ func SnapshotRuns(snap *nomadview.Snapshot) []history.Run {
 			allocs = append(allocs, a)
 		}
 	}
-	return RunsOf(allocs, pools, prio)
+	return RunsOf(allocs, pools, jobs)
 }
 
 // ForecastOf is the runtime and wait forecast (Forecast) of a snapshot

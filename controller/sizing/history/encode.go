@@ -137,11 +137,13 @@ type runRecord struct {
 	Group     string  `json:"group"`
 	Task      string  `json:"task"`
 	AllocID   string  `json:"alloc"`
+	Name      string  `json:"name,omitempty"`
 	Kind      string  `json:"kind,omitempty"`
 	Count     int     `json:"count,omitempty"`
 	Profile   string  `json:"profile,omitempty"`
 	Pool      string  `json:"pool,omitempty"`
 	Priority  int     `json:"prio,omitempty"`
+	Submitted uint64  `json:"submitted,omitempty"`
 	Created   uint64  `json:"created,omitempty"`
 	Started   uint64  `json:"started,omitempty"`
 	Finished  uint64  `json:"finished,omitempty"`
@@ -151,9 +153,9 @@ type runRecord struct {
 func encodeRun(r Run) ([]byte, error) {
 	return json.Marshal(runRecord{
 		Namespace: r.Key.Namespace, Job: r.Key.Job, Group: r.Key.Group, Task: r.Key.Task,
-		AllocID: r.AllocID,
-		Kind:    r.Slice.Kind, Count: r.Slice.Count, Profile: r.Slice.Profile,
-		Pool: r.Pool, Priority: r.Priority,
+		AllocID: r.AllocID, Name: r.Name,
+		Kind: r.Slice.Kind, Count: r.Slice.Count, Profile: r.Slice.Profile,
+		Pool: r.Pool, Priority: r.Priority, Submitted: nanos(r.Submitted),
 		Created: nanos(r.Created), Started: nanos(r.Started), Finished: nanos(r.Finished),
 		Outcome: r.Outcome,
 	})
@@ -166,10 +168,12 @@ func decodeRun(b []byte) (Run, error) {
 	}
 	return Run{
 		Key:      Key{Namespace: rec.Namespace, Job: rec.Job, Group: rec.Group, Task: rec.Task},
-		AllocID:  rec.AllocID,
-		Slice:    Slice{Kind: rec.Kind, Count: rec.Count, Profile: rec.Profile},
-		Pool:     rec.Pool,
-		Priority: rec.Priority,
+		AllocID:   rec.AllocID,
+		Name:      rec.Name,
+		Slice:     Slice{Kind: rec.Kind, Count: rec.Count, Profile: rec.Profile},
+		Pool:      rec.Pool,
+		Priority:  rec.Priority,
+		Submitted: fromNanos(rec.Submitted),
 		Created:  fromNanos(rec.Created), Started: fromNanos(rec.Started), Finished: fromNanos(rec.Finished),
 		Outcome: rec.Outcome,
 	}, nil

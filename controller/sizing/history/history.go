@@ -55,11 +55,19 @@ const (
 
 // Run is one allocation's run of a task.
 type Run struct {
-	Key      Key
-	AllocID  string
+	Key     Key
+	AllocID string
+	// Name is the allocation's name, "job.group[index]": a stopped,
+	// preempted or lost allocation's replacement has the same, so the
+	// runs of one submission with one Name are one piece of work.
+	Name     string
 	Slice    Slice
 	Pool     string
 	Priority int
+	// Submitted is when the job version the allocation runs was
+	// submitted (zero when not known): the demand's arrival, which
+	// Created (its placement) is not where work queued.
+	Submitted time.Time
 	// Created, Started and Finished are zero when not (yet) reached.
 	Created, Started, Finished time.Time
 	Outcome                    Outcome

@@ -420,7 +420,9 @@ func deleteRun(tx *bolt.Tx, r Run) error {
 }
 
 // PutRun inserts or replaces the run with r.AllocID, then drops the
-// earliest created runs beyond MaxRuns.
+// earliest created runs beyond MaxRuns. A replacement without Submitted
+// keeps the one stored: the job's newer version no longer says when the
+// allocation's was submitted.
 func (s *Store) PutRun(ctx context.Context, r Run) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -431,20 +433,23 @@ func (s *Store) PutRun(ctx context.Context, r Run) error {
 	if r.AllocID == "" {
 		return fmt.Errorf("history: run of %s has no allocation ID", r.Key)
 	}
-	val, err := encodeRun(r)
-	if err != nil {
-		return err
-	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		runs, meta := tx.Bucket(bucketRuns), tx.Bucket(bucketMeta)
 		if old := runs.Get([]byte(r.AllocID)); old != nil {
 			prev, err := decodeRun(old)
 			if err != nil {
 				return err
 			}
+			if r.Submitted.IsZero() {
+				r.Submitted = prev.Submitted
+			}
 			if err := deleteRun(tx, prev); err != nil {
 				return err
 			}
+		}
+		val, err := encodeRun(r)
+		if err != nil {
+			return err
 		}
 		ik := timeKey(r.Created, r.AllocID)
 		if err := runs.Put([]byte(r.AllocID), val); err != nil {

@@ -394,6 +394,36 @@ func TestPutRunUpsert(t *testing.T) {
 	}
 }
 
+// TestPutRunKeepsSubmitted: a run's submission, once stored, survives a
+// replacement that no longer knows it (the job was submitted again), and
+// a replacement that knows one replaces it; Name round-trips.
+func TestPutRunKeepsSubmitted(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "h.db"), Options{})
+	ctx := context.Background()
+	steps := []struct {
+		name      string
+		submitted time.Time
+		want      time.Time
+	}{
+		{"created, submission known", at(5), at(5)},
+		{"job submitted again: not known", time.Time{}, at(5)},
+		{"known again", at(6), at(6)},
+	}
+	for _, st := range steps {
+		r := Run{Key: keyA, AllocID: "a1", Name: "a.g[0]", Submitted: st.submitted, Created: at(10), Outcome: OutcomeRunning}
+		if err := s.PutRun(ctx, r); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got, err := s.Runs(ctx, keyA, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || !got[0].Submitted.Equal(st.want) || got[0].Name != "a.g[0]" {
+			t.Errorf("%s: stored %+v, want submitted %v, name a.g[0]", st.name, got, st.want)
+		}
+	}
+}
+
 func TestRunsSince(t *testing.T) {
 	s := openTest(t, filepath.Join(t.TempDir(), "h.db"), Options{})
 	ctx := context.Background()
