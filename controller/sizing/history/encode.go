@@ -167,14 +167,14 @@ func decodeRun(b []byte) (Run, error) {
 		return Run{}, fmt.Errorf("%w: run: %v", errCorrupt, err)
 	}
 	return Run{
-		Key:      Key{Namespace: rec.Namespace, Job: rec.Job, Group: rec.Group, Task: rec.Task},
+		Key:       Key{Namespace: rec.Namespace, Job: rec.Job, Group: rec.Group, Task: rec.Task},
 		AllocID:   rec.AllocID,
 		Name:      rec.Name,
 		Slice:     Slice{Kind: rec.Kind, Count: rec.Count, Profile: rec.Profile},
 		Pool:      rec.Pool,
 		Priority:  rec.Priority,
 		Submitted: fromNanos(rec.Submitted),
-		Created:  fromNanos(rec.Created), Started: fromNanos(rec.Started), Finished: fromNanos(rec.Finished),
+		Created:   fromNanos(rec.Created), Started: fromNanos(rec.Started), Finished: fromNanos(rec.Finished),
 		Outcome: rec.Outcome,
 	}, nil
 }
