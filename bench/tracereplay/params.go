@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -18,9 +19,14 @@ import (
 // takes them on its command line, and `make bench-trace` passes them to
 // the real-engine run in BENCH_TRACE_FLAGS, so both read one set.
 type Params struct {
-	// CSV is a trace in this package's CSV format; Philly a Philly
-	// extract, used when CSV is empty (empty too: the embedded copy).
-	CSV, Philly string
+	// CSV is a trace in this package's CSV format; History a copy of the
+	// controller's history file, whose runs since HistorySince ago become
+	// the jobs (FromRuns, an MPS share 1/HistoryShares of a GPU); Philly a
+	// Philly extract, used when both are empty (empty too: the embedded
+	// copy).
+	CSV, History, Philly string
+	HistorySince         time.Duration
+	HistoryShares        int
 	// Jobs is the sample size (0: as many as Load asks); Window, Start
 	// (empty: the busiest window, in arrivals of jobs asking for at least
 	// BusiestMinGPUs where that is above 1) and Seed pick it.
@@ -78,6 +84,8 @@ func (p Params) TracePath() string {
 	switch {
 	case p.CSV != "":
 		return p.CSV
+	case p.History != "":
+		return p.History
 	case p.Philly != "":
 		return p.Philly
 	}
@@ -93,6 +101,9 @@ const DefaultConfigs = "baseline,+slices,+layouts,+preemption,+autoscale,nomad-g
 // Register adds the flags to fs, with their defaults.
 func (p *Params) Register(fs *flag.FlagSet) {
 	fs.StringVar(&p.CSV, "trace", "", "trace in the replay CSV format (docs/trace-replay.md); default: the Philly extract of -philly")
+	fs.StringVar(&p.History, "history", "", "a copy of the controller's right-sizing history file (its -history): the jobs are the work it recorded, for the purchase question on your own cluster's record (docs/trace-replay.md); pair it with -window 0 -load 0 to replay all of it")
+	fs.DurationVar(&p.HistorySince, "history-since", 7*24*time.Hour, "with -history: the record read, back from now")
+	fs.IntVar(&p.HistoryShares, "history-shares", gpulayout.DefaultShares, "with -history: the MPS shares of a GPU on the recorded cluster (a run of k shares asks for k/this of a GPU)")
 	fs.StringVar(&p.Philly, "philly", "", "a Philly extract (philly.csv, plain or gzip) to convert when no -trace is given; default: the copy in traces/philly.csv.gz")
 	fs.IntVar(&p.Jobs, "jobs", 0, "jobs sampled from the window (0: as many as -load asks)")
 	fs.Float64Var(&p.OfferedLoad, "load", 0.85, "offered load the sample is drawn to, with -jobs 0: GPU time asked within the horizon over the fixed cluster's (0: every job of the window; above 1: overloaded)")
@@ -348,8 +359,24 @@ func (p Params) Load() (Setup, error) {
 
 	var jobs []Job
 	var epoch time.Time
+	var notes []string
 	source := p.CSV
-	if p.CSV != "" {
+	switch {
+	case p.CSV != "" && p.History != "":
+		return s, fmt.Errorf("trace, history: both given; allowed: one of them")
+	case p.History != "":
+		if p.HistorySince <= 0 {
+			return s, fmt.Errorf("history-since: %s; allowed: above 0", p.HistorySince)
+		}
+		now := time.Now()
+		var st HistoryStats
+		jobs, epoch, st, err = ReadHistory(p.History, now.Add(-p.HistorySince), HistoryOptions{Shares: p.HistoryShares, Until: now})
+		if err != nil {
+			return s, err
+		}
+		source = filepath.Base(p.History)
+		notes = append(notes, st.Note())
+	case p.CSV != "":
 		f, err := os.Open(p.CSV)
 		if err != nil {
 			return s, fmt.Errorf("trace: %w", err)
@@ -360,7 +387,7 @@ func (p Params) Load() (Setup, error) {
 			return s, fmt.Errorf("trace %s: %w", p.CSV, err)
 		}
 		jobs = t.Jobs
-	} else {
+	default:
 		f, name, err := OpenPhilly(p.Philly)
 		if err != nil {
 			return s, fmt.Errorf("philly: %w", err)
@@ -405,6 +432,7 @@ func (p Params) Load() (Setup, error) {
 	if t.Jobs, s.Notes, err = s.Cluster.FitJobs(t.Jobs, p.MultiNode); err != nil {
 		return s, err
 	}
+	s.Notes = append(notes, s.Notes...)
 	if len(t.Jobs) < drawn && p.Jobs == 0 && p.OfferedLoad > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("the sample's offered load without the jobs left out: %.2f", offered(t.Jobs)))
 	}
