@@ -151,13 +151,22 @@ func modelFrontier(setup tracereplay.Setup, r nodeRange) (report.Frontier, error
 
 // frontierPoint models cfg on cluster cl, setup's sample, as point n.
 func frontierPoint(setup tracereplay.Setup, cfg tracereplay.Config, cl tracereplay.Cluster, n int) (report.FrontierPoint, error) {
+	fs, err := modelFigures(setup, cfg, cl)
+	if err != nil {
+		return report.FrontierPoint{}, fmt.Errorf("%s on %d nodes: %w", cfg.Name, n, err)
+	}
+	return report.PointOf(n, fs), nil
+}
+
+// modelFigures models cfg on cluster cl, setup's sample, at the model's
+// default latencies, and computes its figures at setup's prices.
+func modelFigures(setup tracereplay.Setup, cfg tracereplay.Config, cl tracereplay.Cluster) (figures.Figures, error) {
 	res, err := model.Run(setup.Trace, model.Options{
 		Cluster: cl, Config: cfg, Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
 		Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
 	})
 	if err != nil {
-		return report.FrontierPoint{}, fmt.Errorf("%s on %d nodes: %w", cfg.Name, n, err)
+		return figures.Figures{}, err
 	}
-	fs := figures.Compute(res, figures.Options{Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand, Spot: setup.PriceSpot}})
-	return report.PointOf(n, fs), nil
+	return figures.Compute(res, figures.Options{Prices: figures.Prices{Reserved: setup.PriceReserved, OnDemand: setup.PriceOnDemand, Spot: setup.PriceSpot}}), nil
 }

@@ -206,3 +206,41 @@ func TestBenchTraceSpot(t *testing.T) {
 		}
 	}
 }
+
+// The purchase question on the small trace, 1 to 2 nodes: each
+// configuration's cheapest cluster for the wait promised, modelled on
+// every reserved base and maximum; flags it cannot honour exit 2 naming
+// them.
+func TestBenchTracePurchase(t *testing.T) {
+	dir, trace := benchTraceFile(t)
+	out := filepath.Join(dir, "purchase")
+	base := []string{"-trace", trace, "-nodes", "1", "-min-nodes", "1", "-max-nodes", "2", "-configs", "baseline,nomad-gpu-fixed,nomad-gpu"}
+	var stdout, stderr bytes.Buffer
+	if rc := runBenchTrace(append(slices.Clone(base), "-frontier", "1:2", "-purchase", "1h", "-out", out), &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	md, err := os.ReadFile(filepath.Join(out, purchaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 fixed sizes each for baseline and nomad-gpu-fixed, 3 pools
+	// (1–1, 1–2, 2–2) for nomad-gpu: 7 modelled.
+	for _, want := range []string{"for a mean wait of 1h 00m", "7 modelled", "| baseline | yes | 1 reserved node |", "| nomad-gpu | yes |", "stock Nomad's cheapest cluster is 1 reserved node (baseline)"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("%s lacks %q:\n%s", purchaseFile, want, md)
+		}
+	}
+	if !strings.Contains(stdout.String(), "nomad-gpu's is") {
+		t.Errorf("stdout lacks the verdict: %q", stdout.String())
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"-purchase 10m", "purchase: no -frontier"},
+		{"-frontier 1:2 -purchase -1m", "purchase: -1m0s; allowed"},
+		{"-frontier 1:2 -purchase 10m -sweep 1m", "purchase, sweep: both given"},
+	} {
+		stderr.Reset()
+		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.args, rc, stderr.String(), tc.want)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package report
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChoose: the cheapest point within the target (ties: the shorter
+// wait); with none within it, the point of the least wait (ties: the
+// cheaper), said not met.
+func TestChoose(t *testing.T) {
+	pt := func(base, max int, cost float64, wait time.Duration) PurchasePoint {
+		return PurchasePoint{Base: base, Max: max, FrontierPoint: FrontierPoint{Cost: cost, Wait: wait}}
+	}
+	cases := []struct {
+		name     string
+		points   []PurchasePoint
+		met      bool
+		base, mx int
+	}{
+		{"cheapest within", []PurchasePoint{pt(1, 1, 100, 20*time.Minute), pt(2, 2, 200, 9*time.Minute), pt(3, 3, 300, 2*time.Minute)}, true, 2, 2},
+		{"at the target counts", []PurchasePoint{pt(1, 1, 100, 10*time.Minute), pt(2, 2, 200, time.Minute)}, true, 1, 1},
+		{"equal cost: the shorter wait", []PurchasePoint{pt(1, 3, 150, 8*time.Minute), pt(2, 2, 150, 5*time.Minute)}, true, 2, 2},
+		{"a burst cheaper than more reserved", []PurchasePoint{pt(3, 3, 300, 5*time.Minute), pt(1, 4, 180, 9*time.Minute)}, true, 1, 4},
+		{"none within: the least wait", []PurchasePoint{pt(1, 1, 100, 40*time.Minute), pt(2, 2, 200, 15*time.Minute), pt(3, 3, 300, 15*time.Minute)}, false, 2, 2},
+	}
+	for _, c := range cases {
+		a := Choose("x", c.points, 10*time.Minute)
+		if a.Met != c.met || a.Best.Base != c.base || a.Best.Max != c.mx || a.Tried != len(c.points) {
+			t.Errorf("%s: met %v on %d–%d (tried %d), want met %v on %d–%d", c.name, a.Met, a.Best.Base, a.Best.Max, a.Tried, c.met, c.base, c.mx)
+		}
+	}
+}
+
+// TestPurchaseVerdict: nomad-gpu's cheapest met answer against stock
+// Nomad's, and what it says when either or both miss the target.
+func TestPurchaseVerdict(t *testing.T) {
+	ans := func(name string, stock, ng, met bool, base, max int, cost float64) PurchaseAnswer {
+		return PurchaseAnswer{Config: name, Stock: stock, NomadGPU: ng, Met: met, Best: PurchasePoint{Base: base, Max: max, FrontierPoint: FrontierPoint{Cost: cost}}}
+	}
+	cases := []struct {
+		name    string
+		answers []PurchaseAnswer
+		want    string
+	}{
+		{"both", []PurchaseAnswer{ans("baseline", true, false, true, 6, 6, 800), ans("target-value", true, false, true, 4, 7, 700),
+			ans("+layouts", false, false, true, 1, 1, 10), ans("nomad-gpu", false, true, true, 3, 6, 560), ans("nomad-gpu-fixed", false, true, false, 8, 8, 100)},
+			"stock Nomad's cheapest cluster is 4 reserved nodes bursting to 7 (target-value) at 700; nomad-gpu's is 3 reserved nodes bursting to 6 (nomad-gpu) at 560: **0.80×**"},
+		{"stock misses", []PurchaseAnswer{ans("baseline", true, false, false, 8, 8, 900), ans("nomad-gpu-fixed", false, true, true, 1, 1, 100)},
+			"no stock Nomad configuration meets it in the range; nomad-gpu's cheapest is 1 reserved node (nomad-gpu-fixed) at 100"},
+		{"nomad-gpu misses", []PurchaseAnswer{ans("baseline", true, false, true, 2, 2, 200), ans("nomad-gpu", false, true, false, 1, 2, 100)},
+			"no nomad-gpu configuration meets it"},
+		{"neither", []PurchaseAnswer{ans("baseline", true, false, false, 2, 2, 200)}, "no configuration meets it in the range"},
+	}
+	for _, c := range cases {
+		p := Purchase{Target: 10 * time.Minute, Answers: c.answers}
+		if v := p.Verdict(); !strings.Contains(v, c.want) {
+			t.Errorf("%s: verdict %q, want %q in it", c.name, v, c.want)
+		}
+		if md := p.Markdown("t", "w"); !strings.Contains(md, p.Verdict()) || strings.Count(md, "\n| ") != len(c.answers)+1 {
+			t.Errorf("%s: markdown lacks the verdict or a row per answer:\n%s", c.name, md)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
+	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/report"
+)
+
+// purchaseFile is the report -purchase writes in -out.
+const purchaseFile = "purchase.md"
+
+// stockConfigs are the configurations of stock Nomad, whose cheapest
+// answer nomad-gpu's is read against.
+var stockConfigs = []string{"baseline", "stock-preemption", "target-value"}
+
+// checkPurchase refuses what -purchase cannot honour, naming the flags.
+func checkPurchase(target time.Duration, sweep time.Duration) error {
+	switch {
+	case target <= 0:
+		return fmt.Errorf("purchase: %s; allowed: a mean wait above 0 (10m, say)", target)
+	case sweep != 0:
+		return fmt.Errorf("purchase, sweep: both given; allowed: one of them (the purchase question is asked of one sample: a window, or -window 0 for all of it)")
+	}
+	return nil
+}
+
+// purchaseCluster is one cluster a configuration is modelled on.
+type purchaseCluster struct{ base, max int }
+
+// purchaseClusters are the clusters a configuration is modelled on
+// within r: a fixed one on each node count, all reserved; an autoscaled
+// one on each reserved base and each maximum at or above it.
+func purchaseClusters(cfg tracereplay.Config, r nodeRange) []purchaseCluster {
+	var out []purchaseCluster
+	for base := r.lo; base <= r.hi; base++ {
+		if cfg.Autoscale == "" {
+			out = append(out, purchaseCluster{base, base})
+			continue
+		}
+		for top := base; top <= r.hi; top++ {
+			out = append(out, purchaseCluster{base, top})
+		}
+	}
+	return out
+}
+
+// runPurchase answers the purchase question for target on p's sample:
+// each configuration modelled on every cluster of r, its cheapest that
+// meets the target, and nomad-gpu's against stock Nomad's.
+func runPurchase(p tracereplay.Params, r nodeRange, target time.Duration, out string, stdout, stderr io.Writer) int {
+	started := time.Now()
+	setup, err := p.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
+		return 2
+	}
+	pu, modelled, err := purchaseOf(setup, r, target)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench-trace: purchase: %v\n", err)
+		return 1
+	}
+	what := fmt.Sprintf("Sample: %s; %d jobs. Prices %g a reserved node-hour, %g on demand, %g spot; clusters of %d to %d nodes (-frontier), %d modelled in %s.",
+		setup.Trace.Source, len(setup.Trace.Jobs), p.PriceReserved, p.PriceOnDemand, p.PriceSpot, r.lo, r.hi, modelled, time.Since(started).Round(time.Millisecond))
+	if len(setup.Notes) > 0 {
+		what += "\n\n" + strings.Join(setup.Notes, "\n\n")
+	}
+	path := filepath.Join(out, purchaseFile)
+	if rc := writeReport(path, pu.Markdown("Trace replay (model): the cheapest cluster for a mean wait of "+report.Human(target), what), stderr); rc != 0 {
+		return rc
+	}
+	fmt.Fprintf(stdout, "%s\nreport: %s\n", pu.Verdict(), path)
+	return 0
+}
+
+// purchaseOf models each of setup's configurations on every cluster of r,
+// as many runs at once as there are CPUs, and chooses each one's answer.
+func purchaseOf(setup tracereplay.Setup, r nodeRange, target time.Duration) (report.Purchase, int, error) {
+	pu := report.Purchase{Target: target}
+	points := make([][]report.PurchasePoint, len(setup.Configs))
+	var errs []error
+	var mu sync.Mutex // guards errs
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	modelled := 0
+	for i, cfg := range setup.Configs {
+		clusters := purchaseClusters(cfg, r)
+		points[i] = make([]report.PurchasePoint, len(clusters))
+		modelled += len(clusters)
+		for k, c := range clusters {
+			wg.Add(1)
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				cl, sized := setup.Cluster, cfg
+				cl.Nodes, cl.MinNodes, cl.MaxNodes, sized.Nodes = c.base, c.base, c.max, c.base
+				f, err := modelFigures(setup, sized, cl)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s on %d–%d nodes: %w", cfg.Name, c.base, c.max, err))
+					mu.Unlock()
+					return
+				}
+				points[i][k] = report.PurchasePointOf(c.base, c.max, f)
+			}()
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return pu, modelled, errs[0]
+	}
+	for i, cfg := range setup.Configs {
+		a := report.Choose(cfg.Name, points[i], target)
+		a.Stock = slices.Contains(stockConfigs, cfg.Name)
+		a.NomadGPU = strings.HasPrefix(cfg.Name, "nomad-gpu")
+		pu.Answers = append(pu.Answers, a)
+	}
+	return pu, modelled, nil
+}
