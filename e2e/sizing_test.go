@@ -98,6 +98,7 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	cluster.RequirePlugin(t, "nomad-device-gpu")
 	cluster.RequirePlugin(t, "nomad-driver-gpu")
 	cli := cluster.RequireBinary(t, "nomad-gpu")
+	benchTrace := cluster.RequireBinary(t, "bench-trace")
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, testenv.Root, "e2e: the gpu driver needs a root Nomad client")
 	}
@@ -212,6 +213,17 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	out, err := exec.Command(cli, "sizer", "-dry-run", "-address", c.Server().HTTPAddr(), "-history", history, "-min-samples", "4", "-min-span", "6s", "-window", "10m").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "nothing to do") {
 		t.Errorf("nomad-gpu sizer -dry-run: %v\n%s", err, out)
+	}
+	// The purchase question reads the runs the leader recorded, each with
+	// its job's submission as Nomad gave it: 7 allocations, 4 still
+	// running; a resize registers a new version, so the 3 replacements
+	// are pieces of their own.
+	report := t.TempDir()
+	out, err = exec.Command(benchTrace, "-history", history, "-window", "0", "-load", "0", "-frontier", "1:2", "-purchase", "10m", "-out", report).CombinedOutput()
+	if err != nil {
+		t.Errorf("bench-trace -history: %v\n%s", err, out)
+	} else if md, err := os.ReadFile(filepath.Join(report, "purchase.md")); err != nil || !strings.Contains(string(md), "history: 7 runs made 7 jobs; 0 pieces of work never started (left out), 4 still running (cut at the read), 0 without a recorded submission") {
+		t.Errorf("bench-trace -history: purchase.md lacks what the history held (%v):\n%s", err, md)
 	}
 	for _, id := range []string{"starved", "idle", "watched", "nockpt"} {
 		c.StopJob(t, id, true)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -16,6 +17,18 @@ import (
 
 // purchaseFile is the report -purchase writes in -out.
 const purchaseFile = "purchase.md"
+
+// purchaseConfigs are -purchase's configurations when -configs is not
+// given: stock Nomad fixed and autoscaled, nomad-gpu fixed, autoscaled
+// and with spot burst.
+const purchaseConfigs = "baseline,target-value,nomad-gpu-fixed,nomad-gpu,nomad-gpu-spot"
+
+// flagSet says whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
 
 // stockConfigs are the configurations of stock Nomad, whose cheapest
 // answer nomad-gpu's is read against.

@@ -233,6 +233,14 @@ func TestBenchTracePurchase(t *testing.T) {
 	if !strings.Contains(stdout.String(), "nomad-gpu's is") {
 		t.Errorf("stdout lacks the verdict: %q", stdout.String())
 	}
+	// Without -configs: purchaseConfigs, not the report's defaults (whose
+	// fixed-like-autoscale no size can be set for).
+	if rc := runBenchTrace([]string{"-trace", trace, "-frontier", "1:2", "-purchase", "1h", "-out", out}, &stdout, &stderr); rc != 0 {
+		t.Fatalf("default configs: exit %d: %s", rc, stderr.String())
+	}
+	if md, err = os.ReadFile(filepath.Join(out, purchaseFile)); err != nil || strings.Count(string(md), "\n| ") != 1+len(strings.Split(purchaseConfigs, ",")) {
+		t.Errorf("default configs: want a row each of %s (%v):\n%s", purchaseConfigs, err, md)
+	}
 	for _, tc := range []struct{ args, want string }{
 		{"-purchase 10m", "purchase: no -frontier"},
 		{"-frontier 1:2 -purchase -1m", "purchase: -1m0s; allowed"},
