@@ -132,7 +132,7 @@ func purchaseOf(setup tracereplay.Setup, r nodeRange, target time.Duration) (rep
 	for i, cfg := range setup.Configs {
 		a := report.Choose(cfg.Name, points[i], target)
 		a.Stock = slices.Contains(stockConfigs, cfg.Name)
-		a.NomadGPU = strings.HasPrefix(cfg.Name, "nomad-gpu")
+		a.NomadGPU, a.Spot = strings.HasPrefix(cfg.Name, "nomad-gpu"), cfg.Spot
 		pu.Answers = append(pu.Answers, a)
 	}
 	return pu, modelled, nil

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,8 +39,11 @@ type PurchaseAnswer struct {
 	// NomadGPU that it is nomad-gpu's whole (a name nomad-gpu…): the
 	// answers compared.
 	Stock, NomadGPU bool
-	Met             bool
-	Best            PurchasePoint
+	// Spot says its burst is spot nodes: cheaper, if the cloud has them
+	// when asked; the verdict gives nomad-gpu's answer without them too.
+	Spot bool
+	Met  bool
+	Best PurchasePoint
 	// Tried is the clusters modelled.
 	Tried int
 }
@@ -84,8 +88,12 @@ func (p Purchase) Verdict() string {
 	ng, nok := p.cheapest(func(a PurchaseAnswer) bool { return a.NomadGPU })
 	switch {
 	case sok && nok:
-		return fmt.Sprintf("For a mean wait of at most %s, stock Nomad's cheapest cluster is %s (%s) at %.0f; nomad-gpu's is %s (%s) at %.0f: **%.2f×** stock Nomad's cost.",
+		v := fmt.Sprintf("For a mean wait of at most %s, stock Nomad's cheapest cluster is %s (%s) at %.0f; nomad-gpu's is %s (%s) at %.0f: **%.2f×** stock Nomad's cost.",
 			Human(p.Target), clusterText(stock.Best), stock.Config, stock.Best.Cost, clusterText(ng.Best), ng.Config, ng.Best.Cost, ng.Best.Cost/stock.Best.Cost)
+		if od, ok := p.cheapest(func(a PurchaseAnswer) bool { return a.NomadGPU && !a.Spot }); ok && ng.Spot {
+			v += fmt.Sprintf(" Without spot nodes, %s (%s) at %.0f: %.2f×.", clusterText(od.Best), od.Config, od.Best.Cost, od.Best.Cost/stock.Best.Cost)
+		}
+		return v
 	case nok:
 		return fmt.Sprintf("For a mean wait of at most %s, no stock Nomad configuration meets it in the range; nomad-gpu's cheapest is %s (%s) at %.0f.",
 			Human(p.Target), clusterText(ng.Best), ng.Config, ng.Best.Cost)
@@ -125,5 +133,8 @@ func (p Purchase) Markdown(title, what string) string {
 			q.NodeHours, Human(q.Wait), Human(q.WaitP95), Human(q.WaitTop), q.LostGPUHours, a.Tried)
 	}
 	b.WriteString("\nA fixed cluster's nodes are reserved; an autoscaled pool's reserved base is its minimum, paid whether used or not, and its burst is paid on demand (on spot where the configuration's burst is spot) while it runs. Cost is at the prices above over the sample's horizon; the cluster chosen is the cheapest whose mean wait, re-waits of preempted work included, is within the target.\n")
+	if slices.ContainsFunc(p.Answers, func(a PurchaseAnswer) bool { return a.Spot }) {
+		b.WriteString("\nA spot burst is taken to be there whenever the pool asks for it, and reclaimed at -spot-reclaim-rate: where your cloud runs out of spot GPUs, or takes them back more often, it costs more than this says, in waits.\n")
+	}
 	return b.String()
 }
