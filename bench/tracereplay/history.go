@@ -148,13 +148,17 @@ func jobOfPiece(k pieceKey, runs []history.Run, opts HistoryOptions) (j Job, arr
 	return j, arrival, true, running
 }
 
-// ReadHistory reads a history store's runs since since (a copy of the
-// controller's file: a live one is held) into jobs, as FromRuns does.
-func ReadHistory(path string, since time.Time, opts HistoryOptions) ([]Job, time.Time, HistoryStats, error) {
+// ReadHistory reads a history store's runs of the last window before
+// opts.Until (a copy of the controller's file: a live one is held) into
+// jobs, as FromRuns does. Opening a store prunes it to its retention, so
+// it is opened with the window's, never less than the controller's
+// default: the read drops nothing the controller would have kept.
+func ReadHistory(path string, window time.Duration, opts HistoryOptions) ([]Job, time.Time, HistoryStats, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, time.Time{}, HistoryStats{}, fmt.Errorf("history: %w", err)
 	}
-	s, err := history.Open(path, history.Options{})
+	since := opts.Until.Add(-window)
+	s, err := history.Open(path, history.Options{Retention: max(window, history.DefaultRetention), Now: func() time.Time { return opts.Until }})
 	if err != nil {
 		return nil, time.Time{}, HistoryStats{}, fmt.Errorf("history: %w", err)
 	}

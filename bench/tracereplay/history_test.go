@@ -81,7 +81,7 @@ func TestFromRunsRefuses(t *testing.T) {
 	if _, _, _, err := FromRuns([]history.Run{r}, HistoryOptions{Shares: 8}); !errors.Is(err, ErrNoJobs) {
 		t.Errorf("nothing started: %v, want ErrNoJobs", err)
 	}
-	if _, _, _, err := ReadHistory(filepath.Join(t.TempDir(), "missing.db"), time.Time{}, HistoryOptions{Shares: 8}); err == nil {
+	if _, _, _, err := ReadHistory(filepath.Join(t.TempDir(), "missing.db"), time.Hour, HistoryOptions{Shares: 8, Until: time.Now()}); err == nil {
 		t.Error("a missing history file was read")
 	}
 }
@@ -104,11 +104,22 @@ func TestLoadHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Ten days old: beyond the store's default retention, within a
+	// 30-day read, which must not prune it on opening.
+	old := now.Add(-10 * 24 * time.Hour)
+	if err := s.PutRun(t.Context(), history.Run{Key: history.Key{Namespace: "default", Job: "old", Group: "g", Task: "t"}, AllocID: "old", Name: "old.g[0]",
+		Slice: history.Slice{Kind: history.SliceGPU, Count: 1}, Submitted: old, Created: old, Started: old, Finished: old.Add(time.Hour), Outcome: history.OutcomeComplete}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p := Params{History: path, HistorySince: 24 * time.Hour, HistoryShares: 8, Compression: 1, Nodes: 4, MinNodes: 2, MaxNodes: 6,
+	p := Params{History: path, HistorySince: 30 * 24 * time.Hour, HistoryShares: 8, Compression: 1, Nodes: 4, MinNodes: 2, MaxNodes: 6,
 		GPUsPerNode: 8, Configs: "baseline", Strategy: AutoscaleGPUQueue}
+	if setup, err := p.Load(); err != nil || len(setup.Trace.Jobs) != 4 {
+		t.Fatalf("30 days: %v, %d jobs; want 4", err, len(setup.Trace.Jobs))
+	}
+	p.HistorySince = 24 * time.Hour
 	setup, err := p.Load()
 	if err != nil {
 		t.Fatal(err)

@@ -370,7 +370,7 @@ func (p Params) Load() (Setup, error) {
 		}
 		now := time.Now()
 		var st HistoryStats
-		jobs, epoch, st, err = ReadHistory(p.History, now.Add(-p.HistorySince), HistoryOptions{Shares: p.HistoryShares, Until: now})
+		jobs, epoch, st, err = ReadHistory(p.History, p.HistorySince, HistoryOptions{Shares: p.HistoryShares, Until: now})
 		if err != nil {
 			return s, err
 		}
