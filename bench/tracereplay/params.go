@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -154,7 +155,11 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		name = strings.TrimSpace(name)
 		var f Features
 		cfg := Config{}
-		switch name {
+		kind, sized, err := configSize(name)
+		if err != nil {
+			return nil, err
+		}
+		switch kind {
 		case "baseline":
 		case "+slices":
 			f.Slices = true
@@ -225,6 +230,12 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		default:
 			return nil, fmt.Errorf("configs: %q is not a configuration; allowed: %s", name, strings.Join(ConfigNames, ", "))
 		}
+		if sized > 0 {
+			if f.Autoscale != "" || cfg.NodesLike != "" || cfg.Alone != "" {
+				return nil, fmt.Errorf("configs: %q: a node count for %s; allowed: @N on a fixed configuration (an autoscaled one runs -min-nodes to -max-nodes)", name, kind)
+			}
+			cfg.Nodes = sized
+		}
 		if seen[name] {
 			return nil, fmt.Errorf("configs: %q is listed twice", name)
 		}
@@ -239,6 +250,22 @@ func ParseConfigs(list, strategy string) ([]Config, error) {
 		out = append(out, cfg)
 	}
 	return out, nil
+}
+
+// configSize splits a configuration's name into its kind and the node
+// count it asks for with "@N" (0 when none): "nomad-gpu-fixed@3" is
+// nomad-gpu-fixed on 3 nodes, beside the others' -nodes, so one run
+// compares the baseline on its cluster with nomad-gpu on a smaller one.
+func configSize(name string) (kind string, nodes int, err error) {
+	kind, size, sized := strings.Cut(name, "@")
+	if !sized {
+		return name, 0, nil
+	}
+	n, err := strconv.Atoi(size)
+	if err != nil || n < 1 {
+		return "", 0, fmt.Errorf("configs: %q: node count %q; allowed: a configuration, or a fixed one with @N, N ≥ 1 nodes (nomad-gpu-fixed@3)", name, size)
+	}
+	return kind, n, nil
 }
 
 // WithBeyond names the configurations that beyond (Policy.Beyond)

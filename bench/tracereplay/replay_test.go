@@ -128,12 +128,22 @@ func TestParseConfigs(t *testing.T) {
 		t.Errorf("nomad-gpu-no-scale-in: %+v, %v", no, err)
 	}
 	for list, msg := range map[string]string{
-		"baseline,fast":     `configs: "fast" is not a configuration; allowed: baseline, +slices`,
-		"baseline,baseline": `configs: "baseline" is listed twice`,
+		"baseline,fast":                     `configs: "fast" is not a configuration; allowed: baseline, +slices`,
+		"baseline,baseline":                 `configs: "baseline" is listed twice`,
+		"baseline,nomad-gpu-fixed@0":        `configs: "nomad-gpu-fixed@0": node count "0"; allowed: a configuration, or a fixed one with @N`,
+		"baseline,baseline@x":               `configs: "baseline@x": node count "x"`,
+		"nomad-gpu@3":                       `configs: "nomad-gpu@3": a node count for nomad-gpu; allowed: @N on a fixed configuration`,
+		"+autoscale,fixed-like-autoscale@2": `configs: "fixed-like-autoscale@2": a node count for fixed-like-autoscale`,
+		"fast@3":                            `configs: "fast@3" is not a configuration`,
 	} {
 		if _, err := ParseConfigs(list, AutoscaleGPUQueue); err == nil || !strings.HasPrefix(err.Error(), msg) {
 			t.Errorf("ParseConfigs(%q) = %v, want %q", list, err, msg)
 		}
+	}
+	// A fixed configuration on its own node count, beside the others'.
+	if sz, err := ParseConfigs("baseline,nomad-gpu-fixed@3", AutoscaleGPUQueue); err != nil || sz[1].Name != "nomad-gpu-fixed@3" || sz[1].Nodes != 3 || !sz[1].Layouts || sz[0].Nodes != 0 ||
+		sz[1].StartNodes(Cluster{Nodes: 4}) != 3 || sz[1].ReservedNodes(Cluster{Nodes: 4}) != 3 {
+		t.Errorf("nomad-gpu-fixed@3: %+v, %v", sz, err)
 	}
 	// nomad-gpu whose burst nodes are spot nodes; gpu-queue only.
 	if sp, err := ParseConfigs("nomad-gpu-spot", AutoscaleGPUQueue); err != nil || !sp[0].Spot || !sp[0].ScaleIn || !sp[0].Gangs || sp[0].Autoscale != AutoscaleGPUQueue {

@@ -51,8 +51,8 @@ func checkFrontier(p tracereplay.Params, convert, real string) error {
 	seen := false
 	for _, c := range cs {
 		switch {
-		case c.Alone != "" || c.NodesLike != "":
-			return fmt.Errorf("frontier, configs: %s; allowed: configurations whose size the frontier sets (not alone, fixed-like-autoscale)", c.Name)
+		case c.Alone != "" || c.NodesLike != "" || c.Nodes > 0:
+			return fmt.Errorf("frontier, configs: %s; allowed: configurations whose size the frontier sets (not alone, fixed-like-autoscale, nor one @N nodes)", c.Name)
 		case c.Name == frontierReference:
 			seen = true
 		}

@@ -145,6 +145,7 @@ func TestBenchTraceFrontier(t *testing.T) {
 		{"-frontier 1:2 -real x.json.gz", "frontier, real: both given"},
 		{"-frontier 1:2 -configs nomad-gpu-fixed", "frontier, configs: no baseline"},
 		{"-frontier 1:2 -configs baseline,+autoscale,fixed-like-autoscale", "frontier, configs: fixed-like-autoscale"},
+		{"-frontier 1:2 -configs baseline,nomad-gpu-fixed@3", "frontier, configs: nomad-gpu-fixed@3"},
 	} {
 		stderr.Reset()
 		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
