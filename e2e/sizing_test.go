@@ -21,6 +21,7 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/contract"
 	"github.com/nomad-gpu/nomad-gpu/controller"
 	"github.com/nomad-gpu/nomad-gpu/controller/sizing"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 	"github.com/nomad-gpu/nomad-gpu/e2e/cluster"
 	"github.com/nomad-gpu/nomad-gpu/e2e/harness"
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
@@ -128,8 +129,8 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 		first[id] = nextAlloc(t, c, id, 0, 2*time.Minute)
 	}
 
-	history := filepath.Join(t.TempDir(), "history.db")
-	ctl := c.StartController(t, "controller", "-history", history, "-sizing-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m")
+	historyFile := filepath.Join(t.TempDir(), "history.db")
+	ctl := c.StartController(t, "controller", "-history", historyFile, "-sizing-interval", "2s", "-min-samples", "4", "-min-span", "6s", "-window", "10m")
 
 	// resumed checks that next restored what prev committed on its way out.
 	resumed := func(id string, prev, next *api.Allocation) {
@@ -210,7 +211,7 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	// The dry run reads the same file once the leader lets go of it, and
 	// with every job at its bound has nothing to do.
 	ctl.Stop()
-	out, err := exec.Command(cli, "sizer", "-dry-run", "-address", c.Server().HTTPAddr(), "-history", history, "-min-samples", "4", "-min-span", "6s", "-window", "10m").CombinedOutput()
+	out, err := exec.Command(cli, "sizer", "-dry-run", "-address", c.Server().HTTPAddr(), "-history", historyFile, "-min-samples", "4", "-min-span", "6s", "-window", "10m").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "nothing to do") {
 		t.Errorf("nomad-gpu sizer -dry-run: %v\n%s", err, out)
 	}
@@ -219,11 +220,26 @@ func TestControllerResizesAutoJobs(t *testing.T) {
 	// running; a resize registers a new version, so the 3 replacements
 	// are pieces of their own.
 	report := t.TempDir()
-	out, err = exec.Command(benchTrace, "-history", history, "-window", "0", "-load", "0", "-frontier", "1:2", "-purchase", "10m", "-out", report).CombinedOutput()
+	out, err = exec.Command(benchTrace, "-history", historyFile, "-window", "0", "-load", "0", "-frontier", "1:2", "-purchase", "10m", "-out", report).CombinedOutput()
 	if err != nil {
 		t.Errorf("bench-trace -history: %v\n%s", err, out)
 	} else if md, err := os.ReadFile(filepath.Join(report, "purchase.md")); err != nil || !strings.Contains(string(md), "history: 7 runs made 7 jobs; 0 pieces of work never started (left out), 4 still running (cut at the read), 0 without a recorded submission") {
 		t.Errorf("bench-trace -history: purchase.md lacks what the history held (%v):\n%s", err, md)
+	}
+	// The 3 allocations a resize replaced were killed by Nomad: stopped,
+	// not complete, so their short runs teach the predictions nothing.
+	store, err := history.Open(historyFile, history.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := store.AllRuns(t.Context(), time.Time{})
+	_ = store.Close()
+	outcomes := map[history.Outcome]int{}
+	for _, r := range runs {
+		outcomes[r.Outcome]++
+	}
+	if err != nil || outcomes[history.OutcomeStopped] != 3 || outcomes[history.OutcomeRunning] != 4 {
+		t.Errorf("recorded outcomes %v (%v), want 3 stopped and 4 running", outcomes, err)
 	}
 	for _, id := range []string{"starved", "idle", "watched", "nockpt"} {
 		c.StopJob(t, id, true)

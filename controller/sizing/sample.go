@@ -127,7 +127,8 @@ func killedOverGPUMemory(e *api.TaskEvent) bool {
 
 // RunOf is the run record of one GPU task of an allocation: its slice, its
 // times and how it ended. Preempted: Nomad preempted the allocation; a
-// failed task killed by the driver's GPU-memory enforcement is "killed".
+// failed task killed by the driver's GPU-memory enforcement is "killed";
+// a complete one that Nomad killed (stopped, moved, drained) "stopped".
 // Its job (nil when not known) gives its priority and, when submitted no
 // later than the allocation was created, its submission: a version
 // submitted after runs in a later allocation, not this one.
@@ -140,11 +141,16 @@ func RunOf(a *api.AllocationListStub, t TaskDevices, pool string, job *api.JobLi
 			r.Submitted = time.Unix(0, job.SubmitTime)
 		}
 	}
+	killing := false
 	if st := a.TaskStates[t.Key.Task]; st != nil {
 		r.Started, r.Finished = st.StartedAt, st.FinishedAt
 		for _, e := range st.Events {
-			if e != nil && killedOverGPUMemory(e) {
+			switch {
+			case e == nil:
+			case killedOverGPUMemory(e):
 				r.Outcome = history.OutcomeKilled
+			case e.Type == api.TaskKilling:
+				killing = true
 			}
 		}
 	}
@@ -152,6 +158,10 @@ func RunOf(a *api.AllocationListStub, t TaskDevices, pool string, job *api.JobLi
 	case a.PreemptedByAllocation != "":
 		r.Outcome = history.OutcomePreempted
 	case r.Outcome == history.OutcomeKilled:
+	case a.ClientStatus == api.AllocClientStatusComplete && killing:
+		// Nomad's task runner kills a task it stops ("Killing"); one that
+		// ends by itself has no such event.
+		r.Outcome = history.OutcomeStopped
 	case a.ClientStatus == api.AllocClientStatusComplete:
 		r.Outcome = history.OutcomeComplete
 	case a.ClientStatus == api.AllocClientStatusFailed:

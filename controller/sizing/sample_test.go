@@ -103,6 +103,10 @@ func TestRunOf(t *testing.T) {
 		{"failed", api.AllocationListStub{ClientStatus: "failed", TaskStates: map[string]*api.TaskState{"t": {Events: []*api.TaskEvent{nil, warned}}}}, history.OutcomeFailed},
 		{"killed for memory", api.AllocationListStub{ClientStatus: "failed", TaskStates: map[string]*api.TaskState{"t": {Events: []*api.TaskEvent{killed}}}}, history.OutcomeKilled},
 		{"preempted", api.AllocationListStub{ClientStatus: "complete", PreemptedByAllocation: "other"}, history.OutcomePreempted},
+		{"stopped (moved)", api.AllocationListStub{ClientStatus: "complete", TaskStates: map[string]*api.TaskState{"t": {StartedAt: start, FinishedAt: end,
+			Events: []*api.TaskEvent{{Type: api.TaskStarted}, {Type: api.TaskKilling}, {Type: api.TaskTerminated}, {Type: api.TaskKilled}}}}}, history.OutcomeStopped},
+		{"ended by itself", api.AllocationListStub{ClientStatus: "complete", TaskStates: map[string]*api.TaskState{"t": {StartedAt: start, FinishedAt: end,
+			Events: []*api.TaskEvent{{Type: api.TaskStarted}, {Type: api.TaskTerminated}}}}}, history.OutcomeComplete},
 		{"lost", api.AllocationListStub{ClientStatus: "lost"}, history.OutcomeLost},
 	}
 	for _, c := range cases {

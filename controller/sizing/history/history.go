@@ -51,6 +51,10 @@ const (
 	OutcomeKilled    Outcome = "killed" // by GPU-memory enforcement
 	OutcomePreempted Outcome = "preempted"
 	OutcomeLost      Outcome = "lost"
+	// OutcomeStopped: Nomad killed the task before it ended by itself (an
+	// allocation stopped, moved, resized or drained, its job stopped):
+	// its run time says nothing of how long the work runs.
+	OutcomeStopped Outcome = "stopped"
 )
 
 // Run is one allocation's run of a task.

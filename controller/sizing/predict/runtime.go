@@ -63,8 +63,8 @@ func unknown(why string) Estimate { return Estimate{Basis: why} }
 
 // RunSeconds is the run time the model learns from a run: Finished −
 // Started, for a run that completed or timed out. Other runs give false:
-// running ones have no end yet; preempted and lost runs were cut short by
-// the cluster, not by their work; failed, OOM-killed and memory-killed runs
+// running ones have no end yet; preempted, lost and stopped runs were cut
+// short by the cluster, not by their work; failed, OOM-killed and memory-killed runs
 // ended on an error, not on finishing their work. A timed-out run ran as
 // long as it was allowed, which is what a task with that limit will do
 // again, so it counts.
