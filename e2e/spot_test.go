@@ -6,7 +6,8 @@ package e2e
 // there, even with spot-1 free and gpu-1 closed; a checkpointing job that
 // says so (node_pool "all", a constraint on ${node.pool}) runs on spot-1.
 // `nomad-gpu reclaim-watch` reads a fake EC2 metadata service the way it
-// reads the real one (IMDSv2); when the fake gives the two-minute notice
+// reads the real one (IMDSv2); a rebalance recommendation makes spot-1
+// ineligible while train runs on; when the fake gives the two-minute notice
 // (here one minute), the watcher drains spot-1, the checkpointing job
 // commits and runs again on gpu-1 within the notice, losing at most one
 // step, and the other job is never touched.
@@ -30,9 +31,9 @@ import (
 	"github.com/nomad-gpu/nomad-gpu/internal/testenv"
 )
 
-// fakeEC2 answers IMDSv2's token and spot/instance-action: 404 until
-// notice is set (its JSON then).
-type fakeEC2 struct{ notice atomic.Pointer[string] }
+// fakeEC2 answers IMDSv2's token, spot/instance-action and the rebalance
+// recommendation: each 404 until set (its JSON then).
+type fakeEC2 struct{ notice, rebalance atomic.Pointer[string] }
 
 func (f *fakeEC2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
@@ -42,6 +43,8 @@ func (f *fakeEC2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 	case r.Method == http.MethodGet && r.URL.Path == "/latest/meta-data/spot/instance-action" && f.notice.Load() != nil:
 		fmt.Fprint(w, *f.notice.Load())
+	case r.Method == http.MethodGet && r.URL.Path == "/latest/meta-data/events/recommendations/rebalance" && f.rebalance.Load() != nil:
+		fmt.Fprint(w, *f.rebalance.Load())
 	default:
 		http.NotFound(w, r)
 	}
@@ -118,10 +121,21 @@ func TestSpotReclaim(t *testing.T) {
 	imds := httptest.NewServer(ec2)
 	t.Cleanup(imds.Close)
 	watch := c.StartCommand(t, "reclaim-watch", "reclaim-watch", "-provider", "aws", "-metadata-url", imds.URL,
-		"-node-id", spot, "-interval", "500ms", "-drain-deadline", "3s")
+		"-node-id", spot, "-interval", "500ms", "-drain-deadline", "3s", "-rebalance", "cordon")
 	time.Sleep(2 * time.Second)
-	if strings.Contains(watch.Log(), "reclaim notice") {
-		t.Fatalf("reclaim-watch drained before any notice:\n%s", watch.Log())
+	if strings.Contains(watch.Log(), "reclaim notice") || strings.Contains(watch.Log(), "rebalance recommendation") {
+		t.Fatalf("reclaim-watch acted before any notice:\n%s", watch.Log())
+	}
+	// First the rebalance recommendation: spot-1 takes no new work, train
+	// runs on.
+	rebalance := fmt.Sprintf(`{"noticeTime": %q}`, time.Now().UTC().Format(time.RFC3339))
+	ec2.rebalance.Store(&rebalance)
+	c.WaitForNode(t, "spot-1", func(n *api.Node) bool { return n.SchedulingEligibility == api.NodeSchedulingIneligible }, 30*time.Second)
+	if got, _, err := c.API().Allocations().Info(train.ID, nil); err != nil || got.DesiredStatus != api.AllocDesiredStatusRun || got.ClientStatus != api.AllocClientStatusRunning {
+		t.Fatalf("train was stopped by the rebalance recommendation (%v): %s", err, cluster.AllocSummary(got))
+	}
+	if n, _, err := c.API().Nodes().Info(spot, nil); err != nil || n.DrainStrategy != nil {
+		t.Fatalf("spot-1 is draining on a rebalance recommendation (%v)", err)
 	}
 	goes := time.Now().Add(time.Minute).UTC().Truncate(time.Second)
 	notice := fmt.Sprintf(`{"action": "terminate", "time": %q}`, goes.Format(time.RFC3339))

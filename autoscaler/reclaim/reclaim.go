@@ -43,6 +43,14 @@ type Source interface {
 	Notice(ctx context.Context) (n Notice, ok bool, err error)
 }
 
+// Advisor is a Source whose cloud also warns of a raised risk of
+// reclaim before any notice (AWS's rebalance recommendation, often
+// minutes ahead): the node may stop taking new work while its running
+// work goes on.
+type Advisor interface {
+	Advice(ctx context.Context) (n Notice, ok bool, err error)
+}
+
 // Providers are the clouds whose notices are read.
 var Providers = []string{"aws", "gce", "azure"}
 
@@ -150,6 +158,28 @@ func (s *awsSource) Notice(ctx context.Context) (Notice, bool, error) {
 		return Notice{}, false, fmt.Errorf("spot/instance-action: %w: %q", err, body)
 	}
 	return Notice{At: action.Time, What: fmt.Sprintf("aws spot instance-action %s at %s", action.Action, action.Time.UTC().Format(time.RFC3339))}, true, nil
+}
+
+// Advice reads EC2's rebalance recommendation,
+// /latest/meta-data/events/recommendations/rebalance: 404 until the
+// instance is at raised risk of interruption, then {"noticeTime": …}.
+func (s *awsSource) Advice(ctx context.Context) (Notice, bool, error) {
+	token, err := s.sessionToken(ctx)
+	if err != nil {
+		return Notice{}, false, err
+	}
+	body, ok, err := get(ctx, s.hc, http.MethodGet, s.base+"/latest/meta-data/events/recommendations/rebalance",
+		map[string]string{"X-aws-ec2-metadata-token": token})
+	if err != nil || !ok {
+		return Notice{}, false, err
+	}
+	var rec struct {
+		NoticeTime time.Time `json:"noticeTime"`
+	}
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return Notice{}, false, fmt.Errorf("events/recommendations/rebalance: %w: %q", err, body)
+	}
+	return Notice{What: "aws rebalance recommendation at " + rec.NoticeTime.UTC().Format(time.RFC3339)}, true, nil
 }
 
 // gceSource reads GCE's instance/preempted: "TRUE" once the instance is

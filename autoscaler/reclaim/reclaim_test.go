@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,5 +165,114 @@ func TestWatcher(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+// AWS's rebalance recommendation: no advice until the path answers, then
+// its notice time; a garbled one is an error.
+func TestAWSAdvice(t *testing.T) {
+	for _, c := range []struct {
+		name, body, want, err string
+	}{
+		{name: "no recommendation (404)"},
+		{name: "a recommendation", body: `{"noticeTime": "2026-12-07T19:05:00Z"}`, want: "aws rebalance recommendation at 2026-12-07T19:05:00Z"},
+		{name: "garbled", body: `soon`, err: "events/recommendations/rebalance"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			answers := map[string]string{"PUT /latest/api/token": "tok"}
+			if c.body != "" {
+				answers["GET /latest/meta-data/events/recommendations/rebalance"] = c.body
+			}
+			srv := httptest.NewServer(metadata{answers: answers, need: map[string]string{"X-aws-ec2-metadata-token": "tok"}})
+			defer srv.Close()
+			s, err := NewSource("aws", srv.URL, srv.Client())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, ok, err := s.(Advisor).Advice(context.Background())
+			switch {
+			case c.err != "":
+				if err == nil || !strings.Contains(err.Error(), c.err) || ok {
+					t.Fatalf("Advice = %v, %v, %v; want an error with %q", n, ok, err, c.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case ok != (c.want != "") || n.What != c.want:
+				t.Errorf("Advice = %+v, %v; want %q", n, ok, c.want)
+			}
+		})
+	}
+	for _, p := range []string{"gce", "azure"} {
+		if s, _ := NewSource(p, "", nil); s != nil {
+			if _, ok := s.(Advisor); ok {
+				t.Errorf("%s gives advice: it has no such signal", p)
+			}
+		}
+	}
+}
+
+// advisingSource is a fakeSource with scripted advice.
+type advisingSource struct {
+	fakeSource
+	advice []func() (Notice, bool, error)
+	asked  atomic.Int32
+}
+
+func (a *advisingSource) Advice(context.Context) (Notice, bool, error) {
+	i := int(a.asked.Add(1)) - 1
+	return a.advice[min(i, len(a.advice)-1)]()
+}
+
+// The watcher cordons once on advice, after a failed cordon, before the
+// notice drains; without Cordon it reads no advice.
+func TestWatcherCordons(t *testing.T) {
+	none := func() (Notice, bool, error) { return Notice{}, false, nil }
+	advice := func() (Notice, bool, error) { return Notice{What: "aws rebalance recommendation"}, true, nil }
+	notice := func() (Notice, bool, error) { return Notice{What: "aws spot instance-action terminate"}, true, nil }
+	for _, withCordon := range []bool{true, false} {
+		src := &advisingSource{fakeSource: fakeSource{readings: []func() (Notice, bool, error){none, none, none, none, none, notice}},
+			advice: []func() (Notice, bool, error){none, advice}}
+		var events []string
+		var mu sync.Mutex
+		record := func(what string) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, what)
+		}
+		drained := make(chan struct{})
+		failFirst := true
+		w := &Watcher{Source: src, Interval: time.Millisecond, Log: hclog.NewNullLogger(),
+			Drain: func(context.Context, Notice) error { record("drain"); close(drained); return nil }}
+		if withCordon {
+			w.Cordon = func(_ context.Context, n Notice) error {
+				if failFirst {
+					failFirst = false
+					record("cordon refused")
+					return errors.New("403")
+				}
+				record("cordon " + n.What)
+				return nil
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- w.Run(ctx) }()
+		select {
+		case <-drained:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no drain")
+		}
+		cancel()
+		<-done
+		want := []string{"drain"}
+		if withCordon {
+			want = []string{"cordon refused", "cordon aws rebalance recommendation", "drain"}
+		}
+		if strings.Join(events, "; ") != strings.Join(want, "; ") {
+			t.Errorf("cordon %v: events %q, want %q", withCordon, events, want)
+		}
+		if !withCordon && src.asked.Load() != 0 {
+			t.Errorf("without Cordon the advice was read %d times", src.asked.Load())
+		}
 	}
 }

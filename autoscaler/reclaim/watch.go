@@ -53,10 +53,26 @@ func NomadDrainer(c *api.Client, node string, deadline time.Duration) Drainer {
 	}
 }
 
+// NomadCordoner makes node ineligible for new work through Nomad's API,
+// for a rebalance recommendation: its running work goes on (a reclaim
+// notice may never come); once it has ended, the node is empty and the
+// autoscaler may remove it, so a fresh spot node takes its place.
+func NomadCordoner(c *api.Client, node string) Drainer {
+	return func(ctx context.Context, n Notice) error {
+		if _, err := c.Nodes().ToggleEligibility(node, false, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			return fmt.Errorf("marking the node ineligible: %w", err)
+		}
+		return nil
+	}
+}
+
 // Watcher polls a Source and drains once on its notice.
 type Watcher struct {
-	Source   Source
-	Drain    Drainer
+	Source Source
+	Drain  Drainer
+	// Cordon, when not nil and the Source is an Advisor, is made once on
+	// its advice, before any notice.
+	Cordon   Drainer
 	Interval time.Duration
 	Log      hclog.Logger
 }
@@ -69,8 +85,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
 	var notice *Notice
-	failing := false
+	failing, cordoned := false, false
 	for {
+		if notice == nil && !cordoned {
+			cordoned = w.cordon(ctx)
+		}
 		if notice == nil {
 			n, ok, err := w.Source.Notice(ctx)
 			switch {
@@ -107,4 +126,29 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// cordon reads the Source's advice, if it gives any and Cordon is set,
+// and cordons on it: true once cordoned. A failed read or cordon is
+// logged and tried again at the next poll.
+func (w *Watcher) cordon(ctx context.Context) bool {
+	a, ok := w.Source.(Advisor)
+	if !ok || w.Cordon == nil {
+		return false
+	}
+	n, ok, err := a.Advice(ctx)
+	if err != nil || !ok {
+		if err != nil && ctx.Err() == nil {
+			w.Log.Debug("the rebalance recommendation cannot be read", "error", err)
+		}
+		return false
+	}
+	if err := w.Cordon(ctx, n); err != nil {
+		if ctx.Err() == nil {
+			w.Log.Error("the node is not marked ineligible; trying again", "advice", n.What, "error", err)
+		}
+		return false
+	}
+	w.Log.Warn("rebalance recommendation: the node takes no new work; its running work goes on", "advice", n.What)
+	return true
 }

@@ -35,8 +35,10 @@ node -node-id at once (its services migrate, within -drain-deadline;
 system jobs stay) and stops its batch allocations with nomad alloc stop,
 so that Nomad places them again elsewhere (a checkpointing task of the
 gpu driver commits as it stops and resumes there). The drain's meta
-nomad_gpu_reclaim carries the notice. Run it on every spot node as a
-system job (jobs/spot/reclaim-watch.nomad.hcl); docs/spot.md.
+nomad_gpu_reclaim carries the notice. With -rebalance cordon (aws), an
+EC2 rebalance recommendation makes the node ineligible first: no new
+work lands on it, its running work goes on. Run it on every spot node as
+a system job (jobs/spot/reclaim-watch.nomad.hcl); docs/spot.md.
 
 Flags:
 `
@@ -44,6 +46,7 @@ Flags:
 type reclaimWatchOptions struct {
 	nomadConn
 	provider, metadataURL, node, logLevel string
+	rebalance                             string
 	interval, deadline                    time.Duration
 }
 
@@ -58,6 +61,7 @@ func parseReclaimWatchFlags(args []string, stderr io.Writer) (*reclaimWatchOptio
 	fs.StringVar(&o.node, "node-id", "", `this node's ID (in a jobspec: "${node.unique.id}")`)
 	fs.DurationVar(&o.interval, "interval", 5*time.Second, "how often the metadata service is read")
 	fs.DurationVar(&o.deadline, "drain-deadline", 10*time.Second, "how long the node's services may take to migrate before the drain stops them (batch work is stopped at once)")
+	fs.StringVar(&o.rebalance, "rebalance", "ignore", "on AWS's rebalance recommendation (a raised risk of reclaim, often minutes before the notice): ignore, or cordon (the node takes no new work; its running work goes on, and once it ends the autoscaler may replace the node)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -73,6 +77,10 @@ func parseReclaimWatchFlags(args []string, stderr io.Writer) (*reclaimWatchOptio
 		return nil, fmt.Errorf("-interval: %s; allowed: 100ms to 1m (a notice gives 30s to 2m)", o.interval)
 	case o.deadline < time.Second || o.deadline > 2*time.Minute:
 		return nil, fmt.Errorf("-drain-deadline: %s; allowed: 1s to 2m", o.deadline)
+	case o.rebalance != "ignore" && o.rebalance != "cordon":
+		return nil, fmt.Errorf("-rebalance: %q; allowed: ignore, cordon", o.rebalance)
+	case o.rebalance == "cordon" && o.provider != "aws":
+		return nil, fmt.Errorf("-rebalance: cordon with -provider %s; allowed: ignore (only aws gives a rebalance recommendation)", o.provider)
 	case hclog.LevelFromString(o.logLevel) == hclog.NoLevel:
 		return nil, fmt.Errorf("-log-level: %q; allowed: trace, debug, info, warn, error", o.logLevel)
 	}
@@ -106,8 +114,11 @@ func runReclaimWatch(args []string, _, stderr io.Writer) int {
 	log := hclog.New(&hclog.LoggerOptions{Name: "nomad-gpu-reclaim-watch", Level: hclog.LevelFromString(o.logLevel), Output: stderr})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log.Info("watching", "provider", o.provider, "node", o.node, "interval", o.interval, "drain_deadline", o.deadline)
+	log.Info("watching", "provider", o.provider, "node", o.node, "interval", o.interval, "drain_deadline", o.deadline, "rebalance", o.rebalance)
 	w := &reclaim.Watcher{Source: src, Drain: reclaim.NomadDrainer(client, o.node, o.deadline), Interval: o.interval, Log: log}
+	if o.rebalance == "cordon" {
+		w.Cordon = reclaim.NomadCordoner(client, o.node)
+	}
 	_ = w.Run(ctx) // ends only with ctx
 	return 0
 }

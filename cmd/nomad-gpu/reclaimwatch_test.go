@@ -21,6 +21,8 @@ func TestReclaimWatchFlagErrors(t *testing.T) {
 		{append(ok, "-drain-deadline", "5m"), "-drain-deadline: 5m0s; allowed: 1s to 2m"},
 		{append(ok, "-metadata-url", "169.254.169.254"), `-metadata-url: "169.254.169.254"; allowed: an http:// or https:// URL`},
 		{append(ok, "-log-level", "loud"), `-log-level: "loud"`},
+		{append(ok, "-rebalance", "drain"), `-rebalance: "drain"; allowed: ignore, cordon`},
+		{[]string{"-provider", "gce", "-node-id", "n1", "-rebalance", "cordon"}, "-rebalance: cordon with -provider gce; allowed: ignore (only aws"},
 		{append(ok, "extra"), `unexpected argument "extra"`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -31,7 +33,7 @@ func TestReclaimWatchFlagErrors(t *testing.T) {
 		})
 	}
 	o, err := parseReclaimWatchFlags([]string{"-provider", "gce", "-node-id", "n1", "-metadata-url", "http://127.0.0.1:9"}, io.Discard)
-	if err != nil || o.interval != 5*time.Second || o.deadline != 10*time.Second || o.metadataURL != "http://127.0.0.1:9" {
+	if err != nil || o.interval != 5*time.Second || o.deadline != 10*time.Second || o.metadataURL != "http://127.0.0.1:9" || o.rebalance != "ignore" {
 		t.Errorf("parsed %+v, %v", o, err)
 	}
 }

@@ -62,6 +62,9 @@ job "nomad-gpu-reclaim-watch" {
           "-provider", var.provider,
           "-node-id", "${node.unique.id}",
           "-drain-deadline", "10s",
+          # AWS warns of a raised risk before the notice: new work then
+          # goes elsewhere while the node's running work goes on.
+          "-rebalance", var.provider == "aws" ? "cordon" : "ignore",
         ]
       }
 
