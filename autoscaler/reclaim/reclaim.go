@@ -140,13 +140,18 @@ func (s *awsSource) sessionToken(ctx context.Context) (string, error) {
 	return s.token, nil
 }
 
-func (s *awsSource) Notice(ctx context.Context) (Notice, bool, error) {
+// read gets an IMDSv2 metadata path with the session token: the body,
+// or ok false on 404.
+func (s *awsSource) read(ctx context.Context, path string) ([]byte, bool, error) {
 	token, err := s.sessionToken(ctx)
 	if err != nil {
-		return Notice{}, false, err
+		return nil, false, err
 	}
-	body, ok, err := get(ctx, s.hc, http.MethodGet, s.base+"/latest/meta-data/spot/instance-action",
-		map[string]string{"X-aws-ec2-metadata-token": token})
+	return get(ctx, s.hc, http.MethodGet, s.base+path, map[string]string{"X-aws-ec2-metadata-token": token})
+}
+
+func (s *awsSource) Notice(ctx context.Context) (Notice, bool, error) {
+	body, ok, err := s.read(ctx, "/latest/meta-data/spot/instance-action")
 	if err != nil || !ok {
 		return Notice{}, false, err
 	}
@@ -164,12 +169,7 @@ func (s *awsSource) Notice(ctx context.Context) (Notice, bool, error) {
 // /latest/meta-data/events/recommendations/rebalance: 404 until the
 // instance is at raised risk of interruption, then {"noticeTime": …}.
 func (s *awsSource) Advice(ctx context.Context) (Notice, bool, error) {
-	token, err := s.sessionToken(ctx)
-	if err != nil {
-		return Notice{}, false, err
-	}
-	body, ok, err := get(ctx, s.hc, http.MethodGet, s.base+"/latest/meta-data/events/recommendations/rebalance",
-		map[string]string{"X-aws-ec2-metadata-token": token})
+	body, ok, err := s.read(ctx, "/latest/meta-data/events/recommendations/rebalance")
 	if err != nil || !ok {
 		return Notice{}, false, err
 	}
