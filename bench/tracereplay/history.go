@@ -67,8 +67,11 @@ func FromRuns(runs []history.Run, opts HistoryOptions) (jobs []Job, epoch time.T
 	for _, r := range runs {
 		st.Runs++
 		k := pieceKey{namespace: r.Key.Namespace, name: r.Name, submitted: r.Submitted}
-		if r.Name == "" {
-			k.name = "alloc " + r.AllocID // recorded before runs had names
+		if r.Name == "" || r.Submitted.IsZero() {
+			// Recorded before runs had names, or without a submission
+			// (its job was submitted again before the run was first
+			// seen): which runs are one piece is not known, so alone.
+			k.name = "alloc " + r.AllocID
 		}
 		if _, seen := byKey[k]; !seen {
 			keys = append(keys, k)

@@ -30,6 +30,10 @@ func TestFromRuns(t *testing.T) {
 		// A run recorded before runs had names or submissions: alone,
 		// arriving when placed; 2 of 8 MPS shares.
 		{Key: key("b"), AllocID: "4", Slice: history.Slice{Kind: history.SliceMPS, Count: 2}, Created: at(5), Started: at(6), Finished: at(7)},
+		// Named but without a submission: each alone, though they share
+		// a name (which submission each ran is not known).
+		{Key: key("c"), AllocID: "7", Name: "svc.g[0]", Slice: gpu(1), Created: at(20), Started: at(20), Finished: at(22)},
+		{Key: key("c"), AllocID: "8", Name: "svc.g[0]", Slice: gpu(1), Created: at(30), Started: at(30), Finished: at(33)},
 		// Still running at Until (minute 60): cut there; a 3g MIG slice.
 		{Key: key("b"), AllocID: "5", Name: "infer.g[1]", Slice: history.Slice{Kind: history.SliceMIG, Count: 1, Profile: "3g.40gb"}, Submitted: at(50), Created: at(50), Started: at(50), Outcome: history.OutcomeRunning},
 		// Never started: left out.
@@ -51,6 +55,8 @@ func TestFromRuns(t *testing.T) {
 	}{
 		{0, 30, 2, 1, 70, "a"},
 		{5, 1, 1, 0.25, 0, "b"},
+		{20, 2, 1, 1, 0, "c"},
+		{30, 3, 1, 1, 0, "c"},
 		{40, 5, 2, 1, 0, "a"},
 		{50, 10, 1, 3.0 / 7, 0, "b"},
 	}
@@ -64,10 +70,10 @@ func TestFromRuns(t *testing.T) {
 			t.Errorf("job %d = %+v, want %+v", i, j, w)
 		}
 	}
-	if st != (HistoryStats{Runs: 6, Jobs: 4, Unstarted: 1, Running: 1, Unsubmitted: 1}) {
+	if st != (HistoryStats{Runs: 8, Jobs: 6, Unstarted: 1, Running: 1, Unsubmitted: 3}) {
 		t.Errorf("stats %+v", st)
 	}
-	if !strings.Contains(st.Note(), "6 runs made 4 jobs") {
+	if !strings.Contains(st.Note(), "8 runs made 6 jobs") {
 		t.Errorf("note %q", st.Note())
 	}
 }
