@@ -151,6 +151,8 @@ func RunOf(a *api.AllocationListStub, t TaskDevices, pool string, job *api.JobLi
 				r.Outcome = history.OutcomeKilled
 			case e.Type == api.TaskKilling:
 				killing = true
+			case e.Type == api.TaskStarted:
+				killing = false // a restart's kill: its last run ended by itself, or not
 			}
 		}
 	}

@@ -107,6 +107,8 @@ func TestRunOf(t *testing.T) {
 			Events: []*api.TaskEvent{{Type: api.TaskStarted}, {Type: api.TaskKilling}, {Type: api.TaskTerminated}, {Type: api.TaskKilled}}}}}, history.OutcomeStopped},
 		{"ended by itself", api.AllocationListStub{ClientStatus: "complete", TaskStates: map[string]*api.TaskState{"t": {StartedAt: start, FinishedAt: end,
 			Events: []*api.TaskEvent{{Type: api.TaskStarted}, {Type: api.TaskTerminated}}}}}, history.OutcomeComplete},
+		{"restarted by Nomad, then ended by itself", api.AllocationListStub{ClientStatus: "complete", TaskStates: map[string]*api.TaskState{"t": {StartedAt: start, FinishedAt: end,
+			Events: []*api.TaskEvent{{Type: api.TaskStarted}, {Type: api.TaskKilling}, {Type: api.TaskRestarting}, {Type: api.TaskStarted}, {Type: api.TaskTerminated}}}}}, history.OutcomeComplete},
 		{"lost", api.AllocationListStub{ClientStatus: "lost"}, history.OutcomeLost},
 	}
 	for _, c := range cases {
