@@ -8,8 +8,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay"
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/report"
@@ -98,36 +99,28 @@ func runPurchase(p tracereplay.Params, r nodeRange, target time.Duration, out st
 func purchaseOf(setup tracereplay.Setup, r nodeRange, target time.Duration) (report.Purchase, int, error) {
 	pu := report.Purchase{Target: target}
 	points := make([][]report.PurchasePoint, len(setup.Configs))
-	var errs []error
-	var mu sync.Mutex // guards errs
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
 	modelled := 0
 	for i, cfg := range setup.Configs {
 		clusters := purchaseClusters(cfg, r)
 		points[i] = make([]report.PurchasePoint, len(clusters))
 		modelled += len(clusters)
 		for k, c := range clusters {
-			wg.Add(1)
-			slots <- struct{}{}
-			go func() {
-				defer func() { <-slots; wg.Done() }()
+			g.Go(func() error {
 				cl, sized := setup.Cluster, cfg
 				cl.Nodes, cl.MinNodes, cl.MaxNodes, sized.Nodes = c.base, c.base, c.max, c.base
 				f, err := modelFigures(setup, sized, cl)
 				if err != nil {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("%s on %d–%d nodes: %w", cfg.Name, c.base, c.max, err))
-					mu.Unlock()
-					return
+					return fmt.Errorf("%s on %d–%d nodes: %w", cfg.Name, c.base, c.max, err)
 				}
 				points[i][k] = report.PurchasePointOf(c.base, c.max, f)
-			}()
+				return nil
+			})
 		}
 	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return pu, modelled, errs[0]
+	if err := g.Wait(); err != nil {
+		return pu, modelled, err
 	}
 	for i, cfg := range setup.Configs {
 		a := report.Choose(cfg.Name, points[i], target)
