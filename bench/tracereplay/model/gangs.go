@@ -45,6 +45,11 @@ type gangJob struct {
 	// queued: waiting for admission (Gangs); waitSince orders it.
 	queued    bool
 	waitSince time.Duration
+	// rolledBack is when a member found no room after others were
+	// placed and the gang was stopped and queued again (admitPreempting);
+	// valid with hasRolledBack.
+	rolledBack    time.Duration
+	hasRolledBack bool
 	// noReserveUntil: a reservation for it ended unused (MaxHold); it is
 	// not kept again before then.
 	noReserveUntil time.Duration
@@ -122,7 +127,10 @@ func (s *sim) gangBefore(a, b int32) int {
 // A gang fits only after capacity of whole GPUs was freed (capVer) or it
 // arrived, so a round without either is skipped; within a round gangs of
 // one shape and priority share one answer until one is admitted. A gang
-// is looked at once a round, even if a roll-back queued it again.
+// is looked at once a round, even if a roll-back queued it again, and
+// not again at the instant of its roll-back: Nomad evaluates it again
+// later, where the model's instant would loop (its roll-back frees the
+// GPUs that start the next round).
 func (s *sim) admitGangs() bool {
 	if s.gangRound.cap == s.capVer[wholeGroup] && !s.gangRound.arrived {
 		return false
@@ -132,7 +140,7 @@ func (s *sim) admitGangs() bool {
 	slices.SortFunc(s.gangQueue, s.gangBefore)
 	admitted := false
 	for _, gid := range slices.Clone(s.gangQueue) {
-		if !s.gangs[gid].queued || !s.gangFitsMemo(gid) {
+		if g := &s.gangs[gid]; !g.queued || g.hasRolledBack && g.rolledBack == s.now || !s.gangFitsMemo(gid) {
 			continue
 		}
 		clear(s.gangRound.fits)
@@ -162,6 +170,7 @@ func (s *sim) admitPreempting(gid int32) bool {
 			continue
 		}
 		if i > 0 {
+			g.rolledBack, g.hasRolledBack = s.now, true
 			s.stopRun(g.members[0], false) // stops the others, and queues the gang
 			return true
 		}
@@ -214,14 +223,15 @@ func (s *sim) gangFitsFree(gid int32) bool {
 }
 
 // gangFitsPreempting says whether every member of gang gid fits the free
-// whole GPUs and those held by allocations its members may preempt: at
-// least preemptGap below it and past their minimum runtime.
+// whole GPUs and those held by allocations its members may preempt
+// (preemptable: what tryPreempt takes, or a member counted room that
+// its placement does not find).
 func (s *sim) gangFitsPreempting(gid int32) bool {
 	lim := s.jobs[s.gangs[gid].members[0]].base - preemptGap
 	return s.gangRoom(gid, func(n *node) int {
 		held := 0
 		for _, a := range n.allocs {
-			if v := &s.jobs[a]; v.g == wholeGroup && v.prio <= lim && !s.exempt(v) {
+			if v := &s.jobs[a]; v.g == wholeGroup && s.preemptable(v, lim) {
 				held += v.k
 			}
 		}

@@ -2,6 +2,8 @@ package model
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -309,5 +311,55 @@ func TestReservationBackfill(t *testing.T) {
 				t.Errorf("movable runs %+v, lost %v GPU-hours; want stopped by the handover at 401s (in 2s), resumed, nothing lost", job.Runs, f.LostGPUHours)
 			}
 		})
+	}
+}
+
+// rolledBackWindow is the Philly window of 2017-11-28 (bench-trace
+// -start 2592h, its 18 jobs at the default load of 4 nodes), where a
+// 1-node nomad-gpu pool once looped: the 8-GPU job, a gang of 2 × 4 with
+// layouts, counted as room a 1-GPU job that a relayout will refuse,
+// which its member's preemption does not take; its first member placed,
+// its second found none, the roll-back freed the first's GPUs and the
+// round ran again at the same instant, without end.
+const rolledBackWindow = `id,arrival_s,duration_s,gpus,gpu_fraction,gpu_memory_mib,priority,gpu_util,team
+philly-62759,3,24197,8,1,0,50,63.6,ee9e8c
+philly-62816,90,71,1,1,0,50,66.8,11cb48
+philly-62819,109,2,1,0.25,0,80,61.1,ee9e8c
+philly-62815,690,71,1,0.25,0,50,90.9,11cb48
+philly-62415,1264,60876,1,1,0,30,90.8,11cb48
+philly-62813,1290,73,1,0.5,0,80,48.7,11cb48
+philly-62812,1890,73,1,0.5,0,50,91.8,11cb48
+philly-62811,2490,77,1,1,0,30,37.5,11cb48
+philly-62810,3090,81,1,0.25,0,30,41.6,11cb48
+philly-62809,3690,71,1,0.5,0,30,90.9,11cb48
+philly-62807,4290,79,1,0.5,0,50,46.5,11cb48
+philly-62806,4890,73,1,1,0,30,76.4,11cb48
+philly-62788,5214,5085,1,1,0,30,81.4,11cb48
+philly-62794,5462,3167,1,1,0,30,44.4,11cb48
+philly-62802,5491,74,1,1,0,30,98.7,11cb48
+philly-62801,6090,78,1,1,0,80,75.3,11cb48
+philly-62798,6690,77,1,1,0,30,46.8,11cb48
+philly-62797,6803,110,1,1,0,30,97.9,6c71a0
+`
+
+// TestGangRollBackEnds: nomad-gpu on a pool of one node, where a gang's
+// admission counted room its members' preemptions do not find, ends (the
+// model no longer loops: preemptable is one rule for both, and a gang
+// rolled back waits for a later instant), the gang's members run a few
+// times at most.
+func TestGangRollBackEnds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "window.csv")
+	if err := os.WriteFile(path, []byte(rolledBackWindow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	setup, o := setupOf(t, "-trace", path, "-window", "0", "-load", "0", "-compression", "25",
+		"-min-nodes", "1", "-max-nodes", "1", "-configs", "nomad-gpu")
+	r, err := Run(setup.Trace, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := r.Jobs[0]
+	if g.Slice.Members != 2 || len(g.MemberRuns) == 0 || len(g.MemberRuns) > 20 {
+		t.Errorf("the gang: %d members, %d member runs; want 2 members run, a few times at most", g.Slice.Members, len(g.MemberRuns))
 	}
 }

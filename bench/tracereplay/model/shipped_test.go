@@ -50,26 +50,11 @@ func shippedSetupOf(tb testing.TB, jobs, nodes int) (tracereplay.Trace, Options,
 	if err := f.Close(); err != nil {
 		tb.Fatal(err)
 	}
-	var p tracereplay.Params
-	fs := flag.NewFlagSet("bench-trace", flag.ContinueOnError)
-	p.Register(fs)
-	p.Compression = 1 // bench-trace's default for the model
 	n := strconv.Itoa(nodes)
-	args := []string{"-trace", path, "-jobs", strconv.Itoa(jobs), "-window", "0", "-nodes", n,
-		"-min-nodes", strconv.Itoa(nodes / 10), "-max-nodes", n, "-configs", "nomad-gpu"}
-	if err := fs.Parse(args); err != nil {
-		tb.Fatal(err)
-	}
-	setup, err := p.Load()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	setup, o := setupOf(tb, "-trace", path, "-jobs", strconv.Itoa(jobs), "-window", "0", "-nodes", n,
+		"-min-nodes", strconv.Itoa(nodes/10), "-max-nodes", n, "-configs", "nomad-gpu")
 	if len(setup.Configs) != 1 || len(setup.Trace.Jobs) != jobs {
 		tb.Fatalf("%d configs, %d jobs; want 1 and %d", len(setup.Configs), len(setup.Trace.Jobs), jobs)
-	}
-	o := Options{
-		Cluster: setup.Cluster, Config: setup.Configs[0], Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
-		Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
 	}
 	var offered float64
 	for _, j := range setup.Trace.Jobs {
@@ -77,6 +62,29 @@ func shippedSetupOf(tb testing.TB, jobs, nodes int) (tracereplay.Trace, Options,
 	}
 	capacity := float64(setup.Cluster.Nodes*setup.Cluster.GPUsPerNode) * setup.Horizon.Seconds()
 	return setup.Trace, o, offered / capacity
+}
+
+// setupOf is what bench-trace's flags args model, read through
+// Params.Load as bench-trace reads them (the model's compression 1
+// unless args say otherwise), and the options of its first
+// configuration at the default latencies.
+func setupOf(tb testing.TB, args ...string) (tracereplay.Setup, Options) {
+	tb.Helper()
+	var p tracereplay.Params
+	fs := flag.NewFlagSet("bench-trace", flag.ContinueOnError)
+	p.Register(fs)
+	p.Compression = 1 // bench-trace's default for the model
+	if err := fs.Parse(args); err != nil {
+		tb.Fatal(err)
+	}
+	setup, err := p.Load()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return setup, Options{
+		Cluster: setup.Cluster, Config: setup.Configs[0], Policy: setup.Policy, Latencies: tracereplay.DefaultLatencies(),
+		Compression: setup.Compression, Horizon: setup.Horizon, Seed: setup.Seed,
+	}
 }
 
 // BenchmarkShippedNomadGPU10kJobs1000Nodes is the shipped nomad-gpu

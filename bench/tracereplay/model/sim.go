@@ -1055,6 +1055,11 @@ func (s *sim) setPrio(id int32, p int) {
 
 // Scheduling.
 
+// passesPerInstant bounds schedule's passes at one instant, per job: a
+// pass follows only one that placed, moved, admitted or rolled back
+// work.
+const passesPerInstant = 100
+
 // schedule is one scheduler pass at this instant: every sub-queue whose
 // head may fit now is worked through in the broker's order until its
 // first job that neither fits nor can preempt. It repeats while a pass
@@ -1075,7 +1080,13 @@ func (s *sim) schedule() {
 		// freed on its nodes before the queue.
 		s.feedReservation()
 	}
-	for {
+	for passes := 0; ; passes++ {
+		if passes > passesPerInstant*len(s.jobs)+passesPerInstant {
+			// Each pass places, stops or admits something: passes without
+			// end at one instant are a loop of the model's own, which
+			// would grow its records until memory runs out.
+			panic(fmt.Sprintf("model: %d scheduler passes at %s without time passing", passes, s.now))
+		}
 		s.merge.sqs = s.merge.sqs[:0]
 		for i := range s.sqs {
 			q := &s.sqs[i]
@@ -1336,9 +1347,7 @@ func (s *sim) victims(n *node, g, bin, k, lim, have int) bool {
 	s.cand = s.cand[:0]
 	for _, a := range n.allocs {
 		v := &s.jobs[a]
-		// A placement a relayout will refuse frees nothing its GPU
-		// offers: it is no candidate.
-		if v.g != g || v.prio > lim || g == s.mpsGroup && int(v.mps[0]) != bin || s.exempt(v) || v.refused {
+		if v.g != g || g == s.mpsGroup && int(v.mps[0]) != bin || !s.preemptable(v, lim) {
 			continue
 		}
 		s.cand = append(s.cand, a)
@@ -1398,6 +1407,14 @@ func netPriority(jobs []job, ids []int32) float64 {
 		return 0
 	}
 	return float64(hi) + float64(sum)/float64(hi)
+}
+
+// preemptable says whether a placement of priority lim + preemptGap or
+// more may preempt v: its effective priority is at most lim, it is past
+// its minimum runtime, and no relayout will refuse it (a placement that
+// will be refused frees nothing its GPU offers).
+func (s *sim) preemptable(v *job, lim int) bool {
+	return v.prio <= lim && !s.exempt(v) && !v.refused
 }
 
 // exempt says whether placed job v has not yet run the minimum runtime,
