@@ -35,13 +35,10 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // answer nomad-gpu's is read against.
 var stockConfigs = []string{"baseline", "stock-preemption", "target-value"}
 
-// checkPurchase refuses what -purchase cannot honour, naming the flags.
-func checkPurchase(target time.Duration, sweep time.Duration) error {
-	switch {
-	case target <= 0:
+// checkPurchase refuses what -purchase cannot honour, naming the flag.
+func checkPurchase(target time.Duration) error {
+	if target <= 0 {
 		return fmt.Errorf("purchase: %s; allowed: a mean wait above 0 (10m, say)", target)
-	case sweep != 0:
-		return fmt.Errorf("purchase, sweep: both given; allowed: one of them (the purchase question is asked of one sample: a window, or -window 0 for all of it)")
 	}
 	return nil
 }
@@ -66,26 +63,42 @@ func purchaseClusters(cfg tracereplay.Config, r nodeRange) []purchaseCluster {
 	return out
 }
 
-// runPurchase answers the purchase question for target on p's sample:
-// each configuration modelled on every cluster of r, its cheapest that
-// meets the target, and nomad-gpu's against stock Nomad's.
-func runPurchase(p tracereplay.Params, r nodeRange, target time.Duration, out string, stdout, stderr io.Writer) int {
+// runPurchase answers the purchase question for target on p's sample,
+// or with step on a window of the trace every step, one cluster bought
+// for all of them: each configuration modelled on every cluster of r,
+// its cheapest that meets the target, and nomad-gpu's against stock
+// Nomad's.
+func runPurchase(p tracereplay.Params, r nodeRange, target, step time.Duration, out string, stdout, stderr io.Writer) int {
 	started := time.Now()
-	setup, err := p.Load()
-	if err != nil {
-		fmt.Fprintf(stderr, "bench-trace: %v\n", err)
-		return 2
+	var pooled purchasePooled
+	var what string
+	if step != 0 {
+		span, _, rc := eachWindow(p, step, stderr, pooled.add(r))
+		if rc != 0 {
+			return rc
+		}
+		what = sweepWhat(p, step, span, started)
+	} else {
+		setup, err := p.Load()
+		if err != nil {
+			fmt.Fprintf(stderr, "bench-trace: %v\n", err)
+			return 2
+		}
+		if err := pooled.add(r)(setup); err != nil {
+			fmt.Fprintf(stderr, "bench-trace: purchase: %v\n", err)
+			return 1
+		}
+		what = fmt.Sprintf("Sample: %s; %d jobs.", setup.Trace.Source, len(setup.Trace.Jobs))
+		if len(setup.Notes) > 0 {
+			what += "\n\n" + strings.Join(setup.Notes, "\n\n")
+		}
 	}
-	pu, modelled, err := purchaseOf(setup, r, target)
-	if err != nil {
-		fmt.Fprintf(stderr, "bench-trace: purchase: %v\n", err)
-		return 1
+	pu := pooled.choose(target)
+	if step != 0 {
+		pu.Windows = pooled.windows
 	}
-	what := fmt.Sprintf("Sample: %s; %d jobs. Prices %g a reserved node-hour, %g on demand, %g spot; clusters of %d to %d nodes (-frontier), %d modelled in %s.",
-		setup.Trace.Source, len(setup.Trace.Jobs), p.PriceReserved, p.PriceOnDemand, p.PriceSpot, r.lo, r.hi, modelled, time.Since(started).Round(time.Millisecond))
-	if len(setup.Notes) > 0 {
-		what += "\n\n" + strings.Join(setup.Notes, "\n\n")
-	}
+	what = fmt.Sprintf("%s Prices %g a reserved node-hour, %g on demand, %g spot; clusters of %d to %d nodes (-frontier), %d modelled in %s.",
+		what, p.PriceReserved, p.PriceOnDemand, p.PriceSpot, r.lo, r.hi, pooled.modelled, time.Since(started).Round(time.Millisecond))
 	path := filepath.Join(out, purchaseFile)
 	if rc := writeReport(path, pu.Markdown("Trace replay (model): the cheapest cluster for a mean wait of "+report.Human(target), what), stderr); rc != 0 {
 		return rc
@@ -94,18 +107,62 @@ func runPurchase(p tracereplay.Params, r nodeRange, target time.Duration, out st
 	return 0
 }
 
-// purchaseOf models each of setup's configurations on every cluster of r,
-// as many runs at once as there are CPUs, and chooses each one's answer.
-func purchaseOf(setup tracereplay.Setup, r nodeRange, target time.Duration) (report.Purchase, int, error) {
+// purchasePooled is each configuration's points on every cluster, pooled
+// over the windows modelled so far.
+type purchasePooled struct {
+	configs  []tracereplay.Config
+	points   [][]report.PurchasePoint // by configuration, then cluster
+	windows  int
+	modelled int
+}
+
+// add is a window's modelling: setup's points, pooled into those before.
+func (pp *purchasePooled) add(r nodeRange) func(tracereplay.Setup) error {
+	return func(setup tracereplay.Setup) error {
+		points, err := purchasePoints(setup, r)
+		if err != nil {
+			return err
+		}
+		for _, ps := range points {
+			pp.modelled += len(ps)
+		}
+		pp.windows++
+		if pp.points == nil {
+			pp.configs, pp.points = setup.Configs, points
+			return nil
+		}
+		for i := range points {
+			for k := range points[i] {
+				if err := pp.points[i][k].Add(points[i][k]); err != nil {
+					return fmt.Errorf("%s: %w", setup.Configs[i].Name, err)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// choose is each configuration's answer for target on the pooled points.
+func (pp *purchasePooled) choose(target time.Duration) report.Purchase {
 	pu := report.Purchase{Target: target}
+	for i, cfg := range pp.configs {
+		a := report.Choose(cfg.Name, pp.points[i], target)
+		a.Stock = slices.Contains(stockConfigs, cfg.Name)
+		a.NomadGPU, a.Spot = strings.HasPrefix(cfg.Name, "nomad-gpu"), cfg.Spot
+		pu.Answers = append(pu.Answers, a)
+	}
+	return pu
+}
+
+// purchasePoints models each of setup's configurations on every cluster
+// of r, as many runs at once as there are CPUs.
+func purchasePoints(setup tracereplay.Setup, r nodeRange) ([][]report.PurchasePoint, error) {
 	points := make([][]report.PurchasePoint, len(setup.Configs))
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
-	modelled := 0
 	for i, cfg := range setup.Configs {
 		clusters := purchaseClusters(cfg, r)
 		points[i] = make([]report.PurchasePoint, len(clusters))
-		modelled += len(clusters)
 		for k, c := range clusters {
 			g.Go(func() error {
 				cl, sized := setup.Cluster, cfg
@@ -119,14 +176,5 @@ func purchaseOf(setup tracereplay.Setup, r nodeRange, target time.Duration) (rep
 			})
 		}
 	}
-	if err := g.Wait(); err != nil {
-		return pu, modelled, err
-	}
-	for i, cfg := range setup.Configs {
-		a := report.Choose(cfg.Name, points[i], target)
-		a.Stock = slices.Contains(stockConfigs, cfg.Name)
-		a.NomadGPU, a.Spot = strings.HasPrefix(cfg.Name, "nomad-gpu"), cfg.Spot
-		pu.Answers = append(pu.Answers, a)
-	}
-	return pu, modelled, nil
+	return points, g.Wait()
 }

@@ -56,7 +56,7 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 	convert := fs.String("convert", "", `write the selected jobs to this replay CSV ("-": stdout) and exit`)
 	real := fs.String("real", "", "a real run's record ("+tracereplay.RealRunFile+"): model it again and rewrite its report to -out")
 	frontier := fs.String("frontier", "", `model every configuration at each node count of "lo:hi" (an autoscaled one with it as its maximum, from -min-nodes) and write the cost–wait frontier against baseline on -nodes to `+frontierFile+` in -out (with -sweep: every window's, pooled)`)
-	purchase := fs.Duration("purchase", 0, "with -frontier: the mean wait promised; model every configuration (without -configs: "+purchaseConfigs+") on each reserved base and burst maximum in -frontier's range and write the cheapest cluster meeting it, and nomad-gpu's against stock Nomad's, to "+purchaseFile+" in -out")
+	purchase := fs.Duration("purchase", 0, "with -frontier: the mean wait promised; model every configuration (without -configs: "+purchaseConfigs+") on each reserved base and burst maximum in -frontier's range and write the cheapest cluster meeting it, and nomad-gpu's against stock Nomad's, to "+purchaseFile+" in -out (with -sweep: one cluster for every window, pooled)")
 	sweep := fs.Duration("sweep", 0, "model a window of -window every this much trace time, from the trace's start to its end, and pool their figures into "+sweepFile+" in -out (0: one window)")
 	// The model runs in trace time; its -compression only scales its
 	// wall-clock latencies and policy times. 1 models a cluster in real
@@ -85,14 +85,14 @@ func runBenchTrace(args []string, stdout, stderr io.Writer) int {
 			err = checkSweep(*sweep, p, *convert, *real)
 		}
 		if err == nil && *purchase != 0 {
-			err = checkPurchase(*purchase, *sweep)
+			err = checkPurchase(*purchase)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "bench-trace: %v\n", err)
 			return 2
 		}
 		if *purchase != 0 {
-			return runPurchase(p, r, *purchase, *out, stdout, stderr)
+			return runPurchase(p, r, *purchase, *sweep, *out, stdout, stderr)
 		}
 		return runFrontier(p, r, *sweep, *out, stdout, stderr)
 	}

@@ -234,6 +234,19 @@ func TestBenchTracePurchase(t *testing.T) {
 	if !strings.Contains(stdout.String(), "nomad-gpu's is") {
 		t.Errorf("stdout lacks the verdict: %q", stdout.String())
 	}
+	// With -sweep: one cluster bought for the three windows of 2m every
+	// 1m, each modelled on the 7 clusters, pooled.
+	if rc := runBenchTrace(append(slices.Clone(base), "-window", "2m", "-sweep", "1m", "-frontier", "1:2", "-purchase", "1h", "-out", out), &stdout, &stderr); rc != 0 {
+		t.Fatalf("sweep: exit %d: %s", rc, stderr.String())
+	}
+	if md, err = os.ReadFile(filepath.Join(out, purchaseFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"A window of 2m0s every 1m0s", "21 modelled", "One cluster is bought for all 3 windows", "| baseline | yes | 1 reserved node |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("sweep: %s lacks %q:\n%s", purchaseFile, want, md)
+		}
+	}
 	// Without -configs: purchaseConfigs, not the report's defaults (whose
 	// fixed-like-autoscale no size can be set for).
 	if rc := runBenchTrace([]string{"-trace", trace, "-frontier", "1:2", "-purchase", "1h", "-out", out}, &stdout, &stderr); rc != 0 {
@@ -245,7 +258,7 @@ func TestBenchTracePurchase(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"-purchase 10m", "purchase: no -frontier"},
 		{"-frontier 1:2 -purchase -1m", "purchase: -1m0s; allowed"},
-		{"-frontier 1:2 -purchase 10m -sweep 1m", "purchase, sweep: both given"},
+		{"-frontier 1:2 -purchase 10m -sweep 1m -start 1m", "sweep, start: both given"},
 	} {
 		stderr.Reset()
 		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {

@@ -22,12 +22,31 @@ type PurchasePoint struct {
 	// an autoscaled pool may burst to (Base for a fixed cluster).
 	Base, Max int
 	FrontierPoint
-	CostPerUsefulGPUHour float64
+	// UsefulGPUHours is figures.Figures' of the same name, what
+	// CostPerUsefulGPUHour divides the cost by.
+	UsefulGPUHours, CostPerUsefulGPUHour float64
 }
 
 // PurchasePointOf is the point of a model run's figures on base..max.
 func PurchasePointOf(base, max int, f figures.Figures) PurchasePoint {
-	return PurchasePoint{Base: base, Max: max, FrontierPoint: PointOf(max, f), CostPerUsefulGPUHour: f.CostPerUsefulGPUHour}
+	return PurchasePoint{Base: base, Max: max, FrontierPoint: PointOf(max, f), UsefulGPUHours: f.UsefulGPUHours, CostPerUsefulGPUHour: f.CostPerUsefulGPUHour}
+}
+
+// Add pools q, the same cluster modelled on another window, into p: one
+// cluster bought for every window, so costs and hours add up and mean
+// waits are over every job (FrontierPoint's pooling; no 95th
+// percentile).
+func (p *PurchasePoint) Add(q PurchasePoint) error {
+	if p.Base != q.Base || p.Max != q.Max {
+		return fmt.Errorf("purchase: the cluster %s to pool into %s", clusterText(q), clusterText(*p))
+	}
+	p.FrontierPoint.add(q.FrontierPoint)
+	p.UsefulGPUHours += q.UsefulGPUHours
+	p.CostPerUsefulGPUHour = 0
+	if p.UsefulGPUHours > 0 {
+		p.CostPerUsefulGPUHour = p.Cost / p.UsefulGPUHours
+	}
+	return nil
 }
 
 // PurchaseAnswer is one configuration's answer: the cheapest point whose
@@ -66,6 +85,9 @@ func Choose(config string, points []PurchasePoint, target time.Duration) Purchas
 type Purchase struct {
 	Target  time.Duration
 	Answers []PurchaseAnswer
+	// Windows is how many windows each answer's points pooled
+	// (PurchasePoint.Add; 0: one sample, not pooled).
+	Windows int
 }
 
 // cheapest is the cheapest met answer of those keep takes; ok false when
@@ -129,10 +151,17 @@ func (p Purchase) Markdown(title, what string) string {
 			met = "no: its least wait"
 		}
 		q := a.Best
+		p95 := Human(q.WaitP95)
+		if p.Windows > 0 {
+			p95 = "–" // a percentile does not pool
+		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.2f | %.1f | %s | %s | %s | %.2f | %d |\n", a.Config, met, clusterText(q), q.Cost, q.CostPerUsefulGPUHour,
-			q.NodeHours, Human(q.Wait), Human(q.WaitP95), Human(q.WaitTop), q.LostGPUHours, a.Tried)
+			q.NodeHours, Human(q.Wait), p95, Human(q.WaitTop), q.LostGPUHours, a.Tried)
 	}
 	b.WriteString("\nA fixed cluster's nodes are reserved; an autoscaled pool's reserved base is its minimum, paid whether used or not, and its burst is paid on demand (on spot where the configuration's burst is spot) while it runs. Cost is at the prices above over the sample's horizon; the cluster chosen is the cheapest whose mean wait, re-waits of preempted work included, is within the target.\n")
+	if p.Windows > 0 {
+		fmt.Fprintf(&b, "\nOne cluster is bought for all %d windows: its cost is theirs added up and its mean wait is over every job of them, so a cluster that meets the target on the mean may still miss it on the busiest window (the frontier's sweep, or one window's -purchase, tells that one).\n", p.Windows)
+	}
 	if slices.ContainsFunc(p.Answers, func(a PurchaseAnswer) bool { return a.Spot }) {
 		b.WriteString("\nA spot burst is taken to be there whenever the pool asks for it, and reclaimed at -spot-reclaim-rate: where your cloud runs out of spot GPUs, or takes them back more often, it costs more than this says, in waits.\n")
 	}

@@ -66,3 +66,29 @@ func TestPurchaseVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestPurchasePointAdd: a cluster pooled over windows adds its costs and
+// hours, weighs the mean waits by their jobs, divides the summed cost by
+// the summed useful GPU-hours, keeps no percentile, and refuses another
+// cluster's point.
+func TestPurchasePointAdd(t *testing.T) {
+	p := PurchasePoint{Base: 2, Max: 4, UsefulGPUHours: 10, CostPerUsefulGPUHour: 10,
+		FrontierPoint: FrontierPoint{Nodes: 4, Cost: 100, NodeHours: 5, Wait: 10 * time.Minute, WaitP95: time.Hour, Jobs: 1}}
+	q := PurchasePoint{Base: 2, Max: 4, UsefulGPUHours: 30, CostPerUsefulGPUHour: 10,
+		FrontierPoint: FrontierPoint{Nodes: 4, Cost: 300, NodeHours: 7, Wait: 2 * time.Minute, WaitP95: time.Hour, Jobs: 3}}
+	if err := p.Add(q); err != nil {
+		t.Fatal(err)
+	}
+	if p.Cost != 400 || p.NodeHours != 12 || p.UsefulGPUHours != 40 || p.CostPerUsefulGPUHour != 10 || p.Wait != 4*time.Minute || p.Jobs != 4 || p.WaitP95 != 0 {
+		t.Errorf("pooled: %+v; want cost 400, 12 node-hours, 40 useful GPU-hours at 10, wait 4m over 4 jobs, no p95", p)
+	}
+	q.UsefulGPUHours = 0
+	q.Cost = 100
+	if err := p.Add(q); err != nil || p.CostPerUsefulGPUHour != 12.5 {
+		t.Errorf("per useful GPU-hour: %v, err %v; want 500/40 = 12.5", p.CostPerUsefulGPUHour, err)
+	}
+	q.Max = 5
+	if err := p.Add(q); err == nil || !strings.Contains(err.Error(), "2 reserved nodes bursting to 5 to pool into 2 reserved nodes bursting to 4") {
+		t.Errorf("another cluster: %v; want it refused naming both", err)
+	}
+}
