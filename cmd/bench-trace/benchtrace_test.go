@@ -5,10 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nomad-gpu/nomad-gpu/bench/tracereplay/report"
+	"github.com/nomad-gpu/nomad-gpu/controller/sizing/history"
 )
 
 const benchTraceCSV = `id,arrival_s,duration_s,gpus,gpu_fraction,priority
@@ -263,6 +266,47 @@ func TestBenchTracePurchase(t *testing.T) {
 		stderr.Reset()
 		if rc := runBenchTrace(append(slices.Clone(base), strings.Fields(tc.args)...), &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.args, rc, stderr.String(), tc.want)
+		}
+	}
+}
+
+// The purchase question on a recorded history, day by day: one 1-GPU run
+// of an hour a day for three days, each day a window of its own, one
+// cluster bought for all of them.
+func TestBenchTracePurchaseHistorySweep(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sizing.db")
+	s, err := history.Open(path, history.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for day := range 3 {
+		start := now.Add(-time.Duration(3-day)*24*time.Hour + time.Hour)
+		r := history.Run{Key: history.Key{Namespace: "default", Job: "train", Group: "g", Task: "t"}, AllocID: strconv.Itoa(day),
+			Name: "train.g[0]", Slice: history.Slice{Kind: history.SliceGPU, Count: 1}, Submitted: start,
+			Created: start, Started: start, Finished: start.Add(time.Hour), Outcome: history.OutcomeComplete}
+		if err := s.PutRun(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "purchase")
+	var stdout, stderr bytes.Buffer
+	args := []string{"-history", path, "-history-since", "96h", "-window", "24h", "-sweep", "24h", "-load", "0", "-nodes", "1", "-min-nodes", "1",
+		"-frontier", "1:2", "-purchase", "10m", "-configs", "baseline,nomad-gpu-fixed", "-out", out}
+	if rc := runBenchTrace(args, &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	md, err := os.ReadFile(filepath.Join(out, purchaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"One cluster is bought for all 3 windows", "| baseline | yes | 1 reserved node |", "| nomad-gpu-fixed | yes | 1 reserved node |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("%s lacks %q:\n%s", purchaseFile, want, md)
 		}
 	}
 }
