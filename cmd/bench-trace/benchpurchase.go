@@ -71,7 +71,7 @@ func purchaseClusters(cfg tracereplay.Config, r nodeRange) []purchaseCluster {
 func runPurchase(p tracereplay.Params, r nodeRange, target, step time.Duration, out string, stdout, stderr io.Writer) int {
 	started := time.Now()
 	var pooled purchasePooled
-	var what string
+	var what, notes string
 	if step != 0 {
 		span, _, rc := eachWindow(p, step, stderr, pooled.add(r))
 		if rc != 0 {
@@ -90,15 +90,15 @@ func runPurchase(p tracereplay.Params, r nodeRange, target, step time.Duration, 
 		}
 		what = fmt.Sprintf("Sample: %s; %d jobs.", setup.Trace.Source, len(setup.Trace.Jobs))
 		if len(setup.Notes) > 0 {
-			what += "\n\n" + strings.Join(setup.Notes, "\n\n")
+			notes = "\n\n" + strings.Join(setup.Notes, "\n\n")
 		}
 	}
 	pu := pooled.choose(target)
 	if step != 0 {
 		pu.Windows = pooled.windows
 	}
-	what = fmt.Sprintf("%s Prices %g a reserved node-hour, %g on demand, %g spot; clusters of %d to %d nodes (-frontier), %d modelled in %s.",
-		what, p.PriceReserved, p.PriceOnDemand, p.PriceSpot, r.lo, r.hi, pooled.modelled, time.Since(started).Round(time.Millisecond))
+	what = fmt.Sprintf("%s Prices %g a reserved node-hour, %g on demand, %g spot; clusters of %d to %d nodes (-frontier), %d modelled in %s.%s",
+		what, p.PriceReserved, p.PriceOnDemand, p.PriceSpot, r.lo, r.hi, pooled.modelled, time.Since(started).Round(time.Millisecond), notes)
 	path := filepath.Join(out, purchaseFile)
 	if rc := writeReport(path, pu.Markdown("Trace replay (model): the cheapest cluster for a mean wait of "+report.Human(target), what), stderr); rc != 0 {
 		return rc
