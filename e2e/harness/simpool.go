@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +58,45 @@ type simNode struct {
 type RemovedNode struct {
 	Name    string
 	Running []string // allocations not terminal when it was stopped
+	// DataDir is its stopped agent's data_dir, kept until the test ends.
+	DataDir string
+}
+
+// AllocLogs is what task wrote to its logType log ("stdout", "stderr")
+// in allocation allocID on the removed node: its rotated files in the
+// allocation's directory, oldest first. Nomad's API reads logs from the
+// client, which is gone.
+func (r RemovedNode) AllocLogs(allocID, task, logType string) (string, error) {
+	dir := filepath.Join(r.DataDir, "alloc", allocID, "alloc", "logs")
+	prefix := task + "." + logType + "."
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	type part struct {
+		index int
+		name  string
+	}
+	var parts []part
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if i, err := strconv.Atoi(rest); ok && err == nil {
+			parts = append(parts, part{i, e.Name()})
+		}
+	}
+	if len(parts) == 0 {
+		return "", fmt.Errorf("no %s log of task %s in %s", logType, task, dir)
+	}
+	slices.SortFunc(parts, func(a, b part) int { return a.index - b.index })
+	var b strings.Builder
+	for _, p := range parts {
+		data, err := os.ReadFile(filepath.Join(dir, p.name))
+		if err != nil {
+			return "", err
+		}
+		b.Write(data)
+	}
+	return b.String(), nil
 }
 
 // NewSimPool registers the node pool and serves its control URL (URL)
@@ -247,7 +289,7 @@ func (p *SimPool) remove(s *simNode) {
 	}
 	p.mu.Lock()
 	delete(p.nodes, s.name)
-	p.removed = append(p.removed, RemovedNode{Name: s.name, Running: running})
+	p.removed = append(p.removed, RemovedNode{Name: s.name, Running: running, DataDir: s.agent.DataDir()})
 	p.mu.Unlock()
 }
 

@@ -170,7 +170,7 @@ func (rc *recordCollector) collectGang(t *testing.T, rec *tracereplay.JobRecord,
 			run.Preempted = a.PreemptedByAllocation != "" || a.DesiredStatus == api.AllocDesiredStatusEvict
 			done[a.Name] = a.DesiredStatus == api.AllocDesiredStatusRun && a.ClientStatus == api.AllocClientStatusComplete && !st.Failed
 		}
-		if logs, err := rc.c.TryAllocLogs(a.ID, "t", "stdout"); err == nil {
+		if logs, err := rc.taskLog(a.ID, a.NodeName); err == nil {
 			readTrainProgress(logs, &run, stepTrace)
 		}
 		if run.Preempted {

@@ -397,7 +397,11 @@ func replayOnNomad(t *testing.T, s tracereplay.Setup, cfg tracereplay.Config) (t
 		t.Fatalf("listing allocations: %v", err)
 	}
 	rc := recordCollector{c: c, t0: t0, horizon: t0.Add(wall(s.Horizon)), trace: trace, byID: map[string]*api.AllocationListStub{},
-		moved: movedAllocs(t, c, cfg), startsByKind: map[string][]time.Duration{}}
+		moved: movedAllocs(t, c, cfg), startsByKind: map[string][]time.Duration{}, removed: map[string]harness.RemovedNode{}}
+	_, _, removedNodes, _ := pool.Snapshot()
+	for _, r := range removedNodes {
+		rc.removed[r.Name] = r
+	}
 	if cfg.Queues {
 		rc.reclaimed = reclaimedJobs(ctl.Log())
 	}
@@ -774,9 +778,12 @@ type recordCollector struct {
 	places, starts, preempts []time.Duration
 	// startsByKind are starts by the kind of slice started (Slice.Kind).
 	startsByKind map[string][]time.Duration
+	// removed are the nodes the pool removed (scaled in), by name: their
+	// task logs are read from their stopped agents' directories.
+	removed map[string]harness.RemovedNode
 	// preempted counts the preemptions and moves; unread those whose
-	// progress the task logs do not tell: the node that ran the
-	// allocation was removed (scaled in) before they were read.
+	// progress no task log tells: neither Nomad nor the removed node's
+	// directory had it.
 	preempted, unread int
 	// untold are the task logs read around preemptions that tell no
 	// restore: those runs' progress is unknown.
@@ -874,7 +881,7 @@ func (rc *recordCollector) collect(t *testing.T, rec *tracereplay.JobRecord, all
 
 // progress reads the run's checkpoint record from its task's log.
 func (rc *recordCollector) progress(job, allocID string, run *tracereplay.Run) {
-	logs, err := rc.c.TryAllocLogs(allocID, "t", "stdout")
+	logs, err := rc.taskLog(allocID, run.Node)
 	if err != nil {
 		if run.Interrupted() {
 			rc.unread++
@@ -891,6 +898,17 @@ func (rc *recordCollector) progress(job, allocID string, run *tracereplay.Run) {
 		rc.silent++
 		rc.incomplete = append(rc.incomplete, harness.IncompleteEvidence(rc.c, job, allocID, run.Node, logs))
 	}
+}
+
+// taskLog is the replay task's stdout in allocation allocID on node:
+// from Nomad, or, where the pool removed the node (Nomad reads a log from
+// its client, which is gone), from the stopped agent's directory.
+func (rc *recordCollector) taskLog(allocID, node string) (string, error) {
+	logs, err := rc.c.TryAllocLogs(allocID, "t", "stdout")
+	if r, ok := rc.removed[node]; err != nil && ok {
+		return r.AllocLogs(allocID, "t", "stdout")
+	}
+	return logs, err
 }
 
 // readProgress fills the run's progress from its task's log: restored=,
@@ -955,7 +973,7 @@ func (rc *recordCollector) notes() []string {
 		notes = append(notes, fmt.Sprintf("%d allocations were placed on a GPU being relaid out before the servers saw it so: their Reserve was refused, and the controller asked Nomad to place them again at once (a forced reschedule): jobs %s", rc.refused, strings.Join(rc.refusedJobs, ", ")))
 	}
 	if rc.unread > 0 {
-		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions and moves could not be read, their nodes removed (scaled in) first: those count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
+		notes = append(notes, fmt.Sprintf("%d task logs of the %d preemptions and moves could not be read, from Nomad nor from their removed nodes' directories: those count no lost work, so lost work is a lower bound", rc.unread, rc.preempted))
 	}
 	if rc.oom > 0 {
 		notes = append(notes, fmt.Sprintf("%d tasks were killed for memory (the kernel's OOM killer)", rc.oom))
