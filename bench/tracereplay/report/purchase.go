@@ -160,7 +160,7 @@ func (p Purchase) Markdown(title, what string) string {
 	}
 	b.WriteString("\nA fixed cluster's nodes are reserved; an autoscaled pool's reserved base is its minimum, paid whether used or not, and its burst is paid on demand (on spot where the configuration's burst is spot) while it runs. Cost is at the prices above over the sample's horizon; the cluster chosen is the cheapest whose mean wait, re-waits of preempted work included, is within the target.\n")
 	if p.Windows > 0 {
-		fmt.Fprintf(&b, "\nOne cluster is bought for all %d windows: its cost is theirs added up and its mean wait is over every job of them, so a cluster that meets the target on the mean may still miss it on the busiest window (the frontier's sweep, or one window's -purchase, tells that one).\n", p.Windows)
+		fmt.Fprintf(&b, "\nOne cluster is bought for all %d windows: its cost is theirs added up and its mean wait is over every job of them, so a cluster that meets the target on the mean may still miss it on the busiest window (-purchase without -sweep models that one).\n", p.Windows)
 	}
 	if slices.ContainsFunc(p.Answers, func(a PurchaseAnswer) bool { return a.Spot }) {
 		b.WriteString("\nA spot burst is taken to be there whenever the pool asks for it, and reclaimed at -spot-reclaim-rate: where your cloud runs out of spot GPUs, or takes them back more often, it costs more than this says, in waits.\n")
